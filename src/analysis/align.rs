@@ -1,0 +1,272 @@
+//! Alignment of op sequences (graphed ↔ eager, base ↔ head) and cell comparisons.
+//!
+//! Sequences are aligned by a longest common subsequence over op names, so an op present in one
+//! regime only (a memset node, a fill kernel a framework adds before a replay) leaves a one-sided
+//! entry instead of shifting every later pair.
+
+use super::stats::{Change, Geomean};
+use super::{AlignedOp, Analysis, CauseKind, CellAnalysis, CellComparison, Comparison, Regime};
+use crate::trace::Trace;
+use std::collections::BTreeMap;
+
+/// Matched index pairs (i in `a`, j in `b`) of a longest common subsequence, in order.
+pub fn lcs_pairs<T: PartialEq>(a: &[T], b: &[T]) -> Vec<(usize, usize)> {
+    let (n, m) = (a.len(), b.len());
+    // lengths[i][j] = LCS of a[i..], b[j..]; (n+1)(m+1) cells, steps are short.
+    let width = m + 1;
+    let mut lengths = vec![0u32; (n + 1) * width];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            lengths[i * width + j] = if a[i] == b[j] {
+                lengths[(i + 1) * width + j + 1] + 1
+            } else {
+                lengths[(i + 1) * width + j].max(lengths[i * width + j + 1])
+            };
+        }
+    }
+    let (mut i, mut j) = (0, 0);
+    let mut pairs = Vec::new();
+    while i < n && j < m {
+        if a[i] == b[j] {
+            pairs.push((i, j));
+            i += 1;
+            j += 1;
+        } else if lengths[(i + 1) * width + j] >= lengths[i * width + j + 1] {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    pairs
+}
+
+/// Full alignment of two name sequences: every position of each appears once, matched or not.
+pub fn align_names(a: &[String], b: &[String]) -> Vec<(Option<usize>, Option<usize>)> {
+    let pairs = lcs_pairs(a, b);
+    let mut out = Vec::with_capacity(a.len().max(b.len()));
+    let (mut i, mut j) = (0, 0);
+    for (pi, pj) in pairs.into_iter().chain(std::iter::once((a.len(), b.len()))) {
+        while i < pi {
+            out.push((Some(i), None));
+            i += 1;
+        }
+        while j < pj {
+            out.push((None, Some(j)));
+            j += 1;
+        }
+        if pi < a.len() {
+            out.push((Some(pi), Some(pj)));
+            i = pi + 1;
+            j = pj + 1;
+        }
+    }
+    out
+}
+
+/// Compares two cells of the same workload: period, aligned ops, and what the gap growth is
+/// attributed to.
+pub fn compare_cells(
+    base_index: usize,
+    head_index: usize,
+    base: &CellAnalysis,
+    head: &CellAnalysis,
+) -> CellComparison {
+    let base_names: Vec<String> = base.sequence.iter().map(|e| e.name.clone()).collect();
+    let head_names: Vec<String> = head.sequence.iter().map(|e| e.name.clone()).collect();
+    let mut aligned = Vec::new();
+    let mut growth: BTreeMap<CauseKind, (String, f64)> = BTreeMap::new();
+    let mut max_pct: Option<f64> = None;
+    let mut within_spread = true;
+    for (bi, hi) in align_names(&base_names, &head_names) {
+        let b = bi.map(|i| &base.sequence[i]);
+        let h = hi.map(|i| &head.sequence[i]);
+        let (duration_delta, gap_before_delta) = match (b, h) {
+            (Some(b), Some(h)) => {
+                let dd = h.duration.median - b.duration.median;
+                let noise = b.duration.spread().max(h.duration.spread());
+                // Sub-100 ns differences are below CUPTI's timestamp resolution for kernels.
+                if dd.abs() > noise.max(100.0) {
+                    within_spread = false;
+                }
+                if b.duration.median > 0.0 {
+                    let pct = 100.0 * dd.abs() / b.duration.median;
+                    max_pct = Some(max_pct.map_or(pct, |m: f64| m.max(pct)));
+                }
+                (Some(dd), Some(h.gap_before.median - b.gap_before.median))
+            }
+            _ => (None, None),
+        };
+        // Growth in head: a larger gap before an aligned op, or a head-only op and its gap.
+        let grown = match (b, h) {
+            (Some(_), Some(h)) => gap_before_delta
+                .filter(|d| *d > 0.0)
+                .map(|d| (h.gap_cause, h.gap_cause_label.clone(), d)),
+            (None, Some(h)) => Some((h.gap_cause, h.gap_cause_label.clone(), h.gap_before.median)),
+            _ => None,
+        };
+        if let Some((kind, label, d)) = grown
+            && d > 0.0
+        {
+            let e = growth.entry(kind).or_insert((label, 0.0));
+            e.1 += d;
+        }
+        aligned.push(AlignedOp {
+            name: h.or(b).map(|e| e.name.clone()).unwrap_or_default(),
+            base: bi,
+            head: hi,
+            duration_delta,
+            gap_before_delta,
+            base_gap_cause: b.map(|e| e.gap_cause_label.clone()),
+            head_gap_cause: h.map(|e| e.gap_cause_label.clone()),
+        });
+    }
+    let (ratio, change, period_delta) = match (&base.period, &head.period) {
+        (Some(b), Some(h)) if b.median > 0.0 => (
+            Some(h.median / b.median),
+            Some(Change::between(b, h)),
+            Some(h.median - b.median),
+        ),
+        _ => (None, None, None),
+    };
+    let mut gap_growth_by_cause: Vec<(CauseKind, String, f64)> =
+        growth.into_iter().map(|(k, (l, d))| (k, l, d)).collect();
+    gap_growth_by_cause.sort_by(|a, b| b.2.total_cmp(&a.2));
+    CellComparison {
+        key: head.workload_key(),
+        base: base_index,
+        head: head_index,
+        base_label: base.label.clone(),
+        head_label: head.label.clone(),
+        ratio,
+        change,
+        aligned,
+        max_duration_delta_pct: max_pct,
+        durations_within_spread: within_spread,
+        period_delta,
+        gap_growth_by_cause,
+    }
+}
+
+fn requested_mode(cell: &CellAnalysis) -> Option<u64> {
+    cell.requested
+        .get("graph_usage_mode")
+        .and_then(|v| v.as_u64())
+}
+
+/// Pairs each graphed cell with the eager cell of the same workload (and graph usage mode, when
+/// the eager cells were run per mode).
+pub fn pair_regimes(
+    cells: &[CellAnalysis],
+    _traces: &[Trace],
+    _timelines: &[super::TraceTimeline],
+) -> Vec<CellComparison> {
+    let mut pairs = Vec::new();
+    for (hi, head) in cells.iter().enumerate() {
+        if head.observed.regime != Some(Regime::Graphed) {
+            continue;
+        }
+        let candidates = cells.iter().enumerate().filter(|(_, c)| {
+            c.observed.regime == Some(Regime::Eager) && c.workload_key() == head.workload_key()
+        });
+        let mut best: Option<usize> = None;
+        for (ci, c) in candidates {
+            let same_mode = requested_mode(c) == requested_mode(head);
+            if best.is_none() || same_mode {
+                best = Some(ci);
+                if same_mode {
+                    break;
+                }
+            }
+        }
+        if let Some(bi) = best {
+            pairs.push(compare_cells(bi, hi, &cells[bi], head));
+        }
+    }
+    pairs
+}
+
+/// `compare BASE HEAD`: matches cells by workload and observed regime, and checks the head
+/// against `threshold` (a ratio, e.g. 1.02): a cell breaches it when its period ratio exceeds
+/// it and the difference is larger than the run-to-run spread.
+pub fn compare(base: Analysis, head: Analysis, threshold: f64) -> Comparison {
+    let mut cells = Vec::new();
+    let mut unmatched = Vec::new();
+    let mut used = vec![false; base.cells.len()];
+    for (hi, h) in head.cells.iter().enumerate() {
+        let found = base.cells.iter().enumerate().position(|(bi, b)| {
+            !used[bi]
+                && b.observed.regime == h.observed.regime
+                && b.workload_key() == h.workload_key()
+        });
+        match found {
+            Some(bi) => {
+                used[bi] = true;
+                cells.push(compare_cells(bi, hi, &base.cells[bi], h));
+            }
+            None => unmatched.push(format!("head only: {}", h.label)),
+        }
+    }
+    for (bi, b) in base.cells.iter().enumerate() {
+        if !used[bi] {
+            unmatched.push(format!("base only: {}", b.label));
+        }
+    }
+    let ratios: Vec<f64> = cells.iter().filter_map(|c| c.ratio).collect();
+    let breached = cells
+        .iter()
+        .filter(|c| c.change == Some(Change::Slower) && c.ratio.is_some_and(|r| r > threshold))
+        .map(|c| {
+            format!(
+                "{}: {:.3}x (threshold {threshold:.3}x)",
+                c.head_label,
+                c.ratio.unwrap_or(f64::NAN)
+            )
+        })
+        .collect();
+    Comparison {
+        base,
+        head,
+        cells,
+        unmatched,
+        geomean_ratio: Geomean::of(&ratios),
+        threshold,
+        breached,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn alignment_with_inserted_and_missing_kernels() {
+        // Graphed adds a memset node in front and lacks the eager-only "fill".
+        let eager = names("convert fill gather prep dispatch combine");
+        let graphed = names("memset convert gather prep dispatch combine");
+        let a = align_names(&eager, &graphed);
+        assert_eq!(
+            a,
+            vec![
+                (None, Some(0)),
+                (Some(0), Some(1)),
+                (Some(1), None),
+                (Some(2), Some(2)),
+                (Some(3), Some(3)),
+                (Some(4), Some(4)),
+                (Some(5), Some(5)),
+            ]
+        );
+    }
+
+    #[test]
+    fn lcs_of_identical_and_disjoint() {
+        let a = names("a b c");
+        assert_eq!(lcs_pairs(&a, &a), vec![(0, 0), (1, 1), (2, 2)]);
+        assert!(lcs_pairs(&a, &names("x y")).is_empty());
+        assert_eq!(align_names(&a, &[]).len(), 3);
+    }
+}

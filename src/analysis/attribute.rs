@@ -1,0 +1,624 @@
+//! Gap attribution and per-cell figures.
+//!
+//! Every idle interval inside a step gets exactly one cause, found from evidence in this order:
+//! graphed ops — the op's DAG predecessors (external event-wait nodes and the API and library
+//! call that made them, host nodes, memory nodes without records, cross-stream joins), then the
+//! launch boundary, then the graph's own dependency latency; eager ops — host synchronisation,
+//! a launch issued after the device went idle, stream/event waits, then stream-order latency.
+//! Without evidence a gap is "unattributed". A cause is never read from a kernel's name.
+//! So attributed + unattributed = measured idle time exactly, per step.
+
+use super::stats::Stat;
+use super::steps::{CellSteps, LaunchIndex};
+use super::{
+    AnalysisOptions, Cause, CauseKind, CauseTotal, CellAnalysis, Gap, Observed, Op, Regime,
+    SequenceEntry, Step, TraceTimeline,
+};
+use crate::trace::{NodeType, Trace};
+use std::collections::{HashMap, HashSet};
+
+/// Per-trace indexes shared by the cells of one trace.
+pub struct TraceContext<'a> {
+    trace: &'a Trace,
+    launches: LaunchIndex,
+    dag: DagIndex,
+    /// (thread, start) of stream-wait API calls, sorted.
+    stream_waits: Vec<(u32, u64)>,
+    /// (start, end) of host synchronisation calls, sorted by start.
+    host_syncs: Vec<(u64, u64)>,
+    /// Executable graphs already launched (in step order), to flag first launches.
+    launched_execs: HashSet<u32>,
+}
+
+impl<'a> TraceContext<'a> {
+    pub fn new(trace: &'a Trace) -> TraceContext<'a> {
+        let wait_names: HashSet<u32> = trace
+            .strings
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| is_stream_wait_api(s))
+            .map(|(i, _)| i as u32)
+            .collect();
+        let mut stream_waits: Vec<(u32, u64)> = trace
+            .api_calls
+            .iter()
+            .filter(|a| wait_names.contains(&a.name))
+            .map(|a| (a.thread, a.start))
+            .collect();
+        stream_waits.sort_unstable();
+        let mut host_syncs: Vec<(u64, u64)> = trace
+            .syncs
+            .iter()
+            .filter(|s| is_blocking_sync(trace.str(s.kind)))
+            .map(|s| (s.start, s.end))
+            .collect();
+        host_syncs.sort_unstable();
+        TraceContext {
+            trace,
+            launches: LaunchIndex::new(trace),
+            dag: DagIndex::new(trace),
+            stream_waits,
+            host_syncs,
+            launched_execs: HashSet::new(),
+        }
+    }
+}
+
+/// Host calls that block the launching thread (a stream wait only makes the device wait).
+fn is_blocking_sync(kind: &str) -> bool {
+    !kind.contains("wait")
+}
+
+fn is_stream_wait_api(name: &str) -> bool {
+    name.starts_with("cudaStreamWaitEvent") || name.starts_with("cuStreamWaitEvent")
+}
+
+/// The graph DAG indexed for predecessor walks.
+struct DagIndex {
+    nodes: HashMap<u64, usize>,
+    preds: HashMap<u64, Vec<u64>>,
+}
+
+impl DagIndex {
+    fn new(trace: &Trace) -> DagIndex {
+        let nodes = trace
+            .graph
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.id, i))
+            .collect::<HashMap<_, _>>();
+        let mut preds: HashMap<u64, Vec<u64>> = HashMap::new();
+        for e in &trace.graph.edges {
+            if nodes.contains_key(&e.from) || nodes.contains_key(&e.to) {
+                preds.entry(e.to).or_default().push(e.from);
+            }
+        }
+        DagIndex { nodes, preds }
+    }
+
+    fn node<'t>(&self, trace: &'t Trace, id: u64) -> Option<&'t crate::trace::GraphNode> {
+        self.nodes.get(&id).map(|&i| &trace.graph.nodes[i])
+    }
+
+    /// Predecessors of a node; a clone without edges of its own uses its template's.
+    fn preds_of(&self, trace: &Trace, id: u64) -> &[u64] {
+        if let Some(p) = self.preds.get(&id) {
+            return p;
+        }
+        match self.node(trace, id).and_then(|n| n.cloned_from) {
+            Some(template) => self.preds.get(&template).map_or(&[], Vec::as_slice),
+            None => &[],
+        }
+    }
+}
+
+/// Evidence gathered from the unrecorded nodes in front of an op.
+#[derive(Default)]
+struct Predecessors {
+    external_wait: Option<u64>,
+    host: Option<u64>,
+    memory: Option<(u64, NodeType)>,
+    recorded: Vec<u64>,
+}
+
+fn walk_predecessors(ctx: &TraceContext, node: u64, ops_in_step: &HashSet<u64>) -> Predecessors {
+    let trace = ctx.trace;
+    let mut found = Predecessors::default();
+    let mut stack: Vec<(u64, u32)> = ctx
+        .dag
+        .preds_of(trace, node)
+        .iter()
+        .map(|&p| (p, 0))
+        .collect();
+    let mut seen = HashSet::new();
+    while let Some((id, depth)) = stack.pop() {
+        if !seen.insert(id) || depth > 32 {
+            continue;
+        }
+        let Some(n) = ctx.dag.node(trace, id) else {
+            continue;
+        };
+        let walk_on = match n.node_type {
+            NodeType::Kernel => {
+                found.recorded.push(id);
+                false
+            }
+            NodeType::Memcpy | NodeType::Memset => {
+                if ops_in_step.contains(&id) {
+                    found.recorded.push(id);
+                } else {
+                    found.memory.get_or_insert((id, n.node_type));
+                }
+                false
+            }
+            NodeType::EventWait => {
+                if n.external {
+                    found.external_wait.get_or_insert(id);
+                }
+                true
+            }
+            NodeType::Host => {
+                found.host.get_or_insert(id);
+                true
+            }
+            _ => true,
+        };
+        if walk_on {
+            stack.extend(ctx.dag.preds_of(trace, id).iter().map(|&p| (p, depth + 1)));
+        }
+    }
+    found
+}
+
+/// The explicit event-record node that pairs with an external wait: same graph, same library
+/// call.
+fn paired_record_node(ctx: &TraceContext, wait: &crate::trace::GraphNode) -> Option<u64> {
+    ctx.trace
+        .graph
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.graph == wait.graph
+                && n.node_type == NodeType::EventRecord
+                && n.external
+                && n.library_call == wait.library_call
+        })
+        .map(|n| n.id)
+        .min_by_key(|&id| id.abs_diff(wait.id))
+}
+
+fn graphed_cause(
+    ctx: &TraceContext,
+    ops: &[Op],
+    after: usize,
+    before: Option<usize>,
+    leading: bool,
+    ops_in_step: &HashSet<u64>,
+) -> Cause {
+    let trace = ctx.trace;
+    let op = &ops[after];
+    if ctx.dag.node(trace, op.node).is_none() {
+        // No DAG for this node (e.g. an imported trace): only the launch boundary is certain.
+        return if leading {
+            Cause::GraphLaunch
+        } else {
+            Cause::Unattributed
+        };
+    }
+    let preds = walk_predecessors(ctx, op.node, ops_in_step);
+    let name = |id: Option<u32>| id.map(|s| trace.str(s).to_owned());
+    if let Some(wait) = preds.external_wait.and_then(|id| ctx.dag.node(trace, id)) {
+        return Cause::ExternalEventWait {
+            wait_node: wait.id,
+            record_node: paired_record_node(ctx, wait),
+            created_by: name(wait.created_by),
+            library_call: name(wait.library_call),
+        };
+    }
+    if let Some(host) = preds.host.and_then(|id| ctx.dag.node(trace, id)) {
+        return Cause::HostNode {
+            node: host.id,
+            library_call: name(host.library_call),
+        };
+    }
+    if let Some((node, node_type)) = preds.memory {
+        return Cause::MemoryNode { node, node_type };
+    }
+    if leading || preds.recorded.is_empty() {
+        return Cause::GraphLaunch;
+    }
+    if let Some(b) = before.map(|b| &ops[b])
+        && b.stream != op.stream
+        && preds.recorded.contains(&b.node)
+    {
+        return Cause::CrossStreamJoin {
+            from_stream: b.stream,
+        };
+    }
+    Cause::GraphDependency
+}
+
+fn eager_cause(
+    ctx: &TraceContext,
+    ops: &[Op],
+    gap: (u64, u64),
+    after: usize,
+    before: Option<usize>,
+    options: &AnalysisOptions,
+) -> Cause {
+    let op = &ops[after];
+    let Some((launch_start, launch_end, thread)) = ctx.launches.call(op.corr) else {
+        return Cause::Unattributed;
+    };
+    // The host was blocked in a synchronisation call when the device went idle, and launched
+    // this op only after it returned.
+    let first_after = ctx.host_syncs.partition_point(|s| s.0 <= gap.0);
+    if ctx.host_syncs[..first_after]
+        .iter()
+        .rev()
+        .take(8)
+        .any(|&(s, e)| s <= gap.0 && e >= gap.0 && launch_start >= e)
+    {
+        return Cause::Synchronization;
+    }
+    // The launch had not returned (within the slack) when the device went idle.
+    if launch_end + options.launch_slack_ns > gap.0 {
+        return Cause::HostLaunchBound;
+    }
+    // A stream wait issued on this thread between the previous op's launch and this one.
+    let since = before
+        .and_then(|b| ctx.launches.call(ops[b].corr))
+        .map_or(0, |c| c.0);
+    let lo = ctx.stream_waits.partition_point(|&w| w < (thread, since));
+    let hi = ctx
+        .stream_waits
+        .partition_point(|&w| w < (thread, launch_start));
+    if hi > lo {
+        return Cause::StreamWait;
+    }
+    match before.map(|b| &ops[b]) {
+        Some(b) if b.stream != op.stream => Cause::Unattributed,
+        _ => Cause::StreamOrderLatency,
+    }
+}
+
+/// Builds one step: window, gaps with causes, busy and idle time.
+fn build_step(
+    ctx: &mut TraceContext,
+    timeline: &TraceTimeline,
+    index: usize,
+    ops_idx: Vec<usize>,
+    prev_end: Option<u64>,
+    options: &AnalysisOptions,
+) -> Step {
+    let ops = &timeline.ops;
+    let start = ops[ops_idx[0]].start;
+    let end = ops_idx.iter().map(|&i| ops[i].end).max().unwrap_or(start);
+    let graph_exec = ops_idx.iter().map(|&i| ops[i].graph).find(|&g| g != 0);
+    let regime = if graph_exec.is_some() {
+        Regime::Graphed
+    } else {
+        Regime::Eager
+    };
+    let first_launch = graph_exec.is_some_and(|g| ctx.launched_execs.insert(g));
+    let window_start = prev_end.map_or(start, |p| p.min(end));
+    let ops_in_step: HashSet<u64> = if regime == Regime::Graphed {
+        ops_idx.iter().map(|&i| ops[i].node).collect()
+    } else {
+        HashSet::new()
+    };
+    // The last op of the previous step ends where the window starts.
+    let mut covered_until = window_start;
+    let mut last_ender: Option<usize> = None;
+    let mut gaps = Vec::new();
+    for (pos, &i) in ops_idx.iter().enumerate() {
+        let op = &ops[i];
+        let op_start = op.start.max(window_start);
+        if op_start > covered_until {
+            let leading = pos == 0;
+            let cause = if op.graph != 0 {
+                graphed_cause(ctx, ops, i, last_ender, leading, &ops_in_step)
+            } else {
+                eager_cause(ctx, ops, (covered_until, op_start), i, last_ender, options)
+            };
+            gaps.push(Gap {
+                start: covered_until,
+                end: op_start,
+                stream: op.stream,
+                before: last_ender,
+                after: i,
+                cause,
+            });
+        }
+        let op_end = op.end.max(window_start);
+        if op_end >= covered_until {
+            covered_until = op_end;
+            last_ender = Some(i);
+        }
+    }
+    let idle: u64 = gaps.iter().map(Gap::len).sum();
+    Step {
+        index,
+        regime,
+        graph_exec,
+        first_launch,
+        start,
+        end,
+        window_start,
+        ops: ops_idx,
+        gaps,
+        busy: (end - window_start) - idle,
+        idle,
+        period: prev_end.map(|_| end - window_start),
+    }
+}
+
+/// Analyses one cell of one trace.
+pub fn analyze_cell(
+    trace_index: usize,
+    ctx: &mut TraceContext,
+    timeline: &TraceTimeline,
+    cell: CellSteps,
+    options: &AnalysisOptions,
+) -> CellAnalysis {
+    let trace = ctx.trace;
+    let meta_cell = cell.cell.and_then(|c| trace.metadata.cells.get(c));
+    let mut steps = Vec::with_capacity(cell.steps.len());
+    let mut prev_end = None;
+    for (index, ops_idx) in cell.steps.into_iter().enumerate() {
+        let step = build_step(ctx, timeline, index, ops_idx, prev_end, options);
+        prev_end = Some(step.end);
+        steps.push(step);
+    }
+    let steady: Vec<&Step> = steps.iter().filter(|s| !s.first_launch).collect();
+    let figures_from: Vec<&Step> = if steady.is_empty() {
+        steps.iter().collect()
+    } else {
+        steady
+    };
+    let period = Stat::of_ns(figures_from.iter().filter_map(|s| s.period));
+    let first_launch_period = Stat::of_ns(
+        steps
+            .iter()
+            .filter(|s| s.first_launch)
+            .filter_map(|s| s.period),
+    );
+    let with_period: Vec<&Step> = figures_from
+        .iter()
+        .copied()
+        .filter(|s| s.period.is_some())
+        .collect();
+    let busy = Stat::of_ns(with_period.iter().map(|s| s.busy));
+    let idle = Stat::of_ns(with_period.iter().map(|s| s.idle));
+    let idle_by_cause = idle_by_cause(&with_period);
+    let sequence = canonical_sequence(trace, timeline, &with_period);
+    let observed = observe(trace, &steps);
+    let requested = meta_cell.map(|c| c.requested.clone()).unwrap_or_default();
+    let mismatches = mismatches(&requested, &observed);
+    let mut event_periods = meta_cell
+        .map(|c| c.event_periods_ns.clone())
+        .unwrap_or_default();
+    CellAnalysis {
+        trace: trace_index,
+        label: meta_cell.map_or_else(|| "all steps".to_owned(), |c| c.label.clone()),
+        requested,
+        observed,
+        mismatches,
+        steps,
+        period,
+        first_launch_period,
+        event_period: Stat::of(&mut event_periods),
+        busy,
+        idle,
+        idle_by_cause,
+        sequence,
+    }
+}
+
+fn idle_by_cause(steps: &[&Step]) -> Vec<CauseTotal> {
+    let mut per_kind: HashMap<CauseKind, (Vec<f64>, u64, String)> = HashMap::new();
+    for (i, step) in steps.iter().enumerate() {
+        for gap in &step.gaps {
+            let kind = gap.cause.kind();
+            let entry = per_kind
+                .entry(kind)
+                .or_insert_with(|| (vec![0.0; steps.len()], 0, String::new()));
+            entry.0[i] += gap.len() as f64;
+            if gap.len() > entry.1 {
+                entry.1 = gap.len();
+                entry.2 = gap.cause.label();
+            }
+        }
+    }
+    let mut totals: Vec<CauseTotal> = per_kind
+        .into_iter()
+        .filter_map(|(cause, (mut v, _, example))| {
+            Some(CauseTotal {
+                cause,
+                example,
+                per_step: Stat::of(&mut v)?,
+            })
+        })
+        .collect();
+    totals.sort_by(|a, b| {
+        b.per_step
+            .median
+            .total_cmp(&a.per_step.median)
+            .then(a.cause.cmp(&b.cause))
+    });
+    totals
+}
+
+/// The most common op-name sequence among the steps, with per-position figures over every
+/// step (steps with another sequence are aligned to it first).
+fn canonical_sequence(
+    trace: &Trace,
+    timeline: &TraceTimeline,
+    steps: &[&Step],
+) -> Vec<SequenceEntry> {
+    let ops = &timeline.ops;
+    let names = |s: &Step| -> Vec<u32> { s.ops.iter().map(|&i| ops[i].name).collect() };
+    let mut counts: HashMap<Vec<u32>, usize> = HashMap::new();
+    let mut first_with: HashMap<Vec<u32>, usize> = HashMap::new();
+    for (i, s) in steps.iter().enumerate() {
+        let n = names(s);
+        *counts.entry(n.clone()).or_default() += 1;
+        first_with.entry(n).or_insert(i);
+    }
+    let Some(canonical) = counts
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(first_with[b.0].cmp(&first_with[a.0])))
+        .map(|(k, _)| k.clone())
+    else {
+        return Vec::new();
+    };
+    let len = canonical.len();
+    let mut durations: Vec<Vec<f64>> = vec![Vec::new(); len];
+    let mut gaps_before: Vec<Vec<f64>> = vec![Vec::new(); len];
+    let mut causes: Vec<HashMap<CauseKind, (usize, String)>> = vec![HashMap::new(); len];
+    for s in steps {
+        let gap_of: HashMap<usize, &Gap> = s.gaps.iter().map(|g| (g.after, g)).collect();
+        let seq = names(s);
+        let matched: Vec<(usize, usize)> = if seq == canonical {
+            (0..len).map(|p| (p, p)).collect()
+        } else {
+            super::align::lcs_pairs(&canonical, &seq)
+        };
+        for (p, q) in matched {
+            let op_index = s.ops[q];
+            let op = &ops[op_index];
+            durations[p].push((op.end - op.start) as f64);
+            match gap_of.get(&op_index) {
+                Some(g) => {
+                    gaps_before[p].push(g.len() as f64);
+                    let e = causes[p]
+                        .entry(g.cause.kind())
+                        .or_insert_with(|| (0, g.cause.label()));
+                    e.0 += 1;
+                }
+                None => gaps_before[p].push(0.0),
+            }
+        }
+    }
+    (0..len)
+        .filter_map(|p| {
+            let kind = ops[steps
+                .iter()
+                .find(|s| names(s) == canonical)
+                .map(|s| s.ops[p])?]
+            .kind;
+            let (gap_cause, gap_cause_label) = causes[p]
+                .iter()
+                .max_by(|a, b| a.1.0.cmp(&b.1.0).then(b.0.cmp(a.0)))
+                .map(|(k, (_, l))| (*k, l.clone()))
+                .unwrap_or((CauseKind::Unattributed, "no gap".to_owned()));
+            Some(SequenceEntry {
+                name: trace.str(canonical[p]).to_owned(),
+                kind,
+                duration: Stat::of(&mut durations[p])?,
+                gap_before: Stat::of(&mut gaps_before[p])?,
+                gap_cause,
+                gap_cause_label,
+            })
+        })
+        .collect()
+}
+
+/// What the DAG and records show: regime and the nodes NCCL's modes add.
+fn observe(trace: &Trace, steps: &[Step]) -> Observed {
+    let graphed = steps.iter().any(|s| s.regime == Regime::Graphed);
+    let regime = match (steps.is_empty(), graphed) {
+        (true, _) => None,
+        (false, true) => Some(Regime::Graphed),
+        (false, false) => Some(Regime::Eager),
+    };
+    let mut execs: Vec<u32> = steps.iter().filter_map(|s| s.graph_exec).collect();
+    execs.sort_unstable();
+    execs.dedup();
+    let mut per_exec: Vec<(usize, usize, usize, bool)> = execs
+        .iter()
+        .map(|&g| {
+            let nodes = trace.graph.nodes.iter().filter(|n| n.graph == g);
+            let (mut waits, mut records, mut hosts, mut nccl) = (0, 0, 0, false);
+            for n in nodes {
+                let from_nccl = n
+                    .library_call
+                    .is_some_and(|l| trace.str(l).starts_with("nccl"));
+                match n.node_type {
+                    NodeType::EventWait if n.external => {
+                        waits += 1;
+                        nccl |= from_nccl;
+                    }
+                    NodeType::EventRecord if n.external => records += 1,
+                    NodeType::Host => hosts += 1,
+                    _ => {}
+                }
+            }
+            (waits, records, hosts, nccl)
+        })
+        .collect();
+    per_exec.sort_unstable();
+    let typical = per_exec.get(per_exec.len() / 2).copied();
+    let has_dag = execs
+        .iter()
+        .any(|&g| trace.graph.nodes.iter().any(|n| n.graph == g));
+    let graph_usage_mode = match (regime, typical) {
+        (Some(Regime::Graphed), Some((w, _, _, true))) if w > 0 => Some("2 (mixing)".to_owned()),
+        (Some(Regime::Graphed), Some((w, _, _, false))) if w > 0 => {
+            Some("external waits (not from NCCL)".to_owned())
+        }
+        (Some(Regime::Graphed), Some(_)) if has_dag => Some("0/1 (no mixing)".to_owned()),
+        (Some(Regime::Graphed), _) => Some("unknown (no graph DAG in the trace)".to_owned()),
+        _ => None,
+    };
+    let (w, r, h, _) = typical.unwrap_or_default();
+    Observed {
+        regime,
+        external_wait_nodes: w,
+        external_record_nodes: r,
+        host_nodes: h,
+        graph_usage_mode,
+    }
+}
+
+fn mismatches(
+    requested: &std::collections::BTreeMap<String, serde_json::Value>,
+    observed: &Observed,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let observed_regime = observed.regime.map(Regime::label);
+    if let (Some(asked), Some(seen)) = (
+        requested.get("regime").and_then(|v| v.as_str()),
+        observed_regime,
+    ) && asked != seen
+    {
+        out.push(format!("asked for {asked}, observed {seen}"));
+    }
+    if observed.regime == Some(Regime::Graphed)
+        && let Some(mode) = requested.get("graph_usage_mode").and_then(|v| v.as_u64())
+    {
+        let mixing = observed.external_wait_nodes > 0;
+        let ranks = requested.get("ranks").and_then(|v| v.as_u64()).unwrap_or(2);
+        let backend = requested
+            .get("backend")
+            .and_then(|v| v.as_str())
+            .unwrap_or("");
+        if mode == 2 && !mixing {
+            let why = if backend == "nccl" && ranks == 1 {
+                " (expected: NCCL's one-rank shortcut builds no strong-stream nodes)"
+            } else {
+                ""
+            };
+            out.push(format!(
+                "asked for graph usage mode 2, but the graph has no external event-wait node{why}"
+            ));
+        } else if mode != 2 && mixing {
+            out.push(format!(
+                "asked for graph usage mode {mode}, but the graph has {} external event-wait node(s): mode 2 behaviour",
+                observed.external_wait_nodes
+            ));
+        }
+    }
+    out
+}

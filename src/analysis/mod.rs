@@ -1,0 +1,68 @@
+//! Timeline → steps → align (graphed ↔ eager) → attribute gaps. Safe Rust, no GPU needed.
+
+pub mod align;
+pub mod attribute;
+mod model;
+pub mod stats;
+pub mod steps;
+pub mod timeline;
+
+pub use model::*;
+
+use crate::trace::Trace;
+
+/// Options of the analysis.
+#[derive(Debug, Clone)]
+pub struct AnalysisOptions {
+    /// Eager: a gap counts as host launch-bound when the op's launch call returned no earlier
+    /// than this many ns before the previous op ended (the device had nothing queued).
+    pub launch_slack_ns: u64,
+}
+
+impl Default for AnalysisOptions {
+    fn default() -> Self {
+        AnalysisOptions {
+            launch_slack_ns: 500,
+        }
+    }
+}
+
+/// Analyses traces: one [`CellAnalysis`] per cell, and eager ↔ graphed pairs.
+/// `paths` name the traces in reports (same order as `traces`).
+pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) -> Analysis {
+    let mut analysis = Analysis {
+        inputs: Vec::new(),
+        cells: Vec::new(),
+        regime_pairs: Vec::new(),
+        geomean_ratio: None,
+        timelines: Vec::new(),
+    };
+    for (i, trace) in traces.iter().enumerate() {
+        analysis.inputs.push(InputSummary {
+            path: paths.get(i).cloned().unwrap_or_default(),
+            source: trace.metadata.source,
+            device: trace.metadata.device.as_ref().map(|d| d.name.clone()),
+            versions: trace.metadata.versions.clone(),
+            dropped_records: trace.dropped_records,
+            notes: trace.metadata.notes.clone(),
+            kernels: trace.kernels.len(),
+        });
+        let timeline = timeline::build(trace);
+        let cells = steps::split_cells(trace, &timeline);
+        let mut ctx = attribute::TraceContext::new(trace);
+        for cell in cells {
+            analysis.cells.push(attribute::analyze_cell(
+                i, &mut ctx, &timeline, cell, options,
+            ));
+        }
+        analysis.timelines.push(timeline);
+    }
+    analysis.regime_pairs = align::pair_regimes(&analysis.cells, traces, &analysis.timelines);
+    let ratios: Vec<f64> = analysis
+        .regime_pairs
+        .iter()
+        .filter_map(|p| p.ratio)
+        .collect();
+    analysis.geomean_ratio = stats::Geomean::of(&ratios);
+    analysis
+}

@@ -1,0 +1,417 @@
+//! What the analysis produces; reports read only these types (and the traces for raw records).
+
+use super::stats::{Change, Geomean, Stat};
+use crate::trace::NodeType;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Kind of a device operation on the timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    Kernel,
+    Memcpy,
+    Memset,
+}
+
+/// One device operation (kernel, memcpy or memset) of one trace, in start order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Op {
+    pub start: u64,
+    pub end: u64,
+    pub device: u32,
+    pub stream: u32,
+    pub corr: u32,
+    /// Kernel name, or the copy kind / "memset" (index into the trace's strings).
+    pub name: u32,
+    pub kind: OpKind,
+    pub graph: u32,
+    pub node: u64,
+}
+
+/// Whether a step ran eagerly or as a graph replay — observed from the records, never assumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Regime {
+    Eager,
+    Graphed,
+}
+
+impl Regime {
+    pub fn label(self) -> &'static str {
+        match self {
+            Regime::Eager => "eager",
+            Regime::Graphed => "graphed",
+        }
+    }
+}
+
+/// Why the device was idle during a gap, from evidence in the trace.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Cause {
+    /// The next op waits (through the DAG) on an external event-wait node; when an NCCL call
+    /// created it, this is NCCL graph usage mode 2 ("mixing").
+    ExternalEventWait {
+        wait_node: u64,
+        record_node: Option<u64>,
+        created_by: Option<String>,
+        library_call: Option<String>,
+    },
+    /// A host node (e.g. NCCL's proxy callback) precedes the next op.
+    HostNode {
+        node: u64,
+        library_call: Option<String>,
+    },
+    /// A memset/memcpy node that left no device record precedes the next op.
+    MemoryNode { node: u64, node_type: NodeType },
+    /// The next op joins work from another stream.
+    CrossStreamJoin { from_stream: u32 },
+    /// Before the first op of a graph replay: the launch boundary.
+    GraphLaunch,
+    /// A plain kernel-to-kernel edge inside a graph: the graph's own dependency latency.
+    GraphDependency,
+    /// Eager: the op was launched by the host after the device had gone idle.
+    HostLaunchBound,
+    /// Eager: the op was queued in stream order before the device went idle and nothing else
+    /// held it: the device's own launch latency.
+    StreamOrderLatency,
+    /// Eager: the op's stream waited on an event (cudaStreamWaitEvent).
+    StreamWait,
+    /// Eager: a host synchronisation call held the launch back.
+    Synchronization,
+    /// No evidence found; kept visible.
+    Unattributed,
+}
+
+/// A cause without its details, for aggregation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CauseKind {
+    ExternalEventWait,
+    HostNode,
+    MemoryNode,
+    CrossStreamJoin,
+    GraphLaunch,
+    GraphDependency,
+    HostLaunchBound,
+    StreamOrderLatency,
+    StreamWait,
+    Synchronization,
+    Unattributed,
+}
+
+impl Cause {
+    pub fn kind(&self) -> CauseKind {
+        match self {
+            Cause::ExternalEventWait { .. } => CauseKind::ExternalEventWait,
+            Cause::HostNode { .. } => CauseKind::HostNode,
+            Cause::MemoryNode { .. } => CauseKind::MemoryNode,
+            Cause::CrossStreamJoin { .. } => CauseKind::CrossStreamJoin,
+            Cause::GraphLaunch => CauseKind::GraphLaunch,
+            Cause::GraphDependency => CauseKind::GraphDependency,
+            Cause::HostLaunchBound => CauseKind::HostLaunchBound,
+            Cause::StreamOrderLatency => CauseKind::StreamOrderLatency,
+            Cause::StreamWait => CauseKind::StreamWait,
+            Cause::Synchronization => CauseKind::Synchronization,
+            Cause::Unattributed => CauseKind::Unattributed,
+        }
+    }
+
+    /// One-line description naming the evidence (node ids, API, library, setting).
+    pub fn label(&self) -> String {
+        match self {
+            Cause::ExternalEventWait {
+                wait_node,
+                record_node,
+                created_by,
+                library_call,
+            } => {
+                let mut s = format!("external event-wait node {wait_node:#x}");
+                if let Some(api) = created_by {
+                    s += &format!(" ({api}");
+                    if let Some(lib) = library_call {
+                        s += &format!(" inside {lib}");
+                    }
+                    s += ")";
+                } else if let Some(lib) = library_call {
+                    s += &format!(" (inside {lib})");
+                }
+                if let Some(r) = record_node {
+                    s += &format!(", event-record node {r:#x}");
+                }
+                if library_call
+                    .as_deref()
+                    .is_some_and(|l| l.starts_with("nccl"))
+                {
+                    s += ": NCCL graph usage mode 2 (mixing)";
+                }
+                s
+            }
+            Cause::HostNode { node, library_call } => match library_call {
+                Some(lib) => format!("host node {node:#x} (inside {lib}: proxy callback)"),
+                None => format!("host node {node:#x}"),
+            },
+            Cause::MemoryNode { node, node_type } => {
+                format!("{} node {node:#x}", node_type_name(*node_type))
+            }
+            Cause::CrossStreamJoin { from_stream } => {
+                format!("cross-stream join (waits on stream {from_stream})")
+            }
+            _ => self.kind().label().to_owned(),
+        }
+    }
+}
+
+fn node_type_name(t: NodeType) -> &'static str {
+    match t {
+        NodeType::Memcpy => "memcpy",
+        NodeType::Memset => "memset",
+        _ => "memory",
+    }
+}
+
+impl CauseKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            CauseKind::ExternalEventWait => "external event wait",
+            CauseKind::HostNode => "host node",
+            CauseKind::MemoryNode => "memset/memcpy node",
+            CauseKind::CrossStreamJoin => "cross-stream join",
+            CauseKind::GraphLaunch => "graph launch boundary",
+            CauseKind::GraphDependency => "graph dependency latency",
+            CauseKind::HostLaunchBound => "host launch-bound",
+            CauseKind::StreamOrderLatency => "stream-order launch latency",
+            CauseKind::StreamWait => "stream/event wait",
+            CauseKind::Synchronization => "host synchronisation",
+            CauseKind::Unattributed => "unattributed",
+        }
+    }
+
+    pub const ALL: [CauseKind; 11] = [
+        CauseKind::ExternalEventWait,
+        CauseKind::HostNode,
+        CauseKind::MemoryNode,
+        CauseKind::CrossStreamJoin,
+        CauseKind::GraphLaunch,
+        CauseKind::GraphDependency,
+        CauseKind::HostLaunchBound,
+        CauseKind::StreamOrderLatency,
+        CauseKind::StreamWait,
+        CauseKind::Synchronization,
+        CauseKind::Unattributed,
+    ];
+}
+
+/// An interval in which the device (all streams together) was idle inside a step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Gap {
+    pub start: u64,
+    pub end: u64,
+    /// Stream of the op that ends the gap.
+    pub stream: u32,
+    /// Op (index into [`TraceTimeline::ops`]) that ended last before the gap, if any.
+    pub before: Option<usize>,
+    /// Op that starts at the gap's end.
+    pub after: usize,
+    pub cause: Cause,
+}
+
+impl Gap {
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
+}
+
+/// One step: a dispatch+combine iteration (eager) or one graph replay.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Step {
+    /// Position among the cell's steps.
+    pub index: usize,
+    pub regime: Regime,
+    /// Executable graph id of a replay.
+    pub graph_exec: Option<u32>,
+    /// True for the first launch of its executable graph in this trace.
+    pub first_launch: bool,
+    /// First op start and last op end.
+    pub start: u64,
+    pub end: u64,
+    /// Where the step's window begins: the previous step's end (or `start` for the first
+    /// step). `end - window_start == busy + idle` exactly.
+    pub window_start: u64,
+    /// Ops of the step (indices into [`TraceTimeline::ops`]), in start order.
+    pub ops: Vec<usize>,
+    pub gaps: Vec<Gap>,
+    /// Time with at least one op running (union over streams).
+    pub busy: u64,
+    /// Sum of the gaps.
+    pub idle: u64,
+    /// Previous step's end → this step's end; `None` for a cell's first step.
+    pub period: Option<u64>,
+}
+
+/// The ops of one trace in start order, with the per-stream view.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TraceTimeline {
+    pub ops: Vec<Op>,
+}
+
+/// What the recording shows about the graph topology, independent of what was asked for.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Observed {
+    pub regime: Option<Regime>,
+    /// External event-wait / explicit event-record / host nodes per replayed executable graph
+    /// (median over the cell's graphs).
+    pub external_wait_nodes: usize,
+    pub external_record_nodes: usize,
+    pub host_nodes: usize,
+    /// "2 (mixing)" when NCCL-created external nodes are present, "0/1 (no mixing)" when a
+    /// graphed cell has none, `None` for eager cells.
+    pub graph_usage_mode: Option<String>,
+}
+
+/// Per position of a cell's canonical op sequence: durations and the gap before, over steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SequenceEntry {
+    pub name: String,
+    pub kind: OpKind,
+    pub duration: Stat,
+    /// Idle time between the previous op (or the previous step) and this op.
+    pub gap_before: Stat,
+    /// The most frequent cause of that gap.
+    pub gap_cause: CauseKind,
+    /// Its label, from one representative step.
+    pub gap_cause_label: String,
+}
+
+/// Idle time of one cause, per step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CauseTotal {
+    pub cause: CauseKind,
+    /// Label of the largest contribution (names nodes and APIs).
+    pub example: String,
+    pub per_step: Stat,
+}
+
+/// A cell: one configuration (regime, mode, T, launch pattern) of one trace.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CellAnalysis {
+    /// Index of the trace among the inputs.
+    pub trace: usize,
+    pub label: String,
+    pub requested: BTreeMap<String, serde_json::Value>,
+    pub observed: Observed,
+    /// Differences between requested and observed (regime, mode), one line each.
+    pub mismatches: Vec<String>,
+    pub steps: Vec<Step>,
+    /// Trace-derived period of steady-state steps (first launches excluded).
+    pub period: Option<Stat>,
+    /// Period of first launches of executable graphs (graphs instantiated anew).
+    pub first_launch_period: Option<Stat>,
+    /// Period from CUDA events, measured by the runner independently of the trace.
+    pub event_period: Option<Stat>,
+    pub busy: Option<Stat>,
+    pub idle: Option<Stat>,
+    pub idle_by_cause: Vec<CauseTotal>,
+    pub sequence: Vec<SequenceEntry>,
+}
+
+impl CellAnalysis {
+    /// `requested` minus the graph usage mode and regime: cells with equal keys are the same
+    /// workload, for pairing eager with graphed and base with head.
+    pub fn workload_key(&self) -> String {
+        self.requested
+            .iter()
+            .filter(|(k, _)| !IGNORED_IN_KEY.contains(&k.as_str()))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// Request keys that do not distinguish workloads.
+pub const IGNORED_IN_KEY: [&str; 2] = ["graph_usage_mode", "regime"];
+
+/// One position of the eager ↔ graphed alignment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AlignedOp {
+    pub name: String,
+    /// Positions in the base (eager) and head (graphed) canonical sequences; one is `None`
+    /// for an op present in one regime only.
+    pub base: Option<usize>,
+    pub head: Option<usize>,
+    /// head − base medians, ns.
+    pub duration_delta: Option<f64>,
+    pub gap_before_delta: Option<f64>,
+    pub base_gap_cause: Option<String>,
+    pub head_gap_cause: Option<String>,
+}
+
+/// Two cells of the same workload compared (eager vs graphed, or base vs head).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CellComparison {
+    pub key: String,
+    pub base: usize,
+    pub head: usize,
+    pub base_label: String,
+    pub head_label: String,
+    /// head median period / base median period.
+    pub ratio: Option<f64>,
+    pub change: Option<Change>,
+    pub aligned: Vec<AlignedOp>,
+    /// Largest |duration delta| over aligned kernels as % of the base duration.
+    pub max_duration_delta_pct: Option<f64>,
+    /// True when every aligned kernel's duration delta is inside its run-to-run spread.
+    pub durations_within_spread: bool,
+    /// Period difference (head − base median, ns) and the gap growth behind it, by head cause.
+    pub period_delta: Option<f64>,
+    pub gap_growth_by_cause: Vec<(CauseKind, String, f64)>,
+}
+
+/// Per trace: what reports must show about the input.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InputSummary {
+    pub path: String,
+    pub source: crate::trace::Source,
+    pub device: Option<String>,
+    pub versions: crate::trace::Versions,
+    pub dropped_records: u64,
+    pub notes: Vec<String>,
+    pub kernels: usize,
+}
+
+/// Everything `analyze` found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Analysis {
+    pub inputs: Vec<InputSummary>,
+    pub cells: Vec<CellAnalysis>,
+    /// Eager vs graphed of the same workload and graph usage mode.
+    pub regime_pairs: Vec<CellComparison>,
+    /// Geometric mean of graphed/eager period ratios over the pairs, with range.
+    pub geomean_ratio: Option<Geomean>,
+    /// Per input trace, its op timeline (reports draw from it).
+    #[serde(skip)]
+    pub timelines: Vec<TraceTimeline>,
+}
+
+/// `compare BASE HEAD`: the same workloads in two sets of traces (e.g. mode 2 vs mode 1, or
+/// main vs a PR).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    pub base: Analysis,
+    pub head: Analysis,
+    /// Matched cells; `base`/`head` index `base.cells` / `head.cells`.
+    pub cells: Vec<CellComparison>,
+    /// Cells of one side with no match on the other (labels).
+    pub unmatched: Vec<String>,
+    /// Geomean of head/base period ratios, with range.
+    pub geomean_ratio: Option<Geomean>,
+    /// The allowed slowdown (e.g. 1.02 = 2 %) and whether any matched cell exceeded it by
+    /// more than the run-to-run spread.
+    pub threshold: f64,
+    pub breached: Vec<String>,
+}

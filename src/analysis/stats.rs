@@ -1,0 +1,147 @@
+//! Robust summary statistics: every figure gapscope reports carries n, the median and a spread.
+
+use serde::Serialize;
+
+/// n, median and spread (p10–p90 and min–max) of a sample. Units are the caller's (ns for
+/// durations).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Stat {
+    pub n: usize,
+    pub median: f64,
+    pub p10: f64,
+    pub p90: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Stat {
+    /// Summarises `values` (reordered in place); `None` when empty or when a value is NaN.
+    pub fn of(values: &mut [f64]) -> Option<Stat> {
+        if values.is_empty() || values.iter().any(|v| v.is_nan()) {
+            return None;
+        }
+        values.sort_unstable_by(f64::total_cmp);
+        Some(Stat {
+            n: values.len(),
+            median: quantile_sorted(values, 0.5),
+            p10: quantile_sorted(values, 0.1),
+            p90: quantile_sorted(values, 0.9),
+            min: values[0],
+            max: values[values.len() - 1],
+        })
+    }
+
+    /// Convenience for integer nanosecond samples.
+    pub fn of_ns(values: impl IntoIterator<Item = u64>) -> Option<Stat> {
+        let mut v: Vec<f64> = values.into_iter().map(|x| x as f64).collect();
+        Stat::of(&mut v)
+    }
+
+    /// Run-to-run spread: the p10–p90 width.
+    pub fn spread(&self) -> f64 {
+        self.p90 - self.p10
+    }
+}
+
+/// Linear-interpolated quantile of sorted data.
+fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
+    let pos = q * (sorted.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+/// Geometric mean of positive ratios with their range.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Geomean {
+    pub n: usize,
+    pub value: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Geomean {
+    pub fn of(ratios: &[f64]) -> Option<Geomean> {
+        let valid: Vec<f64> = ratios
+            .iter()
+            .copied()
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .collect();
+        if valid.is_empty() {
+            return None;
+        }
+        let log_mean = valid.iter().map(|r| r.ln()).sum::<f64>() / valid.len() as f64;
+        Some(Geomean {
+            n: valid.len(),
+            value: log_mean.exp(),
+            min: valid.iter().copied().fold(f64::INFINITY, f64::min),
+            max: valid.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+}
+
+/// Whether `head` differs from `base` by more than the run-to-run spread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    NoChange,
+    Slower,
+    Faster,
+}
+
+impl Change {
+    /// A difference of medians no larger than the wider of the two p10–p90 spreads is
+    /// "no change".
+    pub fn between(base: &Stat, head: &Stat) -> Change {
+        let noise = base.spread().max(head.spread());
+        let delta = head.median - base.median;
+        if delta.abs() <= noise {
+            Change::NoChange
+        } else if delta > 0.0 {
+            Change::Slower
+        } else {
+            Change::Faster
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Change::NoChange => "no change",
+            Change::Slower => "slower",
+            Change::Faster => "faster",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_of_known_sample() {
+        let s = Stat::of(&mut [5.0, 1.0, 3.0, 2.0, 4.0]).unwrap();
+        assert_eq!(s.n, 5);
+        assert_eq!(s.median, 3.0);
+        assert_eq!((s.min, s.max), (1.0, 5.0));
+        assert!((s.p10 - 1.4).abs() < 1e-12 && (s.p90 - 4.6).abs() < 1e-12);
+        assert!(Stat::of(&mut []).is_none());
+        assert!(Stat::of(&mut [1.0, f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn geomean_and_range() {
+        let g = Geomean::of(&[1.0, 4.0]).unwrap();
+        assert!((g.value - 2.0).abs() < 1e-12);
+        assert_eq!((g.min, g.max, g.n), (1.0, 4.0, 2));
+    }
+
+    #[test]
+    fn change_inside_spread_is_no_change() {
+        let base = Stat::of(&mut [10.0, 11.0, 12.0, 13.0, 14.0]).unwrap();
+        let near = Stat::of(&mut [11.0, 12.0, 13.0, 14.0, 15.0]).unwrap();
+        let far = Stat::of(&mut [20.0, 21.0, 22.0, 23.0, 24.0]).unwrap();
+        assert_eq!(Change::between(&base, &near), Change::NoChange);
+        assert_eq!(Change::between(&base, &far), Change::Slower);
+        assert_eq!(Change::between(&far, &base), Change::Faster);
+    }
+}

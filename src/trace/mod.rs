@@ -1,0 +1,259 @@
+//! The trace file: schema types, reader (with version check) and atomic writer.
+
+mod schema;
+
+pub use schema::*;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// Errors reading or writing a trace file. Each displays as one line.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("{path}: cannot read: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a gapscope trace: {message}")]
+    Malformed { path: PathBuf, message: String },
+    #[error(
+        "{path}: trace schema version {found} is not supported (this gapscope reads version {supported}); re-record it or use a matching gapscope"
+    )]
+    UnsupportedVersion {
+        path: PathBuf,
+        found: u64,
+        supported: u32,
+    },
+    #[error("{path}: inconsistent trace: {message}")]
+    Inconsistent { path: PathBuf, message: String },
+    #[error("{path}: cannot write: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Parses a trace from bytes. `path` is only used in error messages.
+pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
+    // Check the version before the full parse so a newer schema is refused with the right
+    // message rather than with a field error.
+    let version = peek_schema_version(bytes).map_err(|message| TraceError::Malformed {
+        path: path.to_owned(),
+        message,
+    })?;
+    if version != u64::from(SCHEMA_VERSION) {
+        return Err(TraceError::UnsupportedVersion {
+            path: path.to_owned(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    let trace: Trace = serde_json::from_slice(bytes).map_err(|e| TraceError::Malformed {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    trace
+        .validate()
+        .map_err(|message| TraceError::Inconsistent {
+            path: path.to_owned(),
+            message,
+        })?;
+    Ok(trace)
+}
+
+/// Reads and validates a trace file.
+pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|f| BufReader::new(f).read_to_end(&mut bytes))
+        .map_err(|source| TraceError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+    parse_trace(&bytes, path)
+}
+
+/// Finds `schema_version` among the top-level keys without building the whole document.
+fn peek_schema_version(bytes: &[u8]) -> Result<u64, String> {
+    #[derive(serde::Deserialize)]
+    struct VersionOnly {
+        schema_version: Option<serde_json::Value>,
+    }
+    // serde ignores unknown fields here, but still walks the document; the cost is one
+    // tokenising pass, small next to the real parse.
+    let head: VersionOnly = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    match head.schema_version {
+        None => Err("missing field `schema_version`".into()),
+        Some(serde_json::Value::Number(n)) => n
+            .as_u64()
+            .ok_or_else(|| format!("`schema_version` {n} is not a non-negative integer")),
+        Some(other) => Err(format!(
+            "`schema_version` must be an integer, found {other}"
+        )),
+    }
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same folder, then a rename, so a
+/// failure never leaves a half-written output.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), TraceError> {
+    write_atomically_with(path, |w| w.write_all(bytes))
+}
+
+/// Like [`write_atomically`], streaming through `fill`.
+pub fn write_atomically_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<(), TraceError> {
+    let err = |source| TraceError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| err(std::io::Error::other("no file name")))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        file_name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| {
+        let mut w = BufWriter::new(File::create(&tmp)?);
+        fill(&mut w)?;
+        w.flush()?;
+        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(err)
+}
+
+/// Writes a trace file atomically (compact JSON).
+pub fn write_trace(path: &Path, trace: &Trace) -> Result<(), TraceError> {
+    write_atomically_with(path, |w| {
+        serde_json::to_writer(w, trace).map_err(std::io::Error::other)
+    })
+}
+
+impl Trace {
+    /// An empty trace of the current schema version.
+    pub fn new(metadata: Metadata) -> Trace {
+        Trace {
+            schema_version: SCHEMA_VERSION,
+            metadata,
+            strings: Vec::new(),
+            kernels: Vec::new(),
+            memcpys: Vec::new(),
+            memsets: Vec::new(),
+            api_calls: Vec::new(),
+            syncs: Vec::new(),
+            event_records: Vec::new(),
+            markers: Vec::new(),
+            graph: GraphDag::default(),
+            dropped_records: 0,
+        }
+    }
+
+    /// The string behind an id ("?" for an id out of range; `validate` rejects those).
+    pub fn str(&self, id: StrId) -> &str {
+        self.strings.get(id as usize).map_or("?", String::as_str)
+    }
+
+    /// Checks every string reference and every interval; the first problem found, as one line.
+    pub fn validate(&self) -> Result<(), String> {
+        let n = self.strings.len() as u64;
+        let check_str = |what: &str, i: usize, id: StrId| {
+            if u64::from(id) < n {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{what} #{i} names string {id}, but there are only {n}"
+                ))
+            }
+        };
+        let check_span = |what: &str, i: usize, start: u64, end: u64| {
+            if start <= end {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{what} #{i} ends ({end}) before it starts ({start})"
+                ))
+            }
+        };
+        for (i, k) in self.kernels.iter().enumerate() {
+            check_str("kernel", i, k.name)?;
+            check_span("kernel", i, k.start, k.end)?;
+        }
+        for (what, ops) in [("memcpy", &self.memcpys), ("memset", &self.memsets)] {
+            for (i, m) in ops.iter().enumerate() {
+                check_str(what, i, m.kind)?;
+                check_span(what, i, m.start, m.end)?;
+            }
+        }
+        for (i, a) in self.api_calls.iter().enumerate() {
+            check_str("api call", i, a.name)?;
+            check_span("api call", i, a.start, a.end)?;
+        }
+        for (i, s) in self.syncs.iter().enumerate() {
+            check_str("sync", i, s.kind)?;
+            check_span("sync", i, s.start, s.end)?;
+        }
+        for (i, m) in self.markers.iter().enumerate() {
+            check_str("marker", i, m.name)?;
+            check_span("marker", i, m.start, m.end)?;
+            if let Some(c) = m.cell
+                && c as usize >= self.metadata.cells.len()
+            {
+                return Err(format!(
+                    "marker #{i} refers to cell {c}, but there are only {}",
+                    self.metadata.cells.len()
+                ));
+            }
+        }
+        for (i, node) in self.graph.nodes.iter().enumerate() {
+            for id in [node.created_by, node.library_call].into_iter().flatten() {
+                check_str("graph node", i, id)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Builds a trace while interning strings.
+#[derive(Debug)]
+pub struct TraceBuilder {
+    pub trace: Trace,
+    index: HashMap<String, StrId>,
+}
+
+impl TraceBuilder {
+    pub fn new(metadata: Metadata) -> TraceBuilder {
+        TraceBuilder {
+            trace: Trace::new(metadata),
+            index: HashMap::new(),
+        }
+    }
+
+    /// Returns the id of `s`, adding it on first use.
+    pub fn intern(&mut self, s: &str) -> StrId {
+        if let Some(&id) = self.index.get(s) {
+            return id;
+        }
+        let id = self.trace.strings.len() as StrId;
+        self.trace.strings.push(s.to_owned());
+        self.index.insert(s.to_owned(), id);
+        id
+    }
+
+    pub fn finish(self) -> Trace {
+        self.trace
+    }
+}

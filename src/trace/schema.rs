@@ -1,0 +1,342 @@
+//! The trace file: the contract between recording and analysis.
+//!
+//! A trace file is one JSON document (UTF-8) holding everything one recording saw:
+//! metadata, activity records, the graph DAG, step markers and the dropped-record count.
+//! Every timestamp is in nanoseconds on one clock (CUPTI's, CLOCK_REALTIME on Linux), so host
+//! records (API calls, markers) and device records (kernels) can be compared directly.
+//!
+//! Names (kernel names, API names, marker names, library calls) are interned in
+//! [`Trace::strings`]; records refer to them by index ([`StrId`]). This keeps a million-kernel
+//! trace small and fast to parse.
+//!
+//! The schema is versioned by [`SCHEMA_VERSION`]; a reader refuses any other version
+//! (see [`crate::trace::read_trace`]). Bump it on any change a version-1 reader would misread.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Index into [`Trace::strings`].
+pub type StrId = u32;
+
+/// One recording: a process (one rank) over one or more cells of work.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Trace {
+    pub schema_version: u32,
+    pub metadata: Metadata,
+    /// Interned strings; every `StrId` in this file indexes this list.
+    pub strings: Vec<String>,
+    #[serde(default)]
+    pub kernels: Vec<Kernel>,
+    #[serde(default)]
+    pub memcpys: Vec<MemOp>,
+    #[serde(default)]
+    pub memsets: Vec<MemOp>,
+    /// CUDA runtime and driver API calls (host time), joined to device work by `corr`.
+    #[serde(default)]
+    pub api_calls: Vec<ApiCall>,
+    /// Host synchronisation calls (event/stream/context synchronize, stream wait event).
+    #[serde(default)]
+    pub syncs: Vec<Sync>,
+    /// Executed event-record operations with their device timestamp (graph event-record nodes
+    /// included: CUPTI's KIND_CUDA_EVENT).
+    #[serde(default)]
+    pub event_records: Vec<EventRecord>,
+    /// Host ranges: step markers, NVTX ranges, library calls such as `ncclAllGather`.
+    #[serde(default)]
+    pub markers: Vec<Marker>,
+    #[serde(default)]
+    pub graph: GraphDag,
+    /// Records CUPTI reported as dropped (plus kernels with zero timestamps). Never silent:
+    /// every report shows it.
+    #[serde(default)]
+    pub dropped_records: u64,
+}
+
+/// Where the trace came from and what ran.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// e.g. "gapscope 0.1.0".
+    pub tool: String,
+    pub source: Source,
+    #[serde(default)]
+    pub device: Option<DeviceInfo>,
+    #[serde(default)]
+    pub versions: Versions,
+    /// Rank of the process that recorded this trace and the world size.
+    #[serde(default)]
+    pub rank: u32,
+    #[serde(default = "one")]
+    pub world: u32,
+    /// The cells (configurations) this trace holds; step markers refer to them by index.
+    #[serde(default)]
+    pub cells: Vec<Cell>,
+    /// Free-form workload description (HT decode shape, backend, library used...).
+    #[serde(default)]
+    pub workload: BTreeMap<String, serde_json::Value>,
+    /// Free text shown in every report (e.g. "synthetic: not recorded on a GPU").
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Origin of the records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// gapscope's CUPTI recorder (runner or injection).
+    #[default]
+    Cupti,
+    /// Imported from a torch.profiler (Kineto) Chrome trace: no graph DAG.
+    Kineto,
+    /// Made by a generator or a test, not recorded on hardware.
+    Synthetic,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub index: u32,
+    /// Compute capability, e.g. "9.0".
+    #[serde(default)]
+    pub compute_capability: String,
+}
+
+/// Software versions, as reported by the libraries actually loaded.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Versions {
+    #[serde(default)]
+    pub driver: Option<String>,
+    #[serde(default)]
+    pub cuda_runtime: Option<String>,
+    #[serde(default)]
+    pub cupti: Option<String>,
+    #[serde(default)]
+    pub nccl: Option<String>,
+    /// Path of the NCCL library used, when one was loaded.
+    #[serde(default)]
+    pub nccl_library: Option<String>,
+}
+
+/// One configuration of work inside a trace (e.g. "graphed, mode 2, T=8, replay").
+/// `requested` is what the runner asked for; the analysis derives the observed regime and
+/// mode from the records and the DAG, and reports any mismatch.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cell {
+    pub label: String,
+    #[serde(default)]
+    pub requested: BTreeMap<String, serde_json::Value>,
+    /// Step periods measured by the runner with CUDA events (ns per step, one value per timed
+    /// run of steps), independent of tracing; shown beside the trace-derived period.
+    #[serde(default)]
+    pub event_periods_ns: Vec<f64>,
+}
+
+/// A kernel execution (CUPTI CONCURRENT_KERNEL record).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Kernel {
+    pub start: u64,
+    pub end: u64,
+    pub device: u32,
+    pub stream: u32,
+    /// Correlation id of the launching API call (`cudaLaunchKernel`, or `cudaGraphLaunch` for
+    /// every kernel of a replay).
+    pub corr: u32,
+    pub name: StrId,
+    /// Executable graph id; 0 outside graphs.
+    #[serde(default)]
+    pub graph: u32,
+    /// Graph node id (of the executable graph's node); 0 outside graphs.
+    #[serde(default)]
+    pub node: u64,
+}
+
+/// A memcpy or memset executed on the device.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemOp {
+    pub start: u64,
+    pub end: u64,
+    pub device: u32,
+    pub stream: u32,
+    pub corr: u32,
+    pub bytes: u64,
+    /// Copy kind ("HtoD", "DtoD", ...) or "memset".
+    pub kind: StrId,
+    #[serde(default)]
+    pub graph: u32,
+    #[serde(default)]
+    pub node: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApiDomain {
+    #[default]
+    Runtime,
+    Driver,
+}
+
+/// A host API call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiCall {
+    pub start: u64,
+    pub end: u64,
+    pub corr: u32,
+    pub thread: u32,
+    pub name: StrId,
+    #[serde(default)]
+    pub domain: ApiDomain,
+}
+
+/// A host synchronisation call (CUPTI SYNCHRONIZATION record).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sync {
+    pub start: u64,
+    pub end: u64,
+    pub corr: u32,
+    /// e.g. "event_synchronize", "stream_wait_event", "stream_synchronize", "context_synchronize".
+    pub kind: StrId,
+    #[serde(default)]
+    pub stream: u32,
+    #[serde(default)]
+    pub event: u32,
+}
+
+/// An executed event record (CUPTI CUDA_EVENT record): `device_ts` is when the GPU reached it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventRecord {
+    pub device_ts: u64,
+    pub corr: u32,
+    pub stream: u32,
+    pub event: u32,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MarkerKind {
+    /// One step of work: every device operation whose launching API call starts inside this
+    /// host range belongs to the step.
+    Step,
+    /// A library call such as `ncclAllGather`; graph nodes created inside it are tagged with it.
+    LibraryCall,
+    /// Any other NVTX-style range.
+    #[default]
+    Range,
+}
+
+/// A host range.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marker {
+    pub start: u64,
+    pub end: u64,
+    pub name: StrId,
+    #[serde(default)]
+    pub kind: MarkerKind,
+    #[serde(default)]
+    pub thread: u32,
+    /// Index into `metadata.cells` for step markers.
+    #[serde(default)]
+    pub cell: Option<u32>,
+}
+
+/// The graph DAG of every graph created in the recording: template (captured) graphs and the
+/// clones that instantiation makes for executable graphs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GraphDag {
+    #[serde(default)]
+    pub nodes: Vec<GraphNode>,
+    #[serde(default)]
+    pub edges: Vec<GraphEdge>,
+    #[serde(default)]
+    pub execs: Vec<GraphExec>,
+}
+
+/// CUDA graph node types (numbering of `CUgraphNodeType`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeType {
+    #[default]
+    Kernel,
+    Memcpy,
+    Memset,
+    Host,
+    ChildGraph,
+    Empty,
+    EventWait,
+    EventRecord,
+    ExtSemaphoreSignal,
+    ExtSemaphoreWait,
+    MemAlloc,
+    MemFree,
+    BatchMemOp,
+    Conditional,
+    Other,
+}
+
+impl NodeType {
+    /// Maps a `CUgraphNodeType` value.
+    pub fn from_cuda(value: u32) -> NodeType {
+        match value {
+            0 => NodeType::Kernel,
+            1 => NodeType::Memcpy,
+            2 => NodeType::Memset,
+            3 => NodeType::Host,
+            4 => NodeType::ChildGraph,
+            5 => NodeType::Empty,
+            6 => NodeType::EventWait,
+            7 => NodeType::EventRecord,
+            8 => NodeType::ExtSemaphoreSignal,
+            9 => NodeType::ExtSemaphoreWait,
+            10 => NodeType::MemAlloc,
+            11 => NodeType::MemFree,
+            12 => NodeType::BatchMemOp,
+            13 => NodeType::Conditional,
+            _ => NodeType::Other,
+        }
+    }
+}
+
+/// One node of a graph.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphNode {
+    /// CUPTI graph node id ((graph id << 32) | index).
+    pub id: u64,
+    /// Graph id (template graph, or the executable graph for clones).
+    pub graph: u32,
+    #[serde(rename = "type")]
+    pub node_type: NodeType,
+    /// For event-wait nodes: made with `cudaEventWaitExternal`. For event-record nodes: made
+    /// explicitly (`cudaGraphAddEventRecordNode` or an external record) rather than by capture.
+    #[serde(default)]
+    pub external: bool,
+    /// The CUDA API call that created the node (e.g. `cudaStreamWaitEvent`).
+    #[serde(default)]
+    pub created_by: Option<StrId>,
+    /// The library call around that API call (e.g. `ncclAllGather`), from a LibraryCall marker
+    /// open on the creating thread.
+    #[serde(default)]
+    pub library_call: Option<StrId>,
+    /// For a clone made at instantiation: the template node it was cloned from.
+    #[serde(default)]
+    pub cloned_from: Option<u64>,
+}
+
+/// `to` depends on `from` (`from` must finish before `to` starts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GraphEdge {
+    pub from: u64,
+    pub to: u64,
+}
+
+/// An executable graph and the template graph it was instantiated from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphExec {
+    pub id: u32,
+    pub template: u32,
+}
