@@ -37,7 +37,7 @@ pub fn build(trace: &Trace) -> TraceTimeline {
         }));
     }
     // Records usually arrive nearly sorted; sort_by is adaptive on runs.
-    ops.sort_by(|a, b| (a.start, a.end).cmp(&(b.start, b.end)));
+    ops.sort_by_key(|o| (o.start, o.end));
     TraceTimeline { ops }
 }
 

@@ -1,0 +1,819 @@
+//! The functions CUPTI calls: activity-buffer callbacks and the subscriber callback (API
+//! enter/exit and graph resource events), plus the state they share with the recorder.
+//!
+//! Every `extern "C"` function here catches panics: a panic never unwinds into CUPTI.
+//! Locks: callbacks take [`ACTIVE`] only long enough to clone an `Arc`; the state lock is never
+//! held while calling CUPTI or the driver from the subscriber callback.
+
+use super::decode::{RecordStore, api_display_name};
+use super::graph::{Creation, GraphTable};
+use super::loader::{self, Cupti};
+use super::sys;
+use crate::trace::{ApiDomain, Cell, Marker, NodeType, StrId};
+use std::cell::{Cell as StdCell, RefCell};
+use std::collections::{BTreeMap, HashSet};
+use std::ffi::{CStr, c_char, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Locks a mutex, ignoring poisoning (a panic caught at the FFI edge must not stop recording).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Everything the callbacks collect for one recorder.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub records: RecordStore,
+    pub graph: GraphTable,
+    pub markers: Vec<Marker>,
+    pub cells: Vec<Cell>,
+    /// Correlation ids of the driver calls the recorder itself made (cuGraphNodeGetType): their
+    /// DRIVER activity records are removed from the trace.
+    pub self_corr: HashSet<u32>,
+    /// Problems met inside callbacks (message → count); they become trace notes.
+    pub problems: BTreeMap<String, u64>,
+}
+
+impl State {
+    pub fn new() -> State {
+        State {
+            records: RecordStore::new(),
+            graph: GraphTable::default(),
+            markers: Vec::new(),
+            cells: Vec::new(),
+            self_corr: HashSet::new(),
+            problems: BTreeMap::new(),
+        }
+    }
+
+    pub fn problem(&mut self, message: impl Into<String>) {
+        *self.problems.entry(message.into()).or_insert(0) += 1;
+    }
+}
+
+/// State shared between a [`super::Recorder`] and the callbacks.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub state: Mutex<State>,
+    /// Records CUPTI reported dropped (cuptiActivityGetNumDroppedRecords resets on read).
+    pub dropped: AtomicU64,
+    /// cuptiActivityFlushAll must not run on several threads at once.
+    pub flush_lock: Mutex<()>,
+}
+
+/// The recorder the callbacks feed; `None` when none is recording.
+pub(crate) static ACTIVE: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
+
+/// Panics caught at the FFI boundary (reported as a trace note).
+pub(crate) static PANICS: AtomicU64 = AtomicU64::new(0);
+
+fn active() -> Option<Arc<Shared>> {
+    lock(&ACTIVE).clone()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activity buffers
+// ---------------------------------------------------------------------------------------------
+
+/// Host buffers handed to CUPTI, reused. Addresses are stored as `usize` (the pool owns them).
+#[derive(Debug, Default)]
+struct Pool {
+    /// Size of new buffers, in bytes (multiple of 8).
+    bytes: usize,
+    /// Buffers not currently lent to CUPTI.
+    free: Vec<usize>,
+    /// Every buffer the pool allocated (free or lent): address → length in u64 words.
+    owned: BTreeMap<usize, usize>,
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    bytes: 0,
+    free: Vec::new(),
+    owned: BTreeMap::new(),
+});
+
+/// Buffers handed out but not given back yet (for diagnostics).
+static LENT: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the size of buffers handed out from now on.
+pub(crate) fn set_buffer_bytes(bytes: usize) {
+    lock(&POOL).bytes = bytes;
+}
+
+impl Pool {
+    fn take(&mut self) -> Option<(*mut u8, usize)> {
+        let words = self.bytes / 8;
+        if words == 0 {
+            return None;
+        }
+        while let Some(addr) = self.free.pop() {
+            if self.owned.get(&addr) == Some(&words) {
+                return Some((addr as *mut u8, words * 8));
+            }
+            self.dealloc(addr);
+        }
+        let mut v: Vec<u64> = Vec::new();
+        v.try_reserve_exact(words).ok()?;
+        v.resize(words, 0);
+        let raw = Box::into_raw(v.into_boxed_slice()) as *mut u64;
+        self.owned.insert(raw as usize, words);
+        Some((raw as *mut u8, words * 8))
+    }
+
+    /// Takes a buffer back; false if the pool does not own it.
+    fn give_back(&mut self, addr: usize) -> bool {
+        if !self.owned.contains_key(&addr) {
+            return false;
+        }
+        self.free.push(addr);
+        true
+    }
+
+    fn dealloc(&mut self, addr: usize) {
+        if let Some(words) = self.owned.remove(&addr) {
+            let slice = std::ptr::slice_from_raw_parts_mut(addr as *mut u64, words);
+            // SAFETY: `addr` came from Box::into_raw of a boxed slice of `words` u64 in
+            // `take`, and was removed from `owned`, so it is freed exactly once; CUPTI has
+            // given it back (it is on the free list).
+            drop(unsafe { Box::from_raw(slice) });
+        }
+    }
+
+    /// Frees every buffer not lent to CUPTI.
+    fn release_free(&mut self) {
+        let free = std::mem::take(&mut self.free);
+        for addr in free {
+            self.dealloc(addr);
+        }
+    }
+}
+
+/// Frees the pooled buffers CUPTI is not using (after a forced flush).
+pub(crate) fn release_free_buffers() {
+    lock(&POOL).release_free();
+}
+
+/// CUPTI asks for a buffer.
+pub(crate) unsafe extern "C" fn buffer_requested(
+    buffer: *mut *mut u8,
+    size: *mut usize,
+    max_num_records: *mut usize,
+) {
+    let got = catch_unwind(|| lock(&POOL).take()).unwrap_or_else(|_| {
+        PANICS.fetch_add(1, Ordering::Relaxed);
+        None
+    });
+    if buffer.is_null() || size.is_null() {
+        if let Some((p, _)) = got {
+            let _ = catch_unwind(|| lock(&POOL).give_back(p as usize));
+        }
+        return;
+    }
+    let (p, n) = got.unwrap_or((std::ptr::null_mut(), 0));
+    if !p.is_null() {
+        LENT.fetch_add(1, Ordering::Relaxed);
+    }
+    // SAFETY: CUPTI passes valid out-pointers (checked non-null above); a null buffer with
+    // size 0 tells CUPTI no buffer is available (it then drops records and counts them).
+    unsafe {
+        *buffer = p;
+        *size = n;
+        if !max_num_records.is_null() {
+            *max_num_records = 0; // as many records as fit
+        }
+    }
+}
+
+/// CUPTI returns a buffer holding `valid` bytes of records.
+pub(crate) unsafe extern "C" fn buffer_completed(
+    context: sys::CUcontext,
+    stream_id: u32,
+    buffer: *mut u8,
+    _size: usize,
+    valid: usize,
+) {
+    let parsed = catch_unwind(AssertUnwindSafe(|| {
+        if let (Some(shared), Some(cupti)) = (active(), loader::loaded()) {
+            // SAFETY: CUPTI hands us a buffer we lent it, with `valid` bytes of records.
+            unsafe { parse_buffer(cupti, &shared, buffer, valid) };
+            let mut dropped = 0usize;
+            // SAFETY: resolved at load; context/stream are the ones CUPTI passed in.
+            let rc = unsafe {
+                cupti
+                    .api()
+                    .cuptiActivityGetNumDroppedRecords(context, stream_id, &mut dropped)
+            };
+            if rc == sys::CUPTI_SUCCESS {
+                shared.dropped.fetch_add(dropped as u64, Ordering::Relaxed);
+            } else {
+                lock(&shared.state).problem(format!(
+                    "cuptiActivityGetNumDroppedRecords failed in the buffer callback: {}",
+                    cupti.result_name(rc)
+                ));
+            }
+        }
+    }));
+    if parsed.is_err() {
+        PANICS.fetch_add(1, Ordering::Relaxed);
+    }
+    if buffer.is_null() {
+        return;
+    }
+    let returned = catch_unwind(|| lock(&POOL).give_back(buffer as usize));
+    match returned {
+        Ok(true) => {
+            LENT.fetch_sub(1, Ordering::Relaxed);
+        }
+        // Not ours (cannot happen unless another registration lent it): leave it alone.
+        Ok(false) => {}
+        Err(_) => {
+            PANICS.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// # Safety
+/// `buffer` holds `valid` bytes of CUPTI activity records (or is null).
+unsafe fn parse_buffer(cupti: &Cupti, shared: &Shared, buffer: *mut u8, valid: usize) {
+    if buffer.is_null() || valid == 0 {
+        return;
+    }
+    let resolve = |domain: ApiDomain, cbid: u32| {
+        let d = match domain {
+            ApiDomain::Runtime => sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+            ApiDomain::Driver => sys::CUPTI_CB_DOMAIN_DRIVER_API,
+        };
+        cupti.callback_name(d, cbid)
+    };
+    let mut state = lock(&shared.state);
+    let mut record: *mut sys::CUpti_Activity = std::ptr::null_mut();
+    loop {
+        // SAFETY: resolved at load; CUPTI walks its own buffer and advances `record`.
+        let rc = unsafe {
+            cupti
+                .api()
+                .cuptiActivityGetNextRecord(buffer, valid, &mut record)
+        };
+        if rc == sys::CUPTI_SUCCESS {
+            // SAFETY: CUPTI returned a complete record inside the buffer; kernel names are
+            // valid C strings while the buffer callback runs (we copy them).
+            unsafe { state.records.add_record(record, &resolve) };
+        } else if rc == sys::CUPTI_ERROR_MAX_LIMIT_REACHED {
+            break;
+        } else {
+            state.problem(format!(
+                "cuptiActivityGetNextRecord failed: {}; rest of that buffer lost",
+                cupti.result_name(rc)
+            ));
+            break;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Thread-local API stack and library-call markers
+// ---------------------------------------------------------------------------------------------
+
+/// One CUDA API call active on this thread.
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    domain: sys::CUpti_CallbackDomain,
+    cbid: u32,
+    /// CUPTI's function name: a global constant string (documented in cupti_callbacks.h).
+    name: *const c_char,
+    wait_external: bool,
+    record_external: bool,
+}
+
+thread_local! {
+    static API_STACK: RefCell<Vec<Frame>> = const { RefCell::new(Vec::new()) };
+    static LIBRARY_STACK: RefCell<Vec<StrId>> = const { RefCell::new(Vec::new()) };
+    /// Set while the recorder itself calls the driver from a callback.
+    static SELF_QUERY: StdCell<bool> = const { StdCell::new(false) };
+    static SELF_CORR: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Opens a LibraryCall scope on this thread.
+pub(crate) fn push_library_call(name: StrId) {
+    let _ = LIBRARY_STACK.try_with(|s| s.borrow_mut().push(name));
+}
+
+/// Closes the innermost LibraryCall scope named `name` on this thread.
+pub(crate) fn pop_library_call(name: StrId) {
+    let _ = LIBRARY_STACK.try_with(|s| {
+        let mut s = s.borrow_mut();
+        if let Some(i) = s.iter().rposition(|&n| n == name) {
+            s.remove(i);
+        }
+    });
+}
+
+/// External flags of the API call about to run, from its parameters.
+///
+/// # Safety
+/// `params` is null or the `functionParams` CUPTI passed for this (domain, cbid).
+unsafe fn external_flags(
+    domain: sys::CUpti_CallbackDomain,
+    cbid: u32,
+    params: *const c_void,
+) -> (bool, bool) {
+    if params.is_null() {
+        return (false, false);
+    }
+    // SAFETY (all arms): CUPTI's functionParams for this callback id points to the params
+    // struct named after it in generated_cuda_{runtime_api_,}meta.h.
+    unsafe {
+        match (domain, cbid) {
+            (
+                sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+                sys::CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020,
+            ) => {
+                let p = params as *const sys::cudaStreamWaitEvent_v3020_params;
+                ((*p).flags & sys::cudaEventWaitExternal != 0, false)
+            }
+            (
+                sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+                sys::CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_ptsz_v7000,
+            ) => {
+                let p = params as *const sys::cudaStreamWaitEvent_ptsz_v7000_params;
+                ((*p).flags & sys::cudaEventWaitExternal != 0, false)
+            }
+            (
+                sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+                sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecordWithFlags_v11010,
+            ) => {
+                let p = params as *const sys::cudaEventRecordWithFlags_v11010_params;
+                (false, (*p).flags & sys::cudaEventRecordExternal != 0)
+            }
+            (
+                sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+                sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecordWithFlags_ptsz_v11010,
+            ) => {
+                let p = params as *const sys::cudaEventRecordWithFlags_ptsz_v11010_params;
+                (false, (*p).flags & sys::cudaEventRecordExternal != 0)
+            }
+            (sys::CUPTI_CB_DOMAIN_DRIVER_API, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent) => {
+                let p = params as *const sys::cuStreamWaitEvent_params;
+                ((*p).Flags & sys::CU_EVENT_WAIT_EXTERNAL != 0, false)
+            }
+            (
+                sys::CUPTI_CB_DOMAIN_DRIVER_API,
+                sys::CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz,
+            ) => {
+                let p = params as *const sys::cuStreamWaitEvent_ptsz_params;
+                ((*p).Flags & sys::CU_EVENT_WAIT_EXTERNAL != 0, false)
+            }
+            (
+                sys::CUPTI_CB_DOMAIN_DRIVER_API,
+                sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecordWithFlags,
+            ) => {
+                let p = params as *const sys::cuEventRecordWithFlags_params;
+                (false, (*p).flags & sys::CU_EVENT_RECORD_EXTERNAL != 0)
+            }
+            (
+                sys::CUPTI_CB_DOMAIN_DRIVER_API,
+                sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecordWithFlags_ptsz,
+            ) => {
+                let p = params as *const sys::cuEventRecordWithFlags_ptsz_params;
+                (false, (*p).flags & sys::CU_EVENT_RECORD_EXTERNAL != 0)
+            }
+            _ => (false, false),
+        }
+    }
+}
+
+/// API enter/exit: maintain this thread's stack of active CUDA API calls.
+///
+/// # Safety
+/// `data` is null or the `CUpti_CallbackData` CUPTI passed with this callback.
+unsafe fn on_api(
+    domain: sys::CUpti_CallbackDomain,
+    cbid: u32,
+    data: *const sys::CUpti_CallbackData,
+) {
+    if data.is_null() {
+        return;
+    }
+    // SAFETY: CUPTI passes a valid CUpti_CallbackData for API domains, alive for this call.
+    let d = unsafe { &*data };
+    if SELF_QUERY.try_with(|q| q.get()).unwrap_or(false) {
+        if domain == sys::CUPTI_CB_DOMAIN_DRIVER_API && d.callbackSite == sys::CUPTI_API_ENTER {
+            let _ = SELF_CORR.try_with(|c| c.borrow_mut().push(d.correlationId));
+        }
+        return;
+    }
+    let _ = API_STACK.try_with(|stack| {
+        let mut stack = stack.borrow_mut();
+        if d.callbackSite == sys::CUPTI_API_ENTER {
+            // SAFETY: functionParams belongs to this (domain, cbid) call.
+            let (wait_external, record_external) =
+                unsafe { external_flags(domain, cbid, d.functionParams) };
+            stack.push(Frame {
+                domain,
+                cbid,
+                name: d.functionName,
+                wait_external,
+                record_external,
+            });
+        } else if let Some(i) = stack
+            .iter()
+            .rposition(|f| f.domain == domain && f.cbid == cbid)
+        {
+            // Normally the top; an exit without its enter (tracing enabled mid-call) pops
+            // nothing, and frames left above a matching one are dropped with it.
+            stack.truncate(i);
+        }
+    });
+}
+
+/// The current thread's circumstances, with the API name still raw.
+struct RawCreation {
+    outermost: *const c_char,
+    library_call: Option<StrId>,
+    wait_external: bool,
+    record_external: bool,
+    explicit_add: bool,
+}
+
+fn raw_creation() -> RawCreation {
+    let mut raw = RawCreation {
+        outermost: std::ptr::null(),
+        library_call: LIBRARY_STACK
+            .try_with(|s| s.borrow().last().copied())
+            .ok()
+            .flatten(),
+        wait_external: false,
+        record_external: false,
+        explicit_add: false,
+    };
+    let _ = API_STACK.try_with(|stack| {
+        let stack = stack.borrow();
+        raw.outermost = stack.first().map_or(std::ptr::null(), |f| f.name);
+        for f in stack.iter() {
+            raw.wait_external |= f.wait_external;
+            raw.record_external |= f.record_external;
+            if !f.name.is_null() {
+                // SAFETY: functionName is a NUL-terminated global constant string.
+                let name = unsafe { CStr::from_ptr(f.name) }.to_bytes();
+                raw.explicit_add |=
+                    name.starts_with(b"cudaGraphAdd") || name.starts_with(b"cuGraphAdd");
+            }
+        }
+    });
+    raw
+}
+
+fn intern_creation(state: &mut State, raw: &RawCreation) -> Creation {
+    let created_by = (!raw.outermost.is_null()).then(|| {
+        // SAFETY: functionName is a NUL-terminated global constant string.
+        let name = unsafe { CStr::from_ptr(raw.outermost) }.to_string_lossy();
+        state.records.intern(api_display_name(&name))
+    });
+    Creation {
+        created_by,
+        library_call: raw.library_call,
+        wait_external: raw.wait_external,
+        record_external: raw.record_external,
+        explicit_add: raw.explicit_add,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Graph resource callbacks
+// ---------------------------------------------------------------------------------------------
+
+fn node_id(cupti: &Cupti, node: sys::CUgraphNode) -> Result<u64, String> {
+    let mut id = 0u64;
+    // SAFETY: resolved at load; `node` is valid inside the resource callback.
+    let rc = unsafe { cupti.api().cuptiGetGraphNodeId(node, &mut id) };
+    if rc == sys::CUPTI_SUCCESS {
+        Ok(id)
+    } else {
+        Err(format!(
+            "cuptiGetGraphNodeId failed: {}",
+            cupti.result_name(rc)
+        ))
+    }
+}
+
+fn graph_id(cupti: &Cupti, graph: sys::CUgraph) -> Result<u32, String> {
+    let mut id = 0u32;
+    // SAFETY: resolved at load; `graph` is valid inside the resource callback.
+    let rc = unsafe { cupti.api().cuptiGetGraphId(graph, &mut id) };
+    if rc == sys::CUPTI_SUCCESS {
+        Ok(id)
+    } else {
+        Err(format!("cuptiGetGraphId failed: {}", cupti.result_name(rc)))
+    }
+}
+
+fn exec_id(cupti: &Cupti, exec: sys::CUgraphExec) -> Result<u32, String> {
+    let mut id = 0u32;
+    // SAFETY: resolved at load; `exec` is valid inside the resource callback.
+    let rc = unsafe { cupti.api().cuptiGetGraphExecId(exec, &mut id) };
+    if rc == sys::CUPTI_SUCCESS {
+        Ok(id)
+    } else {
+        Err(format!(
+            "cuptiGetGraphExecId failed: {}",
+            cupti.result_name(rc)
+        ))
+    }
+}
+
+/// Asks the driver for a node's type (CUpti_GraphData.nodeType reads 0 for every node on
+/// CUDA 13.0). Returns the type and the correlation ids of the driver calls this made.
+fn driver_node_type(node: sys::CUgraphNode) -> (Result<u32, String>, Vec<u32>) {
+    let Some(driver) = loader::driver_loaded() else {
+        return (Err("libcuda not loaded".into()), Vec::new());
+    };
+    let _ = SELF_QUERY.try_with(|q| q.set(true));
+    let mut ty: sys::CUgraphNodeType = 0;
+    // SAFETY: `node` is valid inside the resource callback; the function pointer has
+    // cuGraphNodeGetType's C signature and writes one enum through a valid pointer.
+    let rc = unsafe { (driver.node_get_type)(node, &mut ty) };
+    let _ = SELF_QUERY.try_with(|q| q.set(false));
+    let corr = SELF_CORR
+        .try_with(|c| std::mem::take(&mut *c.borrow_mut()))
+        .unwrap_or_default();
+    if rc == 0 {
+        (Ok(ty), corr)
+    } else {
+        (
+            Err(format!("cuGraphNodeGetType failed (CUresult {rc})")),
+            corr,
+        )
+    }
+}
+
+/// # Safety
+/// `data` is null or the `CUpti_ResourceData` CUPTI passed with this resource callback.
+unsafe fn on_resource(cbid: u32, data: *const sys::CUpti_ResourceData) {
+    let graph_event = matches!(
+        cbid,
+        sys::CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED
+            | sys::CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED
+            | sys::CUPTI_CBID_RESOURCE_GRAPHNODE_DEPENDENCY_CREATED
+            | sys::CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED
+    );
+    if !graph_event || data.is_null() {
+        return;
+    }
+    let (Some(shared), Some(cupti)) = (active(), loader::loaded()) else {
+        return;
+    };
+    // SAFETY: CUPTI passes a valid CUpti_ResourceData for resource callbacks.
+    let gd = unsafe { (*data).resourceDescriptor } as *const sys::CUpti_GraphData;
+    if gd.is_null() {
+        lock(&shared.state).problem("graph callback without CUpti_GraphData");
+        return;
+    }
+    // SAFETY: for graph callbacks resourceDescriptor is a CUpti_GraphData, valid here.
+    let gd = unsafe { *gd };
+    let result = match cbid {
+        sys::CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED => node_created(cupti, &shared, &gd),
+        sys::CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED => node_cloned(cupti, &shared, &gd),
+        sys::CUPTI_CBID_RESOURCE_GRAPHNODE_DEPENDENCY_CREATED => {
+            node_id(cupti, gd.node).and_then(|node| {
+                let dep = node_id(cupti, gd.dependency)?;
+                lock(&shared.state).graph.dependency_created(node, dep);
+                Ok(())
+            })
+        }
+        _ => exec_id(cupti, gd.graphExec).and_then(|exec| {
+            let template = graph_id(cupti, gd.graph)?;
+            lock(&shared.state).graph.exec_created(exec, template);
+            Ok(())
+        }),
+    };
+    if let Err(e) = result {
+        lock(&shared.state).problem(format!("graph callback {cbid}: {e}; event skipped"));
+    }
+}
+
+fn node_type_or_fallback(
+    state: &mut State,
+    found: Result<u32, String>,
+    cupti_type: u32,
+) -> NodeType {
+    match found {
+        Ok(t) => NodeType::from_cuda(t),
+        Err(e) => {
+            state.problem(format!(
+                "{e}; node type taken from CUPTI (may read as kernel)"
+            ));
+            NodeType::from_cuda(cupti_type)
+        }
+    }
+}
+
+fn node_created(cupti: &Cupti, shared: &Shared, gd: &sys::CUpti_GraphData) -> Result<(), String> {
+    let id = node_id(cupti, gd.node)?;
+    let graph = graph_id(cupti, gd.graph)?;
+    let (ty, corr) = driver_node_type(gd.node);
+    let raw = raw_creation();
+    let mut state = lock(&shared.state);
+    state.self_corr.extend(corr);
+    let node_type = node_type_or_fallback(&mut state, ty, gd.nodeType);
+    let how = intern_creation(&mut state, &raw);
+    state.graph.node_created(id, graph, node_type, how);
+    Ok(())
+}
+
+fn node_cloned(cupti: &Cupti, shared: &Shared, gd: &sys::CUpti_GraphData) -> Result<(), String> {
+    let id = node_id(cupti, gd.node)?;
+    let template = node_id(cupti, gd.originalNode)?;
+    let graph = graph_id(cupti, gd.graph)?;
+    let known = lock(&shared.state).graph.get(template).is_some();
+    let (ty, corr) = if known {
+        (Ok(sys::CU_GRAPH_NODE_TYPE_KERNEL), Vec::new()) // unused: copied from the template
+    } else {
+        driver_node_type(gd.node)
+    };
+    let raw = raw_creation();
+    let mut state = lock(&shared.state);
+    state.self_corr.extend(corr);
+    let fallback = node_type_or_fallback(&mut state, ty, gd.nodeType);
+    let how = intern_creation(&mut state, &raw);
+    state.graph.node_cloned(id, graph, template, fallback, how);
+    Ok(())
+}
+
+/// The subscriber callback CUPTI calls for every enabled API and resource event.
+pub(crate) unsafe extern "C" fn on_callback(
+    _userdata: *mut c_void,
+    domain: sys::CUpti_CallbackDomain,
+    cbid: sys::CUpti_CallbackId,
+    data: *const c_void,
+) {
+    let r = catch_unwind(|| match domain {
+        sys::CUPTI_CB_DOMAIN_RUNTIME_API | sys::CUPTI_CB_DOMAIN_DRIVER_API => {
+            // SAFETY: for API domains CUPTI passes a CUpti_CallbackData.
+            unsafe { on_api(domain, cbid, data as *const sys::CUpti_CallbackData) }
+        }
+        sys::CUPTI_CB_DOMAIN_RESOURCE => {
+            // SAFETY: for the resource domain CUPTI passes a CUpti_ResourceData.
+            unsafe { on_resource(cbid, data as *const sys::CUpti_ResourceData) }
+        }
+        _ => {}
+    });
+    if r.is_err() {
+        PANICS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_reuses_and_frees_buffers() {
+        let mut pool = Pool {
+            bytes: 4096,
+            ..Default::default()
+        };
+        let (a, n) = pool.take().unwrap();
+        assert_eq!(n, 4096);
+        assert_eq!(a as usize % 8, 0);
+        assert!(pool.give_back(a as usize));
+        let (b, _) = pool.take().unwrap();
+        assert_eq!(a, b, "a returned buffer is reused");
+        assert!(!pool.give_back(12345), "foreign buffers are refused");
+        pool.give_back(b as usize);
+        pool.bytes = 8192;
+        let (c, n) = pool.take().unwrap();
+        assert_eq!(n, 8192, "a size change retires old buffers");
+        assert_eq!(pool.owned.len(), 1);
+        pool.give_back(c as usize);
+        pool.release_free();
+        assert!(pool.owned.is_empty());
+    }
+
+    #[test]
+    fn external_flags_read_the_wait_and_record_params() {
+        let wait = sys::cudaStreamWaitEvent_v3020_params {
+            stream: std::ptr::null_mut(),
+            event: std::ptr::null_mut(),
+            flags: sys::cudaEventWaitExternal,
+        };
+        let p = &wait as *const _ as *const c_void;
+        // SAFETY: params of the matching struct type.
+        let got = unsafe {
+            external_flags(
+                sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+                sys::CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020,
+                p,
+            )
+        };
+        assert_eq!(got, (true, false));
+        let rec = sys::cuEventRecordWithFlags_params {
+            hEvent: std::ptr::null_mut(),
+            hStream: std::ptr::null_mut(),
+            flags: sys::CU_EVENT_RECORD_EXTERNAL,
+        };
+        // SAFETY: params of the matching struct type.
+        let got = unsafe {
+            external_flags(
+                sys::CUPTI_CB_DOMAIN_DRIVER_API,
+                sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecordWithFlags,
+                &rec as *const _ as *const c_void,
+            )
+        };
+        assert_eq!(got, (false, true));
+        // SAFETY: null params are never read.
+        let none = unsafe { external_flags(sys::CUPTI_CB_DOMAIN_RUNTIME_API, 1, std::ptr::null()) };
+        assert_eq!(none, (false, false));
+    }
+
+    #[test]
+    fn api_stack_tracks_nested_calls_and_external_waits() {
+        let wait = sys::cudaStreamWaitEvent_v3020_params {
+            stream: std::ptr::null_mut(),
+            event: std::ptr::null_mut(),
+            flags: sys::cudaEventWaitExternal,
+        };
+        let outer = c"cudaStreamWaitEvent";
+        let inner = c"cuStreamWaitEvent";
+        let mut d = sys::CUpti_CallbackData {
+            callbackSite: sys::CUPTI_API_ENTER,
+            functionName: outer.as_ptr(),
+            functionParams: &wait as *const _ as *const c_void,
+            ..Default::default()
+        };
+        let rt = sys::CUPTI_CB_DOMAIN_RUNTIME_API;
+        let drv = sys::CUPTI_CB_DOMAIN_DRIVER_API;
+        let cbid_rt = sys::CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020;
+        let cbid_drv = sys::CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent;
+        let drv_params = sys::cuStreamWaitEvent_params {
+            hStream: std::ptr::null_mut(),
+            hEvent: std::ptr::null_mut(),
+            Flags: 0,
+        };
+        // SAFETY: callback data and params outlive the calls.
+        unsafe {
+            on_api(rt, cbid_rt, &d);
+            let mut di = d;
+            di.functionName = inner.as_ptr();
+            di.functionParams = &drv_params as *const _ as *const c_void;
+            on_api(drv, cbid_drv, &di);
+            let raw = raw_creation();
+            assert!(raw.wait_external);
+            assert!(!raw.explicit_add);
+            assert_eq!(CStr::from_ptr(raw.outermost), outer);
+            di.callbackSite = sys::CUPTI_API_EXIT;
+            on_api(drv, cbid_drv, &di);
+            d.callbackSite = sys::CUPTI_API_EXIT;
+            on_api(rt, cbid_rt, &d);
+        }
+        let raw = raw_creation();
+        assert!(raw.outermost.is_null());
+        assert!(!raw.wait_external);
+        // An exit without an enter leaves the (empty) stack alone.
+        // SAFETY: as above.
+        unsafe { on_api(rt, cbid_rt, &d) };
+        assert!(raw_creation().outermost.is_null());
+    }
+
+    #[test]
+    fn library_calls_nest_per_thread() {
+        push_library_call(4);
+        push_library_call(7);
+        assert_eq!(raw_creation().library_call, Some(7));
+        pop_library_call(7);
+        assert_eq!(raw_creation().library_call, Some(4));
+        std::thread::spawn(|| assert_eq!(raw_creation().library_call, None))
+            .join()
+            .unwrap();
+        pop_library_call(4);
+        assert_eq!(raw_creation().library_call, None);
+    }
+
+    #[test]
+    fn explicit_graph_add_is_detected() {
+        let name = c"cudaGraphAddEventRecordNode";
+        let d = sys::CUpti_CallbackData {
+            callbackSite: sys::CUPTI_API_ENTER,
+            functionName: name.as_ptr(),
+            ..Default::default()
+        };
+        let cbid = sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddEventRecordNode_v11010;
+        // SAFETY: callback data outlives the calls; null params are not read.
+        unsafe { on_api(sys::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &d) };
+        let raw = raw_creation();
+        assert!(raw.explicit_add);
+        let mut state = State::new();
+        let how = intern_creation(&mut state, &raw);
+        assert!(how.external(NodeType::EventRecord));
+        assert_eq!(
+            state.records.builder.trace.str(how.created_by.unwrap()),
+            "cudaGraphAddEventRecordNode"
+        );
+        let mut exit = d;
+        exit.callbackSite = sys::CUPTI_API_EXIT;
+        // SAFETY: as above.
+        unsafe { on_api(sys::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &exit) };
+        assert!(!raw_creation().explicit_add);
+    }
+}

@@ -1,0 +1,405 @@
+//! Decoding CUPTI activity records into trace records.
+//!
+//! [`RecordStore::add_record`] reads one record that CUPTI wrote into an activity buffer and
+//! appends the matching trace record. Fields are read one by one through raw pointers with
+//! unaligned reads, so a record of an older layout (Kernel9 under Kernel10 bindings) is never
+//! read past its end.
+
+use super::sys;
+use crate::trace::{ApiCall, ApiDomain, EventRecord, Kernel, MemOp, StrId, Sync, TraceBuilder};
+use std::collections::HashMap;
+use std::ffi::CStr;
+
+/// Reads field `$f` of the record at `$p` (a `*const` to a bindgen struct).
+macro_rules! field {
+    ($p:expr, $f:ident) => {
+        std::ptr::read_unaligned(&raw const (*$p).$f)
+    };
+}
+
+/// Activity records decoded so far, with interned strings.
+#[derive(Debug)]
+pub(crate) struct RecordStore {
+    pub builder: TraceBuilder,
+    api_names: HashMap<(ApiDomain, u32), StrId>,
+    /// Kernels CUPTI delivered with start = end = 0 (timestamp memory ran out).
+    pub zero_timestamp_kernels: u64,
+    /// Records of kinds we did not enable (should stay 0).
+    pub unexpected_records: u64,
+}
+
+/// Copy kinds of `CUpti_ActivityMemcpyKind`, by value.
+pub(crate) fn memcpy_kind_name(kind: u32) -> &'static str {
+    match kind {
+        sys::CUPTI_ACTIVITY_MEMCPY_KIND_HTOD => "HtoD",
+        sys::CUPTI_ACTIVITY_MEMCPY_KIND_DTOH => "DtoH",
+        sys::CUPTI_ACTIVITY_MEMCPY_KIND_HTOA => "HtoA",
+        sys::CUPTI_ACTIVITY_MEMCPY_KIND_ATOH => "AtoH",
+        sys::CUPTI_ACTIVITY_MEMCPY_KIND_ATOA => "AtoA",
+        sys::CUPTI_ACTIVITY_MEMCPY_KIND_ATOD => "AtoD",
+        sys::CUPTI_ACTIVITY_MEMCPY_KIND_DTOA => "DtoA",
+        sys::CUPTI_ACTIVITY_MEMCPY_KIND_DTOD => "DtoD",
+        sys::CUPTI_ACTIVITY_MEMCPY_KIND_HTOH => "HtoH",
+        sys::CUPTI_ACTIVITY_MEMCPY_KIND_PTOP => "PtoP",
+        _ => "unknown",
+    }
+}
+
+/// Names of `CUpti_ActivitySynchronizationType`, as the trace schema spells them.
+pub(crate) fn sync_kind_name(kind: u32) -> &'static str {
+    match kind {
+        sys::CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE => "event_synchronize",
+        sys::CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT => "stream_wait_event",
+        sys::CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE => "stream_synchronize",
+        sys::CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE => "context_synchronize",
+        _ => "unknown",
+    }
+}
+
+/// Drops CUPTI's version tag from a runtime API name (`cudaLaunchKernel_v7000` →
+/// `cudaLaunchKernel`, `cudaStreamWaitEvent_ptsz_v7000` → `cudaStreamWaitEvent_ptsz`), so names
+/// match the API as programmers write it. Driver suffixes such as `_v2` are part of the real
+/// symbol and are kept (the tag is `_v` followed by at least four digits).
+pub(crate) fn api_display_name(name: &str) -> &str {
+    if let Some(i) = name.rfind("_v") {
+        let digits = &name[i + 2..];
+        if digits.len() >= 4 && digits.bytes().all(|b| b.is_ascii_digit()) {
+            return &name[..i];
+        }
+    }
+    name
+}
+
+impl RecordStore {
+    pub fn new() -> RecordStore {
+        RecordStore {
+            builder: TraceBuilder::new(Default::default()),
+            api_names: HashMap::new(),
+            zero_timestamp_kernels: 0,
+            unexpected_records: 0,
+        }
+    }
+
+    pub fn intern(&mut self, s: &str) -> StrId {
+        self.builder.intern(s)
+    }
+
+    fn api_name(
+        &mut self,
+        domain: ApiDomain,
+        cbid: u32,
+        resolve: &dyn Fn(ApiDomain, u32) -> Option<String>,
+    ) -> StrId {
+        if let Some(&id) = self.api_names.get(&(domain, cbid)) {
+            return id;
+        }
+        let name = resolve(domain, cbid).unwrap_or_else(|| match domain {
+            ApiDomain::Runtime => format!("runtime_cbid_{cbid}"),
+            ApiDomain::Driver => format!("driver_cbid_{cbid}"),
+        });
+        let id = self.builder.intern(api_display_name(&name));
+        self.api_names.insert((domain, cbid), id);
+        id
+    }
+
+    /// Decodes one activity record and appends it to the matching list.
+    ///
+    /// `resolve` names a runtime/driver callback id (`cuptiGetCallbackName`).
+    ///
+    /// # Safety
+    /// `rec` must point to a complete CUPTI activity record (as returned by
+    /// `cuptiActivityGetNextRecord`, or a zero-initialised bindgen struct of the kind it
+    /// announces), and a kernel record's `name` must be null or a NUL-terminated string.
+    pub unsafe fn add_record(
+        &mut self,
+        rec: *const sys::CUpti_Activity,
+        resolve: &dyn Fn(ApiDomain, u32) -> Option<String>,
+    ) {
+        // SAFETY: the caller guarantees `rec` is a record of the kind its first field
+        // announces; every read below is a field of that kind's struct (whole block).
+        unsafe {
+            let kind = field!(rec, kind);
+            match kind {
+                sys::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | sys::CUPTI_ACTIVITY_KIND_KERNEL => {
+                    let k = rec as *const sys::ActivityKernel;
+                    let start = field!(k, start);
+                    let end = field!(k, end);
+                    if start == 0 && end == 0 {
+                        self.zero_timestamp_kernels += 1;
+                        return;
+                    }
+                    let name_ptr = field!(k, name);
+                    let name = if name_ptr.is_null() {
+                        self.builder.intern("?")
+                    } else {
+                        let s = CStr::from_ptr(name_ptr).to_string_lossy();
+                        self.builder.intern(&s)
+                    };
+                    self.builder.trace.kernels.push(Kernel {
+                        start,
+                        end,
+                        device: field!(k, deviceId),
+                        stream: field!(k, streamId),
+                        corr: field!(k, correlationId),
+                        name,
+                        graph: field!(k, graphId),
+                        node: field!(k, graphNodeId),
+                    });
+                }
+                sys::CUPTI_ACTIVITY_KIND_MEMCPY => {
+                    let m = rec as *const sys::CUpti_ActivityMemcpy6;
+                    let kind = self
+                        .builder
+                        .intern(memcpy_kind_name(u32::from(field!(m, copyKind))));
+                    self.builder.trace.memcpys.push(MemOp {
+                        start: field!(m, start),
+                        end: field!(m, end),
+                        device: field!(m, deviceId),
+                        stream: field!(m, streamId),
+                        corr: field!(m, correlationId),
+                        bytes: field!(m, bytes),
+                        kind,
+                        graph: field!(m, graphId),
+                        node: field!(m, graphNodeId),
+                    });
+                }
+                sys::CUPTI_ACTIVITY_KIND_MEMSET => {
+                    let m = rec as *const sys::CUpti_ActivityMemset4;
+                    let kind = self.builder.intern("memset");
+                    self.builder.trace.memsets.push(MemOp {
+                        start: field!(m, start),
+                        end: field!(m, end),
+                        device: field!(m, deviceId),
+                        stream: field!(m, streamId),
+                        corr: field!(m, correlationId),
+                        bytes: field!(m, bytes),
+                        kind,
+                        graph: field!(m, graphId),
+                        node: field!(m, graphNodeId),
+                    });
+                }
+                sys::CUPTI_ACTIVITY_KIND_RUNTIME | sys::CUPTI_ACTIVITY_KIND_DRIVER => {
+                    let a = rec as *const sys::CUpti_ActivityAPI;
+                    let domain = if kind == sys::CUPTI_ACTIVITY_KIND_RUNTIME {
+                        ApiDomain::Runtime
+                    } else {
+                        ApiDomain::Driver
+                    };
+                    let name = self.api_name(domain, field!(a, cbid), resolve);
+                    self.builder.trace.api_calls.push(ApiCall {
+                        start: field!(a, start),
+                        end: field!(a, end),
+                        corr: field!(a, correlationId),
+                        thread: field!(a, threadId),
+                        name,
+                        domain,
+                    });
+                }
+                sys::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION => {
+                    let s = rec as *const sys::CUpti_ActivitySynchronization2;
+                    let kind = self.builder.intern(sync_kind_name(field!(s, type_)));
+                    self.builder.trace.syncs.push(Sync {
+                        start: field!(s, start),
+                        end: field!(s, end),
+                        corr: field!(s, correlationId),
+                        kind,
+                        stream: field!(s, streamId),
+                        event: field!(s, cudaEventId),
+                    });
+                }
+                sys::CUPTI_ACTIVITY_KIND_CUDA_EVENT => {
+                    let e = rec as *const sys::CUpti_ActivityCudaEvent2;
+                    self.builder.trace.event_records.push(EventRecord {
+                        device_ts: field!(e, deviceTimestamp),
+                        corr: field!(e, correlationId),
+                        stream: field!(e, streamId),
+                        event: field!(e, eventId),
+                    });
+                }
+                _ => self.unexpected_records += 1,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+
+    fn no_names(_: ApiDomain, _: u32) -> Option<String> {
+        None
+    }
+
+    fn as_record<T>(r: &T) -> *const sys::CUpti_Activity {
+        r as *const T as *const sys::CUpti_Activity
+    }
+
+    #[test]
+    fn api_names_lose_cupti_version_tags_only() {
+        assert_eq!(
+            api_display_name("cudaLaunchKernel_v7000"),
+            "cudaLaunchKernel"
+        );
+        assert_eq!(
+            api_display_name("cudaStreamWaitEvent_ptsz_v7000"),
+            "cudaStreamWaitEvent_ptsz"
+        );
+        assert_eq!(
+            api_display_name("cudaGraphAddNode_v12020"),
+            "cudaGraphAddNode"
+        );
+        assert_eq!(api_display_name("cuMemcpyHtoD_v2"), "cuMemcpyHtoD_v2");
+        assert_eq!(api_display_name("cuLaunchKernel"), "cuLaunchKernel");
+        assert_eq!(
+            api_display_name("cudaStreamWaitEvent"),
+            "cudaStreamWaitEvent"
+        );
+    }
+
+    #[test]
+    fn decodes_a_kernel_record() {
+        let name = CString::new("_Z4spinm").unwrap();
+        let mut k = sys::ActivityKernel {
+            kind: sys::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+            ..Default::default()
+        };
+        k.start = 1_000;
+        k.end = 6_000;
+        k.deviceId = 3;
+        k.streamId = 13;
+        k.correlationId = 42;
+        k.name = name.as_ptr();
+        k.graphId = 7;
+        k.graphNodeId = (7u64 << 32) | 2;
+        let mut store = RecordStore::new();
+        // SAFETY: a complete, initialised kernel record with a valid name.
+        unsafe { store.add_record(as_record(&k), &no_names) };
+        let t = &store.builder.trace;
+        assert_eq!(t.kernels.len(), 1);
+        let got = t.kernels[0];
+        assert_eq!(
+            (got.start, got.end, got.device, got.stream),
+            (1_000, 6_000, 3, 13)
+        );
+        assert_eq!((got.corr, got.graph, got.node), (42, 7, (7u64 << 32) | 2));
+        assert_eq!(t.str(got.name), "_Z4spinm");
+    }
+
+    #[test]
+    fn zero_timestamp_kernels_count_as_dropped() {
+        let k = sys::ActivityKernel {
+            kind: sys::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+            ..Default::default()
+        };
+        let mut store = RecordStore::new();
+        // SAFETY: a complete, zeroed kernel record (null name).
+        unsafe { store.add_record(as_record(&k), &no_names) };
+        assert!(store.builder.trace.kernels.is_empty());
+        assert_eq!(store.zero_timestamp_kernels, 1);
+    }
+
+    #[test]
+    fn decodes_memcpy_memset_api_sync_event() {
+        let mut store = RecordStore::new();
+        let mut m = sys::CUpti_ActivityMemcpy6 {
+            kind: sys::CUPTI_ACTIVITY_KIND_MEMCPY,
+            ..Default::default()
+        };
+        m.copyKind = sys::CUPTI_ACTIVITY_MEMCPY_KIND_DTOD as u8;
+        m.bytes = 4096;
+        m.start = 10;
+        m.end = 20;
+        m.correlationId = 5;
+        let mut s = sys::CUpti_ActivityMemset4 {
+            kind: sys::CUPTI_ACTIVITY_KIND_MEMSET,
+            ..Default::default()
+        };
+        s.bytes = 64;
+        s.start = 30;
+        s.end = 31;
+        let mut a = sys::CUpti_ActivityAPI {
+            kind: sys::CUPTI_ACTIVITY_KIND_RUNTIME,
+            ..Default::default()
+        };
+        a.cbid = 211;
+        a.start = 1;
+        a.end = 2;
+        a.threadId = 99;
+        a.correlationId = 5;
+        let mut d = a;
+        d.kind = sys::CUPTI_ACTIVITY_KIND_DRIVER;
+        d.cbid = 307;
+        let mut y = sys::CUpti_ActivitySynchronization2 {
+            kind: sys::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+            ..Default::default()
+        };
+        y.type_ = sys::CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT;
+        y.start = 3;
+        y.end = 4;
+        y.cudaEventId = 8;
+        let mut e = sys::CUpti_ActivityCudaEvent2 {
+            kind: sys::CUPTI_ACTIVITY_KIND_CUDA_EVENT,
+            ..Default::default()
+        };
+        e.deviceTimestamp = 777;
+        e.correlationId = 9;
+        e.eventId = 8;
+        let resolve = |dom: ApiDomain, cbid: u32| {
+            (dom == ApiDomain::Runtime && cbid == 211).then(|| "cudaLaunchKernel_v7000".to_string())
+        };
+        // SAFETY: complete, initialised records of the kinds they announce.
+        unsafe {
+            store.add_record(as_record(&m), &resolve);
+            store.add_record(as_record(&s), &resolve);
+            store.add_record(as_record(&a), &resolve);
+            store.add_record(as_record(&d), &resolve);
+            store.add_record(as_record(&y), &resolve);
+            store.add_record(as_record(&e), &resolve);
+        }
+        let t = &store.builder.trace;
+        assert_eq!(t.memcpys.len(), 1);
+        assert_eq!(t.str(t.memcpys[0].kind), "DtoD");
+        assert_eq!(t.memcpys[0].bytes, 4096);
+        assert_eq!(t.str(t.memsets[0].kind), "memset");
+        assert_eq!(t.api_calls.len(), 2);
+        assert_eq!(t.str(t.api_calls[0].name), "cudaLaunchKernel");
+        assert_eq!(t.api_calls[0].thread, 99);
+        assert_eq!(t.api_calls[1].domain, ApiDomain::Driver);
+        assert_eq!(t.str(t.api_calls[1].name), "driver_cbid_307");
+        assert_eq!(t.str(t.syncs[0].kind), "stream_wait_event");
+        assert_eq!(t.syncs[0].event, 8);
+        assert_eq!(t.event_records[0].device_ts, 777);
+        assert_eq!(store.unexpected_records, 0);
+    }
+
+    #[test]
+    fn unknown_kinds_are_counted_not_decoded() {
+        let r = sys::CUpti_ActivityAPI {
+            kind: sys::CUPTI_ACTIVITY_KIND_GRAPH_TRACE,
+            ..Default::default()
+        };
+        let mut store = RecordStore::new();
+        // SAFETY: only `kind` is read for kinds we do not decode.
+        unsafe { store.add_record(as_record(&r), &no_names) };
+        assert_eq!(store.unexpected_records, 1);
+    }
+
+    /// The fields we read sit at the same offsets in Kernel9 (CUDA 12.x) and the kernel record
+    /// of these bindings, so a 12.x libcupti under 13.0 bindings decodes correctly.
+    #[cfg(cupti_kernel = "10")]
+    #[test]
+    fn kernel9_and_kernel10_share_the_fields_we_read() {
+        use std::mem::offset_of;
+        type K = sys::ActivityKernel;
+        type K9 = sys::CUpti_ActivityKernel9;
+        assert_eq!(offset_of!(K, start), offset_of!(K9, start));
+        assert_eq!(offset_of!(K, end), offset_of!(K9, end));
+        assert_eq!(offset_of!(K, deviceId), offset_of!(K9, deviceId));
+        assert_eq!(offset_of!(K, streamId), offset_of!(K9, streamId));
+        assert_eq!(offset_of!(K, correlationId), offset_of!(K9, correlationId));
+        assert_eq!(offset_of!(K, name), offset_of!(K9, name));
+        assert_eq!(offset_of!(K, graphNodeId), offset_of!(K9, graphNodeId));
+        assert_eq!(offset_of!(K, graphId), offset_of!(K9, graphId));
+    }
+}

@@ -1,0 +1,242 @@
+//! End-to-end check of the recorder on a real GPU (ignored by default: needs an NVIDIA GPU,
+//! its driver and libcupti). Run: `cargo test --lib cupti::gpu_tests -- --ignored --nocapture`.
+//!
+//! Captures, with driver API calls only, a small version of NCCL's mode-2 shape:
+//! kernel → external event wait (inside a LibraryCall marker) → kernel → external event
+//! record → kernel, instantiates it and replays it three times.
+
+use super::{Recorder, RecorderConfig, ensure_cuda_driver};
+use crate::trace::{Cell, Metadata, NodeType};
+use cudarc::driver::sys as cu;
+use std::collections::HashSet;
+use std::ffi::c_void;
+use std::ptr::null_mut;
+
+/// A kernel that does nothing, as PTX (JIT-compiled by the driver: no NVRTC needed).
+const PTX: &str =
+    ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry noop()\n{\n ret;\n}\n\0";
+
+#[track_caller]
+fn ck(r: cu::CUresult) {
+    assert_eq!(r, cu::CUresult::CUDA_SUCCESS, "CUDA driver call failed");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU, its driver and libcupti (run with --ignored)"]
+fn records_a_captured_graph_with_external_event_nodes() {
+    let _one = super::callbacks::lock(&super::recorder::TEST_RECORDER_LOCK);
+    if let Err(e) = ensure_cuda_driver() {
+        eprintln!("skipped: no GPU ({e})");
+        return;
+    }
+    let rec = Recorder::start(RecorderConfig::default()).expect("recorder starts");
+    let cell = rec.add_cell(Cell {
+        label: "graphed".into(),
+        ..Default::default()
+    });
+    let replays = 3;
+    // SAFETY: plain CUDA driver calls with valid out-pointers, on one thread, in order.
+    unsafe {
+        ck(cu::cuInit(0));
+        let mut dev = 0;
+        ck(cu::cuDeviceGet(&mut dev, 0));
+        let mut ctx = null_mut();
+        ck(cu::cuDevicePrimaryCtxRetain(&mut ctx, dev));
+        ck(cu::cuCtxSetCurrent(ctx));
+        let mut module = null_mut();
+        ck(cu::cuModuleLoadData(
+            &mut module,
+            PTX.as_ptr() as *const c_void,
+        ));
+        let mut f = null_mut();
+        ck(cu::cuModuleGetFunction(&mut f, module, c"noop".as_ptr()));
+        let mut s = null_mut();
+        ck(cu::cuStreamCreate(
+            &mut s,
+            cu::CUstream_flags_enum::CU_STREAM_NON_BLOCKING as u32,
+        ));
+        let mut wait_ev = null_mut();
+        let mut rec_ev = null_mut();
+        let no_timing = cu::CUevent_flags_enum::CU_EVENT_DISABLE_TIMING as u32;
+        ck(cu::cuEventCreate(&mut wait_ev, no_timing));
+        ck(cu::cuEventCreate(&mut rec_ev, no_timing));
+        ck(cu::cuEventRecord(wait_ev, s));
+        let launch = |s| {
+            ck(cu::cuLaunchKernel(
+                f,
+                1,
+                1,
+                1,
+                32,
+                1,
+                1,
+                0,
+                s,
+                null_mut(),
+                null_mut(),
+            ))
+        };
+
+        ck(cu::cuStreamBeginCapture_v2(
+            s,
+            cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        ));
+        launch(s);
+        {
+            let _lib = rec.library_call("fakeAllGather");
+            ck(cu::cuStreamWaitEvent(
+                s,
+                wait_ev,
+                cu::CUevent_wait_flags_enum::CU_EVENT_WAIT_EXTERNAL as u32,
+            ));
+            launch(s);
+            ck(cu::cuEventRecordWithFlags(
+                rec_ev,
+                s,
+                cu::CUevent_record_flags_enum::CU_EVENT_RECORD_EXTERNAL as u32,
+            ));
+        }
+        launch(s);
+        let mut graph = null_mut();
+        ck(cu::cuStreamEndCapture(s, &mut graph));
+        let mut exec = null_mut();
+        ck(cu::cuGraphInstantiateWithFlags(&mut exec, graph, 0));
+        for _ in 0..replays {
+            let _step = rec.step(cell);
+            ck(cu::cuGraphLaunch(exec, s));
+            ck(cu::cuStreamSynchronize(s));
+        }
+        rec.flush().expect("flush");
+    }
+    let trace = rec.finish(Metadata::default()).expect("finish");
+    trace.validate().expect("valid trace");
+
+    let dag = &trace.graph;
+    for n in &dag.nodes {
+        eprintln!(
+            "node {:#x} graph {} {:?} external={} created_by={:?} library_call={:?} cloned_from={:?}",
+            n.id,
+            n.graph,
+            n.node_type,
+            n.external,
+            n.created_by.map(|s| trace.str(s)),
+            n.library_call.map(|s| trace.str(s)),
+            n.cloned_from
+        );
+    }
+    for e in &dag.edges {
+        eprintln!("edge {:#x} -> {:#x}", e.from, e.to);
+    }
+    eprintln!("execs {:?}", dag.execs);
+    for k in &trace.kernels {
+        eprintln!(
+            "kernel {} graph {} node {:#x} corr {} {}..{}",
+            trace.str(k.name),
+            k.graph,
+            k.node,
+            k.corr,
+            k.start,
+            k.end
+        );
+    }
+    eprintln!(
+        "events {:?} dropped {} notes {:?}",
+        trace.event_records, trace.dropped_records, trace.metadata.notes
+    );
+
+    assert_eq!(trace.dropped_records, 0);
+    assert_eq!(dag.execs.len(), 1, "one executable graph");
+    let exec_id = dag.execs[0].id;
+    let graph_kernels: Vec<_> = trace.kernels.iter().filter(|k| k.graph != 0).collect();
+    assert_eq!(
+        graph_kernels.len(),
+        3 * replays,
+        "one record per kernel node per replay"
+    );
+    assert!(graph_kernels.iter().all(|k| k.graph == exec_id));
+
+    let templates: Vec<_> = dag
+        .nodes
+        .iter()
+        .filter(|n| n.cloned_from.is_none())
+        .collect();
+    let clones: Vec<_> = dag
+        .nodes
+        .iter()
+        .filter(|n| n.cloned_from.is_some())
+        .collect();
+    let count =
+        |nodes: &[&crate::trace::GraphNode], t| nodes.iter().filter(|n| n.node_type == t).count();
+    assert_eq!(
+        count(&templates, NodeType::Kernel),
+        3,
+        "template kernel nodes (driver types)"
+    );
+    assert_eq!(count(&templates, NodeType::EventWait), 1);
+    assert_eq!(count(&templates, NodeType::EventRecord), 1);
+    let wait = templates
+        .iter()
+        .find(|n| n.node_type == NodeType::EventWait)
+        .unwrap();
+    assert!(wait.external, "wait made with CU_EVENT_WAIT_EXTERNAL");
+    assert_eq!(
+        wait.created_by.map(|s| trace.str(s)),
+        Some("cuStreamWaitEvent")
+    );
+    assert_eq!(
+        wait.library_call.map(|s| trace.str(s)),
+        Some("fakeAllGather")
+    );
+    let record = templates
+        .iter()
+        .find(|n| n.node_type == NodeType::EventRecord)
+        .unwrap();
+    assert!(record.external, "record made with CU_EVENT_RECORD_EXTERNAL");
+    assert_eq!(
+        clones.len(),
+        templates.len(),
+        "instantiation clones every node"
+    );
+    let clone_ids: HashSet<u64> = clones.iter().map(|n| n.id).collect();
+    assert!(
+        graph_kernels.iter().all(|k| clone_ids.contains(&k.node)),
+        "kernel records carry clone ids"
+    );
+    let template_ids: HashSet<u64> = templates.iter().map(|n| n.id).collect();
+    let template_edges = dag
+        .edges
+        .iter()
+        .filter(|e| template_ids.contains(&e.from) && template_ids.contains(&e.to))
+        .count();
+    assert!(
+        template_edges >= templates.len() - 1,
+        "captured in stream order: every node but the first has a predecessor"
+    );
+    let launch_corr: HashSet<u32> = graph_kernels.iter().map(|k| k.corr).collect();
+    let replay_events: Vec<_> = trace
+        .event_records
+        .iter()
+        .filter(|e| launch_corr.contains(&e.corr))
+        .collect();
+    assert_eq!(
+        replay_events.len(),
+        replays,
+        "one CUDA_EVENT record per replay"
+    );
+    assert!(replay_events.iter().all(|e| e.device_ts > 0));
+    assert!(
+        !trace
+            .api_calls
+            .iter()
+            .any(|a| trace.str(a.name) == "cuGraphNodeGetType"),
+        "the recorder's own driver calls are removed"
+    );
+    assert_eq!(
+        trace
+            .markers
+            .iter()
+            .filter(|m| m.kind == crate::trace::MarkerKind::Step)
+            .count(),
+        replays
+    );
+}

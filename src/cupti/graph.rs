@@ -1,0 +1,235 @@
+//! The graph DAG as the resource callbacks report it (safe code; the callbacks in
+//! `callbacks.rs` turn CUDA handles into ids and call in here).
+
+use crate::trace::{GraphDag, GraphEdge, GraphExec, GraphNode, NodeType, StrId};
+use std::collections::{HashMap, HashSet};
+
+/// What the creating thread was doing when a node was created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Creation {
+    /// Outermost CUDA API call active on the thread.
+    pub created_by: Option<StrId>,
+    /// Innermost open LibraryCall marker on the thread.
+    pub library_call: Option<StrId>,
+    /// An active `cudaStreamWaitEvent`/`cuStreamWaitEvent` was called with the external flag.
+    pub wait_external: bool,
+    /// An active `cudaEventRecordWithFlags`/`cuEventRecordWithFlags` had the external flag.
+    pub record_external: bool,
+    /// An active call adds nodes explicitly (`cudaGraphAdd*`, `cuGraphAdd*`).
+    pub explicit_add: bool,
+}
+
+impl Creation {
+    /// Whether a node of `node_type` made in these circumstances is "external" in the trace
+    /// schema's sense: an event wait made with `cudaEventWaitExternal` (or added explicitly to
+    /// a graph), an event record added explicitly or recorded with `cudaEventRecordExternal`.
+    pub fn external(&self, node_type: NodeType) -> bool {
+        match node_type {
+            NodeType::EventWait => self.wait_external || self.explicit_add,
+            NodeType::EventRecord => self.record_external || self.explicit_add,
+            _ => false,
+        }
+    }
+}
+
+/// Graph nodes, edges and executable graphs seen so far.
+#[derive(Debug, Default)]
+pub(crate) struct GraphTable {
+    nodes: HashMap<u64, GraphNode>,
+    edges: Vec<GraphEdge>,
+    execs: Vec<GraphExec>,
+}
+
+impl GraphTable {
+    /// GRAPHNODE_CREATED. The first report of an id wins.
+    pub fn node_created(&mut self, id: u64, graph: u32, node_type: NodeType, how: Creation) {
+        self.nodes.entry(id).or_insert(GraphNode {
+            id,
+            graph,
+            node_type,
+            external: how.external(node_type),
+            created_by: how.created_by,
+            library_call: how.library_call,
+            cloned_from: None,
+        });
+    }
+
+    /// Whether `id` is known (to skip asking the driver for a clone's type).
+    pub fn get(&self, id: u64) -> Option<&GraphNode> {
+        self.nodes.get(&id)
+    }
+
+    /// GRAPHNODE_CLONED: `id` in `graph` is a copy of `template`. Type, external flag and
+    /// provenance come from the template when it is known, else from `fallback_type`/`how`.
+    pub fn node_cloned(
+        &mut self,
+        id: u64,
+        graph: u32,
+        template: u64,
+        fallback_type: NodeType,
+        how: Creation,
+    ) {
+        let node = match self.nodes.get(&template) {
+            Some(t) => GraphNode {
+                id,
+                graph,
+                node_type: t.node_type,
+                external: t.external,
+                created_by: t.created_by,
+                library_call: t.library_call,
+                cloned_from: Some(template),
+            },
+            None => GraphNode {
+                id,
+                graph,
+                node_type: fallback_type,
+                external: how.external(fallback_type),
+                created_by: how.created_by,
+                library_call: how.library_call,
+                cloned_from: Some(template),
+            },
+        };
+        self.nodes.entry(id).or_insert(node);
+    }
+
+    /// GRAPHNODE_DEPENDENCY_CREATED: `node` depends on `dependency`.
+    pub fn dependency_created(&mut self, node: u64, dependency: u64) {
+        self.edges.push(GraphEdge {
+            from: dependency,
+            to: node,
+        });
+    }
+
+    /// GRAPHEXEC_CREATED.
+    pub fn exec_created(&mut self, id: u32, template: u32) {
+        self.execs.push(GraphExec { id, template });
+    }
+
+    /// The DAG for the trace: nodes sorted by id, edges with at least one known end (edges of
+    /// internal graphs whose nodes were never reported are dropped), deduplicated and sorted.
+    pub fn into_dag(self) -> GraphDag {
+        let mut nodes: Vec<GraphNode> = self.nodes.into_values().collect();
+        nodes.sort_by_key(|n| n.id);
+        let known: HashSet<u64> = nodes.iter().map(|n| n.id).collect();
+        let mut edges: Vec<GraphEdge> = self
+            .edges
+            .into_iter()
+            .filter(|e| known.contains(&e.from) || known.contains(&e.to))
+            .collect();
+        edges.sort_by_key(|e| (e.from, e.to));
+        edges.dedup();
+        let mut execs = self.execs;
+        execs.sort_by_key(|x| (x.id, x.template));
+        execs.dedup();
+        GraphDag {
+            nodes,
+            edges,
+            execs,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn external_rules() {
+        let wait = Creation {
+            wait_external: true,
+            ..Default::default()
+        };
+        assert!(wait.external(NodeType::EventWait));
+        assert!(!wait.external(NodeType::EventRecord));
+        assert!(!wait.external(NodeType::Kernel));
+        let plain = Creation::default();
+        assert!(!plain.external(NodeType::EventWait));
+        assert!(!plain.external(NodeType::EventRecord));
+        let added = Creation {
+            explicit_add: true,
+            ..Default::default()
+        };
+        assert!(added.external(NodeType::EventRecord));
+        assert!(added.external(NodeType::EventWait));
+        assert!(!added.external(NodeType::Host));
+        let rec = Creation {
+            record_external: true,
+            ..Default::default()
+        };
+        assert!(rec.external(NodeType::EventRecord));
+    }
+
+    #[test]
+    fn clones_copy_the_template_and_unknown_edges_are_dropped() {
+        let mut g = GraphTable::default();
+        let t_wait = (1u64 << 32) | 1;
+        let t_kernel = (1u64 << 32) | 2;
+        g.node_created(
+            t_wait,
+            1,
+            NodeType::EventWait,
+            Creation {
+                created_by: Some(3),
+                library_call: Some(4),
+                wait_external: true,
+                ..Default::default()
+            },
+        );
+        g.node_created(t_kernel, 1, NodeType::Kernel, Creation::default());
+        g.dependency_created(t_kernel, t_wait);
+        let c_wait = (5u64 << 32) | 1;
+        let c_kernel = (5u64 << 32) | 2;
+        let at_instantiate = Creation {
+            created_by: Some(9),
+            ..Default::default()
+        };
+        g.node_cloned(c_wait, 5, t_wait, NodeType::Kernel, at_instantiate);
+        g.node_cloned(c_kernel, 5, t_kernel, NodeType::Kernel, at_instantiate);
+        g.dependency_created(c_kernel, c_wait);
+        g.dependency_created(c_kernel, c_wait); // reported twice: kept once
+        g.dependency_created(900, 901); // internal graph: both unknown
+        g.exec_created(5, 1);
+        let dag = g.into_dag();
+        assert_eq!(dag.nodes.len(), 4);
+        let clone = dag.nodes.iter().find(|n| n.id == c_wait).unwrap();
+        assert_eq!(clone.node_type, NodeType::EventWait);
+        assert!(clone.external);
+        assert_eq!(clone.created_by, Some(3));
+        assert_eq!(clone.library_call, Some(4));
+        assert_eq!(clone.cloned_from, Some(t_wait));
+        assert_eq!(clone.graph, 5);
+        assert_eq!(
+            dag.edges,
+            vec![
+                GraphEdge {
+                    from: t_wait,
+                    to: t_kernel
+                },
+                GraphEdge {
+                    from: c_wait,
+                    to: c_kernel
+                },
+            ]
+        );
+        assert_eq!(dag.execs, vec![GraphExec { id: 5, template: 1 }]);
+    }
+
+    #[test]
+    fn clone_of_unknown_template_uses_fallback() {
+        let mut g = GraphTable::default();
+        g.node_cloned(
+            10,
+            2,
+            77,
+            NodeType::Host,
+            Creation {
+                created_by: Some(1),
+                ..Default::default()
+            },
+        );
+        let dag = g.into_dag();
+        assert_eq!(dag.nodes[0].node_type, NodeType::Host);
+        assert_eq!(dag.nodes[0].cloned_from, Some(77));
+        assert_eq!(dag.nodes[0].created_by, Some(1));
+    }
+}

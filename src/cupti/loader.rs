@@ -1,0 +1,444 @@
+//! Loading libcupti and libcuda at run time, and turning CUPTI status codes into `Result`.
+//!
+//! Nothing here is linked: analysis and export never need CUDA installed. Both libraries are
+//! loaded once per process and never unloaded (CUPTI may call back into us at any time).
+
+use super::error::CuptiError;
+use super::sys;
+use std::ffi::{CStr, OsString, c_int};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+/// The oldest CUPTI API version whose records we read (CUDA 12.0: `CUpti_ActivityKernel9`,
+/// a prefix of 13.0's `Kernel10` for every field we use).
+pub const MIN_CUPTI_API_VERSION: u32 = 19;
+
+/// Sonames tried in each folder and then through the dynamic loader's own search.
+const SONAMES: [&str; 3] = ["libcupti.so.13", "libcupti.so.12", "libcupti.so"];
+
+/// A loaded libcupti with every function the recorder needs resolved.
+pub struct Cupti {
+    lib: sys::CuptiLib,
+    path: String,
+    version: u32,
+}
+
+impl std::fmt::Debug for Cupti {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cupti")
+            .field("path", &self.path)
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
+static CUPTI: OnceLock<Cupti> = OnceLock::new();
+static LOAD_LOCK: Mutex<()> = Mutex::new(());
+
+/// The libcupti loaded by [`cupti`], if any (for callbacks: never loads).
+pub(crate) fn loaded() -> Option<&'static Cupti> {
+    CUPTI.get()
+}
+
+/// The driver loaded by [`driver`], if any (for callbacks: never loads).
+pub(crate) fn driver_loaded() -> Option<&'static Driver> {
+    DRIVER.get()
+}
+
+/// The folders searched for libcupti after `$CUPTI_LIB`, in order, given `$CUDA_HOME`.
+pub fn search_dirs(cuda_home: Option<&Path>) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(home) = cuda_home {
+        dirs.push(home.join("extras/CUPTI/lib64"));
+    }
+    for d in [
+        "/usr/local/cuda/extras/CUPTI/lib64",
+        "/usr/local/cuda-13.0/targets/x86_64-linux/lib",
+        "/usr/local/cuda/targets/x86_64-linux/lib",
+    ] {
+        dirs.push(PathBuf::from(d));
+    }
+    dirs
+}
+
+/// Returns the process's libcupti, loading it on first use.
+///
+/// Order: `$CUPTI_LIB` (a file path; if set, nothing else is tried), then
+/// [`search_dirs`] with each of `libcupti.so.13`, `libcupti.so.12`, `libcupti.so`, then those
+/// sonames through the dynamic loader (`LD_LIBRARY_PATH`, ld.so.cache).
+pub fn cupti() -> Result<&'static Cupti, CuptiError> {
+    if let Some(c) = CUPTI.get() {
+        return Ok(c);
+    }
+    let _guard = LOAD_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(c) = CUPTI.get() {
+        return Ok(c);
+    }
+    let cuda_home = std::env::var_os("CUDA_HOME").map(PathBuf::from);
+    let loaded = load(std::env::var_os("CUPTI_LIB"), cuda_home.as_deref())?;
+    Ok(CUPTI.get_or_init(|| loaded))
+}
+
+fn one_line(s: impl std::fmt::Display) -> String {
+    s.to_string().replace(['\n', '\r'], " ")
+}
+
+/// Finds and loads libcupti (see [`cupti`]); separate from the global for tests.
+pub fn load(cupti_lib: Option<OsString>, cuda_home: Option<&Path>) -> Result<Cupti, CuptiError> {
+    if let Some(path) = cupti_lib.filter(|p| !p.is_empty()) {
+        let shown = PathBuf::from(&path).display().to_string();
+        if !Path::new(&path).is_file() {
+            return Err(CuptiError::CuptiLibInvalid {
+                path: shown,
+                reason: "no such file".into(),
+            });
+        }
+        return open(Path::new(&path)).map_err(|e| match e {
+            OpenError::Dlopen(reason) => CuptiError::CuptiLibInvalid {
+                path: shown,
+                reason,
+            },
+            OpenError::Cupti(e) => e,
+        });
+    }
+    let dirs = search_dirs(cuda_home);
+    let mut last_error = String::from("not found");
+    for dir in &dirs {
+        for name in SONAMES {
+            let file = dir.join(name);
+            if !file.is_file() {
+                continue;
+            }
+            match open(&file) {
+                Ok(c) => return Ok(c),
+                Err(OpenError::Cupti(e)) => return Err(e),
+                Err(OpenError::Dlopen(e)) => last_error = e,
+            }
+        }
+    }
+    for name in SONAMES {
+        match open(Path::new(name)) {
+            Ok(c) => return Ok(c),
+            Err(OpenError::Cupti(e)) => return Err(e),
+            Err(OpenError::Dlopen(e)) => last_error = e,
+        }
+    }
+    let searched = dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(CuptiError::CuptiNotFound {
+        looked_for: SONAMES.join("/"),
+        searched: format!("$CUPTI_LIB (unset), {searched}"),
+        last_error,
+    })
+}
+
+enum OpenError {
+    /// dlopen failed: try the next candidate.
+    Dlopen(String),
+    /// The library loaded but cannot be used: stop and report.
+    Cupti(CuptiError),
+}
+
+/// Checks that each listed function was resolved.
+macro_rules! require_symbols {
+    ($lib:expr, $path:expr, $($f:ident),+ $(,)?) => {
+        $(
+            if $lib.$f.is_err() {
+                return Err(OpenError::Cupti(CuptiError::MissingSymbol {
+                    path: $path.clone(),
+                    symbol: stringify!($f).to_string(),
+                }));
+            }
+        )+
+    };
+}
+
+fn open(file: &Path) -> Result<Cupti, OpenError> {
+    // SAFETY: loading libcupti runs its initialisers, which only register the library;
+    // they do not depend on anything we hold.
+    let library = unsafe { libloading::Library::new(file.as_os_str()) }
+        .map_err(|e| OpenError::Dlopen(format!("{}: {}", file.display(), one_line(e))))?;
+    // SAFETY: from_library only looks up symbols by name; the function types come from
+    // bindgen over the CUPTI headers, so they match the C declarations.
+    let lib = unsafe { sys::CuptiLib::from_library(library) }
+        .map_err(|e| OpenError::Dlopen(format!("{}: {}", file.display(), one_line(e))))?;
+    let path = file.display().to_string();
+    require_symbols!(
+        lib,
+        path,
+        cuptiGetResultString,
+        cuptiGetVersion,
+        cuptiGetTimestamp,
+        cuptiGetCallbackName,
+        cuptiSetThreadIdType,
+        cuptiSubscribe,
+        cuptiUnsubscribe,
+        cuptiEnableDomain,
+        cuptiEnableCallback,
+        cuptiGetGraphNodeId,
+        cuptiGetGraphId,
+        cuptiGetGraphExecId,
+        cuptiActivityEnable,
+        cuptiActivityDisable,
+        cuptiActivityRegisterCallbacks,
+        cuptiActivityFlushAll,
+        cuptiActivityGetNextRecord,
+        cuptiActivityGetNumDroppedRecords,
+        cuptiActivityEnableLatencyTimestamps,
+    );
+    let mut version = 0u32;
+    // SAFETY: cuptiGetVersion was resolved above; it writes one u32 through a valid pointer.
+    let rc = unsafe { lib.cuptiGetVersion(&mut version) };
+    if rc != sys::CUPTI_SUCCESS {
+        return Err(OpenError::Cupti(CuptiError::Call {
+            call: "cuptiGetVersion",
+            code: rc,
+            name: format!("error {rc}"),
+        }));
+    }
+    if version < MIN_CUPTI_API_VERSION {
+        return Err(OpenError::Cupti(CuptiError::UnsupportedVersion {
+            path,
+            found: version,
+            needed: MIN_CUPTI_API_VERSION,
+        }));
+    }
+    Ok(Cupti { lib, path, version })
+}
+
+impl Cupti {
+    /// The raw function table; every function checked by `open` is safe to call through it.
+    pub(crate) fn api(&self) -> &sys::CuptiLib {
+        &self.lib
+    }
+
+    /// Path (or soname) the library was loaded from.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// `cuptiGetVersion`: CUPTI API version of the loaded library (e.g. 130001).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// Turns a CUPTI status into `Result`, naming the call.
+    pub(crate) fn check(&self, call: &'static str, rc: sys::CUptiResult) -> Result<(), CuptiError> {
+        if rc == sys::CUPTI_SUCCESS {
+            Ok(())
+        } else {
+            Err(CuptiError::Call {
+                call,
+                code: rc,
+                name: self.result_name(rc),
+            })
+        }
+    }
+
+    /// `cuptiGetResultString`, or the number when CUPTI does not know it.
+    pub(crate) fn result_name(&self, rc: sys::CUptiResult) -> String {
+        let mut s: *const std::ffi::c_char = std::ptr::null();
+        // SAFETY: resolved at load; writes a pointer to a static string or leaves null.
+        let r = unsafe { self.lib.cuptiGetResultString(rc, &mut s) };
+        if r == sys::CUPTI_SUCCESS && !s.is_null() {
+            // SAFETY: CUPTI returns a NUL-terminated static string.
+            unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+        } else {
+            format!("CUPTI result {rc}")
+        }
+    }
+
+    /// `cuptiGetCallbackName` for a runtime or driver API callback id.
+    pub(crate) fn callback_name(
+        &self,
+        domain: sys::CUpti_CallbackDomain,
+        cbid: u32,
+    ) -> Option<String> {
+        let mut s: *const std::ffi::c_char = std::ptr::null();
+        // SAFETY: resolved at load; writes a pointer to a static string or leaves null.
+        let r = unsafe { self.lib.cuptiGetCallbackName(domain, cbid, &mut s) };
+        if r == sys::CUPTI_SUCCESS && !s.is_null() {
+            // SAFETY: CUPTI returns a NUL-terminated static string.
+            Some(unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned())
+        } else {
+            None
+        }
+    }
+
+    /// Whether `cuptiActivityEnableCudaEventDeviceTimestamps` is available (CUPTI 13.0+).
+    #[cfg(cupti_event_device_timestamps)]
+    pub(crate) fn has_event_device_timestamps(&self) -> bool {
+        self.lib
+            .cuptiActivityEnableCudaEventDeviceTimestamps
+            .is_ok()
+    }
+
+    /// Whether `cuptiSubscribe_v2` (which names a competing subscriber) is available.
+    #[cfg(cupti_subscribe_v2)]
+    pub(crate) fn has_subscribe_v2(&self) -> bool {
+        self.lib.cuptiSubscribe_v2.is_ok()
+    }
+}
+
+/// `cuGraphNodeGetType` from libcuda.
+pub(crate) type NodeGetTypeFn =
+    unsafe extern "C" fn(node: sys::CUgraphNode, ty: *mut sys::CUgraphNodeType) -> c_int;
+
+/// The few driver functions the recorder calls itself.
+pub(crate) struct Driver {
+    _lib: libloading::Library,
+    pub node_get_type: NodeGetTypeFn,
+}
+
+static DRIVER: OnceLock<Driver> = OnceLock::new();
+
+/// Loads libcuda.so.1 (once) and resolves `cuGraphNodeGetType`.
+pub(crate) fn driver() -> Result<&'static Driver, CuptiError> {
+    if let Some(d) = DRIVER.get() {
+        return Ok(d);
+    }
+    let _guard = LOAD_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(d) = DRIVER.get() {
+        return Ok(d);
+    }
+    // SAFETY: loading the NVIDIA driver library runs its initialisers only.
+    let lib = unsafe { libloading::Library::new("libcuda.so.1") }.map_err(|e| {
+        CuptiError::CudaDriverNotFound {
+            reason: one_line(e),
+        }
+    })?;
+    // SAFETY: the type matches `CUresult cuGraphNodeGetType(CUgraphNode, CUgraphNodeType*)`
+    // from cuda.h (CUresult and CUgraphNodeType are C enums, int-sized).
+    let node_get_type = unsafe { lib.get::<NodeGetTypeFn>(b"cuGraphNodeGetType\0") }
+        .map(|s| *s)
+        .map_err(|e| CuptiError::CudaDriverNotFound {
+            reason: format!("no cuGraphNodeGetType: {}", one_line(e)),
+        })?;
+    Ok(DRIVER.get_or_init(|| Driver {
+        _lib: lib,
+        node_get_type,
+    }))
+}
+
+/// Checks that the CUDA driver (`libcuda.so.1`) can be loaded. Call it before touching cudarc,
+/// whose dynamic loader panics when the library is missing.
+pub fn ensure_cuda_driver() -> Result<(), CuptiError> {
+    driver().map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cupti_lib_pointing_to_missing_file_is_one_line() {
+        let err = load(Some("/nonexistent/libcupti.so.13".into()), None).unwrap_err();
+        let msg = err.to_string();
+        assert!(!msg.contains('\n'), "{msg}");
+        assert!(
+            msg.contains("CUPTI_LIB=/nonexistent/libcupti.so.13"),
+            "{msg}"
+        );
+        assert!(msg.contains("no such file"), "{msg}");
+    }
+
+    #[test]
+    fn cupti_lib_pointing_to_non_library_is_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("libcupti.so");
+        std::fs::write(&fake, b"not an ELF file\n").unwrap();
+        let err = load(Some(fake.clone().into()), None).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, CuptiError::CuptiLibInvalid { .. }), "{msg}");
+        assert!(!msg.contains('\n'), "{msg}");
+        assert!(msg.contains("set CUPTI_LIB"), "{msg}");
+    }
+
+    #[test]
+    fn search_order_starts_with_cuda_home() {
+        let dirs = search_dirs(Some(Path::new("/opt/cuda")));
+        assert_eq!(dirs[0], Path::new("/opt/cuda/extras/CUPTI/lib64"));
+        assert_eq!(dirs[1], Path::new("/usr/local/cuda/extras/CUPTI/lib64"));
+        assert!(dirs.contains(&PathBuf::from(
+            "/usr/local/cuda-13.0/targets/x86_64-linux/lib"
+        )));
+    }
+
+    #[test]
+    fn not_found_message_names_places_and_variable() {
+        // Only meaningful where no libcupti is installed; otherwise the search succeeds.
+        match load(None, Some(Path::new("/nonexistent-cuda"))) {
+            Ok(c) => eprintln!("skipped: a libcupti is installed here ({})", c.path()),
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(!msg.contains('\n'), "{msg}");
+                assert!(
+                    msg.contains("/nonexistent-cuda/extras/CUPTI/lib64"),
+                    "{msg}"
+                );
+                assert!(msg.contains("libcupti.so.13"), "{msg}");
+                assert!(msg.contains("CUPTI_LIB"), "{msg}");
+            }
+        }
+    }
+
+    #[test]
+    fn error_messages_are_one_line() {
+        let errors = [
+            CuptiError::MultipleSubscribers {
+                holder: Some("CUPTI for Nsight Systems".into()),
+            },
+            CuptiError::MultipleSubscribers { holder: None },
+            CuptiError::AlreadyRecording,
+            CuptiError::CudaDriverNotFound {
+                reason: "libcuda.so.1: cannot open shared object file".into(),
+            },
+            CuptiError::Call {
+                call: "cuptiActivityEnable(CONCURRENT_KERNEL)",
+                code: 1,
+                name: "CUPTI_ERROR_INVALID_PARAMETER".into(),
+            },
+        ];
+        for e in errors {
+            let msg = e.to_string();
+            assert!(!msg.contains('\n'), "{msg}");
+        }
+        let msg = CuptiError::MultipleSubscribers {
+            holder: Some("CUPTI for Nsight Systems".into()),
+        }
+        .to_string();
+        assert!(msg.contains("(CUPTI for Nsight Systems)"), "{msg}");
+        assert!(msg.contains("torch.profiler"), "{msg}");
+    }
+}
+
+#[cfg(test)]
+mod real_library_tests {
+    use super::*;
+
+    /// With `CUPTI_LIB` naming a real libcupti (no GPU needed): every symbol resolves and the
+    /// version is read.
+    #[test]
+    fn loads_the_library_named_by_cupti_lib() {
+        let Some(path) = std::env::var_os("CUPTI_LIB") else {
+            eprintln!("skipped: CUPTI_LIB not set");
+            return;
+        };
+        let c = load(Some(path), None).unwrap();
+        assert!(c.version() >= MIN_CUPTI_API_VERSION, "{}", c.version());
+        assert_eq!(
+            c.result_name(sys::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED),
+            "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"
+        );
+        let name = c.callback_name(
+            sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+            sys::CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020,
+        );
+        eprintln!("{} version {} cbid name {name:?}", c.path(), c.version());
+        #[cfg(cupti_subscribe_v2)]
+        assert!(c.has_subscribe_v2());
+    }
+}

@@ -1,0 +1,35 @@
+//! CUPTI recorder (the only place with FFI and `unsafe`).
+//!
+//! Floors, each using only the one below:
+//! * [`sys`]: raw bindgen output over the CUPTI headers (see `build.rs`);
+//! * `loader`: finds libcupti / libcuda at run time, checks symbols, turns status codes into
+//!   [`CuptiError`];
+//! * `decode`, `graph`, `callbacks`: what CUPTI calls into (activity buffers, API and graph
+//!   callbacks), decoding records into [`crate::trace`] types;
+//! * [`Recorder`]: the public face.
+//!
+//! Nothing here links against CUDA: analysis and export run where no CUDA is installed.
+
+mod callbacks;
+mod decode;
+mod error;
+#[cfg(test)]
+mod gpu_tests;
+mod graph;
+mod loader;
+mod recorder;
+pub(crate) mod sys;
+
+pub use error::CuptiError;
+pub use loader::{MIN_CUPTI_API_VERSION, ensure_cuda_driver};
+pub use recorder::{MarkerGuard, Recorder, RecorderConfig};
+
+/// Where the CUPTI bindings of this build came from (committed or generated, and from which
+/// headers).
+pub const BINDINGS_ORIGIN: &str = sys::BINDINGS_ORIGIN;
+
+/// Loads libcupti (if not loaded yet) and returns its path and CUPTI API version.
+pub fn cupti_library() -> Result<(String, u32), CuptiError> {
+    let c = loader::cupti()?;
+    Ok((c.path().to_string(), c.version()))
+}

@@ -1,0 +1,630 @@
+//! The recorder: CUPTI activity tracing plus graph callbacks, turned into a [`Trace`].
+
+use super::callbacks::{self, ACTIVE, PANICS, Shared, State, lock};
+use super::error::CuptiError;
+use super::loader::{self, Cupti};
+use super::sys;
+use crate::trace::{ApiDomain, Cell, Marker, MarkerKind, Metadata, StrId, Trace};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Recorder settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecorderConfig {
+    /// Size of each host activity buffer handed to CUPTI (default 8 MiB). Rounded up to a
+    /// multiple of 8 and to at least 1 KiB. Small values (e.g. 4 KiB) provoke dropped records.
+    pub buffer_bytes: usize,
+    /// `cuptiActivityEnableLatencyTimestamps(1)`: CUPTI fills kernel queued/submitted times
+    /// (more overhead; the trace schema does not carry them yet).
+    pub latency_timestamps: bool,
+}
+
+impl Default for RecorderConfig {
+    fn default() -> Self {
+        RecorderConfig {
+            buffer_bytes: 8 << 20,
+            latency_timestamps: false,
+        }
+    }
+}
+
+/// Activity kinds the recorder enables, with the label used in error messages.
+/// GRAPH_TRACE is deliberately absent: it suppresses per-kernel records of graph launches.
+/// KIND_KERNEL is absent too: it serialises kernels.
+const KINDS: [(sys::CUpti_ActivityKind, &str); 7] = [
+    (
+        sys::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+        "cuptiActivityEnable(CONCURRENT_KERNEL)",
+    ),
+    (
+        sys::CUPTI_ACTIVITY_KIND_MEMCPY,
+        "cuptiActivityEnable(MEMCPY)",
+    ),
+    (
+        sys::CUPTI_ACTIVITY_KIND_MEMSET,
+        "cuptiActivityEnable(MEMSET)",
+    ),
+    (
+        sys::CUPTI_ACTIVITY_KIND_RUNTIME,
+        "cuptiActivityEnable(RUNTIME)",
+    ),
+    (
+        sys::CUPTI_ACTIVITY_KIND_DRIVER,
+        "cuptiActivityEnable(DRIVER)",
+    ),
+    (
+        sys::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+        "cuptiActivityEnable(SYNCHRONIZATION)",
+    ),
+    (
+        sys::CUPTI_ACTIVITY_KIND_CUDA_EVENT,
+        "cuptiActivityEnable(CUDA_EVENT)",
+    ),
+];
+
+/// Resource callbacks the recorder enables (GRAPH_CREATED needs no handling but is cheap).
+const RESOURCE_CBIDS: [(u32, &str); 5] = [
+    (
+        sys::CUPTI_CBID_RESOURCE_GRAPH_CREATED,
+        "cuptiEnableCallback(RESOURCE, GRAPH_CREATED)",
+    ),
+    (
+        sys::CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED,
+        "cuptiEnableCallback(RESOURCE, GRAPHNODE_CREATED)",
+    ),
+    (
+        sys::CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
+        "cuptiEnableCallback(RESOURCE, GRAPHNODE_CLONED)",
+    ),
+    (
+        sys::CUPTI_CBID_RESOURCE_GRAPHNODE_DEPENDENCY_CREATED,
+        "cuptiEnableCallback(RESOURCE, GRAPHNODE_DEPENDENCY_CREATED)",
+    ),
+    (
+        sys::CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED,
+        "cuptiEnableCallback(RESOURCE, GRAPHEXEC_CREATED)",
+    ),
+];
+
+const API_DOMAINS: [(sys::CUpti_CallbackDomain, &str); 2] = [
+    (
+        sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+        "cuptiEnableDomain(RUNTIME_API)",
+    ),
+    (
+        sys::CUPTI_CB_DOMAIN_DRIVER_API,
+        "cuptiEnableDomain(DRIVER_API)",
+    ),
+];
+
+/// Set while a Recorder exists (CUPTI allows one subscriber per process).
+static CLAIMED: AtomicBool = AtomicBool::new(false);
+/// cuptiActivityRegisterCallbacks succeeded once in this process (our callbacks are static).
+static REGISTERED: AtomicBool = AtomicBool::new(false);
+
+/// A CUPTI subscriber handle (an opaque pointer CUPTI owns; usable from any thread).
+#[derive(Debug)]
+struct Subscriber(sys::CUpti_SubscriberHandle);
+// SAFETY: the handle is an opaque token CUPTI accepts from any thread (its API is thread-safe).
+unsafe impl Send for Subscriber {}
+// SAFETY: as above; we never dereference it.
+unsafe impl Sync for Subscriber {}
+
+/// Records CUDA activity and graph structure in this process. At most one exists at a time.
+///
+/// Create it before the workload creates its CUDA context or loads modules, synchronise the
+/// device before [`Recorder::finish`] so every record is complete, and call
+/// [`Recorder::flush`] at step or cell boundaries so buffers are recycled.
+#[derive(Debug)]
+pub struct Recorder {
+    shared: Arc<Shared>,
+    cupti: &'static Cupti,
+    subscriber: Option<Subscriber>,
+    kinds_enabled: Vec<sys::CUpti_ActivityKind>,
+    domains_enabled: Vec<sys::CUpti_CallbackDomain>,
+    resource_enabled: Vec<u32>,
+    torn_down: bool,
+    /// Problems met during teardown (they become trace notes).
+    teardown_problems: Vec<String>,
+}
+
+/// An open host range; it is recorded when dropped. Drop it on the thread that opened it.
+#[derive(Debug)]
+#[must_use = "the range ends when this guard is dropped"]
+pub struct MarkerGuard<'a> {
+    recorder: &'a Recorder,
+    name: StrId,
+    kind: MarkerKind,
+    cell: Option<u32>,
+    start: u64,
+    thread: u32,
+    /// Library-call ranges live on a per-thread stack: keep the guard on its thread.
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Drop for MarkerGuard<'_> {
+    fn drop(&mut self) {
+        let end = self.recorder.timestamp().max(self.start);
+        if self.kind == MarkerKind::LibraryCall {
+            callbacks::pop_library_call(self.name);
+        }
+        lock(&self.recorder.shared.state).markers.push(Marker {
+            start: self.start,
+            end,
+            name: self.name,
+            kind: self.kind,
+            thread: self.thread,
+            cell: self.cell,
+        });
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn current_thread_id() -> u32 {
+    unsafe extern "C" {
+        fn gettid() -> i32;
+    }
+    // SAFETY: gettid (glibc ≥ 2.30, musl ≥ 1.2.2) has no preconditions and cannot fail.
+    unsafe { gettid() as u32 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn current_thread_id() -> u32 {
+    0
+}
+
+impl Recorder {
+    /// Loads CUPTI and the driver, subscribes, enables the activity kinds and callbacks.
+    ///
+    /// Must be called before the workload creates its CUDA context / loads modules (kernel
+    /// instrumentation happens at module load). Fails with
+    /// [`CuptiError::MultipleSubscribers`] under another profiler and
+    /// [`CuptiError::AlreadyRecording`] if a Recorder exists.
+    pub fn start(config: RecorderConfig) -> Result<Recorder, CuptiError> {
+        let cupti = loader::cupti()?;
+        loader::driver()?;
+        if CLAIMED
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err(CuptiError::AlreadyRecording);
+        }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::new()),
+            dropped: Default::default(),
+            flush_lock: Mutex::new(()),
+        });
+        // From here on, dropping `rec` (on any error) undoes what was done.
+        let mut rec = Recorder {
+            shared: shared.clone(),
+            cupti,
+            subscriber: None,
+            kinds_enabled: Vec::new(),
+            domains_enabled: Vec::new(),
+            resource_enabled: Vec::new(),
+            torn_down: false,
+            teardown_problems: Vec::new(),
+        };
+        rec.subscribe()?;
+        *lock(&ACTIVE) = Some(shared);
+        let api = cupti.api();
+
+        // SAFETY: resolved when libcupti was loaded; takes a plain enum value.
+        let rc = unsafe { api.cuptiSetThreadIdType(sys::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM) };
+        cupti.check("cuptiSetThreadIdType(SYSTEM)", rc)?;
+
+        let bytes = config.buffer_bytes.max(1024).next_multiple_of(8);
+        callbacks::set_buffer_bytes(bytes);
+        if !REGISTERED.load(Ordering::Acquire) {
+            // SAFETY: resolved at load; both callbacks are `extern "C"` functions with the
+            // signatures CUPTI expects, valid for the whole process.
+            let rc = unsafe {
+                api.cuptiActivityRegisterCallbacks(
+                    Some(callbacks::buffer_requested),
+                    Some(callbacks::buffer_completed),
+                )
+            };
+            cupti.check("cuptiActivityRegisterCallbacks", rc)?;
+            REGISTERED.store(true, Ordering::Release);
+        }
+        // SAFETY: resolved at load; takes a plain flag.
+        let rc = unsafe {
+            api.cuptiActivityEnableLatencyTimestamps(u8::from(config.latency_timestamps))
+        };
+        cupti.check("cuptiActivityEnableLatencyTimestamps", rc)?;
+        rec.enable_event_device_timestamps()?;
+
+        for (kind, label) in KINDS {
+            // SAFETY: resolved at load; `kind` is a CUpti_ActivityKind from the headers.
+            let rc = unsafe { api.cuptiActivityEnable(kind) };
+            cupti.check(label, rc)?;
+            rec.kinds_enabled.push(kind);
+        }
+        let sub = rec.subscriber_handle();
+        for (cbid, label) in RESOURCE_CBIDS {
+            // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe gave us.
+            let rc =
+                unsafe { api.cuptiEnableCallback(1, sub, sys::CUPTI_CB_DOMAIN_RESOURCE, cbid) };
+            cupti.check(label, rc)?;
+            rec.resource_enabled.push(cbid);
+        }
+        for (domain, label) in API_DOMAINS {
+            // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe gave us.
+            let rc = unsafe { api.cuptiEnableDomain(1, sub, domain) };
+            cupti.check(label, rc)?;
+            rec.domains_enabled.push(domain);
+        }
+        Ok(rec)
+    }
+
+    /// `cuptiActivityEnableCudaEventDeviceTimestamps(1)` where CUPTI has it (13.0+); without it
+    /// CUDA_EVENT records may carry no device timestamp, which the trace notes say.
+    fn enable_event_device_timestamps(&self) -> Result<(), CuptiError> {
+        #[cfg(cupti_event_device_timestamps)]
+        if self.cupti.has_event_device_timestamps() {
+            // SAFETY: resolved (checked just above); takes a plain flag.
+            let rc = unsafe {
+                self.cupti
+                    .api()
+                    .cuptiActivityEnableCudaEventDeviceTimestamps(1)
+            };
+            return self
+                .cupti
+                .check("cuptiActivityEnableCudaEventDeviceTimestamps(1)", rc);
+        }
+        lock(&self.shared.state).problem(
+            "this CUPTI has no cuptiActivityEnableCudaEventDeviceTimestamps: event records may lack device timestamps",
+        );
+        Ok(())
+    }
+
+    fn subscriber_handle(&self) -> sys::CUpti_SubscriberHandle {
+        self.subscriber
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |s| s.0)
+    }
+
+    /// cuptiSubscribe_v2 where available (it names a competing subscriber), else cuptiSubscribe.
+    fn subscribe(&mut self) -> Result<(), CuptiError> {
+        let api = self.cupti.api();
+        let mut handle: sys::CUpti_SubscriberHandle = std::ptr::null_mut();
+        #[cfg(cupti_subscribe_v2)]
+        if self.cupti.has_subscribe_v2() {
+            let name = c"gapscope";
+            let mut holder = [0 as std::ffi::c_char; 256];
+            let mut params = sys::CUpti_SubscriberParams {
+                // CUpti_SubscriberParams_STRUCT_SIZE: up to the end of the last field.
+                structSize: std::mem::offset_of!(sys::CUpti_SubscriberParams, oldSubscriberSize)
+                    + std::mem::size_of::<usize>(),
+                subscriberName: name.as_ptr(),
+                oldSubscriberName: holder.as_mut_ptr(),
+                oldSubscriberSize: holder.len(),
+            };
+            // SAFETY: resolved at load; all pointers are valid for the call; CUPTI copies the
+            // name and writes at most `oldSubscriberSize` bytes into `holder`.
+            let rc = unsafe {
+                api.cuptiSubscribe_v2(
+                    &mut handle,
+                    Some(callbacks::on_callback),
+                    std::ptr::null_mut(),
+                    &mut params,
+                )
+            };
+            if rc == sys::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
+                *holder.last_mut().expect("non-empty") = 0;
+                // SAFETY: `holder` is NUL-terminated (its last byte is 0).
+                let name = unsafe { std::ffi::CStr::from_ptr(holder.as_ptr()) }
+                    .to_string_lossy()
+                    .trim()
+                    .to_string();
+                return Err(CuptiError::MultipleSubscribers {
+                    holder: (!name.is_empty()).then_some(name),
+                });
+            }
+            self.cupti.check("cuptiSubscribe_v2", rc)?;
+            self.subscriber = Some(Subscriber(handle));
+            return Ok(());
+        }
+        // SAFETY: resolved at load; `handle` is a valid out-pointer; the callback is static.
+        let rc = unsafe {
+            api.cuptiSubscribe(
+                &mut handle,
+                Some(callbacks::on_callback),
+                std::ptr::null_mut(),
+            )
+        };
+        if rc == sys::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
+            return Err(CuptiError::MultipleSubscribers { holder: None });
+        }
+        self.cupti.check("cuptiSubscribe", rc)?;
+        self.subscriber = Some(Subscriber(handle));
+        Ok(())
+    }
+
+    /// `cuptiGetTimestamp`: now, in ns, on the clock of the activity records. Returns 0 (and
+    /// notes the problem in the trace) if CUPTI fails.
+    pub fn timestamp(&self) -> u64 {
+        let mut ts = 0u64;
+        // SAFETY: resolved at load; writes one u64 through a valid pointer.
+        let rc = unsafe { self.cupti.api().cuptiGetTimestamp(&mut ts) };
+        if rc != sys::CUPTI_SUCCESS {
+            let msg = format!("cuptiGetTimestamp failed: {}", self.cupti.result_name(rc));
+            lock(&self.shared.state).problem(msg);
+            return 0;
+        }
+        ts
+    }
+
+    /// Adds a cell (configuration) and returns its index for [`Recorder::step`]. The cells
+    /// added here replace `metadata.cells` in [`Recorder::finish`] when any were added.
+    pub fn add_cell(&self, cell: Cell) -> u32 {
+        let mut state = lock(&self.shared.state);
+        state.cells.push(cell);
+        (state.cells.len() - 1) as u32
+    }
+
+    fn marker(&self, name: &str, kind: MarkerKind, cell: Option<u32>) -> MarkerGuard<'_> {
+        let id = lock(&self.shared.state).records.intern(name);
+        if kind == MarkerKind::LibraryCall {
+            callbacks::push_library_call(id);
+        }
+        MarkerGuard {
+            recorder: self,
+            name: id,
+            kind,
+            cell,
+            start: self.timestamp(),
+            thread: current_thread_id(),
+            _not_send: PhantomData,
+        }
+    }
+
+    /// A step of `cell`: a [`MarkerKind::Step`] range named "step", recorded on drop.
+    pub fn step(&self, cell: u32) -> MarkerGuard<'_> {
+        self.marker("step", MarkerKind::Step, Some(cell))
+    }
+
+    /// A library call such as `ncclAllGather` ([`MarkerKind::LibraryCall`]). Graph nodes
+    /// created on this thread while it is open get `library_call = name`.
+    pub fn library_call(&self, name: &str) -> MarkerGuard<'_> {
+        self.marker(name, MarkerKind::LibraryCall, None)
+    }
+
+    /// Any other host range ([`MarkerKind::Range`]).
+    pub fn range(&self, name: &str) -> MarkerGuard<'_> {
+        self.marker(name, MarkerKind::Range, None)
+    }
+
+    fn read_dropped(&self) -> Result<(), CuptiError> {
+        let mut n = 0usize;
+        // SAFETY: resolved at load; null context / stream 0 select the global buffers.
+        let rc = unsafe {
+            self.cupti
+                .api()
+                .cuptiActivityGetNumDroppedRecords(std::ptr::null_mut(), 0, &mut n)
+        };
+        self.cupti.check("cuptiActivityGetNumDroppedRecords", rc)?;
+        self.shared.dropped.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn flush_with(&self, flag: u32, label: &'static str) -> Result<(), CuptiError> {
+        let _one_at_a_time = lock(&self.shared.flush_lock);
+        // SAFETY: resolved at load; completed buffers come back through our static callback,
+        // which does not take `flush_lock`.
+        let rc = unsafe { self.cupti.api().cuptiActivityFlushAll(flag) };
+        self.cupti.check(label, rc)?;
+        self.read_dropped()
+    }
+
+    /// `cuptiActivityFlushAll(0)`: hands completed buffers to the recorder. Call it at step or
+    /// cell boundaries (outside timed regions).
+    pub fn flush(&self) -> Result<(), CuptiError> {
+        self.flush_with(0, "cuptiActivityFlushAll(0)")
+    }
+
+    /// Records lost so far: reported dropped by CUPTI plus kernels with zero timestamps.
+    pub fn dropped_records(&self) -> u64 {
+        let zero = lock(&self.shared.state).records.zero_timestamp_kernels;
+        self.shared.dropped.load(Ordering::Relaxed) + zero
+    }
+
+    /// CUPTI API version of the loaded libcupti (e.g. 130001).
+    pub fn cupti_version(&self) -> u32 {
+        self.cupti.version()
+    }
+
+    /// Where libcupti was loaded from.
+    pub fn cupti_path(&self) -> &'static str {
+        self.cupti.path()
+    }
+
+    /// Stops recording: disables the activity kinds, flushes every buffer (forced), reads the
+    /// dropped count, disables callbacks and unsubscribes. Idempotent. Errors other than the
+    /// flush's are kept as notes (the records are still good).
+    fn teardown(&mut self) -> Result<(), CuptiError> {
+        if self.torn_down {
+            return Ok(());
+        }
+        self.torn_down = true;
+        let api = self.cupti.api();
+        let mut notes = Vec::new();
+        // Flush only what we enabled: when start failed early (e.g. another profiler holds
+        // CUPTI) there is nothing of ours to flush.
+        let had_kinds = !self.kinds_enabled.is_empty();
+        for kind in std::mem::take(&mut self.kinds_enabled) {
+            // SAFETY: resolved at load; `kind` was enabled by us.
+            let rc = unsafe { api.cuptiActivityDisable(kind) };
+            if let Err(e) = self.cupti.check("cuptiActivityDisable", rc) {
+                notes.push(format!("{e} (kind {kind})"));
+            }
+        }
+        let flushed = if had_kinds {
+            self.flush_with(
+                sys::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED,
+                "cuptiActivityFlushAll(FORCED)",
+            )
+        } else {
+            Ok(())
+        };
+        let sub = self.subscriber_handle();
+        for cbid in std::mem::take(&mut self.resource_enabled) {
+            // SAFETY: resolved at load; `sub` is our live subscriber.
+            let rc =
+                unsafe { api.cuptiEnableCallback(0, sub, sys::CUPTI_CB_DOMAIN_RESOURCE, cbid) };
+            if let Err(e) = self.cupti.check("cuptiEnableCallback(0)", rc) {
+                notes.push(e.to_string());
+            }
+        }
+        for domain in std::mem::take(&mut self.domains_enabled) {
+            // SAFETY: resolved at load; `sub` is our live subscriber.
+            let rc = unsafe { api.cuptiEnableDomain(0, sub, domain) };
+            if let Err(e) = self.cupti.check("cuptiEnableDomain(0)", rc) {
+                notes.push(e.to_string());
+            }
+        }
+        if let Some(s) = self.subscriber.take() {
+            // SAFETY: resolved at load; `s` is the handle cuptiSubscribe gave us, used once.
+            let rc = unsafe { api.cuptiUnsubscribe(s.0) };
+            if let Err(e) = self.cupti.check("cuptiUnsubscribe", rc) {
+                notes.push(e.to_string());
+            }
+        }
+        {
+            let mut active = lock(&ACTIVE);
+            if active
+                .as_ref()
+                .is_some_and(|a| Arc::ptr_eq(a, &self.shared))
+            {
+                *active = None;
+            }
+        }
+        callbacks::release_free_buffers();
+        CLAIMED.store(false, Ordering::Release);
+        self.teardown_problems.extend(notes);
+        flushed
+    }
+
+    /// Stops recording and builds the trace: forced flush, dropped records accumulated,
+    /// callbacks disabled, unsubscribed, records sorted. Synchronise the device first.
+    ///
+    /// `metadata` is stored as given, except: `cells` is replaced by the cells added with
+    /// [`Recorder::add_cell`] when any were; `versions.cupti` is filled when empty; problems
+    /// met while recording are appended to `notes`.
+    pub fn finish(mut self, mut metadata: Metadata) -> Result<Trace, CuptiError> {
+        self.teardown()?;
+        let state = std::mem::replace(&mut *lock(&self.shared.state), State::new());
+        let dropped = self.shared.dropped.load(Ordering::Relaxed);
+
+        if !state.cells.is_empty() {
+            metadata.cells = state.cells;
+        }
+        if metadata.versions.cupti.is_none() {
+            metadata.versions.cupti = Some(format!("CUPTI API {}", self.cupti.version()));
+        }
+        for (msg, n) in &state.problems {
+            metadata.notes.push(if *n > 1 {
+                format!("recorder: {msg} ({n} times)")
+            } else {
+                format!("recorder: {msg}")
+            });
+        }
+        for msg in &self.teardown_problems {
+            metadata.notes.push(format!("recorder: {msg}"));
+        }
+        let panics = PANICS.swap(0, Ordering::Relaxed);
+        if panics > 0 {
+            metadata.notes.push(format!(
+                "recorder: {panics} panics caught in CUPTI callbacks; some records may be missing"
+            ));
+        }
+        if state.records.unexpected_records > 0 {
+            metadata.notes.push(format!(
+                "recorder: {} activity records of kinds not enabled were ignored",
+                state.records.unexpected_records
+            ));
+        }
+
+        let zero = state.records.zero_timestamp_kernels;
+        let mut builder = state.records.builder;
+        builder.trace.metadata = metadata;
+        let t = &mut builder.trace;
+        let self_corr = state.self_corr;
+        t.api_calls
+            .retain(|a| !(a.domain == ApiDomain::Driver && self_corr.contains(&a.corr)));
+        t.markers = state.markers;
+        t.graph = state.graph.into_dag();
+        t.dropped_records = dropped + zero;
+
+        t.kernels.sort_unstable_by_key(|k| (k.start, k.end, k.corr));
+        t.memcpys.sort_unstable_by_key(|m| (m.start, m.end, m.corr));
+        t.memsets.sort_unstable_by_key(|m| (m.start, m.end, m.corr));
+        t.api_calls
+            .sort_unstable_by_key(|a| (a.start, a.end, a.corr));
+        t.syncs.sort_unstable_by_key(|s| (s.start, s.end, s.corr));
+        t.event_records
+            .sort_unstable_by_key(|e| (e.device_ts, e.corr));
+        t.markers
+            .sort_by_key(|m| (m.start, std::cmp::Reverse(m.end)));
+        Ok(builder.finish())
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        // Never panic in drop; errors here have nowhere to go (finish reports them).
+        let _ = self.teardown();
+    }
+}
+
+/// Serialises the tests that start a real Recorder (one per process at a time).
+#[cfg(test)]
+pub(crate) static TEST_RECORDER_LOCK: Mutex<()> = Mutex::new(());
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config() {
+        let c = RecorderConfig::default();
+        assert_eq!(c.buffer_bytes, 8 * 1024 * 1024);
+        assert!(!c.latency_timestamps);
+    }
+
+    /// Runs only where libcupti and a driver exist; it records nothing (no CUDA work) but
+    /// checks start/finish and the one-recorder rule.
+    #[test]
+    #[ignore = "needs an NVIDIA driver and libcupti (run with --ignored)"]
+    fn start_and_finish_without_work() {
+        let _one = lock(&TEST_RECORDER_LOCK);
+        let rec = match Recorder::start(RecorderConfig {
+            buffer_bytes: 4096,
+            ..Default::default()
+        }) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("skipped: no GPU / CUPTI here ({e})");
+                return;
+            }
+        };
+        assert!(matches!(
+            Recorder::start(RecorderConfig::default()),
+            Err(CuptiError::AlreadyRecording)
+        ));
+        let cell = rec.add_cell(Cell {
+            label: "empty".into(),
+            ..Default::default()
+        });
+        {
+            let _s = rec.step(cell);
+            let _l = rec.library_call("ncclAllGather");
+        }
+        rec.flush().unwrap();
+        let trace = rec.finish(Metadata::default()).unwrap();
+        trace.validate().unwrap();
+        assert_eq!(trace.markers.len(), 2);
+        assert_eq!(trace.metadata.cells.len(), 1);
+    }
+}

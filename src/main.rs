@@ -1,0 +1,363 @@
+//! gapscope command line: parses arguments, calls the library, maps errors to exit codes.
+//!
+//! Exit codes: 0 success; 1 runtime failure (GPU, libraries); 2 bad input (usage, unreadable or
+//! malformed trace); 3 `compare` found a slowdown beyond `--threshold`.
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use gapscope::analysis::{self, Analysis, AnalysisOptions};
+use gapscope::report;
+use gapscope::trace::{self, Trace, TraceError};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "gapscope",
+    version,
+    about = "Where did my graphed CUDA step lose time, and did the fix remove it?",
+    long_about = "gapscope records a step eagerly and as a replayed CUDA graph under CUPTI, aligns the two \
+kernel timelines, attributes every idle gap to a cause from the graph DAG and API records \
+(e.g. the external event wait NCCL graph usage mode 2 puts in front of a captured ncclAllGather), \
+and writes Perfetto, Markdown, JSON and SVG outputs.",
+    after_help = "Examples:\n  gapscope run                      # record on the GPU, or analyse the bundled H200 traces\n  gapscope analyze traces/*.json -o out\n  gapscope compare mode2.json mode1.json --threshold 1.02"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Analyse trace files: steps, eager ↔ graphed alignment, gaps by cause.
+    #[command(
+        after_help = "Example:\n  gapscope analyze traces/emu-h200.json -o out   # writes out/report.md, report.json, trace.perfetto.json, step.svg"
+    )]
+    Analyze {
+        /// Trace files (gapscope JSON).
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Compare BASE with HEAD (e.g. mode 2 vs mode 1, or main vs a PR); exit 3 when HEAD is
+    /// slower than --threshold beyond the run-to-run spread.
+    #[command(
+        after_help = "Example:\n  gapscope compare main.json pr.json --threshold 1.02 || echo 'graphed step regressed'"
+    )]
+    Compare {
+        /// Trace file or folder of trace files (*.json) for the base.
+        base: PathBuf,
+        /// Trace file or folder of trace files for the head.
+        head: PathBuf,
+        /// Largest allowed head/base period ratio (1.02 = 2 % slower).
+        #[arg(long, default_value_t = 1.02)]
+        threshold: f64,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Export one output format of an analysis to a file.
+    #[command(
+        after_help = "Example:\n  gapscope export traces/emu-h200.json --format perfetto -o emu.perfetto.json --align-step 5"
+    )]
+    Export {
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value_t = Format::Perfetto)]
+        format: Format,
+        /// Output file.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Perfetto/SVG: put step K of every cell at the same origin.
+        #[arg(long)]
+        align_step: Option<usize>,
+    },
+    /// Run the HT-decode experiment on the GPU (eager and graphed, graph usage modes, T sweep)
+    /// and analyse it; without a GPU, analyse the bundled H200 traces instead.
+    #[command(
+        after_help = "Example:\n  gapscope run -o out            # GPU: records live; no GPU: bundled traces\n  gapscope run --tokens 1,8,64 --modes 1,2 --steps 300"
+    )]
+    Run(RunArgs),
+    /// Check the HT-decode kernels against the CPU reference on the GPU.
+    #[command(after_help = "Example:\n  gapscope check-kernels --tokens 1,8,512")]
+    CheckKernels {
+        #[arg(long, value_delimiter = ',', default_value = "1,8,512")]
+        tokens: Vec<usize>,
+    },
+}
+
+#[derive(Args, Clone)]
+struct OutputArgs {
+    /// Folder for report.md, report.json, trace.perfetto.json and step.svg.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Print the JSON report on stdout instead of the Markdown summary.
+    #[arg(long)]
+    json: bool,
+    /// Perfetto/SVG: put step K of every cell at the same origin.
+    #[arg(long)]
+    align_step: Option<usize>,
+}
+
+#[derive(Args, Clone)]
+struct RunArgs {
+    /// Output folder.
+    #[arg(short, long, default_value = "gapscope-out")]
+    output: PathBuf,
+    /// Print the JSON report on stdout instead of the Markdown summary.
+    #[arg(long)]
+    json: bool,
+    /// Analyse the bundled traces even when a GPU is present.
+    #[arg(long)]
+    bundled: bool,
+    #[command(flatten)]
+    sweep: gapscope::runner::SweepArgs,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Perfetto,
+    Markdown,
+    Json,
+    Svg,
+}
+
+/// A failure with its exit code; displayed as one line.
+struct Failure {
+    code: u8,
+    error: anyhow::Error,
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        let error = e.into();
+        let code = if error
+            .downcast_ref::<TraceError>()
+            .is_some_and(|e| !matches!(e, TraceError::Write { .. }))
+        {
+            2
+        } else {
+            1
+        };
+        Failure { code, error }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(f) => {
+            // One line: the outermost context and its causes joined.
+            let chain: Vec<String> = f.error.chain().map(|e| e.to_string()).collect();
+            eprintln!("gapscope: error: {}", chain.join(": "));
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    match cli.command {
+        Command::Analyze { traces, out } => {
+            let (traces, names) = load(&traces)?;
+            let analysis = analyze(&traces, &names);
+            write_outputs(&traces, &analysis, &out)?;
+            print_summary(&analysis, out.json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Compare {
+            base,
+            head,
+            threshold,
+            out,
+        } => {
+            if !(threshold.is_finite() && threshold > 0.0) {
+                return Err(Failure {
+                    code: 2,
+                    error: anyhow::anyhow!(
+                        "--threshold must be a positive ratio such as 1.02, got {threshold}"
+                    ),
+                });
+            }
+            let (base_traces, base_names) = load(&expand(&base)?)?;
+            let (head_traces, head_names) = load(&expand(&head)?)?;
+            let comparison = analysis::align::compare(
+                analyze(&base_traces, &base_names),
+                analyze(&head_traces, &head_names),
+                threshold,
+            );
+            let md = report::markdown::comparison_markdown(&comparison);
+            let json = report::json::comparison_json(&comparison);
+            if let Some(dir) = &out.output {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("cannot create {}", dir.display()))?;
+                trace::write_atomically(&dir.join("compare.md"), md.as_bytes())?;
+                trace::write_atomically(&dir.join("compare.json"), json.as_bytes())?;
+            }
+            println!("{}", if out.json { json } else { md });
+            Ok(if comparison.breached.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(3)
+            })
+        }
+        Command::Export {
+            traces,
+            format,
+            output,
+            align_step,
+        } => {
+            let (traces, names) = load(&traces)?;
+            let analysis = analyze(&traces, &names);
+            export(&traces, &analysis, format, &output, align_step)?;
+            eprintln!("wrote {}", output.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run(args) => run_experiment(args),
+        Command::CheckKernels { tokens } => {
+            gapscope::cupti::ensure_cuda_driver()?;
+            let summary = gapscope::runner::htdecode::run_correctness_check(&tokens)
+                .map_err(|e| anyhow::anyhow!(e))?;
+            println!("{summary}");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn analyze(traces: &[Trace], names: &[String]) -> Analysis {
+    analysis::analyze(traces, names, &AnalysisOptions::default())
+}
+
+/// A file, or every `*.json` file of a folder (sorted).
+fn expand(path: &Path) -> Result<Vec<PathBuf>, Failure> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|source| TraceError::Io {
+            path: path.to_owned(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(Failure {
+            code: 2,
+            error: anyhow::anyhow!("{}: no *.json trace files in this folder", path.display()),
+        });
+    }
+    Ok(files)
+}
+
+fn load(paths: &[PathBuf]) -> Result<(Vec<Trace>, Vec<String>), Failure> {
+    let mut traces = Vec::with_capacity(paths.len());
+    for p in paths {
+        traces.push(trace::read_trace(p)?);
+    }
+    Ok((
+        traces,
+        paths.iter().map(|p| p.display().to_string()).collect(),
+    ))
+}
+
+fn write_outputs(traces: &[Trace], analysis: &Analysis, out: &OutputArgs) -> Result<(), Failure> {
+    let Some(dir) = &out.output else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for (format, name) in [
+        (Format::Markdown, "report.md"),
+        (Format::Json, "report.json"),
+        (Format::Perfetto, "trace.perfetto.json"),
+        (Format::Svg, "step.svg"),
+    ] {
+        export(traces, analysis, format, &dir.join(name), out.align_step)?;
+    }
+    eprintln!(
+        "wrote {}/{{report.md,report.json,trace.perfetto.json,step.svg}} (open the .perfetto.json at https://ui.perfetto.dev)",
+        dir.display()
+    );
+    Ok(())
+}
+
+fn export(
+    traces: &[Trace],
+    analysis: &Analysis,
+    format: Format,
+    output: &Path,
+    align_step: Option<usize>,
+) -> Result<(), Failure> {
+    match format {
+        Format::Markdown => trace::write_atomically(
+            output,
+            report::markdown::analysis_markdown(analysis).as_bytes(),
+        )?,
+        Format::Json => {
+            trace::write_atomically(output, report::json::analysis_json(analysis).as_bytes())?
+        }
+        Format::Perfetto => {
+            let opts = report::perfetto::PerfettoOptions {
+                align_steps: align_step,
+            };
+            trace::write_atomically_with(output, |w| {
+                report::perfetto::write_chrome_trace(w, traces, analysis, &opts)
+            })?
+        }
+        Format::Svg => {
+            let Some(pair) = analysis.regime_pairs.first() else {
+                // Nothing to draw side by side; an SVG of nothing would mislead.
+                if matches!(format, Format::Svg) && output.extension().is_some_and(|e| e == "svg") {
+                    eprintln!("note: no eager/graphed pair in the input: no SVG written");
+                }
+                return Ok(());
+            };
+            let step = align_step.unwrap_or(1);
+            trace::write_atomically(
+                output,
+                report::svg::step_svg(traces, analysis, pair, step).as_bytes(),
+            )?
+        }
+    }
+    Ok(())
+}
+
+fn print_summary(analysis: &Analysis, json: bool) {
+    if json {
+        println!("{}", report::json::analysis_json(analysis));
+    } else {
+        println!("{}", report::markdown::analysis_markdown(analysis));
+    }
+}
+
+fn run_experiment(args: RunArgs) -> Result<ExitCode, Failure> {
+    let gpu = !args.bundled && gapscope::runner::gpu_available();
+    let (traces, names) = if gpu {
+        let recorded = gapscope::runner::run_sweep(&args.sweep, &args.output)?;
+        let names = recorded
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect();
+        (recorded.into_iter().map(|(_, t)| t).collect(), names)
+    } else {
+        eprintln!(
+            "gapscope: {}: analysing the bundled traces instead",
+            if args.bundled {
+                "--bundled"
+            } else {
+                "no CUDA GPU found"
+            }
+        );
+        gapscope::bundled::traces()?
+    };
+    let analysis = analyze(&traces, &names);
+    let out = OutputArgs {
+        output: Some(args.output.clone()),
+        json: args.json,
+        align_step: None,
+    };
+    write_outputs(&traces, &analysis, &out)?;
+    print_summary(&analysis, args.json);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,690 @@
+//! Markdown reports, shaped as a PR comment: inputs (with dropped records and a loud note for
+//! synthetic traces), per-workload tables of the step period, the geomean with its range, the
+//! largest gaps and their causes, idle time by cause, the kernel-duration check and warnings.
+//!
+//! Every time is in µs with two decimals; every figure carries n, the median and the p10–p90
+//! spread. A difference inside the run-to-run spread reads "no change".
+
+use super::{md_cell, ratio, stat_us, us2, us2_signed};
+use crate::analysis::stats::{Change, Geomean, Stat};
+use crate::analysis::{Analysis, CellAnalysis, CellComparison, Comparison, OpKind, Regime};
+use crate::trace::Source;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// How many gaps the "largest gaps" tables list.
+const TOP_GAPS: usize = 5;
+
+/// The report of one analysis (eager vs graphed of each workload).
+pub fn analysis_markdown(a: &Analysis) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "## gapscope: graphed vs eager\n");
+    inputs_section(&mut s, a, None);
+    warnings_section(&mut s, &[("", a)]);
+
+    match &a.geomean_ratio {
+        Some(g) => {
+            let _ = writeln!(s, "{}\n", geomean_line("graphed/eager period", "pair", g));
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "No eager ↔ graphed pair with periods on both sides: no geomean.\n"
+            );
+        }
+    }
+
+    // One table per workload key, cells in input order.
+    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, c) in a.cells.iter().enumerate() {
+        groups.entry(c.workload_key()).or_default().push(i);
+    }
+    for (key, cells) in &groups {
+        let _ = writeln!(s, "### Workload {}\n", key_label(key));
+        let _ = writeln!(
+            s,
+            "| cell | regime observed | graph usage mode observed | n | median µs | p10–p90 µs | first launches µs | CUDA-event period µs | graphed/eager | change |"
+        );
+        let _ = writeln!(s, "|---|---|---|--:|--:|--:|--:|--:|--:|---|");
+        for &ci in cells {
+            let c = &a.cells[ci];
+            let pair = a.regime_pairs.iter().find(|p| p.head == ci);
+            let is_base = a.regime_pairs.iter().any(|p| p.base == ci);
+            let (r, change) = match pair {
+                Some(p) => (
+                    p.ratio.map_or("—".to_owned(), ratio),
+                    change_label(p.change),
+                ),
+                None if is_base => ("base".to_owned(), "—".to_owned()),
+                None => ("—".to_owned(), "—".to_owned()),
+            };
+            let (n, median, spread) = match &c.period {
+                Some(p) => (
+                    p.n.to_string(),
+                    us2(p.median),
+                    format!("{}–{}", us2(p.p10), us2(p.p90)),
+                ),
+                None => ("0".to_owned(), "—".to_owned(), "—".to_owned()),
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {n} | {median} | {spread} | {} | {} | {r} | {change} |",
+                md_cell(&c.label),
+                super::regime_label(c.observed.regime),
+                md_cell(c.observed.graph_usage_mode.as_deref().unwrap_or("—")),
+                opt_stat_cell(c.first_launch_period.as_ref()),
+                opt_stat_cell(c.event_period.as_ref()),
+            );
+        }
+        let _ = writeln!(s);
+        for p in a.regime_pairs.iter().filter(|p| cells.contains(&p.head)) {
+            let (Some(base), Some(head)) = (a.cells.get(p.base), a.cells.get(p.head)) else {
+                continue;
+            };
+            pair_section(&mut s, p, base, head);
+        }
+    }
+
+    idle_section(&mut s, a);
+    s
+}
+
+/// The report of `compare BASE HEAD`, with the threshold verdict first and last.
+pub fn comparison_markdown(c: &Comparison) -> String {
+    let mut s = String::new();
+    let verdict = verdict_line(c);
+    let _ = writeln!(s, "## gapscope compare: base vs head\n");
+    let _ = writeln!(s, "**{verdict}**\n");
+    inputs_section(&mut s, &c.base, Some("Base inputs"));
+    inputs_section(&mut s, &c.head, Some("Head inputs"));
+    warnings_section(&mut s, &[("base ", &c.base), ("head ", &c.head)]);
+
+    let _ = writeln!(s, "### Step period, base → head\n");
+    let _ = writeln!(
+        s,
+        "| cell (base → head) | base period µs | head period µs | head/base | change | Δ median µs |"
+    );
+    let _ = writeln!(s, "|---|--:|--:|--:|---|--:|");
+    for m in &c.cells {
+        let bp = c.base.cells.get(m.base).and_then(|x| x.period.as_ref());
+        let hp = c.head.cells.get(m.head).and_then(|x| x.period.as_ref());
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            md_cell(&pair_name(m)),
+            opt_stat_cell(bp),
+            opt_stat_cell(hp),
+            m.ratio.map_or("—".to_owned(), ratio),
+            change_label(m.change),
+            m.period_delta.map_or("—".to_owned(), us2_signed),
+        );
+    }
+    let _ = writeln!(s);
+    match &c.geomean_ratio {
+        Some(g) => {
+            let _ = writeln!(s, "{}\n", geomean_line("head/base period", "cell", g));
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "No matched cell with periods on both sides: no geomean.\n"
+            );
+        }
+    }
+
+    let _ = writeln!(s, "### What explains the differences\n");
+    for m in &c.cells {
+        let _ = writeln!(s, "- **{}**: {}", md_cell(&pair_name(m)), explain(m));
+        for op in top_gap_deltas(m, 3) {
+            let _ = writeln!(s, "  - {op}");
+        }
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(s, "### Kernel durations, base → head\n");
+    for m in &c.cells {
+        let (Some(b), Some(h)) = (c.base.cells.get(m.base), c.head.cells.get(m.head)) else {
+            continue;
+        };
+        let _ = writeln!(
+            s,
+            "- {}: {}",
+            md_cell(&pair_name(m)),
+            duration_check(m, b, h)
+        );
+    }
+    let _ = writeln!(s);
+
+    if !c.unmatched.is_empty() {
+        let _ = writeln!(s, "### Unmatched cells (not compared)\n");
+        for u in &c.unmatched {
+            let _ = writeln!(s, "- {}", md_cell(u));
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(s, "**{verdict}**");
+    s
+}
+
+fn verdict_line(c: &Comparison) -> String {
+    if c.breached.is_empty() {
+        format!(
+            "PASS: no cell slower than {:.2}× beyond spread ({} cells compared)",
+            c.threshold,
+            c.cells.len()
+        )
+    } else {
+        format!(
+            "FAIL: {} cell(s) slower than {:.2}× beyond spread: {}",
+            c.breached.len(),
+            c.threshold,
+            c.breached.join("; ")
+        )
+    }
+}
+
+fn pair_name(m: &CellComparison) -> String {
+    if m.base_label == m.head_label {
+        m.base_label.clone()
+    } else {
+        format!("{} → {}", m.base_label, m.head_label)
+    }
+}
+
+/// "external event wait +1.00 µs (100 % of the period delta), ..." for one matched pair.
+fn explain(m: &CellComparison) -> String {
+    let delta = m.period_delta;
+    let mut s = match delta {
+        Some(d) => format!("period {} µs", us2_signed(d)),
+        None => "period delta unknown".to_owned(),
+    };
+    if m.gap_growth_by_cause.is_empty() {
+        s += "; no gap changed";
+        return s;
+    }
+    s += "; gaps by cause: ";
+    let parts: Vec<String> = m
+        .gap_growth_by_cause
+        .iter()
+        .map(|(kind, label, growth)| {
+            let share = match delta {
+                Some(d) if d.abs() >= 1.0 && growth.is_finite() => {
+                    format!(" ({:.0} % of the period delta)", growth / d * 100.0)
+                }
+                _ => String::new(),
+            };
+            let detail = if label.is_empty() || label == kind.label() {
+                String::new()
+            } else {
+                format!(" — {}", md_cell(label))
+            };
+            format!("{} {} µs{share}{detail}", kind.label(), us2_signed(*growth))
+        })
+        .collect();
+    s + &parts.join(", ")
+}
+
+/// The aligned positions whose gap before changed most, as lines.
+fn top_gap_deltas(m: &CellComparison, n: usize) -> Vec<String> {
+    let mut v: Vec<_> = m
+        .aligned
+        .iter()
+        .filter_map(|a| Some((a, a.gap_before_delta.filter(|d| d.is_finite())?)))
+        .filter(|(_, d)| d.abs() >= 5.0)
+        .collect();
+    v.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()));
+    v.into_iter()
+        .take(n)
+        .map(|(a, d)| {
+            let cause = a
+                .head_gap_cause
+                .as_deref()
+                .or(a.base_gap_cause.as_deref())
+                .unwrap_or("unattributed");
+            format!(
+                "gap before `{}` {} µs ({})",
+                md_cell(&a.name),
+                us2_signed(d),
+                md_cell(cause)
+            )
+        })
+        .collect()
+}
+
+fn change_label(c: Option<Change>) -> String {
+    c.map_or("—".to_owned(), |c| c.label().to_owned())
+}
+
+fn geomean_line(what: &str, unit: &str, g: &Geomean) -> String {
+    format!(
+        "**Geomean {what} over {} {unit}{}: {:.2}× [{:.2}–{:.2}]**",
+        g.n,
+        if g.n == 1 { "" } else { "s" },
+        g.value,
+        g.min,
+        g.max
+    )
+}
+
+/// "27.90 [27.82–28.08] n=12" or "—".
+fn opt_stat_cell(s: Option<&Stat>) -> String {
+    s.map_or("—".to_owned(), |s| {
+        format!(
+            "{} [{}–{}] n={}",
+            us2(s.median),
+            us2(s.p10),
+            us2(s.p90),
+            s.n
+        )
+    })
+}
+
+fn key_label(key: &str) -> String {
+    if key.is_empty() {
+        "(no workload keys)".to_owned()
+    } else {
+        format!("`{}`", key.replace('`', "'"))
+    }
+}
+
+fn inputs_section(s: &mut String, a: &Analysis, title: Option<&str>) {
+    let _ = writeln!(s, "### {}\n", title.unwrap_or("Inputs"));
+    let _ = writeln!(
+        s,
+        "| # | path | source | device | driver | CUDA runtime | CUPTI | NCCL | kernels | dropped records |"
+    );
+    let _ = writeln!(s, "|--:|---|---|---|---|---|---|---|--:|--:|");
+    let opt = |v: &Option<String>| md_cell(v.as_deref().unwrap_or("—"));
+    for (i, inp) in a.inputs.iter().enumerate() {
+        let source = match inp.source {
+            Source::Cupti => "CUPTI",
+            Source::Kineto => "Kineto import",
+            Source::Synthetic => "**synthetic**",
+        };
+        let _ = writeln!(
+            s,
+            "| {i} | `{}` | {source} | {} | {} | {} | {} | {} | {} | {} |",
+            inp.path.replace('`', "'"),
+            opt(&inp.device),
+            opt(&inp.versions.driver),
+            opt(&inp.versions.cuda_runtime),
+            opt(&inp.versions.cupti),
+            opt(&inp.versions.nccl),
+            inp.kernels,
+            inp.dropped_records,
+        );
+    }
+    let _ = writeln!(s);
+    let mut notes = Vec::new();
+    for (i, inp) in a.inputs.iter().enumerate() {
+        match inp.source {
+            Source::Synthetic => notes.push(format!(
+                "⚠️ **synthetic trace, not recorded on a GPU**: input {i} (`{}`). Its figures \
+                 show what gapscope computes, not how any hardware behaves.",
+                inp.path.replace('`', "'")
+            )),
+            Source::Kineto => notes.push(format!(
+                "Input {i} was imported from torch.profiler (Kineto): it has no graph DAG, so \
+                 gaps inside graph replays cannot be traced to graph nodes."
+            )),
+            Source::Cupti => {}
+        }
+        if inp.dropped_records > 0 {
+            notes.push(format!(
+                "⚠️ input {i}: {} CUPTI records dropped: ops may be missing and gaps overstated.",
+                inp.dropped_records
+            ));
+        }
+        for n in &inp.notes {
+            notes.push(format!("input {i}: {}", md_cell(n)));
+        }
+    }
+    for n in notes {
+        let _ = writeln!(s, "> {n}\n");
+    }
+}
+
+fn warnings_section(s: &mut String, sides: &[(&str, &Analysis)]) {
+    let mut lines = Vec::new();
+    for (side, a) in sides {
+        for c in &a.cells {
+            for m in &c.mismatches {
+                lines.push(format!(
+                    "⚠️ {side}cell `{}`: requested ≠ observed: {}",
+                    c.label.replace('`', "'"),
+                    md_cell(m)
+                ));
+            }
+        }
+    }
+    if lines.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "### Warnings\n");
+    for l in lines {
+        let _ = writeln!(s, "- {l}");
+    }
+    let _ = writeln!(s);
+}
+
+/// Eager ↔ graphed detail: kernel-duration check, largest gaps, what explains the delta.
+fn pair_section(s: &mut String, p: &CellComparison, base: &CellAnalysis, head: &CellAnalysis) {
+    let bname = regime_name(base, "base");
+    let hname = regime_name(head, "head");
+    let _ = writeln!(
+        s,
+        "#### {} vs {}\n",
+        md_cell(&p.head_label),
+        md_cell(&p.base_label)
+    );
+    let _ = writeln!(s, "- {}", duration_check(p, base, head));
+    let _ = writeln!(s, "- {}", explain(p));
+    let only_head: Vec<&str> = p
+        .aligned
+        .iter()
+        .filter(|a| a.base.is_none() && a.head.is_some())
+        .map(|a| a.name.as_str())
+        .collect();
+    let only_base: Vec<&str> = p
+        .aligned
+        .iter()
+        .filter(|a| a.head.is_none() && a.base.is_some())
+        .map(|a| a.name.as_str())
+        .collect();
+    if !only_head.is_empty() {
+        let _ = writeln!(
+            s,
+            "- ops only in {hname}: {}",
+            md_cell(&only_head.join(", "))
+        );
+    }
+    if !only_base.is_empty() {
+        let _ = writeln!(
+            s,
+            "- ops only in {bname}: {}",
+            md_cell(&only_base.join(", "))
+        );
+    }
+    let _ = writeln!(s);
+
+    // Largest median gaps before an op in the head's canonical sequence.
+    let mut order: Vec<usize> = (0..head.sequence.len())
+        .filter(|&i| head.sequence[i].gap_before.median > 0.0)
+        .collect();
+    order.sort_by(|&x, &y| {
+        head.sequence[y]
+            .gap_before
+            .median
+            .total_cmp(&head.sequence[x].gap_before.median)
+    });
+    if order.is_empty() {
+        let _ = writeln!(s, "No gap in the {hname} sequence.\n");
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "Largest gaps in the {hname} step (median over steps):\n\n| # | gap before | {hname} gap µs | {bname} gap µs | growth µs | cause ({hname}) |"
+    );
+    let _ = writeln!(s, "|--:|---|--:|--:|--:|---|");
+    for &i in order.iter().take(TOP_GAPS) {
+        let e = &head.sequence[i];
+        let aligned = p.aligned.iter().find(|a| a.head == Some(i));
+        let base_gap = aligned
+            .and_then(|a| a.base)
+            .and_then(|b| base.sequence.get(b))
+            .map(|b| b.gap_before);
+        let growth = aligned
+            .and_then(|a| a.gap_before_delta)
+            .or_else(|| base_gap.map(|b| e.gap_before.median - b.median));
+        let _ = writeln!(
+            s,
+            "| {i} | `{}` | {} | {} | {} | {} |",
+            md_cell(&e.name).replace('`', "'"),
+            stat_us(&e.gap_before),
+            base_gap.map_or("— (no aligned op)".to_owned(), |b| stat_us(&b)),
+            growth.map_or("—".to_owned(), us2_signed),
+            md_cell(&e.gap_cause_label),
+        );
+    }
+    let _ = writeln!(s);
+}
+
+fn regime_name(c: &CellAnalysis, fallback: &'static str) -> &'static str {
+    match c.observed.regime {
+        Some(Regime::Eager) => "eager",
+        Some(Regime::Graphed) => "graphed",
+        None => fallback,
+    }
+}
+
+/// "kernel durations identical within 0.40 % (max |Δ| over 12 aligned kernels)", or the kernels
+/// whose durations differ beyond their spread.
+fn duration_check(p: &CellComparison, base: &CellAnalysis, head: &CellAnalysis) -> String {
+    struct K<'a> {
+        name: &'a str,
+        b: Stat,
+        h: Stat,
+        delta: f64,
+    }
+    let kernels: Vec<K> = p
+        .aligned
+        .iter()
+        .filter_map(|a| {
+            let b = base.sequence.get(a.base?)?;
+            let h = head.sequence.get(a.head?)?;
+            if b.kind != OpKind::Kernel {
+                return None;
+            }
+            Some(K {
+                name: &a.name,
+                b: b.duration,
+                h: h.duration,
+                delta: a
+                    .duration_delta
+                    .unwrap_or(h.duration.median - b.duration.median),
+            })
+        })
+        .collect();
+    if kernels.is_empty() {
+        return "kernel durations: no aligned kernels to compare".to_owned();
+    }
+    let n = kernels.len();
+    let pct = p.max_duration_delta_pct.map_or_else(
+        || {
+            kernels
+                .iter()
+                .filter(|k| k.b.median > 0.0)
+                .map(|k| (k.delta / k.b.median * 100.0).abs())
+                .fold(0.0, f64::max)
+        },
+        f64::abs,
+    );
+    if p.durations_within_spread {
+        return format!(
+            "kernel durations identical within {pct:.2} % (max |Δ| over {n} aligned kernels)"
+        );
+    }
+    let mut differ: Vec<&K> = kernels
+        .iter()
+        .filter(|k| k.delta.abs() > k.b.spread().max(k.h.spread()))
+        .collect();
+    if differ.is_empty() {
+        // The analysis judged otherwise: show the largest deltas.
+        differ = kernels.iter().collect();
+    }
+    differ.sort_by(|x, y| y.delta.abs().total_cmp(&x.delta.abs()));
+    let list: Vec<String> = differ
+        .iter()
+        .take(5)
+        .map(|k| {
+            let rel = if k.b.median > 0.0 {
+                format!(", {:+.1} %", k.delta / k.b.median * 100.0)
+            } else {
+                String::new()
+            };
+            format!(
+                "`{}` {} → {} ({} µs{rel})",
+                md_cell(k.name).replace('`', "'"),
+                stat_us(&k.b),
+                stat_us(&k.h),
+                us2_signed(k.delta)
+            )
+        })
+        .collect();
+    format!(
+        "kernel durations differ beyond spread (max |Δ| {pct:.2} % over {n} aligned kernels): {}{}",
+        list.join("; "),
+        if differ.len() > 5 {
+            format!("; and {} more", differ.len() - 5)
+        } else {
+            String::new()
+        }
+    )
+}
+
+fn idle_section(s: &mut String, a: &Analysis) {
+    if a.cells.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "### Idle time per step, by cause\n");
+    let _ = writeln!(
+        s,
+        "| cell | cause | median µs | p10–p90 µs | n | evidence (largest) |"
+    );
+    let _ = writeln!(s, "|---|---|--:|--:|--:|---|");
+    let row = |s: &mut String, label: &str, what: &str, st: &Stat, ex: &str| {
+        let _ = writeln!(
+            s,
+            "| {} | {what} | {} | {}–{} | {} | {} |",
+            md_cell(label),
+            us2(st.median),
+            us2(st.p10),
+            us2(st.p90),
+            st.n,
+            md_cell(ex)
+        );
+    };
+    for c in &a.cells {
+        if let Some(b) = &c.busy {
+            row(s, &c.label, "*busy (any stream)*", b, "");
+        }
+        if let Some(i) = &c.idle {
+            row(s, &c.label, "*idle, all causes*", i, "");
+        }
+        let mut causes: Vec<_> = c.idle_by_cause.iter().collect();
+        causes.sort_by(|x, y| y.per_step.median.total_cmp(&x.per_step.median));
+        for t in causes {
+            let example = if t.example == t.cause.label() {
+                ""
+            } else {
+                t.example.as_str()
+            };
+            row(s, &c.label, t.cause.label(), &t.per_step, example);
+        }
+    }
+    let _ = writeln!(s);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixtures;
+
+    #[test]
+    fn analysis_report_carries_the_figures() {
+        let (_, a) = fixtures::fixture();
+        let md = analysis_markdown(&a);
+        assert!(
+            md.contains("synthetic trace, not recorded on a GPU"),
+            "{md}"
+        );
+        assert!(md.contains("| 3 |"), "dropped records column: {md}");
+        assert!(md.contains("3 CUPTI records dropped"));
+        assert!(md.contains("NVIDIA H200") && md.contains("2.30.7") && md.contains("580.1"));
+        // Geomean with range; graphed/eager = 28/27.
+        assert!(
+            md.contains("**Geomean graphed/eager period over 1 pair: 1.04× [1.04–1.04]**"),
+            "{md}"
+        );
+        // The period table: graphed row with ratio and change, eager row as base.
+        assert!(md.contains("### Workload `T=8,pattern=\"replay\"`"), "{md}");
+        assert!(
+            md.contains("| graphed mode=2 T=8 | graphed | 2 (mixing) | 3 | 28.00 | 28.00–28.00 | — | 28.00 [27.92–28.08] n=2 | 1.04× | slower |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| eager T=8 | eager | — | 3 | 27.00 | 27.00–27.00 | — | — | base | — |")
+        );
+        // Kernel durations and top gaps, with the cause.
+        assert!(
+            md.contains(
+                "kernel durations identical within 0.00 % (max |Δ| over 4 aligned kernels)"
+            )
+        );
+        assert!(md.contains("Largest gaps in the graphed step"));
+        assert!(md.contains("`ncclDevKernel_AllGather_RING_LL` | 2.50 µs [2.50–2.50] n=4 | 1.50 µs [1.50–1.50] n=4 | +1.00 |"), "{md}");
+        assert!(md.contains("NCCL graph usage mode 2 (mixing)"));
+        // Idle by cause and warnings.
+        assert!(md.contains("### Idle time per step, by cause"));
+        assert!(md.contains("| graphed mode=2 T=8 | external event wait | 2.50 |"));
+        assert!(
+            md.contains("requested ≠ observed: requested graph usage mode 1, observed 2 (mixing)")
+        );
+    }
+
+    #[test]
+    fn differing_kernels_are_named() {
+        let (_, mut a) = fixtures::fixture();
+        let p = &mut a.regime_pairs[0];
+        p.durations_within_spread = false;
+        p.max_duration_delta_pct = Some(5.0);
+        p.aligned[3].duration_delta = Some(480.0);
+        a.cells[1].sequence[3].duration = Stat::of(&mut [9_980.0, 9_980.0, 9_980.0]).unwrap();
+        let md = analysis_markdown(&a);
+        assert!(md.contains("kernel durations differ beyond spread (max |Δ| 5.00 % over 4 aligned kernels): `dispatch` 9.50 µs [9.50–9.50] n=4 → 9.98 µs [9.98–9.98] n=3 (+0.48 µs, +5.1 %)"), "{md}");
+    }
+
+    #[test]
+    fn real_inputs_are_not_called_synthetic() {
+        let (_, mut a) = fixtures::fixture();
+        a.inputs[0].source = Source::Cupti;
+        a.inputs[0].dropped_records = 0;
+        let md = analysis_markdown(&a);
+        assert!(!md.to_lowercase().contains("synthetic"));
+        assert!(md.contains("| CUPTI |"));
+        // Dropped records still shown, as 0.
+        assert!(md.contains("dropped records |"));
+        assert!(md.contains("| 32 | 0 |"), "{md}");
+    }
+
+    #[test]
+    fn comparison_pass_and_no_change() {
+        let c = fixtures::comparison(1.02, vec![]);
+        let md = comparison_markdown(&c);
+        assert!(
+            md.contains("**PASS: no cell slower than 1.02× beyond spread (2 cells compared)**"),
+            "{md}"
+        );
+        // Eager cell identical on both sides: inside spread.
+        assert!(md.contains("| eager T=8 | 27.00 [27.00–27.00] n=3 | 27.00 [27.00–27.00] n=3 | 1.00× | no change | ±0.00 |"), "{md}");
+        assert!(md.contains("| graphed mode=2 T=8 → graphed mode=1 T=8 | 28.00 [28.00–28.00] n=3 | 26.90 [26.82–26.98] n=3 | 0.96× | faster | −1.10 |"), "{md}");
+        assert!(
+            md.contains("**Geomean head/base period over 2 cells: 0.98× [0.96–1.00]**"),
+            "{md}"
+        );
+        assert!(
+            md.contains("external event wait −1.10 µs (100 % of the period delta)"),
+            "{md}"
+        );
+        assert!(md.contains("graphed mode=2 T=512 (base only)"));
+        assert!(md.contains("synthetic trace, not recorded on a GPU"));
+        assert!(md.contains("Base inputs") && md.contains("Head inputs"));
+    }
+
+    #[test]
+    fn comparison_fail_names_the_cells() {
+        let c = fixtures::comparison(1.02, vec!["graphed T=8: 1.05× (p10–p90 ±0.4 %)".into()]);
+        let md = comparison_markdown(&c);
+        assert!(md.contains("**FAIL: 1 cell(s) slower than 1.02× beyond spread: graphed T=8: 1.05× (p10–p90 ±0.4 %)**"), "{md}");
+        assert!(!md.contains("PASS"));
+    }
+}

@@ -1,0 +1,225 @@
+//! Outputs: Perfetto (Chrome trace JSON), Markdown (a PR comment), JSON summary, SVG of one
+//! aligned step.
+//!
+//! Every function here is pure: it reads the traces and the analysis results
+//! ([`crate::analysis::Analysis`], [`crate::analysis::Comparison`]) and returns a `String` or
+//! writes to a `&mut dyn std::io::Write`. Writing files (atomically) is the caller's job, through
+//! [`crate::trace::write_atomically`] / [`crate::trace::write_atomically_with`].
+
+pub mod json;
+pub mod markdown;
+pub mod perfetto;
+pub mod svg;
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+
+pub use json::{
+    JsonOptions, analysis_json, analysis_json_with, comparison_json, comparison_json_with,
+};
+pub use markdown::{analysis_markdown, comparison_markdown};
+pub use perfetto::{PerfettoOptions, chrome_trace, write_chrome_trace};
+pub use svg::{step_svg, step_svg_between};
+
+use crate::analysis::stats::Stat;
+use crate::analysis::{CauseKind, Regime};
+use crate::trace::Trace;
+
+/// `ns` as microseconds with 2 decimals ("12.34").
+pub(crate) fn us2(ns: f64) -> String {
+    if ns.is_finite() {
+        format!("{:.2}", ns / 1000.0)
+    } else {
+        "—".to_owned()
+    }
+}
+
+/// Signed microseconds with 2 decimals ("+1.20", "−0.35").
+pub(crate) fn us2_signed(ns: f64) -> String {
+    if !ns.is_finite() {
+        return "—".to_owned();
+    }
+    let v = ns / 1000.0;
+    // Avoid "-0.00".
+    if (v * 100.0).round() == 0.0 {
+        "±0.00".to_owned()
+    } else if v > 0.0 {
+        format!("+{v:.2}")
+    } else {
+        format!("−{:.2}", -v)
+    }
+}
+
+/// "12.34 µs [11.00–13.50] n=400": median, p10–p90 and n.
+pub(crate) fn stat_us(s: &Stat) -> String {
+    format!(
+        "{} µs [{}–{}] n={}",
+        us2(s.median),
+        us2(s.p10),
+        us2(s.p90),
+        s.n
+    )
+}
+
+/// A ratio as "1.03×".
+pub(crate) fn ratio(r: f64) -> String {
+    if r.is_finite() {
+        format!("{r:.2}×")
+    } else {
+        "—".to_owned()
+    }
+}
+
+/// Escapes text for XML content and attribute values.
+pub(crate) fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // XML 1.0 forbids most control characters, even escaped.
+            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('?'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Escapes text for a Markdown table cell (pipes and line breaks would break the row).
+pub(crate) fn md_cell(s: &str) -> String {
+    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+/// The snake_case name serde gives a cause kind ("external_event_wait").
+pub(crate) fn cause_kind_id(kind: CauseKind) -> String {
+    match serde_json::to_value(kind) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => format!("{kind:?}"),
+    }
+}
+
+pub(crate) fn regime_label(r: Option<Regime>) -> &'static str {
+    r.map_or("unknown", Regime::label)
+}
+
+/// The name of string `id` of trace `trace` ("?" when either is out of range).
+pub(crate) fn trace_str(traces: &[Trace], trace: usize, id: u32) -> &str {
+    traces.get(trace).map_or("?", |t| t.str(id))
+}
+
+/// A short display name for a (possibly C++-mangled-looking) kernel name:
+/// `void ns::kernel<T, 4>(float*, int)` → `kernel`.
+pub(crate) fn short_name(name: &str) -> &str {
+    let mut s = name;
+    if let Some(i) = s.find('(') {
+        s = &s[..i];
+    }
+    if let Some(i) = s.find('<') {
+        s = &s[..i];
+    }
+    let s = s.trim();
+    let s = s.rsplit("::").next().unwrap_or(s);
+    let s = s.rsplit(' ').next().unwrap_or(s);
+    if s.is_empty() { name } else { s }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn helpers_format() {
+        assert_eq!(us2(1234.0), "1.23");
+        assert_eq!(us2(f64::NAN), "—");
+        assert_eq!(us2_signed(1500.0), "+1.50");
+        assert_eq!(us2_signed(-1500.0), "−1.50");
+        assert_eq!(us2_signed(1.0), "±0.00");
+        assert_eq!(ratio(1.034), "1.03×");
+        assert_eq!(xml_escape("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&apos;");
+        assert_eq!(md_cell("a|b\nc"), "a\\|b c");
+        assert_eq!(
+            cause_kind_id(CauseKind::ExternalEventWait),
+            "external_event_wait"
+        );
+        assert_eq!(short_name("void ns::kern<float, 4>(float*, int)"), "kern");
+        assert_eq!(
+            short_name("ncclDevKernel_AllGather_RING_LL"),
+            "ncclDevKernel_AllGather_RING_LL"
+        );
+        assert_eq!(short_name("HtoD"), "HtoD");
+    }
+}
+
+#[cfg(test)]
+mod end_to_end {
+    //! The reports over the real analysis of a synthetic trace (no hand-built model).
+    use super::*;
+    use crate::analysis::{AnalysisOptions, analyze};
+
+    #[test]
+    fn reports_of_the_emu_experiment() {
+        let traces = vec![crate::synthetic::emu_experiment(40)];
+        let a = analyze(
+            &traces,
+            &["emu.trace.json".to_owned()],
+            &AnalysisOptions::default(),
+        );
+        let md = analysis_markdown(&a);
+        assert!(md.contains("synthetic trace, not recorded on a GPU"));
+        assert!(md.contains("**Geomean graphed/eager period over"), "{md}");
+        let json: serde_json::Value = serde_json::from_str(&analysis_json(&a)).unwrap();
+        assert_eq!(json["gapscope_report_version"], 1);
+        for align in [None, Some(1)] {
+            let chrome = chrome_trace(&traces, &a, &PerfettoOptions { align_steps: align });
+            let v: serde_json::Value = serde_json::from_str(&chrome).unwrap();
+            assert!(v["traceEvents"].as_array().unwrap().len() > 100);
+        }
+        for pair in &a.regime_pairs {
+            let svg = step_svg(&traces, &a, pair, 1);
+            assert!(svg.starts_with("<svg") && svg.contains("class=\"legend\""));
+        }
+        if std::env::var_os("GAPSCOPE_DUMP_REPORTS").is_some() {
+            let dir = std::path::Path::new("/tmp/gsout");
+            std::fs::write(dir.join("e2e.md"), &md).unwrap();
+            std::fs::write(dir.join("e2e.json"), analysis_json(&a)).unwrap();
+            let chrome = chrome_trace(
+                &traces,
+                &a,
+                &PerfettoOptions {
+                    align_steps: Some(1),
+                },
+            );
+            std::fs::write(dir.join("e2e.perfetto.json"), chrome).unwrap();
+            if let Some(p) = a.regime_pairs.first() {
+                std::fs::write(dir.join("e2e.svg"), step_svg(&traces, &a, p, 1)).unwrap();
+            }
+        }
+    }
+
+    /// `cargo test --release --lib report::end_to_end::large -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn large_trace_streams() {
+        let traces = vec![crate::synthetic::emu_experiment(62_500)];
+        let t = std::time::Instant::now();
+        let a = analyze(&traces, &["big".to_owned()], &AnalysisOptions::default());
+        let analysed = t.elapsed();
+        let t = std::time::Instant::now();
+        let mut out = std::io::BufWriter::new(std::io::sink());
+        write_chrome_trace(&mut out, &traces, &a, &PerfettoOptions::default()).unwrap();
+        let exported = t.elapsed();
+        let t = std::time::Instant::now();
+        let md = analysis_markdown(&a);
+        let js = analysis_json(&a);
+        eprintln!(
+            "{} kernels: analysis {analysed:?}, chrome trace {exported:?}, md+json {:?} ({} + {} bytes)",
+            traces[0].kernels.len(),
+            t.elapsed(),
+            md.len(),
+            js.len()
+        );
+    }
+}

@@ -1,0 +1,991 @@
+//! Chrome trace JSON (`{"traceEvents":[...],"displayTimeUnit":"ns"}`) that ui.perfetto.dev and
+//! chrome://tracing load, showing every cell one above the other with its gaps named by cause.
+//!
+//! Layout:
+//! - one process (pid) per cell, named "`<cell label>` [observed regime, mode] — trace `i`:
+//!   `<path>` rank `r`"; processes are sorted so cells of one workload sit together, eager
+//!   above graphed;
+//! - per process, tracks (tids) in this order: "steps" (one slice per step, from its window
+//!   start to its end), "host thread N" (the launch API calls of the step's ops), "stream N"
+//!   (kernels, memcpys, memsets), "gaps" (one slice per gap, named by [`Cause::label`]);
+//! - flow arrows from each launch API call to the first op it launched (a graph launch gets one
+//!   arrow, to the first op of the replay, not one per kernel);
+//! - timestamps in µs with exactly three decimals, written from integer nanoseconds (no float
+//!   rounding): 1234567 ns → `1234.567`.
+//!
+//! Only ops that belong to a step of the analysis are written (with their launch calls and
+//! the step's gaps): warm-up, set-up and anything between cells stay out, which keeps the file
+//! small enough for the UI (very large JSON files crash it).
+//!
+//! No two slices on one track overlap: Perfetto would silently move one of them elsewhere. When
+//! records overlap on one stream (clock jitter between records) or one host thread (nested
+//! runtime/driver calls), the later slice goes to an overflow track named "stream N
+//! (overflow k)". Slices that merely touch (one ends where the next starts) share a track.
+
+use crate::analysis::{Analysis, CellAnalysis, Op, OpKind};
+use crate::trace::{ApiCall, Source, Trace};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+/// Options of the Chrome trace export.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PerfettoOptions {
+    /// When `Some(k)`: each process is shifted so that the window of its step `k` (the cell's
+    /// last step when it has fewer) starts at the same instant in every process, so regimes line
+    /// up. That instant is the smallest one that keeps every timestamp non-negative (it is 0
+    /// when nothing precedes step `k`'s window, e.g. `k = 0` without launch calls before it).
+    /// When `None`: recorded times, minus one origin common to all traces (the earliest
+    /// timestamp written), so numbers stay small.
+    pub align_steps: Option<usize>,
+}
+
+/// The Chrome trace as one string. Prefer [`write_chrome_trace`] for large traces.
+pub fn chrome_trace(traces: &[Trace], analysis: &Analysis, opts: &PerfettoOptions) -> String {
+    let mut out = Vec::new();
+    write_chrome_trace(&mut out, traces, analysis, opts).expect("writing to a Vec cannot fail");
+    String::from_utf8(out).expect("the writer emits UTF-8 only")
+}
+
+/// Streams the Chrome trace to `w`. Memory use is one cell's events at a time.
+pub fn write_chrome_trace(
+    w: &mut dyn Write,
+    traces: &[Trace],
+    analysis: &Analysis,
+    opts: &PerfettoOptions,
+) -> io::Result<()> {
+    // One launch-call index per trace, built on first use.
+    let mut api_index: HashMap<usize, HashMap<u32, &ApiCall>> = HashMap::new();
+    for cell in &analysis.cells {
+        if let Some(t) = traces.get(cell.trace) {
+            api_index.entry(cell.trace).or_insert_with(|| {
+                let mut m = HashMap::with_capacity(t.api_calls.len());
+                for a in &t.api_calls {
+                    // Several records may share a correlation id (runtime and driver); keep
+                    // the outermost (earliest, longest).
+                    m.entry(a.corr)
+                        .and_modify(|b: &mut &ApiCall| {
+                            if (a.start, std::cmp::Reverse(a.end))
+                                < (b.start, std::cmp::Reverse(b.end))
+                            {
+                                *b = a;
+                            }
+                        })
+                        .or_insert(a);
+                }
+                m
+            });
+        }
+    }
+    let empty = HashMap::new();
+    let apis = |trace: usize| api_index.get(&trace).unwrap_or(&empty);
+
+    // Pass 1: the earliest timestamp each cell writes, for the origin/alignment.
+    let earliest: Vec<Option<u64>> = analysis
+        .cells
+        .iter()
+        .map(|c| cell_earliest(c, analysis, apis(c.trace)))
+        .collect();
+    let shifts = shifts(analysis, &earliest, opts);
+
+    // Process order: by workload, eager above graphed, then label.
+    let mut order: Vec<usize> = (0..analysis.cells.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&analysis.cells[a], &analysis.cells[b]);
+        (x.workload_key(), x.observed.regime, &x.label, a).cmp(&(
+            y.workload_key(),
+            y.observed.regime,
+            &y.label,
+            b,
+        ))
+    });
+    let mut sort_index = vec![0usize; analysis.cells.len()];
+    for (rank, &c) in order.iter().enumerate() {
+        sort_index[c] = rank;
+    }
+
+    let mut out = EventWriter::new(w)?;
+    let mut next_flow = 1u64;
+    for (ci, cell) in analysis.cells.iter().enumerate() {
+        let pid = ci as u64 + 1;
+        let trace = traces.get(cell.trace);
+        out.meta_process(pid, &process_name(cell, analysis, trace), sort_index[ci])?;
+        let Some(shift) = shifts[ci] else {
+            continue; // a cell without steps: its name only
+        };
+        let Some(timeline) = analysis.timelines.get(cell.trace) else {
+            continue;
+        };
+        let events = collect_cell(cell, &timeline.ops, apis(cell.trace));
+        write_cell(
+            &mut out,
+            pid,
+            shift,
+            cell,
+            &timeline.ops,
+            trace,
+            events,
+            &mut next_flow,
+        )?;
+    }
+    out.finish()
+}
+
+/// Maps a recorded ns timestamp to output ns: `ts + add - sub` (never negative).
+#[derive(Debug, Clone, Copy)]
+struct Shift {
+    sub: u64,
+    add: u64,
+}
+
+impl Shift {
+    fn apply(self, ts: u64) -> u64 {
+        (i128::from(ts) - i128::from(self.sub) + i128::from(self.add))
+            .clamp(0, i128::from(u64::MAX)) as u64
+    }
+}
+
+fn shifts(
+    analysis: &Analysis,
+    earliest: &[Option<u64>],
+    opts: &PerfettoOptions,
+) -> Vec<Option<Shift>> {
+    match opts.align_steps {
+        None => {
+            let origin = earliest.iter().flatten().copied().min().unwrap_or(0);
+            earliest
+                .iter()
+                .map(|e| {
+                    e.map(|_| Shift {
+                        sub: origin,
+                        add: 0,
+                    })
+                })
+                .collect()
+        }
+        Some(k) => {
+            let anchors: Vec<Option<u64>> = analysis
+                .cells
+                .iter()
+                .map(|c| {
+                    c.steps
+                        .get(k)
+                        .or_else(|| c.steps.last())
+                        .map(|s| s.window_start)
+                })
+                .collect();
+            // The common instant: large enough that each cell's earliest event stays ≥ 0.
+            let add = anchors
+                .iter()
+                .zip(earliest)
+                .filter_map(|(a, e)| Some(a.as_ref()?.saturating_sub((*e)?)))
+                .max()
+                .unwrap_or(0);
+            anchors
+                .iter()
+                .zip(earliest)
+                .map(|(a, e)| {
+                    e.as_ref()?;
+                    Some(Shift { sub: (*a)?, add })
+                })
+                .collect()
+        }
+    }
+}
+
+fn cell_earliest(
+    cell: &CellAnalysis,
+    analysis: &Analysis,
+    apis: &HashMap<u32, &ApiCall>,
+) -> Option<u64> {
+    let ops = &analysis.timelines.get(cell.trace)?.ops;
+    let mut min: Option<u64> = None;
+    let mut see = |t: u64| min = Some(min.map_or(t, |m: u64| m.min(t)));
+    for s in &cell.steps {
+        see(s.window_start.min(s.start));
+        for &i in &s.ops {
+            if let Some(op) = ops.get(i) {
+                see(op.start);
+                if let Some(a) = apis.get(&op.corr) {
+                    see(a.start);
+                }
+            }
+        }
+        for g in &s.gaps {
+            see(g.start);
+        }
+    }
+    min
+}
+
+fn process_name(cell: &CellAnalysis, analysis: &Analysis, trace: Option<&Trace>) -> String {
+    let mut observed = super::regime_label(cell.observed.regime).to_owned();
+    if let Some(mode) = &cell.observed.graph_usage_mode {
+        observed += &format!(", mode {mode}");
+    }
+    let path = analysis
+        .inputs
+        .get(cell.trace)
+        .map_or("?", |i| i.path.as_str());
+    let rank = trace.map_or(0, |t| t.metadata.rank);
+    let synthetic = analysis
+        .inputs
+        .get(cell.trace)
+        .is_some_and(|i| i.source == Source::Synthetic);
+    format!(
+        "{} [{observed}] — trace {}: {path} rank {rank}{}",
+        cell.label,
+        cell.trace,
+        if synthetic {
+            " (synthetic, not recorded on a GPU)"
+        } else {
+            ""
+        }
+    )
+}
+
+/// A track of one process, in display order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Track {
+    Steps,
+    Host(u32),
+    Stream(u32, u32), // (device, stream)
+    Gaps,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Payload {
+    /// Index into the cell's steps.
+    Step(usize),
+    /// Index into the timeline's ops, and the step it belongs to.
+    Op(usize, usize),
+    /// A launch call: correlation id and name.
+    Api(u32, u32),
+    /// (step, gap) indices.
+    Gap(usize, usize),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Ev {
+    track: Track,
+    start: u64,
+    end: u64,
+    payload: Payload,
+}
+
+fn collect_cell(cell: &CellAnalysis, ops: &[Op], apis: &HashMap<u32, &ApiCall>) -> Vec<Ev> {
+    let mut evs = Vec::new();
+    let mut seen_corr = std::collections::HashSet::new();
+    for (si, s) in cell.steps.iter().enumerate() {
+        evs.push(Ev {
+            track: Track::Steps,
+            start: s.window_start.min(s.start),
+            end: s.end,
+            payload: Payload::Step(si),
+        });
+        for &i in &s.ops {
+            let Some(op) = ops.get(i) else { continue };
+            evs.push(Ev {
+                track: Track::Stream(op.device, op.stream),
+                start: op.start,
+                end: op.end.max(op.start),
+                payload: Payload::Op(i, si),
+            });
+            if seen_corr.insert(op.corr)
+                && let Some(a) = apis.get(&op.corr)
+            {
+                evs.push(Ev {
+                    track: Track::Host(a.thread),
+                    start: a.start,
+                    end: a.end.max(a.start),
+                    payload: Payload::Api(a.corr, a.name),
+                });
+            }
+        }
+        for (gi, g) in s.gaps.iter().enumerate() {
+            if g.end > g.start {
+                evs.push(Ev {
+                    track: Track::Gaps,
+                    start: g.start,
+                    end: g.end,
+                    payload: Payload::Gap(si, gi),
+                });
+            }
+        }
+    }
+    evs
+}
+
+/// Assigns each event a lane of its track so no two slices of one lane overlap: first fit, in
+/// start order (longer first on ties). Returns the lane per event and the lane count per track.
+fn assign_lanes(evs: &mut [Ev]) -> (Vec<usize>, BTreeMap<Track, usize>) {
+    evs.sort_by(|a, b| {
+        (a.track, a.start, std::cmp::Reverse(a.end)).cmp(&(
+            b.track,
+            b.start,
+            std::cmp::Reverse(b.end),
+        ))
+    });
+    let mut lanes_of: BTreeMap<Track, Vec<u64>> = BTreeMap::new(); // last end per lane
+    let mut lane = Vec::with_capacity(evs.len());
+    for e in evs.iter() {
+        let ends = lanes_of.entry(e.track).or_default();
+        match ends.iter().position(|&end| end <= e.start) {
+            Some(l) => {
+                ends[l] = e.end;
+                lane.push(l);
+            }
+            None => {
+                ends.push(e.end);
+                lane.push(ends.len() - 1);
+            }
+        }
+    }
+    let counts = lanes_of.into_iter().map(|(t, v)| (t, v.len())).collect();
+    (lane, counts)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_cell(
+    out: &mut EventWriter<'_>,
+    pid: u64,
+    shift: Shift,
+    cell: &CellAnalysis,
+    ops: &[Op],
+    trace: Option<&Trace>,
+    mut evs: Vec<Ev>,
+    next_flow: &mut u64,
+) -> io::Result<()> {
+    let (lanes, counts) = assign_lanes(&mut evs);
+    let one_device = evs
+        .iter()
+        .filter_map(|e| match e.track {
+            Track::Stream(d, _) => Some(d),
+            _ => None,
+        })
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+        <= 1;
+    // tids: sequential in track order, lanes after their main track.
+    let mut first_tid: BTreeMap<Track, u64> = BTreeMap::new();
+    let mut next_tid = 1u64;
+    for (&track, &n) in &counts {
+        first_tid.insert(track, next_tid);
+        for l in 0..n {
+            let base = match track {
+                Track::Steps => "steps".to_owned(),
+                Track::Host(t) => format!("host thread {t}"),
+                Track::Stream(_, s) if one_device => format!("stream {s}"),
+                Track::Stream(d, s) => format!("device {d} stream {s}"),
+                Track::Gaps => "gaps".to_owned(),
+            };
+            let name = if l == 0 {
+                base
+            } else {
+                format!("{base} (overflow {l})")
+            };
+            out.meta_thread(pid, next_tid, &name)?;
+            next_tid += 1;
+        }
+    }
+    // The tid of each event (events are in track order here, so one lookup per track).
+    let mut tids = Vec::with_capacity(evs.len());
+    let mut last: Option<(Track, u64)> = None;
+    for (e, &l) in evs.iter().zip(&lanes) {
+        let base = match last {
+            Some((t, b)) if t == e.track => b,
+            _ => first_tid[&e.track],
+        };
+        last = Some((e.track, base));
+        tids.push(base + l as u64);
+    }
+    drop(lanes);
+    let mut names = NameCache::new(trace);
+    // Where each launch call landed, for the flow arrows.
+    let mut api_at: HashMap<u32, (u64, u64)> = HashMap::new(); // corr -> (tid, ts)
+    for (e, &tid) in evs.iter().zip(&tids) {
+        if let Payload::Api(corr, _) = e.payload {
+            api_at.insert(corr, (tid, mid(e)));
+        }
+    }
+    // Written in time order (the lanes needed track order).
+    let mut order: Vec<u32> = (0..evs.len() as u32).collect();
+    order.sort_unstable_by_key(|&i| {
+        let e = &evs[i as usize];
+        (e.start, std::cmp::Reverse(e.end), i)
+    });
+    let mut flowed = std::collections::HashSet::new();
+    for i in order {
+        let (e, tid) = (&evs[i as usize], tids[i as usize]);
+        let (ts, dur) = (shift.apply(e.start), e.end - e.start);
+        match e.payload {
+            Payload::Step(si) => {
+                let s = &cell.steps[si];
+                let mut name = format!("step {}", s.index);
+                if s.first_launch {
+                    name += " (first launch)";
+                }
+                let name = json_str(&name);
+                out.slice(pid, tid, ts, dur, &name, "step", |a| {
+                    a.str("regime", s.regime.label());
+                    if let Some(g) = s.graph_exec {
+                        a.num("graph_exec", g);
+                    }
+                    a.num("first_launch", s.first_launch);
+                    if let Some(p) = s.period {
+                        a.num("period_ns", p);
+                    }
+                    a.num("busy_ns", s.busy);
+                    a.num("idle_ns", s.idle);
+                    a.num("ops", s.ops.len());
+                    a.num("gaps", s.gaps.len());
+                })?;
+            }
+            Payload::Op(oi, si) => {
+                let op = &ops[oi];
+                let cat = match op.kind {
+                    OpKind::Kernel => "kernel",
+                    OpKind::Memcpy => "memcpy",
+                    OpKind::Memset => "memset",
+                };
+                let step = cell.steps[si].index;
+                out.slice(pid, tid, ts, dur, names.get(op.name), cat, |a| {
+                    a.num("corr", op.corr);
+                    a.num("graph", op.graph);
+                    // As hex text: node ids exceed the 2^53 a JavaScript number holds exactly.
+                    a.key("node");
+                    let _ = write!(a.0, "\"{:#x}\"", op.node);
+                    a.num("duration_ns", op.end.saturating_sub(op.start));
+                    a.num("stream", op.stream);
+                    a.num("device", op.device);
+                    a.num("step", step);
+                })?;
+                if flowed.insert(op.corr)
+                    && let Some(&(api_tid, api_ts)) = api_at.get(&op.corr)
+                {
+                    let id = *next_flow;
+                    *next_flow += 1;
+                    out.flow(pid, api_tid, shift.apply(api_ts), id, false)?;
+                    out.flow(pid, tid, shift.apply(mid(e)), id, true)?;
+                }
+            }
+            Payload::Api(corr, name) => {
+                out.slice(pid, tid, ts, dur, names.get(name), "api", |a| {
+                    a.num("corr", corr);
+                })?;
+            }
+            Payload::Gap(si, gi) => {
+                let g = &cell.steps[si].gaps[gi];
+                let step = cell.steps[si].index;
+                let label = json_str(&g.cause.label());
+                let before = g.before.and_then(|b| ops.get(b)).map(|o| o.name);
+                let after = ops.get(g.after).map(|o| o.name);
+                let (before, after) = (
+                    before.map(|n| names.get(n).to_owned()),
+                    after.map_or_else(|| "\"?\"".to_owned(), |n| names.get(n).to_owned()),
+                );
+                out.slice(pid, tid, ts, dur, &label, "gap", |a| {
+                    a.str("cause", &super::cause_kind_id(g.cause.kind()));
+                    a.raw("cause_label", &label);
+                    a.num("length_ns", g.len());
+                    a.num("stream", g.stream);
+                    a.raw("before", before.as_deref().unwrap_or("null"));
+                    a.raw("after", &after);
+                    a.num("step", step);
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The middle of a slice: flow events placed there bind to it unambiguously (at its start
+/// the slice may not be open yet in the importer's order).
+fn mid(e: &Ev) -> u64 {
+    e.start + (e.end - e.start) / 2
+}
+
+/// `ns` as microseconds with exactly three decimals, from integers: 1234567 → "1234.567".
+pub(crate) fn fmt_us(ns: u64) -> String {
+    let mut s = String::new();
+    push_us(&mut s, ns);
+    s
+}
+
+fn push_us(s: &mut String, ns: u64) {
+    let _ = write!(s, "{}.{:03}", ns / 1000, ns % 1000);
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).expect("a str always serialises")
+}
+
+/// JSON-escaped trace strings, escaped once each.
+struct NameCache<'t> {
+    trace: Option<&'t Trace>,
+    escaped: Vec<Option<Box<str>>>,
+}
+
+impl<'t> NameCache<'t> {
+    fn new(trace: Option<&'t Trace>) -> NameCache<'t> {
+        NameCache {
+            trace,
+            escaped: vec![None; trace.map_or(0, |t| t.strings.len())],
+        }
+    }
+
+    /// The JSON string literal (quotes included) of string `id`.
+    fn get(&mut self, id: u32) -> &str {
+        match self.escaped.get_mut(id as usize) {
+            Some(slot) => slot.get_or_insert_with(|| {
+                json_str(self.trace.map_or("?", |t| t.str(id))).into_boxed_str()
+            }),
+            None => "\"?\"",
+        }
+    }
+}
+
+/// The `args` object of an event, appended to the event's buffer (keys are fixed identifiers).
+struct Args<'b>(&'b mut String, bool);
+
+impl Args<'_> {
+    fn key(&mut self, k: &str) {
+        if self.1 {
+            self.0.push(',');
+        }
+        self.1 = true;
+        self.0.push('"');
+        self.0.push_str(k);
+        self.0.push_str("\":");
+    }
+    fn num(&mut self, k: &str, v: impl std::fmt::Display) {
+        self.key(k);
+        let _ = write!(self.0, "{v}");
+    }
+    fn str(&mut self, k: &str, v: &str) {
+        self.key(k);
+        self.0.push_str(&json_str(v));
+    }
+    /// `v` is already JSON.
+    fn raw(&mut self, k: &str, v: &str) {
+        self.key(k);
+        self.0.push_str(v);
+    }
+}
+
+/// Writes the `traceEvents` array one event per line, commas between; each event is built in
+/// one reusable buffer and written with one call.
+struct EventWriter<'a> {
+    w: &'a mut dyn Write,
+    first: bool,
+    buf: String,
+}
+
+impl<'a> EventWriter<'a> {
+    fn new(w: &'a mut dyn Write) -> io::Result<EventWriter<'a>> {
+        w.write_all(b"{\"traceEvents\":[\n")?;
+        Ok(EventWriter {
+            w,
+            first: true,
+            buf: String::with_capacity(512),
+        })
+    }
+
+    /// Starts an event: clears the buffer and puts the separator.
+    fn begin(&mut self) -> &mut String {
+        self.buf.clear();
+        if !self.first {
+            self.buf.push_str(",\n");
+        }
+        self.first = false;
+        &mut self.buf
+    }
+
+    fn end(&mut self) -> io::Result<()> {
+        self.w.write_all(self.buf.as_bytes())
+    }
+
+    fn meta_process(&mut self, pid: u64, name: &str, sort_index: usize) -> io::Result<()> {
+        let b = self.begin();
+        let _ = write!(
+            b,
+            "{{\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"name\":\"process_name\",\"args\":{{\"name\":{}}}}}",
+            json_str(name)
+        );
+        self.end()?;
+        let b = self.begin();
+        let _ = write!(
+            b,
+            "{{\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"name\":\"process_sort_index\",\"args\":{{\"sort_index\":{sort_index}}}}}"
+        );
+        self.end()
+    }
+
+    fn meta_thread(&mut self, pid: u64, tid: u64, name: &str) -> io::Result<()> {
+        let b = self.begin();
+        let _ = write!(
+            b,
+            "{{\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"name\":\"thread_name\",\"args\":{{\"name\":{}}}}}",
+            json_str(name)
+        );
+        self.end()?;
+        let b = self.begin();
+        let _ = write!(
+            b,
+            "{{\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"name\":\"thread_sort_index\",\"args\":{{\"sort_index\":{tid}}}}}"
+        );
+        self.end()
+    }
+
+    /// A complete ("X") slice; `name` is a JSON string literal; `args` fills the args object.
+    #[allow(clippy::too_many_arguments)]
+    fn slice(
+        &mut self,
+        pid: u64,
+        tid: u64,
+        ts: u64,
+        dur: u64,
+        name: &str,
+        cat: &str,
+        args: impl FnOnce(&mut Args<'_>),
+    ) -> io::Result<()> {
+        let b = self.begin();
+        let _ = write!(b, "{{\"ph\":\"X\",\"pid\":{pid},\"tid\":{tid},\"ts\":");
+        push_us(b, ts);
+        b.push_str(",\"dur\":");
+        push_us(b, dur);
+        b.push_str(",\"name\":");
+        b.push_str(name);
+        let _ = write!(b, ",\"cat\":\"{cat}\",\"args\":{{");
+        args(&mut Args(b, false));
+        b.push_str("}}");
+        self.end()
+    }
+
+    /// Flow start ("s", bound to the enclosing launch call) or end ("f", bound to the enclosing
+    /// op: `"bp":"e"`); both are placed mid-slice.
+    fn flow(&mut self, pid: u64, tid: u64, ts: u64, id: u64, end: bool) -> io::Result<()> {
+        let (ph, bp) = if end {
+            ("f", ",\"bp\":\"e\"")
+        } else {
+            ("s", "")
+        };
+        let b = self.begin();
+        let _ = write!(b, "{{\"ph\":\"{ph}\",\"pid\":{pid},\"tid\":{tid},\"ts\":");
+        push_us(b, ts);
+        let _ = write!(
+            b,
+            ",\"id\":{id},\"name\":\"launch\",\"cat\":\"launch\"{bp}}}"
+        );
+        self.end()
+    }
+
+    fn finish(self) -> io::Result<()> {
+        self.w.write_all(b"\n],\"displayTimeUnit\":\"ns\"}\n")?;
+        self.w.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixtures::{self, GRAPHED_AT};
+    use serde_json::Value;
+    use std::collections::{BTreeSet, HashMap};
+
+    fn parse(s: &str) -> Value {
+        serde_json::from_str(s).expect("valid JSON")
+    }
+
+    fn events(v: &Value) -> &Vec<Value> {
+        v["traceEvents"].as_array().unwrap()
+    }
+
+    /// Exact ns from a µs number written with three decimals.
+    fn ns(v: &Value) -> u64 {
+        (v.as_f64().unwrap() * 1000.0).round() as u64
+    }
+
+    fn names(v: &Value, what: &str) -> HashMap<(u64, u64), String> {
+        events(v)
+            .iter()
+            .filter(|e| e["ph"] == "M" && e["name"] == what)
+            .map(|e| {
+                (
+                    (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap()),
+                    e["args"]["name"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn fractional_microseconds_keep_ns() {
+        assert_eq!(fmt_us(1_234_567), "1234.567");
+        assert_eq!(fmt_us(5), "0.005");
+        assert_eq!(fmt_us(0), "0.000");
+        assert_eq!(fmt_us(1_000), "1.000");
+        assert_eq!(fmt_us(u64::MAX), "18446744073709551.615");
+    }
+
+    #[test]
+    fn processes_threads_and_tracks() {
+        let (traces, a) = fixtures::fixture();
+        let v = parse(&chrome_trace(&traces, &a, &PerfettoOptions::default()));
+        assert_eq!(v["displayTimeUnit"], "ns");
+        let procs = names(&v, "process_name");
+        assert_eq!(procs.len(), 2);
+        let p1 = &procs[&(1, 0)];
+        assert!(p1.starts_with("eager T=8 [eager]"), "{p1}");
+        assert!(
+            p1.contains("trace 0: runs/ht_decode.trace.json rank 0"),
+            "{p1}"
+        );
+        assert!(p1.contains("synthetic"), "{p1}");
+        assert!(procs[&(2, 0)].starts_with("graphed mode=2 T=8 [graphed, mode 2 (mixing)]"));
+        let threads = names(&v, "thread_name");
+        for pid in [1, 2] {
+            let mine: BTreeSet<&str> = threads
+                .iter()
+                .filter(|((p, _), _)| *p == pid)
+                .map(|(_, n)| n.as_str())
+                .collect();
+            for want in ["steps", "gaps", "stream 7", "stream 9", "host thread 4242"] {
+                assert!(mine.contains(want), "pid {pid} lacks {want}: {mine:?}");
+            }
+        }
+        // Gap slices sit on the gaps track only, named by cause label, with their args.
+        let gap_tids: BTreeSet<(u64, u64)> = threads
+            .iter()
+            .filter(|(_, n)| n.as_str() == "gaps")
+            .map(|(k, _)| *k)
+            .collect();
+        let gaps: Vec<&Value> = events(&v).iter().filter(|e| e["cat"] == "gap").collect();
+        let expected: usize = a
+            .cells
+            .iter()
+            .flat_map(|c| &c.steps)
+            .map(|s| s.gaps.len())
+            .sum();
+        assert_eq!(gaps.len(), expected);
+        for g in &gaps {
+            let key = (g["pid"].as_u64().unwrap(), g["tid"].as_u64().unwrap());
+            assert!(gap_tids.contains(&key));
+            assert_eq!(ns(&g["dur"]), g["args"]["length_ns"].as_u64().unwrap());
+        }
+        let ext = gaps
+            .iter()
+            .find(|g| g["args"]["cause"] == "external_event_wait")
+            .expect("an external wait gap");
+        assert!(
+            ext["name"]
+                .as_str()
+                .unwrap()
+                .contains("NCCL graph usage mode 2")
+        );
+        assert_eq!(ext["args"]["after"], "ncclDevKernel_AllGather_RING_LL");
+        assert_eq!(ext["args"]["before"], "void convert_topk<int>(int*)");
+        // Nothing outside gaps lands on the gaps track.
+        for e in events(&v)
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] != "gap")
+        {
+            let key = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap());
+            assert!(!gap_tids.contains(&key), "{e}");
+        }
+        // Every op of every step is written once, with its args.
+        let kernels: Vec<&Value> = events(&v)
+            .iter()
+            .filter(|e| matches!(e["cat"].as_str(), Some("kernel" | "memset")))
+            .collect();
+        assert_eq!(kernels.len(), a.timelines[0].ops.len());
+        let k = kernels.iter().find(|e| e["name"] == "dispatch").unwrap();
+        assert_eq!(k["args"]["duration_ns"], 9_500);
+        assert!(k["args"]["corr"].as_u64().is_some());
+        // Step markers.
+        let steps = events(&v).iter().filter(|e| e["cat"] == "step").count();
+        assert_eq!(steps, 2 * fixtures::STEPS);
+    }
+
+    #[test]
+    fn timestamps_relative_to_global_origin() {
+        let (traces, a) = fixtures::fixture();
+        let v = parse(&chrome_trace(&traces, &a, &PerfettoOptions::default()));
+        let min = events(&v)
+            .iter()
+            .filter(|e| e["ph"] != "M")
+            .map(|e| ns(&e["ts"]))
+            .min()
+            .unwrap();
+        assert_eq!(min, 0);
+        // The first eager kernel starts at T0: its launch call (2 µs before) is the origin.
+        let first = events(&v)
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == 1 && e["cat"] == "memset")
+            .map(|e| ns(&e["ts"]))
+            .min()
+            .unwrap();
+        assert_eq!(first, 2_000);
+        let graphed_first = events(&v)
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == 2 && e["cat"] == "memset")
+            .map(|e| ns(&e["ts"]))
+            .min()
+            .unwrap();
+        assert_eq!(graphed_first, 2_000 + GRAPHED_AT);
+    }
+
+    #[test]
+    fn aligned_steps_start_together() {
+        let (traces, a) = fixtures::fixture();
+        for k in [0, 2] {
+            let v = parse(&chrome_trace(
+                &traces,
+                &a,
+                &PerfettoOptions {
+                    align_steps: Some(k),
+                },
+            ));
+            let starts: Vec<u64> = events(&v)
+                .iter()
+                .filter(|e| e["cat"] == "step")
+                .filter(|e| {
+                    e["name"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with(&format!("step {k}"))
+                })
+                .map(|e| ns(&e["ts"]))
+                .collect();
+            assert_eq!(starts.len(), 2, "{starts:?}");
+            assert_eq!(starts[0], starts[1], "step {k} not aligned");
+            assert!(
+                events(&v)
+                    .iter()
+                    .filter(|e| e["ph"] != "M")
+                    .all(|e| e["ts"].as_f64().unwrap() >= 0.0)
+            );
+        }
+    }
+
+    #[test]
+    fn no_overlapping_slices_per_track() {
+        let (traces, a) = fixtures::fixture();
+        let v = parse(&chrome_trace(&traces, &a, &PerfettoOptions::default()));
+        let mut by_track: HashMap<(u64, u64), Vec<(u64, u64)>> = HashMap::new();
+        for e in events(&v).iter().filter(|e| e["ph"] == "X") {
+            let key = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap());
+            let s = ns(&e["ts"]);
+            by_track
+                .entry(key)
+                .or_default()
+                .push((s, s + ns(&e["dur"])));
+        }
+        for (track, mut v) in by_track {
+            v.sort();
+            for w in v.windows(2) {
+                assert!(w[0].1 <= w[1].0, "overlap on {track:?}: {w:?}");
+            }
+        }
+        // The fixture's overlapping pair went to an overflow track of stream 7, in pid 2.
+        let threads = names(&v, "thread_name");
+        let overflow: Vec<_> = threads
+            .iter()
+            .filter(|(_, n)| n.contains("overflow"))
+            .collect();
+        assert_eq!(overflow.len(), 1, "{overflow:?}");
+        let ((pid, tid), name) = overflow[0];
+        assert_eq!((*pid, name.as_str()), (2, "stream 7 (overflow 1)"));
+        let moved: Vec<&Value> = events(&v)
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == *pid && e["tid"] == *tid)
+            .collect();
+        assert_eq!(moved.len(), 1);
+        assert_eq!(moved[0]["name"], "dispatch");
+    }
+
+    #[test]
+    fn lanes_first_fit() {
+        let ev = |start, end| Ev {
+            track: Track::Stream(0, 1),
+            start,
+            end,
+            payload: Payload::Api(0, 0),
+        };
+        let mut evs = vec![ev(0, 10), ev(5, 8), ev(10, 20), ev(9, 30), ev(20, 25)];
+        let (lanes, counts) = assign_lanes(&mut evs);
+        let got: Vec<(u64, usize)> = evs.iter().zip(&lanes).map(|(e, &l)| (e.start, l)).collect();
+        assert_eq!(got, vec![(0, 0), (5, 1), (9, 1), (10, 0), (20, 0)]);
+        assert_eq!(counts[&Track::Stream(0, 1)], 2);
+    }
+
+    #[test]
+    fn flows_pair_launch_calls_with_ops() {
+        let (traces, a) = fixtures::fixture();
+        let v = parse(&chrome_trace(&traces, &a, &PerfettoOptions::default()));
+        let threads = names(&v, "thread_name");
+        let mut starts: HashMap<u64, &Value> = HashMap::new();
+        let mut ends: HashMap<u64, &Value> = HashMap::new();
+        for e in events(&v) {
+            let id = e["id"].as_u64();
+            match e["ph"].as_str() {
+                Some("s") => assert!(starts.insert(id.unwrap(), e).is_none(), "duplicate s"),
+                Some("f") => assert!(ends.insert(id.unwrap(), e).is_none(), "duplicate f"),
+                _ => {}
+            }
+        }
+        assert!(!starts.is_empty());
+        assert_eq!(
+            starts.keys().collect::<BTreeSet<_>>(),
+            ends.keys().collect::<BTreeSet<_>>()
+        );
+        // Eager: one flow per op; graphed: one per replay.
+        assert_eq!(starts.len(), fixtures::STEPS * 5 + fixtures::STEPS);
+        for (id, s) in &starts {
+            let f = ends[id];
+            assert_eq!(f["bp"], "e");
+            assert_eq!(s["pid"], f["pid"]);
+            let (p, st, ft) = (
+                s["pid"].as_u64().unwrap(),
+                s["tid"].as_u64().unwrap(),
+                f["tid"].as_u64().unwrap(),
+            );
+            assert!(threads[&(p, st)].starts_with("host thread"));
+            assert!(threads[&(p, ft)].starts_with("stream"));
+            assert!(ns(&s["ts"]) <= ns(&f["ts"]));
+            // Each end lies inside one slice of its track: the launch call, the op.
+            let inside = |flow: &Value, cat: &str| {
+                events(&v)
+                    .iter()
+                    .filter(|e| {
+                        e["ph"] == "X"
+                            && e["pid"] == flow["pid"]
+                            && e["tid"] == flow["tid"]
+                            && ns(&e["ts"]) <= ns(&flow["ts"])
+                            && ns(&flow["ts"]) <= ns(&e["ts"]) + ns(&e["dur"])
+                    })
+                    .map(|e| e["cat"].as_str().unwrap().to_owned())
+                    .collect::<Vec<_>>()
+                    == vec![cat.to_owned()]
+            };
+            assert!(inside(s, "api"), "{s}");
+            assert!(inside(f, "kernel") || inside(f, "memset"), "{f}");
+        }
+    }
+
+    #[test]
+    fn streams_into_a_writer() {
+        let (traces, a) = fixtures::fixture();
+        let mut buf = Vec::new();
+        write_chrome_trace(&mut buf, &traces, &a, &PerfettoOptions::default()).unwrap();
+        assert_eq!(
+            String::from_utf8(buf).unwrap(),
+            chrome_trace(&traces, &a, &PerfettoOptions::default())
+        );
+        // An analysis without cells still yields a loadable document.
+        let mut empty = a.clone();
+        empty.cells.clear();
+        let v = parse(&chrome_trace(&traces, &empty, &PerfettoOptions::default()));
+        assert!(events(&v).is_empty());
+    }
+}

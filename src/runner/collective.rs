@@ -1,0 +1,464 @@
+//! The routing all-gather of the HT decode step, behind one trait with two backends:
+//! [`crate::runner::emulated`] (one GPU, NCCL's capture topology rebuilt exactly around a local
+//! copy kernel) and [`crate::runner::nccl`] (a real `ncclAllGather`).
+//!
+//! Also: the runner layer's error type, CUDA/NVRTC availability checks (cudarc's dynamic
+//! loader panics when a library or symbol is missing, so every entry point checks first), and
+//! the "library call" scope hook through which a recorder tags the graph nodes a collective
+//! creates.
+
+use cudarc::driver::sys::CUresult;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
+use std::any::Any;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// Errors of the runner layer. Display is one line.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    /// No usable CUDA driver, NVRTC or GPU: the one line to print before exiting.
+    #[error("no GPU available: {0}")]
+    Unavailable(String),
+    /// A CUDA driver call failed.
+    #[error("CUDA call {call} failed: {detail}")]
+    Cuda { call: &'static str, detail: String },
+    /// NVRTC could not compile a kernel source.
+    #[error("NVRTC compile of {source_name} failed: {detail}")]
+    Nvrtc {
+        source_name: &'static str,
+        detail: String,
+    },
+    /// The NCCL library could not be found or lacks a symbol.
+    #[error("NCCL not available: {0}")]
+    NcclUnavailable(String),
+    /// An NCCL call returned an error.
+    #[error("NCCL call {call} failed: {code} ({detail})")]
+    Nccl {
+        call: &'static str,
+        code: i32,
+        detail: String,
+    },
+    /// Bad sizes, arguments or environment.
+    #[error("invalid runner configuration: {0}")]
+    Config(String),
+    /// File I/O (e.g. the NCCL unique-id file).
+    #[error("I/O error on {path}: {detail}")]
+    Io { path: String, detail: String },
+}
+
+impl RunnerError {
+    pub(crate) fn cuda(call: &'static str, err: impl fmt::Debug) -> RunnerError {
+        // cudarc's DriverError Debug reads "DriverError(CUDA_ERROR_X, \"description\")".
+        RunnerError::Cuda {
+            call,
+            detail: format!("{err:?}").replace('\n', " "),
+        }
+    }
+}
+
+/// Checks a raw driver result.
+pub(crate) fn ck(res: CUresult, call: &'static str) -> Result<(), RunnerError> {
+    res.result().map_err(|e| RunnerError::cuda(call, e))
+}
+
+/// NCCL's graph usage mode (`ncclConfig_t::graphUsageMode`, NCCL ≥ 2.29).
+///
+/// 0: graphs never mixed with uncaptured work; 1: one graph at a time, never concurrent with
+/// uncaptured work; 2 (NCCL's default): "mixing" — every captured collective is wrapped in an
+/// external event wait and an explicit event-record node on the communicator's serial event.
+/// In NCCL 2.30.7 modes 0 and 1 build the same topology (no external nodes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum GraphUsageMode {
+    Zero,
+    One,
+    #[default]
+    Two,
+}
+
+impl GraphUsageMode {
+    pub fn from_u8(v: u8) -> Option<GraphUsageMode> {
+        match v {
+            0 => Some(GraphUsageMode::Zero),
+            1 => Some(GraphUsageMode::One),
+            2 => Some(GraphUsageMode::Two),
+            _ => None,
+        }
+    }
+
+    pub fn as_u8(self) -> u8 {
+        match self {
+            GraphUsageMode::Zero => 0,
+            GraphUsageMode::One => 1,
+            GraphUsageMode::Two => 2,
+        }
+    }
+
+    /// Mode 2 ("mixing") is the only mode that adds the external wait / record nodes.
+    pub fn is_mixing(self) -> bool {
+        self == GraphUsageMode::Two
+    }
+
+    /// Value of `NCCL_GRAPH_MIXING_SUPPORT` that selects this mode on NCCL < 2.29.
+    pub fn mixing_env_value(self) -> &'static str {
+        if self.is_mixing() { "1" } else { "0" }
+    }
+}
+
+impl TryFrom<u8> for GraphUsageMode {
+    type Error = RunnerError;
+    fn try_from(v: u8) -> Result<Self, RunnerError> {
+        GraphUsageMode::from_u8(v).ok_or_else(|| {
+            RunnerError::Config(format!("graph usage mode must be 0, 1 or 2, not {v}"))
+        })
+    }
+}
+
+impl FromStr for GraphUsageMode {
+    type Err = RunnerError;
+    /// Accepts "0", "1", "2", optionally prefixed by "mode" / "mode-" / "mode=".
+    fn from_str(s: &str) -> Result<Self, RunnerError> {
+        let t = s.trim().to_ascii_lowercase();
+        let t = t
+            .strip_prefix("mode")
+            .map(|r| r.trim_start_matches(['-', '=', '_', ' ']))
+            .unwrap_or(&t);
+        t.parse::<u8>()
+            .ok()
+            .and_then(GraphUsageMode::from_u8)
+            .ok_or_else(|| {
+                RunnerError::Config(format!("graph usage mode must be 0, 1 or 2, not {s:?}"))
+            })
+    }
+}
+
+/// Displays the bare number ("2"), so `format!("mode-{m}")` reads "mode-2".
+impl fmt::Display for GraphUsageMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.as_u8())
+    }
+}
+
+/// Which all-gather implementation runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Backend {
+    #[default]
+    Emulated,
+    Nccl,
+}
+
+impl FromStr for Backend {
+    type Err = RunnerError;
+    fn from_str(s: &str) -> Result<Self, RunnerError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "emulated" | "emu" | "emulation" => Ok(Backend::Emulated),
+            "nccl" => Ok(Backend::Nccl),
+            _ => Err(RunnerError::Config(format!(
+                "backend must be \"emulated\" or \"nccl\", not {s:?}"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Emulated => "emulated",
+            Backend::Nccl => "nccl",
+        })
+    }
+}
+
+/// What a [`ScopeHook`] returns: any value, dropped when the library call ends.
+pub type ScopeGuard = Box<dyn Any>;
+
+/// Opens a "library call" scope named by its argument (e.g. `"ncclAllGather"`) and returns a
+/// guard that closes it on drop. A backend holding a hook calls it around exactly the work a
+/// real library call does, so a recorder can tag every graph node created inside it.
+///
+/// To plug in the CUPTI recorder (with a `'static` guard type, e.g. one holding an
+/// `Arc<Recorder>` or only ids and a start time):
+/// ```ignore
+/// let rec = recorder.clone(); // Arc<Recorder>
+/// backend.set_scope_hook(Some(Box::new(move |name: &str| -> ScopeGuard {
+///     Box::new(rec.library_call(name))
+/// })));
+/// ```
+/// If the recorder's guard borrows the recorder (not `'static`), leave the hook unset and open
+/// the scope around the call yourself, with [`RoutingAllGather::scope_name`]:
+/// `let _g = rec.library_call(ag.scope_name()); ag.all_gather(...)?;`
+pub type ScopeHook = Box<dyn Fn(&str) -> ScopeGuard + Send>;
+
+/// The routing all-gather of one HT decode step.
+pub trait RoutingAllGather {
+    /// Enqueue the all-gather of `send` (bytes per rank) into `recv` (ranks*bytes) on `stream`.
+    /// Works both eagerly and while `stream` is being captured; when capturing it must build
+    /// exactly the topology the backend builds (emulated: as NCCL 2.30.7 builds it for the
+    /// chosen mode).
+    fn all_gather(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        send: &CudaSlice<u8>,
+        recv: &mut CudaSlice<u8>,
+        capturing: bool,
+    ) -> Result<(), RunnerError>;
+
+    /// Call once per captured step, after the step's last kernel and before
+    /// `cuStreamEndCapture` on `origin`: joins any side stream the backend forked into the
+    /// capture back into `origin` (the capture cannot end with unjoined work). No-op for
+    /// backends that join inside the call, and when no captured all-gather is pending.
+    fn end_of_capture_join(&mut self, _origin: &Arc<CudaStream>) -> Result<(), RunnerError> {
+        Ok(())
+    }
+
+    /// Device address of two u64 where the backend's own copy kernel writes its %globaltimer
+    /// start and end at later calls (`None`: nowhere visible). Default: ignored (a library's
+    /// kernel cannot stamp).
+    fn set_kernel_stamp(&mut self, _addr: Option<u64>) {}
+
+    /// One line, e.g. "emulated (8 simulated ranks, mode-2 topology)".
+    fn describe(&self) -> String;
+
+    /// Name of the library-call scope this backend opens (e.g. "ncclAllGather").
+    fn scope_name(&self) -> &'static str;
+
+    /// Install (or remove) the hook that opens the library-call scope; see [`ScopeHook`].
+    fn set_scope_hook(&mut self, hook: Option<ScopeHook>);
+
+    /// Number of ranks in the gathered result.
+    fn ranks(&self) -> usize;
+
+    /// The graph usage mode this backend was asked for.
+    fn mode(&self) -> GraphUsageMode;
+
+    fn backend(&self) -> Backend;
+}
+
+/// Opens the scope through an optional hook.
+pub(crate) fn open_scope(hook: &Option<ScopeHook>, name: &str) -> Option<ScopeGuard> {
+    hook.as_ref().map(|h| h(name))
+}
+
+/// Symbols of libcuda the runner layer (and cudarc under it) calls: checked up front because
+/// cudarc's loader panics on a missing symbol.
+const DRIVER_SYMBOLS: &[&str] = &[
+    "cuInit",
+    "cuGetErrorString",
+    "cuGetErrorName",
+    "cuDriverGetVersion",
+    "cuDeviceGet",
+    "cuDeviceGetCount",
+    "cuDevicePrimaryCtxRetain",
+    "cuCtxSetCurrent",
+    "cuCtxGetCurrent",
+    "cuStreamCreate",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuEventElapsedTime_v2",
+    "cuStreamWaitEvent",
+    "cuStreamSynchronize",
+    "cuStreamBeginCapture_v2",
+    "cuStreamEndCapture",
+    "cuStreamGetCaptureInfo_v3",
+    "cuStreamUpdateCaptureDependencies_v2",
+    "cuGraphAddEventRecordNode",
+    "cuGraphAddDependencies_v2",
+    "cuGraphGetNodes",
+    "cuGraphNodeGetType",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphLaunch",
+    "cuGraphDestroy",
+    "cuGraphExecDestroy",
+    "cuModuleLoadData",
+    "cuModuleGetFunction",
+    "cuLaunchKernel",
+];
+
+/// Checks that libcuda opens and has every symbol gapscope's runner uses, without letting
+/// cudarc panic. Returns the driver version (e.g. 13000) on success.
+pub fn check_cuda_driver() -> Result<i32, RunnerError> {
+    // SAFETY: loading libcuda runs its initialisers, which is what any CUDA program does.
+    let lib = unsafe { libloading::Library::new("libcuda.so.1") }
+        .map_err(|e| RunnerError::Unavailable(format!("cannot load libcuda.so.1 ({e})")))?;
+    for sym in DRIVER_SYMBOLS {
+        // SAFETY: only the symbol's presence is checked; it is never called through this pointer.
+        let found = unsafe { lib.get::<*const std::ffi::c_void>(sym.as_bytes()) }.is_ok();
+        if !found {
+            return Err(RunnerError::Unavailable(format!(
+                "libcuda.so.1 lacks {sym}: driver too old for gapscope (needs CUDA 12.8+ driver)"
+            )));
+        }
+    }
+    // SAFETY: cudarc's own presence check, same candidate list its loader uses.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(RunnerError::Unavailable(
+            "cudarc cannot find libcuda under any of its candidate names".into(),
+        ));
+    }
+    let mut v = 0i32;
+    // SAFETY: cudarc's loader has a library (checked above) with this symbol (checked above).
+    ck(
+        unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) },
+        "cuDriverGetVersion",
+    )?;
+    Ok(v)
+}
+
+/// Checks that NVRTC can be loaded by cudarc (it panics otherwise).
+pub fn check_nvrtc() -> Result<(), RunnerError> {
+    // SAFETY: tries to dlopen NVRTC under cudarc's candidate names.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(RunnerError::Unavailable(
+            "cannot load NVRTC (libnvrtc.so / libnvrtc.so.13 / .12 ...): add the CUDA lib64 directory to LD_LIBRARY_PATH".into(),
+        ))
+    }
+}
+
+/// Checks the driver, NVRTC and a GPU, then retains device `ordinal`'s primary context with
+/// cudarc's event tracking **disabled**: tracking would insert hidden `cuStreamWaitEvent` /
+/// `cuEventRecord` calls around every kernel argument, which changes a captured topology and
+/// can break a capture (waits on events recorded outside it). The runner orders its streams
+/// explicitly, as `probe/emu.cu` does.
+pub fn open_context(ordinal: usize) -> Result<Arc<CudaContext>, RunnerError> {
+    check_cuda_driver()?;
+    check_nvrtc()?;
+    let n = CudaContext::device_count().map_err(|e| {
+        RunnerError::Unavailable(format!("cuInit/cuDeviceGetCount: {e:?}").replace('\n', " "))
+    })?;
+    if n <= 0 {
+        return Err(RunnerError::Unavailable(
+            "the CUDA driver reports no device".into(),
+        ));
+    }
+    if ordinal >= n as usize {
+        return Err(RunnerError::Config(format!(
+            "device {ordinal} requested, {n} present"
+        )));
+    }
+    let ctx =
+        CudaContext::new(ordinal).map_err(|e| RunnerError::cuda("cuDevicePrimaryCtxRetain", e))?;
+    // SAFETY: every stream ordering in the runner is explicit (events / captures); see above.
+    unsafe { ctx.disable_event_tracking() };
+    Ok(ctx)
+}
+
+/// Refuses contexts where cudarc manages stream synchronisation (see [`open_context`]).
+pub(crate) fn require_untracked(ctx: &CudaContext) -> Result<(), RunnerError> {
+    if ctx.is_managing_stream_synchronization() {
+        Err(RunnerError::Config(
+            "cudarc event tracking is on for this context: call CudaContext::disable_event_tracking() (or use runner::collective::open_context) before creating streams and buffers, or its hidden event waits change the captured topology".into(),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// The raw device address of a slice. With event tracking off (checked), cudarc's
+/// `device_ptr` enqueues nothing.
+pub(crate) fn raw_ptr<T>(slice: &CudaSlice<T>, stream: &CudaStream) -> Result<u64, RunnerError> {
+    require_untracked(stream.context())?;
+    let (ptr, guard) = slice.device_ptr(stream);
+    drop(guard);
+    Ok(ptr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mode_parsing() {
+        assert_eq!(GraphUsageMode::from_u8(0), Some(GraphUsageMode::Zero));
+        assert_eq!(GraphUsageMode::from_u8(1), Some(GraphUsageMode::One));
+        assert_eq!(GraphUsageMode::from_u8(2), Some(GraphUsageMode::Two));
+        assert_eq!(GraphUsageMode::from_u8(3), None);
+        assert!(GraphUsageMode::try_from(7u8).is_err());
+        for (s, m) in [
+            ("2", GraphUsageMode::Two),
+            (" 1 ", GraphUsageMode::One),
+            ("mode-0", GraphUsageMode::Zero),
+            ("mode=2", GraphUsageMode::Two),
+            ("Mode 1", GraphUsageMode::One),
+            ("mode2", GraphUsageMode::Two),
+        ] {
+            assert_eq!(s.parse::<GraphUsageMode>().unwrap(), m, "{s}");
+        }
+        for s in ["", "3", "two", "-1", "mode-"] {
+            assert!(s.parse::<GraphUsageMode>().is_err(), "{s}");
+        }
+        assert_eq!(GraphUsageMode::default(), GraphUsageMode::Two);
+    }
+
+    #[test]
+    fn mode_display_roundtrip_and_env() {
+        for m in [
+            GraphUsageMode::Zero,
+            GraphUsageMode::One,
+            GraphUsageMode::Two,
+        ] {
+            assert_eq!(m.to_string().parse::<GraphUsageMode>().unwrap(), m);
+            assert_eq!(GraphUsageMode::from_u8(m.as_u8()), Some(m));
+        }
+        assert_eq!(format!("mode-{}", GraphUsageMode::Two), "mode-2");
+        assert_eq!(GraphUsageMode::Two.mixing_env_value(), "1");
+        assert_eq!(GraphUsageMode::One.mixing_env_value(), "0");
+        assert_eq!(GraphUsageMode::Zero.mixing_env_value(), "0");
+        assert!(GraphUsageMode::Two.is_mixing());
+        assert!(!GraphUsageMode::One.is_mixing());
+    }
+
+    #[test]
+    fn backend_parsing() {
+        assert_eq!("nccl".parse::<Backend>().unwrap(), Backend::Nccl);
+        assert_eq!("Emulated".parse::<Backend>().unwrap(), Backend::Emulated);
+        assert!("mpi".parse::<Backend>().is_err());
+        assert_eq!(Backend::Nccl.to_string(), "nccl");
+        assert_eq!(Backend::Emulated.to_string(), "emulated");
+    }
+
+    #[test]
+    fn errors_are_one_line() {
+        let errs = [
+            RunnerError::Unavailable("x".into()),
+            RunnerError::cuda("cuLaunchKernel", "DriverError(CUDA_ERROR_X,\n \"y\")"),
+            RunnerError::Config("bad".into()),
+            RunnerError::Nccl {
+                call: "ncclAllGather",
+                code: 5,
+                detail: "invalid usage".into(),
+            },
+        ];
+        for e in errs {
+            assert!(!e.to_string().contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn scope_hook_guard_dropped_at_end() {
+        use std::sync::Mutex;
+        let log = Arc::new(Mutex::new(Vec::<String>::new()));
+        struct G(Arc<Mutex<Vec<String>>>, String);
+        impl Drop for G {
+            fn drop(&mut self) {
+                self.0.lock().unwrap().push(format!("close {}", self.1));
+            }
+        }
+        let l2 = log.clone();
+        let hook: Option<ScopeHook> = Some(Box::new(move |name: &str| -> ScopeGuard {
+            l2.lock().unwrap().push(format!("open {name}"));
+            Box::new(G(l2.clone(), name.to_string()))
+        }));
+        {
+            let _g = open_scope(&hook, "ncclAllGather");
+            log.lock().unwrap().push("work".into());
+        }
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["open ncclAllGather", "work", "close ncclAllGather"]
+        );
+        assert!(open_scope(&None, "x").is_none());
+    }
+}

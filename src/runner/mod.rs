@@ -1,0 +1,9 @@
+//! The instrumented HT-decode runner.
+pub mod collective;
+pub mod emulated;
+pub mod htdecode;
+pub mod nccl;
+pub mod reference;
+pub mod spin;
+mod sweep;
+pub use sweep::{SweepArgs, gpu_available, run_sweep};

@@ -1,0 +1,150 @@
+//! End-to-end tests of the `gapscope` binary.
+
+use gapscope::synthetic::{self, SyntheticCell};
+use gapscope::trace;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn gapscope(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gapscope"))
+        .args(args)
+        .output()
+        .expect("run gapscope")
+}
+
+fn write(dir: &Path, name: &str, t: &trace::Trace) -> String {
+    let p = dir.join(name);
+    trace::write_trace(&p, t).unwrap();
+    p.display().to_string()
+}
+
+fn one_error_line(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(stderr.trim_end().lines().count(), 1, "stderr: {stderr}");
+    assert!(stderr.starts_with("gapscope: error: "), "{stderr}");
+    stderr
+}
+
+#[test]
+fn unknown_schema_version_exits_2_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut v = serde_json::to_value(synthetic::emu_experiment(2)).unwrap();
+    v["schema_version"] = 7.into();
+    let p = dir.path().join("future.json");
+    std::fs::write(&p, v.to_string()).unwrap();
+    let out = gapscope(&["analyze", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(one_error_line(&out).contains("schema version 7"));
+}
+
+#[test]
+fn malformed_input_exits_2_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = serde_json::to_vec(&synthetic::emu_experiment(2)).unwrap();
+    let out_dir = dir.path().join("out");
+    for (name, bytes) in [
+        ("cut.json", good[..good.len() / 2].to_vec()),
+        ("empty.json", Vec::new()),
+        (
+            "wrongtype.json",
+            br#"{"schema_version":1,"metadata":{"tool":1}}"#.to_vec(),
+        ),
+        ("binary.json", vec![0xff, 0xfe, 0x00, 0x12]),
+    ] {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        let out = gapscope(&[
+            "analyze",
+            p.to_str().unwrap(),
+            "-o",
+            out_dir.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        assert!(one_error_line(&out).contains(name));
+        assert!(
+            !out_dir.exists(),
+            "{name}: output folder created for bad input"
+        );
+    }
+    let missing = gapscope(&["analyze", "/nonexistent/trace.json"]);
+    assert_eq!(missing.status.code(), Some(2));
+    one_error_line(&missing);
+}
+
+#[test]
+fn analyze_writes_all_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "emu.json", &synthetic::emu_experiment(30));
+    let out_dir = dir.path().join("out");
+    let out = gapscope(&["analyze", &p, "-o", out_dir.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("synthetic"), "{stdout}");
+    assert!(stdout.contains("NCCL graph usage mode 2"), "{stdout}");
+    for f in [
+        "report.md",
+        "report.json",
+        "trace.perfetto.json",
+        "step.svg",
+    ] {
+        let bytes = std::fs::read(out_dir.join(f)).unwrap_or_else(|_| panic!("{f} missing"));
+        assert!(!bytes.is_empty());
+    }
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("trace.perfetto.json")).unwrap())
+            .unwrap();
+    assert!(
+        json["traceEvents"]
+            .as_array()
+            .is_some_and(|e| !e.is_empty())
+    );
+    // No temporary files left behind.
+    assert!(
+        std::fs::read_dir(&out_dir).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains(".tmp"))
+    );
+}
+
+#[test]
+fn compare_gates_on_threshold() {
+    let dir = tempfile::tempdir().unwrap();
+    let mode = |m| synthetic::trace(&[SyntheticCell::emu(true, m, 80)], 5);
+    let base = write(dir.path(), "mode1.json", &mode(1));
+    let head = write(dir.path(), "mode2.json", &mode(2));
+    // mode 2 adds ~0.9 µs to a ~24 µs period: beyond 1 %, within 10 %.
+    let strict = gapscope(&["compare", &base, &head, "--threshold", "1.01"]);
+    assert_eq!(
+        strict.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&strict.stdout)
+    );
+    assert!(String::from_utf8_lossy(&strict.stdout).contains("external event wait"));
+    let loose = gapscope(&["compare", &base, &head, "--threshold", "1.10"]);
+    assert_eq!(loose.status.code(), Some(0));
+    let same = gapscope(&["compare", &base, &base, "--json"]);
+    assert_eq!(same.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&same.stdout).unwrap();
+    assert!(v.to_string().contains("no_change"), "{v}");
+}
+
+#[test]
+fn run_without_gpu_analyses_bundled_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let out = gapscope(&["run", "--bundled", "-o", out_dir.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bundled"));
+    assert!(out_dir.join("report.md").exists());
+}
