@@ -96,6 +96,7 @@ pub fn trace(cells: &[SyntheticCell], seed: u64) -> Trace {
                     ("backend".to_owned(), "emulated".into()),
                 ]),
                 event_periods_ns: Vec::new(),
+                reference: Default::default(),
             })
             .collect(),
         ..Metadata::default()

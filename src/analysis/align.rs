@@ -165,8 +165,10 @@ pub fn pair_regimes(
         if head.observed.regime != Some(Regime::Graphed) {
             continue;
         }
+        // An eager step has no launch pattern: pair it with every graphed pattern.
+        let key = head.workload_key_without(&["launch"]);
         let candidates = cells.iter().enumerate().filter(|(_, c)| {
-            c.observed.regime == Some(Regime::Eager) && c.workload_key() == head.workload_key()
+            c.observed.regime == Some(Regime::Eager) && c.workload_key_without(&["launch"]) == key
         });
         let mut best: Option<usize> = None;
         for (ci, c) in candidates {
@@ -180,6 +182,28 @@ pub fn pair_regimes(
         }
         if let Some(bi) = best {
             pairs.push(compare_cells(bi, hi, &cells[bi], head));
+        }
+    }
+    pairs
+}
+
+/// Pairs each graphed mode-2 cell with the graphed mode-1 cell (else mode 0) of the same
+/// workload and launch pattern: base = the mode without mixing, head = mode 2.
+pub fn pair_modes(cells: &[CellAnalysis]) -> Vec<CellComparison> {
+    let graphed = |c: &&CellAnalysis| c.observed.regime == Some(Regime::Graphed);
+    let mut pairs = Vec::new();
+    for (hi, head) in cells.iter().enumerate().filter(|(_, c)| graphed(c)) {
+        if requested_mode(head) != Some(2) {
+            continue;
+        }
+        let key = head.workload_key();
+        let base = [1, 0].into_iter().find_map(|mode| {
+            cells.iter().enumerate().find(|(_, c)| {
+                graphed(c) && requested_mode(c) == Some(mode) && c.workload_key() == key
+            })
+        });
+        if let Some((bi, b)) = base {
+            pairs.push(compare_cells(bi, hi, b, head));
         }
     }
     pairs

@@ -28,6 +28,8 @@ pub struct TraceContext<'a> {
     host_syncs: Vec<(u64, u64)>,
     /// Executable graphs already launched (in step order), to flag first launches.
     launched_execs: HashSet<u32>,
+    /// Library-call markers (start, end, name), sorted by start.
+    library_calls: Vec<(u64, u64, u32)>,
 }
 
 impl<'a> TraceContext<'a> {
@@ -60,7 +62,34 @@ impl<'a> TraceContext<'a> {
             stream_waits,
             host_syncs,
             launched_execs: HashSet::new(),
+            library_calls: {
+                let mut v: Vec<(u64, u64, u32)> = trace
+                    .markers
+                    .iter()
+                    .filter(|m| m.kind == crate::trace::MarkerKind::LibraryCall)
+                    .map(|m| (m.start, m.end, m.name))
+                    .collect();
+                v.sort_unstable();
+                v
+            },
         }
+    }
+
+    /// The library call that launched `op`: its graph node's tag, or the innermost
+    /// library-call marker around its launch API call.
+    fn library_call_of(&self, op: &Op) -> Option<String> {
+        if op.graph != 0 {
+            let node = self.dag.node(self.trace, op.node)?;
+            return node.library_call.map(|s| self.trace.str(s).to_owned());
+        }
+        let (launched, _, _) = self.launches.call(op.corr)?;
+        let upto = self.library_calls.partition_point(|m| m.0 <= launched);
+        self.library_calls[..upto]
+            .iter()
+            .rev()
+            .take(16)
+            .find(|m| m.1 >= launched)
+            .map(|m| self.trace.str(m.2).to_owned())
     }
 }
 
@@ -392,7 +421,7 @@ pub fn analyze_cell(
     let busy = Stat::of_ns(with_period.iter().map(|s| s.busy));
     let idle = Stat::of_ns(with_period.iter().map(|s| s.idle));
     let idle_by_cause = idle_by_cause(&with_period);
-    let sequence = canonical_sequence(trace, timeline, &with_period);
+    let sequence = canonical_sequence(ctx, timeline, &with_period);
     let observed = observe(trace, &steps);
     let requested = meta_cell.map(|c| c.requested.clone()).unwrap_or_default();
     let mismatches = mismatches(&requested, &observed);
@@ -413,6 +442,7 @@ pub fn analyze_cell(
         idle,
         idle_by_cause,
         sequence,
+        reference: meta_cell.map(|c| c.reference.clone()).unwrap_or_default(),
     }
 }
 
@@ -453,10 +483,11 @@ fn idle_by_cause(steps: &[&Step]) -> Vec<CauseTotal> {
 /// The most common op-name sequence among the steps, with per-position figures over every
 /// step (steps with another sequence are aligned to it first).
 fn canonical_sequence(
-    trace: &Trace,
+    ctx: &TraceContext,
     timeline: &TraceTimeline,
     steps: &[&Step],
 ) -> Vec<SequenceEntry> {
+    let trace = ctx.trace;
     let ops = &timeline.ops;
     let names = |s: &Step| -> Vec<u32> { s.ops.iter().map(|&i| ops[i].name).collect() };
     let mut counts: HashMap<Vec<u32>, usize> = HashMap::new();
@@ -503,11 +534,11 @@ fn canonical_sequence(
     }
     (0..len)
         .filter_map(|p| {
-            let kind = ops[steps
+            let representative = &ops[steps
                 .iter()
                 .find(|s| names(s) == canonical)
-                .map(|s| s.ops[p])?]
-            .kind;
+                .map(|s| s.ops[p])?];
+            let kind = representative.kind;
             let (gap_cause, gap_cause_label) = causes[p]
                 .iter()
                 .max_by(|a, b| a.1.0.cmp(&b.1.0).then(b.0.cmp(a.0)))
@@ -520,6 +551,7 @@ fn canonical_sequence(
                 gap_before: Stat::of(&mut gaps_before[p])?,
                 gap_cause,
                 gap_cause_label,
+                library_call: ctx.library_call_of(representative),
             })
         })
         .collect()

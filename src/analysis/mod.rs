@@ -35,6 +35,7 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
         cells: Vec::new(),
         regime_pairs: Vec::new(),
         geomean_ratio: None,
+        mode_pairs: Vec::new(),
         timelines: Vec::new(),
     };
     for (i, trace) in traces.iter().enumerate() {
@@ -64,5 +65,6 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
         .filter_map(|p| p.ratio)
         .collect();
     analysis.geomean_ratio = stats::Geomean::of(&ratios);
+    analysis.mode_pairs = align::pair_modes(&analysis.cells);
     analysis
 }

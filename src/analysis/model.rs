@@ -286,6 +286,9 @@ pub struct SequenceEntry {
     pub gap_cause: CauseKind,
     /// Its label, from one representative step.
     pub gap_cause_label: String,
+    /// The library call that launched this op (e.g. `ncclAllGather`): from the graph node's
+    /// tag, or, eager, from the library-call marker around its launch.
+    pub library_call: Option<String>,
 }
 
 /// Idle time of one cause, per step.
@@ -318,15 +321,41 @@ pub struct CellAnalysis {
     pub idle: Option<Stat>,
     pub idle_by_cause: Vec<CauseTotal>,
     pub sequence: Vec<SequenceEntry>,
+    /// Figures the workload measured itself (see [`crate::trace::Cell::reference`]).
+    pub reference: BTreeMap<String, f64>,
+}
+
+impl CellAnalysis {
+    /// The first op launched by an NCCL call (real or emulated), with its position.
+    pub fn collective(&self) -> Option<(usize, &SequenceEntry)> {
+        self.sequence.iter().enumerate().find(|(_, e)| {
+            e.library_call
+                .as_deref()
+                .is_some_and(|l| l.starts_with("nccl"))
+        })
+    }
+
+    pub fn requested_u64(&self, key: &str) -> Option<u64> {
+        self.requested.get(key).and_then(|v| v.as_u64())
+    }
+
+    pub fn requested_str(&self, key: &str) -> Option<&str> {
+        self.requested.get(key).and_then(|v| v.as_str())
+    }
 }
 
 impl CellAnalysis {
     /// `requested` minus the graph usage mode and regime: cells with equal keys are the same
     /// workload, for pairing eager with graphed and base with head.
     pub fn workload_key(&self) -> String {
+        self.workload_key_without(&[])
+    }
+
+    /// [`Self::workload_key`] leaving out `extra` keys too.
+    pub fn workload_key_without(&self, extra: &[&str]) -> String {
         self.requested
             .iter()
-            .filter(|(k, _)| !IGNORED_IN_KEY.contains(&k.as_str()))
+            .filter(|(k, _)| !IGNORED_IN_KEY.contains(&k.as_str()) && !extra.contains(&k.as_str()))
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join(",")
@@ -393,6 +422,9 @@ pub struct Analysis {
     pub regime_pairs: Vec<CellComparison>,
     /// Geometric mean of graphed/eager period ratios over the pairs, with range.
     pub geomean_ratio: Option<Geomean>,
+    /// Graphed graph usage mode 1 (or 0) as base vs graphed mode 2 as head, same workload and
+    /// launch pattern: what mode 2 costs and which gaps it comes from.
+    pub mode_pairs: Vec<CellComparison>,
     /// Per input trace, its op timeline (reports draw from it).
     #[serde(skip)]
     pub timelines: Vec<TraceTimeline>,

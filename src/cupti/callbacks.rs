@@ -86,9 +86,13 @@ struct Pool {
     free: Vec<usize>,
     /// Every buffer the pool allocated (free or lent): address → length in u64 words.
     owned: BTreeMap<usize, usize>,
+    /// At most this many buffers allocated (0: no limit). CUPTI drops records, and counts
+    /// them, when no buffer is available.
+    max_buffers: usize,
 }
 
 static POOL: Mutex<Pool> = Mutex::new(Pool {
+    max_buffers: 0,
     bytes: 0,
     free: Vec::new(),
     owned: BTreeMap::new(),
@@ -97,9 +101,12 @@ static POOL: Mutex<Pool> = Mutex::new(Pool {
 /// Buffers handed out but not given back yet (for diagnostics).
 static LENT: AtomicUsize = AtomicUsize::new(0);
 
-/// Sets the size of buffers handed out from now on.
-pub(crate) fn set_buffer_bytes(bytes: usize) {
-    lock(&POOL).bytes = bytes;
+/// Sets the size of buffers handed out from now on, and the most buffers allocated at once
+/// (0: no limit).
+pub(crate) fn set_buffer_bytes(bytes: usize, max_buffers: usize) {
+    let mut pool = lock(&POOL);
+    pool.bytes = bytes;
+    pool.max_buffers = max_buffers;
 }
 
 impl Pool {
@@ -113,6 +120,9 @@ impl Pool {
                 return Some((addr as *mut u8, words * 8));
             }
             self.dealloc(addr);
+        }
+        if self.max_buffers != 0 && self.owned.len() >= self.max_buffers {
+            return None;
         }
         let mut v: Vec<u64> = Vec::new();
         v.try_reserve_exact(words).ok()?;
@@ -674,6 +684,7 @@ mod tests {
             bytes: 4096,
             ..Default::default()
         };
+        pool.max_buffers = 0;
         let (a, n) = pool.take().unwrap();
         assert_eq!(n, 4096);
         assert_eq!(a as usize % 8, 0);

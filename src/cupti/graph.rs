@@ -69,6 +69,8 @@ impl GraphTable {
         fallback_type: NodeType,
         how: Creation,
     ) {
+        // Instantiation may report the clone as created before it reports the clone: the
+        // clone record carries the template's provenance, so it replaces that entry.
         let node = match self.nodes.get(&template) {
             Some(t) => GraphNode {
                 id,
@@ -89,7 +91,14 @@ impl GraphTable {
                 cloned_from: Some(template),
             },
         };
-        self.nodes.entry(id).or_insert(node);
+        if self.nodes.contains_key(&template) {
+            self.nodes.insert(id, node);
+        } else {
+            self.nodes
+                .entry(id)
+                .and_modify(|n| n.cloned_from = Some(template))
+                .or_insert(node);
+        }
     }
 
     /// GRAPHNODE_DEPENDENCY_CREATED: `node` depends on `dependency`.

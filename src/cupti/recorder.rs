@@ -18,13 +18,120 @@ pub struct RecorderConfig {
     /// `cuptiActivityEnableLatencyTimestamps(1)`: CUPTI fills kernel queued/submitted times
     /// (more overhead; the trace schema does not carry them yet).
     pub latency_timestamps: bool,
+    /// Most activity buffers allocated at once (0: no limit). With tiny buffers, a small limit
+    /// makes CUPTI drop records — the way to check that drops are reported, not hidden.
+    pub max_buffers: usize,
+    /// Which API calls get a callback (to tag graph nodes with the API and library call that
+    /// created them). Every callback costs host time on that call.
+    pub api_callbacks: ApiCallbacks,
 }
+
+/// API callbacks the recorder enables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ApiCallbacks {
+    /// Every runtime and driver API call.
+    All,
+    /// Only the calls that can create graph nodes or instantiate graphs (launches, event
+    /// waits and records, memsets/memcpys, host functions, cudaGraphAdd*, instantiation).
+    #[default]
+    GraphBuilding,
+}
+
+/// Driver and runtime API calls that create graph nodes (during capture or explicitly).
+const GRAPH_BUILDING_CBIDS: &[(sys::CUpti_CallbackDomain, u32)] = {
+    use sys::CUPTI_CB_DOMAIN_DRIVER_API as D;
+    use sys::CUPTI_CB_DOMAIN_RUNTIME_API as R;
+    &[
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecord),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecordWithFlags),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddEventRecordNode),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddEventWaitNode),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddKernelNode),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddKernelNode_v2),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddHostNode),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemsetNode),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemcpyNode),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddEmptyNode),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddChildGraphNode),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams),
+        // The recorder's own type queries, so their records can be filtered out.
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphNodeGetType),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060),
+        (
+            R,
+            sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
+        ),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecord_v3020),
+        (
+            R,
+            sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecordWithFlags_v11010,
+        ),
+        (
+            R,
+            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddEventRecordNode_v11010,
+        ),
+        (
+            R,
+            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddEventWaitNode_v11010,
+        ),
+        (
+            R,
+            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddKernelNode_v10000,
+        ),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddHostNode_v10000),
+        (
+            R,
+            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddMemsetNode_v10000,
+        ),
+        (
+            R,
+            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddMemcpyNode_v10000,
+        ),
+        (
+            R,
+            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddEmptyNode_v10000,
+        ),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddNode_v12020),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_v10000),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiate_v10000),
+        (
+            R,
+            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiateWithFlags_v11040,
+        ),
+        (
+            R,
+            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiateWithParams_v12000,
+        ),
+    ]
+};
 
 impl Default for RecorderConfig {
     fn default() -> Self {
         RecorderConfig {
             buffer_bytes: 8 << 20,
             latency_timestamps: false,
+            max_buffers: 0,
+            api_callbacks: ApiCallbacks::default(),
         }
     }
 }
@@ -124,6 +231,7 @@ pub struct Recorder {
     kinds_enabled: Vec<sys::CUpti_ActivityKind>,
     domains_enabled: Vec<sys::CUpti_CallbackDomain>,
     resource_enabled: Vec<u32>,
+    api_enabled: Vec<(sys::CUpti_CallbackDomain, u32)>,
     torn_down: bool,
     /// Problems met during teardown (they become trace notes).
     teardown_problems: Vec<String>,
@@ -132,8 +240,9 @@ pub struct Recorder {
 /// An open host range; it is recorded when dropped. Drop it on the thread that opened it.
 #[derive(Debug)]
 #[must_use = "the range ends when this guard is dropped"]
-pub struct MarkerGuard<'a> {
-    recorder: &'a Recorder,
+pub struct MarkerGuard {
+    shared: Arc<Shared>,
+    cupti: &'static Cupti,
     name: StrId,
     kind: MarkerKind,
     cell: Option<u32>,
@@ -143,13 +252,13 @@ pub struct MarkerGuard<'a> {
     _not_send: PhantomData<*const ()>,
 }
 
-impl Drop for MarkerGuard<'_> {
+impl Drop for MarkerGuard {
     fn drop(&mut self) {
-        let end = self.recorder.timestamp().max(self.start);
+        let end = timestamp(self.cupti, &self.shared).max(self.start);
         if self.kind == MarkerKind::LibraryCall {
             callbacks::pop_library_call(self.name);
         }
-        lock(&self.recorder.shared.state).markers.push(Marker {
+        lock(&self.shared.state).markers.push(Marker {
             start: self.start,
             end,
             name: self.name,
@@ -172,6 +281,19 @@ fn current_thread_id() -> u32 {
 #[cfg(not(target_os = "linux"))]
 fn current_thread_id() -> u32 {
     0
+}
+
+/// `cuptiGetTimestamp`, or 0 with the problem noted in the trace.
+fn timestamp(cupti: &Cupti, shared: &Shared) -> u64 {
+    let mut ts = 0u64;
+    // SAFETY: resolved at load; writes one u64 through a valid pointer.
+    let rc = unsafe { cupti.api().cuptiGetTimestamp(&mut ts) };
+    if rc != sys::CUPTI_SUCCESS {
+        let msg = format!("cuptiGetTimestamp failed: {}", cupti.result_name(rc));
+        lock(&shared.state).problem(msg);
+        return 0;
+    }
+    ts
 }
 
 impl Recorder {
@@ -203,6 +325,7 @@ impl Recorder {
             kinds_enabled: Vec::new(),
             domains_enabled: Vec::new(),
             resource_enabled: Vec::new(),
+            api_enabled: Vec::new(),
             torn_down: false,
             teardown_problems: Vec::new(),
         };
@@ -215,7 +338,7 @@ impl Recorder {
         cupti.check("cuptiSetThreadIdType(SYSTEM)", rc)?;
 
         let bytes = config.buffer_bytes.max(1024).next_multiple_of(8);
-        callbacks::set_buffer_bytes(bytes);
+        callbacks::set_buffer_bytes(bytes, config.max_buffers);
         if !REGISTERED.load(Ordering::Acquire) {
             // SAFETY: resolved at load; both callbacks are `extern "C"` functions with the
             // signatures CUPTI expects, valid for the whole process.
@@ -249,11 +372,29 @@ impl Recorder {
             cupti.check(label, rc)?;
             rec.resource_enabled.push(cbid);
         }
-        for (domain, label) in API_DOMAINS {
-            // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe gave us.
-            let rc = unsafe { api.cuptiEnableDomain(1, sub, domain) };
-            cupti.check(label, rc)?;
-            rec.domains_enabled.push(domain);
+        match config.api_callbacks {
+            ApiCallbacks::All => {
+                for (domain, label) in API_DOMAINS {
+                    // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe
+                    // gave us.
+                    let rc = unsafe { api.cuptiEnableDomain(1, sub, domain) };
+                    cupti.check(label, rc)?;
+                    rec.domains_enabled.push(domain);
+                }
+            }
+            ApiCallbacks::GraphBuilding => {
+                for &(domain, cbid) in GRAPH_BUILDING_CBIDS {
+                    // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe
+                    // gave us.
+                    let rc = unsafe { api.cuptiEnableCallback(1, sub, domain, cbid) };
+                    // An older CUPTI may not know a newer call: record what could not be
+                    // enabled rather than refuse to trace.
+                    match cupti.check("cuptiEnableCallback(API)", rc) {
+                        Ok(()) => rec.api_enabled.push((domain, cbid)),
+                        Err(e) => lock(&rec.shared.state).problem(format!("{e} (cbid {cbid})")),
+                    }
+                }
+            }
         }
         Ok(rec)
     }
@@ -345,15 +486,7 @@ impl Recorder {
     /// `cuptiGetTimestamp`: now, in ns, on the clock of the activity records. Returns 0 (and
     /// notes the problem in the trace) if CUPTI fails.
     pub fn timestamp(&self) -> u64 {
-        let mut ts = 0u64;
-        // SAFETY: resolved at load; writes one u64 through a valid pointer.
-        let rc = unsafe { self.cupti.api().cuptiGetTimestamp(&mut ts) };
-        if rc != sys::CUPTI_SUCCESS {
-            let msg = format!("cuptiGetTimestamp failed: {}", self.cupti.result_name(rc));
-            lock(&self.shared.state).problem(msg);
-            return 0;
-        }
-        ts
+        timestamp(self.cupti, &self.shared)
     }
 
     /// Adds a cell (configuration) and returns its index for [`Recorder::step`]. The cells
@@ -364,13 +497,14 @@ impl Recorder {
         (state.cells.len() - 1) as u32
     }
 
-    fn marker(&self, name: &str, kind: MarkerKind, cell: Option<u32>) -> MarkerGuard<'_> {
+    fn marker(&self, name: &str, kind: MarkerKind, cell: Option<u32>) -> MarkerGuard {
         let id = lock(&self.shared.state).records.intern(name);
         if kind == MarkerKind::LibraryCall {
             callbacks::push_library_call(id);
         }
         MarkerGuard {
-            recorder: self,
+            shared: self.shared.clone(),
+            cupti: self.cupti,
             name: id,
             kind,
             cell,
@@ -381,18 +515,18 @@ impl Recorder {
     }
 
     /// A step of `cell`: a [`MarkerKind::Step`] range named "step", recorded on drop.
-    pub fn step(&self, cell: u32) -> MarkerGuard<'_> {
+    pub fn step(&self, cell: u32) -> MarkerGuard {
         self.marker("step", MarkerKind::Step, Some(cell))
     }
 
     /// A library call such as `ncclAllGather` ([`MarkerKind::LibraryCall`]). Graph nodes
     /// created on this thread while it is open get `library_call = name`.
-    pub fn library_call(&self, name: &str) -> MarkerGuard<'_> {
+    pub fn library_call(&self, name: &str) -> MarkerGuard {
         self.marker(name, MarkerKind::LibraryCall, None)
     }
 
     /// Any other host range ([`MarkerKind::Range`]).
-    pub fn range(&self, name: &str) -> MarkerGuard<'_> {
+    pub fn range(&self, name: &str) -> MarkerGuard {
         self.marker(name, MarkerKind::Range, None)
     }
 
@@ -473,6 +607,13 @@ impl Recorder {
             // SAFETY: resolved at load; `sub` is our live subscriber.
             let rc =
                 unsafe { api.cuptiEnableCallback(0, sub, sys::CUPTI_CB_DOMAIN_RESOURCE, cbid) };
+            if let Err(e) = self.cupti.check("cuptiEnableCallback(0)", rc) {
+                notes.push(e.to_string());
+            }
+        }
+        for (domain, cbid) in std::mem::take(&mut self.api_enabled) {
+            // SAFETY: resolved at load; `sub` is our live subscriber.
+            let rc = unsafe { api.cuptiEnableCallback(0, sub, domain, cbid) };
             if let Err(e) = self.cupti.check("cuptiEnableCallback(0)", rc) {
                 notes.push(e.to_string());
             }

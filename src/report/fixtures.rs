@@ -68,11 +68,13 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
                 label: "eager T=8".into(),
                 requested: requested("eager", 2),
                 event_periods_ns: vec![],
+                reference: Default::default(),
             },
             Cell {
                 label: "graphed mode=2 T=8".into(),
                 requested: requested("graphed", 2),
                 event_periods_ns: vec![27_900.0, 28_100.0],
+                reference: Default::default(),
             },
         ],
         workload: BTreeMap::new(),
@@ -288,6 +290,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
                     .next_back()
                     .unwrap_or((CauseKind::Unattributed, "unattributed".into()));
                 SequenceEntry {
+                    library_call: None,
                     name: name.to_owned(),
                     kind,
                     duration: Stat::of_ns(steps.iter().map(|s| {
@@ -302,6 +305,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             })
             .collect();
         cells.push(CellAnalysis {
+            reference: Default::default(),
             trace: 0,
             label: trace.metadata.cells[cell].label.clone(),
             requested: trace.metadata.cells[cell].requested.clone(),
@@ -333,6 +337,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
     let pair = compare_cells(&cells, 0, 1);
     let geomean_ratio = Geomean::of(&[pair.ratio.unwrap()]);
     let analysis = Analysis {
+        mode_pairs: Vec::new(),
         inputs: vec![InputSummary {
             path: "runs/ht_decode.trace.json".into(),
             source: Source::Synthetic,

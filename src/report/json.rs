@@ -88,6 +88,7 @@ fn analysis_value(a: &Analysis, opts: &JsonOptions) -> Value {
         "inputs": to_value(&a.inputs),
         "cells": cells,
         "regime_pairs": to_value(&a.regime_pairs),
+        "mode_pairs": to_value(&a.mode_pairs),
         "geomean_ratio": to_value(&a.geomean_ratio),
     })
 }
@@ -112,6 +113,7 @@ fn cell_value(c: &CellAnalysis, opts: &JsonOptions) -> Value {
             idle: c.idle,
             idle_by_cause: c.idle_by_cause.clone(),
             sequence: c.sequence.clone(),
+            reference: c.reference.clone(),
         })
     };
     if let Value::Object(m) = &mut v {

@@ -34,6 +34,9 @@ pub fn analysis_markdown(a: &Analysis) -> String {
         }
     }
 
+    sweep_section(&mut s, a);
+    reference_section(&mut s, a);
+
     // One table per workload key, cells in input order.
     let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for (i, c) in a.cells.iter().enumerate() {
@@ -46,15 +49,25 @@ pub fn analysis_markdown(a: &Analysis) -> String {
             "| cell | regime observed | graph usage mode observed | n | median µs | p10–p90 µs | first launches µs | CUDA-event period µs | graphed/eager | change |"
         );
         let _ = writeln!(s, "|---|---|---|--:|--:|--:|--:|--:|--:|---|");
+        // With several eager cells in one table, name the one each ratio is against.
+        let bases: std::collections::BTreeSet<usize> = a
+            .regime_pairs
+            .iter()
+            .filter(|p| cells.contains(&p.head))
+            .map(|p| p.base)
+            .collect();
         for &ci in cells {
             let c = &a.cells[ci];
             let pair = a.regime_pairs.iter().find(|p| p.head == ci);
             let is_base = a.regime_pairs.iter().any(|p| p.base == ci);
             let (r, change) = match pair {
-                Some(p) => (
-                    p.ratio.map_or("—".to_owned(), ratio),
-                    change_label(p.change),
-                ),
+                Some(p) => {
+                    let mut r = p.ratio.map_or("—".to_owned(), ratio);
+                    if bases.len() > 1 {
+                        r += &format!(" vs {}", md_cell(&p.base_label));
+                    }
+                    (r, change_label(p.change))
+                }
                 None if is_base => ("base".to_owned(), "—".to_owned()),
                 None => ("—".to_owned(), "—".to_owned()),
             };
@@ -208,7 +221,9 @@ fn explain(m: &CellComparison) -> String {
         .map(|(kind, label, growth)| {
             let share = match delta {
                 Some(d) if d.abs() >= 1.0 && growth.is_finite() => {
-                    format!(" ({:.0} % of the period delta)", growth / d * 100.0)
+                    let pct = growth / d * 100.0;
+                    let sign = if pct < -0.5 { "−" } else { "" };
+                    format!(" ({sign}{:.0} % of the period delta)", pct.abs())
                 }
                 _ => String::new(),
             };
@@ -580,6 +595,146 @@ fn idle_section(s: &mut String, a: &Analysis) {
             };
             row(s, &c.label, t.cause.label(), &t.per_step, example);
         }
+    }
+    let _ = writeln!(s);
+}
+
+/// The sweep at a glance, per launch pattern: one row per T with eager, graphed mode 2 and
+/// graphed mode 1 periods, the gap before the all-gather in each, and how much of the
+/// mode 2 − mode 1 difference the external event nodes explain.
+fn sweep_section(s: &mut String, a: &Analysis) {
+    if a.mode_pairs.is_empty() {
+        return;
+    }
+    let mut by_launch: BTreeMap<String, Vec<&CellComparison>> = BTreeMap::new();
+    for p in &a.mode_pairs {
+        let head = &a.cells[p.head];
+        let launch = head.requested_str("launch").unwrap_or("graph").to_owned();
+        by_launch.entry(launch).or_default().push(p);
+    }
+    let gap_before_collective = |c: &CellAnalysis| {
+        c.collective()
+            .map_or("—".to_owned(), |(_, e)| us2(e.gap_before.median))
+    };
+    let _ = writeln!(s, "### Graph usage mode 2 vs mode 1, by T\n");
+    for (launch, pairs) in by_launch {
+        let _ = writeln!(s, "Launch pattern **{}**:\n", md_cell(&launch));
+        let _ = writeln!(
+            s,
+            "| T | eager µs | graphed mode 2 µs | graphed mode 1 µs | mode 2 / eager | mode 1 / eager | mode 2 − mode 1 µs | gap before all-gather µs (eager / mode 2 / mode 1) | explained by the external event nodes |"
+        );
+        let _ = writeln!(s, "|--:|--:|--:|--:|--:|--:|--:|--:|---|");
+        let mut pairs = pairs;
+        pairs.sort_by_key(|p| a.cells[p.head].requested_u64("tokens").unwrap_or(0));
+        let (mut m2_m1, mut m2_eager, mut m1_eager) = (vec![], vec![], vec![]);
+        for p in pairs {
+            let (m1, m2) = (&a.cells[p.base], &a.cells[p.head]);
+            let eager_of = |graphed: usize| {
+                a.regime_pairs
+                    .iter()
+                    .find(|r| r.head == graphed)
+                    .map(|r| (&a.cells[r.base], r.ratio))
+            };
+            let e2 = eager_of(p.head);
+            let e1 = eager_of(p.base);
+            if let Some(r) = p.ratio {
+                m2_m1.push(r);
+            }
+            if let Some(r) = e2.and_then(|e| e.1) {
+                m2_eager.push(r);
+            }
+            if let Some(r) = e1.and_then(|e| e.1) {
+                m1_eager.push(r);
+            }
+            let delta = match (p.period_delta, p.change) {
+                (Some(d), Some(Change::NoChange)) => format!("{} (no change)", us2_signed(d)),
+                (Some(d), _) => us2_signed(d),
+                _ => "—".to_owned(),
+            };
+            let external: f64 = p
+                .gap_growth_by_cause
+                .iter()
+                .filter(|g| g.0 == crate::analysis::CauseKind::ExternalEventWait)
+                .map(|g| g.2)
+                .sum();
+            let explained = match (p.period_delta, p.change) {
+                (_, Some(Change::NoChange)) => "no change (inside run-to-run spread)".to_owned(),
+                (Some(d), _) if d > 0.0 => {
+                    let who = p
+                        .gap_growth_by_cause
+                        .iter()
+                        .find(|g| g.0 == crate::analysis::CauseKind::ExternalEventWait)
+                        .map_or("no external event node found".to_owned(), |g| g.1.clone());
+                    format!(
+                        "{:.0} % ({}): {}",
+                        100.0 * external / d,
+                        us2(external),
+                        md_cell(&who)
+                    )
+                }
+                (Some(_), _) => "mode 2 not slower".to_owned(),
+                _ => "—".to_owned(),
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {delta} | {} / {} / {} | {explained} |",
+                m2.requested_u64("tokens")
+                    .map_or("—".to_owned(), |t| t.to_string()),
+                opt_stat_cell(e2.and_then(|e| e.0.period.as_ref())),
+                opt_stat_cell(m2.period.as_ref()),
+                opt_stat_cell(m1.period.as_ref()),
+                e2.and_then(|e| e.1).map_or("—".to_owned(), ratio),
+                e1.and_then(|e| e.1).map_or("—".to_owned(), ratio),
+                e2.map_or("—".to_owned(), |e| gap_before_collective(e.0)),
+                gap_before_collective(m2),
+                gap_before_collective(m1),
+            );
+        }
+        let _ = writeln!(s);
+        for (what, v) in [
+            ("graphed mode 2 / graphed mode 1", &m2_m1),
+            ("graphed mode 2 / eager", &m2_eager),
+            ("graphed mode 1 / eager", &m1_eager),
+        ] {
+            if let Some(g) = Geomean::of(v) {
+                let _ = writeln!(s, "- {}", geomean_line(what, "T", &g));
+            }
+        }
+        let _ = writeln!(s);
+    }
+}
+
+/// Figures the workload measured itself (e.g. emu's `%globaltimer` stamps) beside gapscope's.
+fn reference_section(s: &mut String, a: &Analysis) {
+    let cells: Vec<&CellAnalysis> = a.cells.iter().filter(|c| !c.reference.is_empty()).collect();
+    if cells.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "### The workload's own figures beside gapscope's\n");
+    let _ = writeln!(
+        s,
+        "| cell | gap before the collective, %globaltimer µs | gap before the collective, gapscope µs | gapscope / globaltimer | CUDA-event period µs | gapscope period µs |"
+    );
+    let _ = writeln!(s, "|---|--:|--:|--:|--:|--:|");
+    for c in cells {
+        let reference_gap = c.reference.get("globaltimer_gap_before_coll_us").copied();
+        let ours = c.collective().map(|(_, e)| e.gap_before.median / 1e3);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            md_cell(&c.label),
+            reference_gap.map_or("—".to_owned(), |v| format!("{v:.2}")),
+            c.collective()
+                .map_or("—".to_owned(), |(_, e)| stat_us(&e.gap_before)),
+            match (ours, reference_gap) {
+                (Some(o), Some(r)) if r > 0.0 => format!("{:.2}", o / r),
+                _ => "—".to_owned(),
+            },
+            c.reference
+                .get("cuda_event_period_us")
+                .map_or("—".to_owned(), |v| format!("{v:.2}")),
+            opt_stat_cell(c.period.as_ref()),
+        );
     }
     let _ = writeln!(s);
 }

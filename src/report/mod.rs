@@ -210,16 +210,31 @@ mod end_to_end {
         let t = std::time::Instant::now();
         let mut out = std::io::BufWriter::new(std::io::sink());
         write_chrome_trace(&mut out, &traces, &a, &PerfettoOptions::default()).unwrap();
+        let mut counted = Counter(0);
+        write_chrome_trace(&mut counted, &traces, &a, &PerfettoOptions::default()).unwrap();
         let exported = t.elapsed();
         let t = std::time::Instant::now();
         let md = analysis_markdown(&a);
         let js = analysis_json(&a);
         eprintln!(
-            "{} kernels: analysis {analysed:?}, chrome trace {exported:?}, md+json {:?} ({} + {} bytes)",
+            "{} kernels: analysis {analysed:?}, chrome trace {exported:?} ({} MB), md+json {:?} ({} + {} bytes)",
             traces[0].kernels.len(),
+            counted.0 >> 20,
             t.elapsed(),
             md.len(),
             js.len()
         );
+    }
+
+    struct Counter(usize);
+
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
 }

@@ -319,7 +319,7 @@ fn collect_cell(cell: &CellAnalysis, ops: &[Op], apis: &HashMap<u32, &ApiCall>) 
 /// Assigns each event a lane of its track so no two slices of one lane overlap: first fit, in
 /// start order (longer first on ties). Returns the lane per event and the lane count per track.
 fn assign_lanes(evs: &mut [Ev]) -> (Vec<usize>, BTreeMap<Track, usize>) {
-    evs.sort_by(|a, b| {
+    evs.sort_unstable_by(|a, b| {
         (a.track, a.start, std::cmp::Reverse(a.end)).cmp(&(
             b.track,
             b.start,
@@ -429,16 +429,16 @@ fn write_cell(
                 out.slice(pid, tid, ts, dur, &name, "step", |a| {
                     a.str("regime", s.regime.label());
                     if let Some(g) = s.graph_exec {
-                        a.num("graph_exec", g);
+                        a.num("graph_exec", u64::from(g));
                     }
-                    a.num("first_launch", s.first_launch);
+                    a.bool("first_launch", s.first_launch);
                     if let Some(p) = s.period {
                         a.num("period_ns", p);
                     }
                     a.num("busy_ns", s.busy);
                     a.num("idle_ns", s.idle);
-                    a.num("ops", s.ops.len());
-                    a.num("gaps", s.gaps.len());
+                    a.num("ops", s.ops.len() as u64);
+                    a.num("gaps", s.gaps.len() as u64);
                 })?;
             }
             Payload::Op(oi, si) => {
@@ -450,15 +450,13 @@ fn write_cell(
                 };
                 let step = cell.steps[si].index;
                 out.slice(pid, tid, ts, dur, names.get(op.name), cat, |a| {
-                    a.num("corr", op.corr);
-                    a.num("graph", op.graph);
+                    a.num("corr", u64::from(op.corr));
+                    a.num("graph", u64::from(op.graph));
                     // As hex text: node ids exceed the 2^53 a JavaScript number holds exactly.
                     a.key("node");
                     let _ = write!(a.0, "\"{:#x}\"", op.node);
                     a.num("duration_ns", op.end.saturating_sub(op.start));
-                    a.num("stream", op.stream);
-                    a.num("device", op.device);
-                    a.num("step", step);
+                    a.num("step", step as u64);
                 })?;
                 if flowed.insert(op.corr)
                     && let Some(&(api_tid, api_ts)) = api_at.get(&op.corr)
@@ -471,7 +469,7 @@ fn write_cell(
             }
             Payload::Api(corr, name) => {
                 out.slice(pid, tid, ts, dur, names.get(name), "api", |a| {
-                    a.num("corr", corr);
+                    a.num("corr", u64::from(corr));
                 })?;
             }
             Payload::Gap(si, gi) => {
@@ -486,12 +484,11 @@ fn write_cell(
                 );
                 out.slice(pid, tid, ts, dur, &label, "gap", |a| {
                     a.str("cause", &super::cause_kind_id(g.cause.kind()));
-                    a.raw("cause_label", &label);
                     a.num("length_ns", g.len());
-                    a.num("stream", g.stream);
+                    a.num("stream", u64::from(g.stream));
                     a.raw("before", before.as_deref().unwrap_or("null"));
                     a.raw("after", &after);
-                    a.num("step", step);
+                    a.num("step", step as u64);
                 })?;
             }
         }
@@ -506,14 +503,34 @@ fn mid(e: &Ev) -> u64 {
 }
 
 /// `ns` as microseconds with exactly three decimals, from integers: 1234567 → "1234.567".
-pub(crate) fn fmt_us(ns: u64) -> String {
+pub fn fmt_us(ns: u64) -> String {
     let mut s = String::new();
     push_us(&mut s, ns);
     s
 }
 
 fn push_us(s: &mut String, ns: u64) {
-    let _ = write!(s, "{}.{:03}", ns / 1000, ns % 1000);
+    push_u64(s, ns / 1000);
+    let r = ns % 1000;
+    s.push('.');
+    for d in [r / 100, r / 10 % 10, r % 10] {
+        s.push(char::from(b'0' + d as u8));
+    }
+}
+
+/// Decimal digits of `v`, without `core::fmt` (the export writes millions of numbers).
+fn push_u64(s: &mut String, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    s.push_str(std::str::from_utf8(&digits[i..]).expect("ASCII digits"));
 }
 
 fn json_str(s: &str) -> String {
@@ -558,9 +575,13 @@ impl Args<'_> {
         self.0.push_str(k);
         self.0.push_str("\":");
     }
-    fn num(&mut self, k: &str, v: impl std::fmt::Display) {
+    fn num(&mut self, k: &str, v: u64) {
         self.key(k);
-        let _ = write!(self.0, "{v}");
+        push_u64(self.0, v);
+    }
+    fn bool(&mut self, k: &str, v: bool) {
+        self.key(k);
+        self.0.push_str(if v { "true" } else { "false" });
     }
     fn str(&mut self, k: &str, v: &str) {
         self.key(k);
@@ -650,13 +671,19 @@ impl<'a> EventWriter<'a> {
         args: impl FnOnce(&mut Args<'_>),
     ) -> io::Result<()> {
         let b = self.begin();
-        let _ = write!(b, "{{\"ph\":\"X\",\"pid\":{pid},\"tid\":{tid},\"ts\":");
+        b.push_str("{\"ph\":\"X\",\"pid\":");
+        push_u64(b, pid);
+        b.push_str(",\"tid\":");
+        push_u64(b, tid);
+        b.push_str(",\"ts\":");
         push_us(b, ts);
         b.push_str(",\"dur\":");
         push_us(b, dur);
         b.push_str(",\"name\":");
         b.push_str(name);
-        let _ = write!(b, ",\"cat\":\"{cat}\",\"args\":{{");
+        b.push_str(",\"cat\":\"");
+        b.push_str(cat);
+        b.push_str("\",\"args\":{");
         args(&mut Args(b, false));
         b.push_str("}}");
         self.end()
@@ -671,12 +698,19 @@ impl<'a> EventWriter<'a> {
             ("s", "")
         };
         let b = self.begin();
-        let _ = write!(b, "{{\"ph\":\"{ph}\",\"pid\":{pid},\"tid\":{tid},\"ts\":");
+        b.push_str("{\"ph\":\"");
+        b.push_str(ph);
+        b.push_str("\",\"pid\":");
+        push_u64(b, pid);
+        b.push_str(",\"tid\":");
+        push_u64(b, tid);
+        b.push_str(",\"ts\":");
         push_us(b, ts);
-        let _ = write!(
-            b,
-            ",\"id\":{id},\"name\":\"launch\",\"cat\":\"launch\"{bp}}}"
-        );
+        b.push_str(",\"id\":");
+        push_u64(b, id);
+        b.push_str(",\"name\":\"launch\",\"cat\":\"launch\"");
+        b.push_str(bp);
+        b.push('}');
         self.end()
     }
 
@@ -726,6 +760,11 @@ mod tests {
         assert_eq!(fmt_us(0), "0.000");
         assert_eq!(fmt_us(1_000), "1.000");
         assert_eq!(fmt_us(u64::MAX), "18446744073709551.615");
+        assert_eq!(fmt_us(1_000_255), "1000.255");
+        assert_eq!(fmt_us(999), "0.999");
+        for ns in [0u64, 7, 42, 999, 1_000, 123_456_789, 1 << 40] {
+            assert_eq!(fmt_us(ns), format!("{}.{:03}", ns / 1000, ns % 1000));
+        }
     }
 
     #[test]

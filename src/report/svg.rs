@@ -548,6 +548,17 @@ mod tests {
     }
 
     #[test]
+    fn comparison_pairs_draw_from_two_analyses() {
+        let (traces, _) = fixtures::fixture();
+        let c = fixtures::comparison(1.02, vec![]);
+        let svg = step_svg_between(&traces, &c.base, &traces, &c.head, &c.cells[1], 2);
+        assert!(svg.contains("graphed mode=2 T=8 (top) vs graphed mode=1 T=8 (bottom)"));
+        assert!(svg.contains("period ratio 0.96×"));
+        assert!(tag_balance(&svg).values().all(|&v| v == 0));
+        assert_eq!(svg.matches("class=\"op\"").count(), 10);
+    }
+
+    #[test]
     fn missing_step_is_stated() {
         let (traces, a) = fixtures::fixture();
         let svg = step_svg(&traces, &a, &a.regime_pairs[0], 99);

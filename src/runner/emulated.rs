@@ -926,7 +926,8 @@ pub fn run_emu_cell(
         for i in 0..pattern.graphs(iters) {
             let guard = obs.capture(i);
             let origin = setup.origin.clone();
-            let (exec, counts) = capture_graph(&origin, || setup.step(true, i))?;
+            let captured = capture_graph(&origin, || setup.step(true, i));
+            let (exec, counts) = captured.inspect_err(|_| setup.ag.abandon_capture())?;
             drop(guard);
             if i == 0 {
                 nodes = Some(counts);

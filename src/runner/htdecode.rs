@@ -522,6 +522,11 @@ impl HtDecode {
         &self.routing_map
     }
 
+    /// This rank's routing map and the gathered buffer at once, for the all-gather.
+    pub fn gather_buffers(&mut self) -> (&CudaSlice<u8>, &mut CudaSlice<u8>) {
+        (&self.routing_map, &mut self.gathered)
+    }
+
     /// The all-gather's receive buffer: R maps of [`Self::routing_map_bytes_per_rank`] bytes,
     /// rank-major. Keep its length; it is re-read at every [`Self::after_gather`].
     pub fn gathered_mut(&mut self) -> &mut CudaSlice<u8> {

@@ -6,4 +6,4 @@ pub mod nccl;
 pub mod reference;
 pub mod spin;
 mod sweep;
-pub use sweep::{SweepArgs, gpu_available, run_sweep};
+pub use sweep::{SweepArgs, SweepError, gpu_available, run_sweep};

@@ -136,6 +136,10 @@ pub struct Cell {
     /// run of steps), independent of tracing; shown beside the trace-derived period.
     #[serde(default)]
     pub event_periods_ns: Vec<f64>,
+    /// Figures the workload measured itself (e.g. `%globaltimer` stamps: "gap_before_coll_us"),
+    /// shown beside gapscope's own so the two can be checked against each other.
+    #[serde(default)]
+    pub reference: BTreeMap<String, f64>,
 }
 
 /// A kernel execution (CUPTI CONCURRENT_KERNEL record).
