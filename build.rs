@@ -270,6 +270,7 @@ fn run_bindgen(cupti_dir: &Path, cuda_dir: &Path) -> Result<String, String> {
         "CUpti_ActivityAPI",
         "CUpti_ActivitySynchronization2",
         "CUpti_ActivityCudaEvent2",
+        "CUpti_ActivityMarker2",
         "CUpti_ActivityMemcpyKind",
         "CUpti_ActivitySynchronizationType",
         "CUpti_ActivityThreadIdType",

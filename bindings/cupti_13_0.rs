@@ -993,6 +993,95 @@ pub const CUPTI_ACTIVITY_KIND_CONFIDENTIAL_COMPUTE_ROTATION: CUpti_ActivityKind 
 pub const CUPTI_ACTIVITY_KIND_COUNT: CUpti_ActivityKind = 56;
 pub const CUPTI_ACTIVITY_KIND_FORCE_INT: CUpti_ActivityKind = 2147483647;
 pub type CUpti_ActivityKind = ::std::os::raw::c_uint;
+pub const CUPTI_ACTIVITY_OBJECT_UNKNOWN: CUpti_ActivityObjectKind = 0;
+pub const CUPTI_ACTIVITY_OBJECT_PROCESS: CUpti_ActivityObjectKind = 1;
+pub const CUPTI_ACTIVITY_OBJECT_THREAD: CUpti_ActivityObjectKind = 2;
+pub const CUPTI_ACTIVITY_OBJECT_DEVICE: CUpti_ActivityObjectKind = 3;
+pub const CUPTI_ACTIVITY_OBJECT_CONTEXT: CUpti_ActivityObjectKind = 4;
+pub const CUPTI_ACTIVITY_OBJECT_STREAM: CUpti_ActivityObjectKind = 5;
+pub const CUPTI_ACTIVITY_OBJECT_FORCE_INT: CUpti_ActivityObjectKind = 2147483647;
+pub type CUpti_ActivityObjectKind = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union CUpti_ActivityObjectKindId {
+    pub pt: CUpti_ActivityObjectKindId__bindgen_ty_1,
+    pub dcs: CUpti_ActivityObjectKindId__bindgen_ty_2,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct CUpti_ActivityObjectKindId__bindgen_ty_1 {
+    pub processId: u32,
+    pub threadId: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUpti_ActivityObjectKindId__bindgen_ty_1",
+    ][::std::mem::size_of::<CUpti_ActivityObjectKindId__bindgen_ty_1>() - 8usize];
+    [
+        "Alignment of CUpti_ActivityObjectKindId__bindgen_ty_1",
+    ][::std::mem::align_of::<CUpti_ActivityObjectKindId__bindgen_ty_1>() - 4usize];
+    [
+        "Offset of field: CUpti_ActivityObjectKindId__bindgen_ty_1::processId",
+    ][::std::mem::offset_of!(CUpti_ActivityObjectKindId__bindgen_ty_1, processId)
+        - 0usize];
+    [
+        "Offset of field: CUpti_ActivityObjectKindId__bindgen_ty_1::threadId",
+    ][::std::mem::offset_of!(CUpti_ActivityObjectKindId__bindgen_ty_1, threadId)
+        - 4usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct CUpti_ActivityObjectKindId__bindgen_ty_2 {
+    pub deviceId: u32,
+    pub contextId: u32,
+    pub streamId: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUpti_ActivityObjectKindId__bindgen_ty_2",
+    ][::std::mem::size_of::<CUpti_ActivityObjectKindId__bindgen_ty_2>() - 12usize];
+    [
+        "Alignment of CUpti_ActivityObjectKindId__bindgen_ty_2",
+    ][::std::mem::align_of::<CUpti_ActivityObjectKindId__bindgen_ty_2>() - 4usize];
+    [
+        "Offset of field: CUpti_ActivityObjectKindId__bindgen_ty_2::deviceId",
+    ][::std::mem::offset_of!(CUpti_ActivityObjectKindId__bindgen_ty_2, deviceId)
+        - 0usize];
+    [
+        "Offset of field: CUpti_ActivityObjectKindId__bindgen_ty_2::contextId",
+    ][::std::mem::offset_of!(CUpti_ActivityObjectKindId__bindgen_ty_2, contextId)
+        - 4usize];
+    [
+        "Offset of field: CUpti_ActivityObjectKindId__bindgen_ty_2::streamId",
+    ][::std::mem::offset_of!(CUpti_ActivityObjectKindId__bindgen_ty_2, streamId)
+        - 8usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUpti_ActivityObjectKindId",
+    ][::std::mem::size_of::<CUpti_ActivityObjectKindId>() - 12usize];
+    [
+        "Alignment of CUpti_ActivityObjectKindId",
+    ][::std::mem::align_of::<CUpti_ActivityObjectKindId>() - 4usize];
+    [
+        "Offset of field: CUpti_ActivityObjectKindId::pt",
+    ][::std::mem::offset_of!(CUpti_ActivityObjectKindId, pt) - 0usize];
+    [
+        "Offset of field: CUpti_ActivityObjectKindId::dcs",
+    ][::std::mem::offset_of!(CUpti_ActivityObjectKindId, dcs) - 0usize];
+};
+impl Default for CUpti_ActivityObjectKindId {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 pub const CUPTI_ACTIVITY_FLAG_NONE: CUpti_ActivityFlag = 0;
 pub const CUPTI_ACTIVITY_FLAG_DEVICE_CONCURRENT_KERNELS: CUpti_ActivityFlag = 1;
 pub const CUPTI_ACTIVITY_FLAG_DEVICE_ATTRIBUTE_CUDEVICE: CUpti_ActivityFlag = 1;
@@ -1709,6 +1798,64 @@ const _: () = {
     ][::std::mem::offset_of!(CUpti_ActivityAPI, returnValue) - 36usize];
 };
 impl Default for CUpti_ActivityAPI {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C, packed(8))]
+#[derive(Copy, Clone)]
+pub struct CUpti_ActivityMarker2 {
+    pub kind: CUpti_ActivityKind,
+    pub flags: CUpti_ActivityFlag,
+    pub timestamp: u64,
+    pub id: u32,
+    pub objectKind: CUpti_ActivityObjectKind,
+    pub objectId: CUpti_ActivityObjectKindId,
+    pub pad: u32,
+    pub name: *const ::std::os::raw::c_char,
+    pub domain: *const ::std::os::raw::c_char,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUpti_ActivityMarker2",
+    ][::std::mem::size_of::<CUpti_ActivityMarker2>() - 56usize];
+    [
+        "Alignment of CUpti_ActivityMarker2",
+    ][::std::mem::align_of::<CUpti_ActivityMarker2>() - 8usize];
+    [
+        "Offset of field: CUpti_ActivityMarker2::kind",
+    ][::std::mem::offset_of!(CUpti_ActivityMarker2, kind) - 0usize];
+    [
+        "Offset of field: CUpti_ActivityMarker2::flags",
+    ][::std::mem::offset_of!(CUpti_ActivityMarker2, flags) - 4usize];
+    [
+        "Offset of field: CUpti_ActivityMarker2::timestamp",
+    ][::std::mem::offset_of!(CUpti_ActivityMarker2, timestamp) - 8usize];
+    [
+        "Offset of field: CUpti_ActivityMarker2::id",
+    ][::std::mem::offset_of!(CUpti_ActivityMarker2, id) - 16usize];
+    [
+        "Offset of field: CUpti_ActivityMarker2::objectKind",
+    ][::std::mem::offset_of!(CUpti_ActivityMarker2, objectKind) - 20usize];
+    [
+        "Offset of field: CUpti_ActivityMarker2::objectId",
+    ][::std::mem::offset_of!(CUpti_ActivityMarker2, objectId) - 24usize];
+    [
+        "Offset of field: CUpti_ActivityMarker2::pad",
+    ][::std::mem::offset_of!(CUpti_ActivityMarker2, pad) - 36usize];
+    [
+        "Offset of field: CUpti_ActivityMarker2::name",
+    ][::std::mem::offset_of!(CUpti_ActivityMarker2, name) - 40usize];
+    [
+        "Offset of field: CUpti_ActivityMarker2::domain",
+    ][::std::mem::offset_of!(CUpti_ActivityMarker2, domain) - 48usize];
+};
+impl Default for CUpti_ActivityMarker2 {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
         unsafe {

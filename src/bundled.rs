@@ -5,7 +5,13 @@ use crate::trace::{Trace, TraceError, parse_trace};
 use std::path::Path;
 
 /// (file name under `traces/`, contents).
-const BUNDLED: &[(&str, &[u8])] = &[];
+const BUNDLED: &[(&str, &[u8])] = &[
+    ("emu-h200.json", include_bytes!("../traces/emu-h200.json")),
+    (
+        "ht-decode-h200.json",
+        include_bytes!("../traces/ht-decode-h200.json"),
+    ),
+];
 
 /// Parses the bundled traces; when none are bundled, a synthetic emu experiment that says so.
 pub fn traces() -> Result<(Vec<Trace>, Vec<String>), TraceError> {

@@ -6,6 +6,9 @@
 pub mod analysis;
 pub mod bundled;
 pub mod cupti;
+pub mod import;
+pub mod inject;
+pub mod record;
 pub mod report;
 pub mod runner;
 pub mod synthetic;

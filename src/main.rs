@@ -84,6 +84,11 @@ enum Command {
         #[arg(long, value_delimiter = ',', default_value = "1,8,512")]
         tokens: Vec<usize>,
     },
+    /// Trace an unmodified CUDA program through CUDA injection: one trace per process.
+    #[command(
+        after_help = "Example:\n  gapscope record -o traces --step-range step -- python examples/torch_step.py\n  gapscope analyze traces/trace-*.json"
+    )]
+    Record(gapscope::record::RecordArgs),
 }
 
 #[derive(Args, Clone)]
@@ -221,6 +226,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             println!("{summary}");
             Ok(ExitCode::SUCCESS)
         }
+        Command::Record(args) => Ok(gapscope::record::run(&args)?),
     }
 }
 
@@ -254,7 +260,16 @@ fn expand(path: &Path) -> Result<Vec<PathBuf>, Failure> {
 fn load(paths: &[PathBuf]) -> Result<(Vec<Trace>, Vec<String>), Failure> {
     let mut traces = Vec::with_capacity(paths.len());
     for p in paths {
-        traces.push(trace::read_trace(p)?);
+        if gapscope::import::is_kineto_file(p) {
+            // torch.profiler (Kineto) Chrome trace: imported; bad input exits 2 as for traces.
+            let imported = gapscope::import::read_kineto(p).map_err(|e| Failure {
+                code: 2,
+                error: e.into(),
+            })?;
+            traces.push(imported);
+        } else {
+            traces.push(trace::read_trace(p)?);
+        }
     }
     Ok((
         traces,

@@ -74,9 +74,19 @@ pub fn compare_cells(
     let base_names: Vec<String> = base.sequence.iter().map(|e| e.name.clone()).collect();
     let head_names: Vec<String> = head.sequence.iter().map(|e| e.name.clone()).collect();
     let mut aligned = Vec::new();
-    let mut growth: BTreeMap<CauseKind, (String, f64)> = BTreeMap::new();
+    let mut growth: BTreeMap<CauseKind, (String, f64, f64)> = BTreeMap::new();
     let mut max_pct: Option<f64> = None;
     let mut within_spread = true;
+    let (mut duration_delta_total, mut one_sided_ops_total) = (0.0, 0.0);
+    let mut add_growth = |kind: CauseKind, label: &str, d: f64| {
+        let e = growth.entry(kind).or_insert((String::new(), 0.0, 0.0));
+        e.1 += d;
+        // Name the cause by its largest contribution.
+        if d.abs() > e.2 {
+            e.2 = d.abs();
+            e.0 = label.to_owned();
+        }
+    };
     for (bi, hi) in align_names(&base_names, &head_names) {
         let b = bi.map(|i| &base.sequence[i]);
         let h = hi.map(|i| &head.sequence[i]);
@@ -92,24 +102,22 @@ pub fn compare_cells(
                     let pct = 100.0 * dd.abs() / b.duration.median;
                     max_pct = Some(max_pct.map_or(pct, |m: f64| m.max(pct)));
                 }
-                (Some(dd), Some(h.gap_before.median - b.gap_before.median))
+                let gd = h.gap_before.median - b.gap_before.median;
+                duration_delta_total += dd;
+                add_growth(h.gap_cause, &h.gap_cause_label, gd);
+                (Some(dd), Some(gd))
             }
-            _ => (None, None),
+            (None, Some(h)) => {
+                add_growth(h.gap_cause, &h.gap_cause_label, h.gap_before.median);
+                one_sided_ops_total += h.duration.median;
+                (None, None)
+            }
+            (Some(b), None) => {
+                one_sided_ops_total -= b.duration.median + b.gap_before.median;
+                (None, None)
+            }
+            (None, None) => (None, None),
         };
-        // Growth in head: a larger gap before an aligned op, or a head-only op and its gap.
-        let grown = match (b, h) {
-            (Some(_), Some(h)) => gap_before_delta
-                .filter(|d| *d > 0.0)
-                .map(|d| (h.gap_cause, h.gap_cause_label.clone(), d)),
-            (None, Some(h)) => Some((h.gap_cause, h.gap_cause_label.clone(), h.gap_before.median)),
-            _ => None,
-        };
-        if let Some((kind, label, d)) = grown
-            && d > 0.0
-        {
-            let e = growth.entry(kind).or_insert((label, 0.0));
-            e.1 += d;
-        }
         aligned.push(AlignedOp {
             name: h.or(b).map(|e| e.name.clone()).unwrap_or_default(),
             base: bi,
@@ -123,14 +131,20 @@ pub fn compare_cells(
     let (ratio, change, period_delta) = match (&base.period, &head.period) {
         (Some(b), Some(h)) if b.median > 0.0 => (
             Some(h.median / b.median),
-            Some(Change::between(b, h)),
+            // Judged on run-to-run samples where there are enough steps, else on the
+            // per-step spread.
+            Change::from_runs(&base.period_block_medians, &head.period_block_medians)
+                .or(Some(Change::between(b, h))),
             Some(h.median - b.median),
         ),
         _ => (None, None, None),
     };
-    let mut gap_growth_by_cause: Vec<(CauseKind, String, f64)> =
-        growth.into_iter().map(|(k, (l, d))| (k, l, d)).collect();
-    gap_growth_by_cause.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let mut gap_growth_by_cause: Vec<(CauseKind, String, f64)> = growth
+        .into_iter()
+        .filter(|(_, (_, d, _))| d.abs() >= 1.0)
+        .map(|(k, (l, d, _))| (k, l, d))
+        .collect();
+    gap_growth_by_cause.sort_by(|a, b| b.2.abs().total_cmp(&a.2.abs()));
     CellComparison {
         key: head.workload_key(),
         base: base_index,
@@ -144,6 +158,8 @@ pub fn compare_cells(
         durations_within_spread: within_spread,
         period_delta,
         gap_growth_by_cause,
+        duration_delta_total,
+        one_sided_ops_total,
     }
 }
 

@@ -407,6 +407,12 @@ pub fn analyze_cell(
         steady
     };
     let period = Stat::of_ns(figures_from.iter().filter_map(|s| s.period));
+    let in_order: Vec<f64> = figures_from
+        .iter()
+        .filter_map(|s| s.period.map(|p| p as f64))
+        .collect();
+    let period_block_medians = super::stats::block_medians(&in_order, 10);
+    let period_runs = Stat::of(&mut period_block_medians.clone());
     let first_launch_period = Stat::of_ns(
         steps
             .iter()
@@ -437,6 +443,8 @@ pub fn analyze_cell(
         steps,
         period,
         first_launch_period,
+        period_runs,
+        period_block_medians,
         event_period: Stat::of(&mut event_periods),
         busy,
         idle,

@@ -310,11 +310,18 @@ pub struct CellAnalysis {
     pub observed: Observed,
     /// Differences between requested and observed (regime, mode), one line each.
     pub mismatches: Vec<String>,
+    /// Not serialised with the cell (reports add it on request).
+    #[serde(skip)]
     pub steps: Vec<Step>,
     /// Trace-derived period of steady-state steps (first launches excluded).
     pub period: Option<Stat>,
     /// Period of first launches of executable graphs (graphs instantiated anew).
     pub first_launch_period: Option<Stat>,
+    /// Run-to-run spread of the period: the medians of up to 10 consecutive blocks of steps
+    /// (and their summary). Differences between cells are judged on these, not on the
+    /// per-step spread.
+    pub period_runs: Option<Stat>,
+    pub period_block_medians: Vec<f64>,
     /// Period from CUDA events, measured by the runner independently of the trace.
     pub event_period: Option<Stat>,
     pub busy: Option<Stat>,
@@ -396,9 +403,18 @@ pub struct CellComparison {
     pub max_duration_delta_pct: Option<f64>,
     /// True when every aligned kernel's duration delta is inside its run-to-run spread.
     pub durations_within_spread: bool,
-    /// Period difference (head − base median, ns) and the gap growth behind it, by head cause.
+    /// Period difference (head − base median, ns).
     pub period_delta: Option<f64>,
+    /// Net change of the idle time before aligned ops (head − base medians, ns), grouped by
+    /// the head's cause, largest |change| first; ops present in the head only count with
+    /// their gap.
     pub gap_growth_by_cause: Vec<(CauseKind, String, f64)>,
+    /// Net change of aligned op durations (ns), and the time of one-sided ops (head only
+    /// minus base only, ns). With the gap changes these decompose the period delta; what is
+    /// left is overlap between streams and the difference between the median of a sum and
+    /// the sum of medians.
+    pub duration_delta_total: f64,
+    pub one_sided_ops_total: f64,
 }
 
 /// Per trace: what reports must show about the input.

@@ -51,6 +51,21 @@ fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
     sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
 }
 
+/// Medians of up to `blocks` consecutive blocks of `values` (each ≥ 5 values): the spread of
+/// these is the run-to-run spread of the median.
+pub fn block_medians(values: &[f64], blocks: usize) -> Vec<f64> {
+    let blocks = blocks.min(values.len() / 5);
+    if blocks < 2 {
+        return Vec::new();
+    }
+    let size = values.len() / blocks;
+    values
+        .chunks(size)
+        .take(blocks)
+        .filter_map(|c| Stat::of(&mut c.to_vec()).map(|s| s.median))
+        .collect()
+}
+
 /// Geometric mean of positive ratios with their range.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Geomean {
@@ -104,6 +119,27 @@ impl Change {
         }
     }
 
+    /// From run-to-run samples (e.g. block medians) of each side: every head sample minus
+    /// every base sample; slower when even the p10 of these differences is above zero, faster
+    /// when the p90 is below zero, else no change. `None` with fewer than 2 samples a side.
+    pub fn from_runs(base: &[f64], head: &[f64]) -> Option<Change> {
+        if base.len() < 2 || head.len() < 2 {
+            return None;
+        }
+        let mut diffs: Vec<f64> = head
+            .iter()
+            .flat_map(|h| base.iter().map(move |b| h - b))
+            .collect();
+        let d = Stat::of(&mut diffs)?;
+        Some(if d.p10 > 0.0 {
+            Change::Slower
+        } else if d.p90 < 0.0 {
+            Change::Faster
+        } else {
+            Change::NoChange
+        })
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Change::NoChange => "no change",
@@ -143,5 +179,25 @@ mod tests {
         assert_eq!(Change::between(&base, &near), Change::NoChange);
         assert_eq!(Change::between(&base, &far), Change::Slower);
         assert_eq!(Change::between(&far, &base), Change::Faster);
+    }
+
+    #[test]
+    fn runs_decide_change_even_with_wide_per_step_spread() {
+        // Head runs all above base runs, though each head run is noisy.
+        let base = [153.0, 153.5, 152.8, 153.2];
+        let head = [180.0, 230.0, 195.0, 210.0];
+        assert_eq!(Change::from_runs(&base, &head), Some(Change::Slower));
+        assert_eq!(Change::from_runs(&head, &base), Some(Change::Faster));
+        let overlapping = [152.9, 153.4, 153.1, 152.7];
+        assert_eq!(
+            Change::from_runs(&base, &overlapping),
+            Some(Change::NoChange)
+        );
+        assert_eq!(Change::from_runs(&base, &[1.0]), None);
+        assert_eq!(block_medians(&[1.0; 9], 10).len(), 0);
+        assert_eq!(
+            block_medians(&(0..100).map(f64::from).collect::<Vec<_>>(), 10).len(),
+            10
+        );
     }
 }

@@ -6,7 +6,9 @@
 //! read past its end.
 
 use super::sys;
-use crate::trace::{ApiCall, ApiDomain, EventRecord, Kernel, MemOp, StrId, Sync, TraceBuilder};
+use crate::trace::{
+    ApiCall, ApiDomain, EventRecord, Kernel, Marker, MarkerKind, MemOp, StrId, Sync, TraceBuilder,
+};
 use std::collections::HashMap;
 use std::ffi::CStr;
 
@@ -26,6 +28,18 @@ pub(crate) struct RecordStore {
     pub zero_timestamp_kernels: u64,
     /// Records of kinds we did not enable (should stay 0).
     pub unexpected_records: u64,
+    /// NVTX ranges (MARKER records) whose start arrived but not their end yet, by marker id.
+    open_markers: HashMap<u32, OpenMarker>,
+    /// NVTX range ends that arrived before their start (records come in no set order).
+    early_marker_ends: HashMap<u32, u64>,
+}
+
+/// The start half of an NVTX range.
+#[derive(Debug, Clone, Copy)]
+struct OpenMarker {
+    start: u64,
+    name: StrId,
+    thread: u32,
 }
 
 /// Copy kinds of `CUpti_ActivityMemcpyKind`, by value.
@@ -77,7 +91,50 @@ impl RecordStore {
             api_names: HashMap::new(),
             zero_timestamp_kernels: 0,
             unexpected_records: 0,
+            open_markers: HashMap::new(),
+            early_marker_ends: HashMap::new(),
         }
+    }
+
+    /// NVTX ranges started but never ended (e.g. the program stopped inside one).
+    pub fn unclosed_markers(&self) -> usize {
+        self.open_markers.len()
+    }
+
+    /// Pairs the start and end MARKER records of one NVTX range (same id) into a
+    /// [`MarkerKind::Range`] trace marker. Instantaneous marks (`nvtxMark`) are skipped.
+    fn add_marker_half(&mut self, flags: u32, id: u32, ts: u64, name: StrId, thread: u32) {
+        if flags & sys::CUPTI_ACTIVITY_FLAG_MARKER_START != 0 {
+            let open = OpenMarker {
+                start: ts,
+                name,
+                thread,
+            };
+            match self.early_marker_ends.remove(&id) {
+                Some(end) => self.push_marker(open, end),
+                None => {
+                    self.open_markers.insert(id, open);
+                }
+            }
+        } else if flags & sys::CUPTI_ACTIVITY_FLAG_MARKER_END != 0 {
+            match self.open_markers.remove(&id) {
+                Some(open) => self.push_marker(open, ts),
+                None => {
+                    self.early_marker_ends.insert(id, ts);
+                }
+            }
+        }
+    }
+
+    fn push_marker(&mut self, open: OpenMarker, end: u64) {
+        self.builder.trace.markers.push(Marker {
+            start: open.start,
+            end: end.max(open.start),
+            name: open.name,
+            kind: MarkerKind::Range,
+            thread: open.thread,
+            cell: None,
+        });
     }
 
     pub fn intern(&mut self, s: &str) -> StrId {
@@ -109,7 +166,8 @@ impl RecordStore {
     /// # Safety
     /// `rec` must point to a complete CUPTI activity record (as returned by
     /// `cuptiActivityGetNextRecord`, or a zero-initialised bindgen struct of the kind it
-    /// announces), and a kernel record's `name` must be null or a NUL-terminated string.
+    /// announces), and a kernel or marker record's `name` must be null or a NUL-terminated
+    /// string.
     pub unsafe fn add_record(
         &mut self,
         rec: *const sys::CUpti_Activity,
@@ -215,6 +273,29 @@ impl RecordStore {
                         stream: field!(e, streamId),
                         event: field!(e, eventId),
                     });
+                }
+                sys::CUPTI_ACTIVITY_KIND_MARKER => {
+                    let m = rec as *const sys::CUpti_ActivityMarker2;
+                    let flags = field!(m, flags);
+                    let is_start = flags & sys::CUPTI_ACTIVITY_FLAG_MARKER_START != 0;
+                    // The name comes with the start record only.
+                    let name = if is_start {
+                        let p = field!(m, name);
+                        if p.is_null() {
+                            self.builder.intern("?")
+                        } else {
+                            let s = CStr::from_ptr(p).to_string_lossy();
+                            self.builder.intern(&s)
+                        }
+                    } else {
+                        0
+                    };
+                    let thread = if field!(m, objectKind) == sys::CUPTI_ACTIVITY_OBJECT_THREAD {
+                        field!(m, objectId).pt.threadId
+                    } else {
+                        0
+                    };
+                    self.add_marker_half(flags, field!(m, id), field!(m, timestamp), name, thread);
                 }
                 _ => self.unexpected_records += 1,
             }
@@ -383,6 +464,73 @@ mod tests {
         // SAFETY: only `kind` is read for kinds we do not decode.
         unsafe { store.add_record(as_record(&r), &no_names) };
         assert_eq!(store.unexpected_records, 1);
+    }
+
+    fn marker_half(
+        flags: u32,
+        id: u32,
+        ts: u64,
+        name: Option<&CString>,
+    ) -> sys::CUpti_ActivityMarker2 {
+        let mut m = sys::CUpti_ActivityMarker2 {
+            kind: sys::CUPTI_ACTIVITY_KIND_MARKER,
+            flags,
+            timestamp: ts,
+            id,
+            objectKind: sys::CUPTI_ACTIVITY_OBJECT_THREAD,
+            ..Default::default()
+        };
+        m.objectId.pt = sys::CUpti_ActivityObjectKindId__bindgen_ty_1 {
+            processId: 1,
+            threadId: 77,
+        };
+        m.name = name.map_or(std::ptr::null(), |n| n.as_ptr());
+        m
+    }
+
+    #[test]
+    fn nvtx_marker_halves_pair_by_id_in_any_order() {
+        let step = CString::new("step").unwrap();
+        let fwd = CString::new("forward").unwrap();
+        let start = sys::CUPTI_ACTIVITY_FLAG_MARKER_START;
+        let end = sys::CUPTI_ACTIVITY_FLAG_MARKER_END;
+        let records = [
+            marker_half(start, 1, 100, Some(&step)),
+            // End before start: records come in no guaranteed order.
+            marker_half(end, 2, 180, None),
+            marker_half(start, 2, 120, Some(&fwd)),
+            marker_half(end, 1, 200, None),
+            // An nvtxMark: skipped.
+            marker_half(
+                sys::CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS,
+                3,
+                150,
+                Some(&fwd),
+            ),
+            // Started, never ended.
+            marker_half(start, 4, 300, Some(&step)),
+        ];
+        let mut store = RecordStore::new();
+        for r in &records {
+            // SAFETY: complete marker records with null or valid names.
+            unsafe { store.add_record(as_record(r), &no_names) };
+        }
+        let t = &store.builder.trace;
+        assert_eq!(store.unexpected_records, 0);
+        assert_eq!(store.unclosed_markers(), 1);
+        let mut got: Vec<_> = t
+            .markers
+            .iter()
+            .map(|m| (t.str(m.name), m.start, m.end, m.kind, m.thread, m.cell))
+            .collect();
+        got.sort_by_key(|g| g.1);
+        assert_eq!(
+            got,
+            [
+                ("step", 100, 200, MarkerKind::Range, 77, None),
+                ("forward", 120, 180, MarkerKind::Range, 77, None),
+            ]
+        );
     }
 
     /// The fields we read sit at the same offsets in Kernel9 (CUDA 12.x) and the kernel record

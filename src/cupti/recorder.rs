@@ -420,6 +420,21 @@ impl Recorder {
         Ok(())
     }
 
+    /// Also records NVTX ranges (`CUPTI_ACTIVITY_KIND_MARKER`) as [`MarkerKind::Range`]
+    /// markers. They reach CUPTI only when the process runs with `NVTX_INJECTION64_PATH`
+    /// naming libcupti (set before its first NVTX call).
+    pub fn enable_nvtx_markers(&mut self) -> Result<(), CuptiError> {
+        let kind = sys::CUPTI_ACTIVITY_KIND_MARKER;
+        if self.torn_down || self.kinds_enabled.contains(&kind) {
+            return Ok(());
+        }
+        // SAFETY: resolved at load; `kind` is a CUpti_ActivityKind from the headers.
+        let rc = unsafe { self.cupti.api().cuptiActivityEnable(kind) };
+        self.cupti.check("cuptiActivityEnable(MARKER)", rc)?;
+        self.kinds_enabled.push(kind);
+        Ok(())
+    }
+
     fn subscriber_handle(&self) -> sys::CUpti_SubscriberHandle {
         self.subscriber
             .as_ref()
@@ -687,6 +702,12 @@ impl Recorder {
             ));
         }
 
+        let unclosed = state.records.unclosed_markers();
+        if unclosed > 0 {
+            metadata.notes.push(format!(
+                "recorder: {unclosed} NVTX ranges were started but never ended (left out)"
+            ));
+        }
         let zero = state.records.zero_timestamp_kernels;
         let mut builder = state.records.builder;
         builder.trace.metadata = metadata;
@@ -694,7 +715,8 @@ impl Recorder {
         let self_corr = state.self_corr;
         t.api_calls
             .retain(|a| !(a.domain == ApiDomain::Driver && self_corr.contains(&a.corr)));
-        t.markers = state.markers;
+        // NVTX ranges decoded from MARKER records are already in `t.markers`.
+        t.markers.extend(state.markers);
         t.graph = state.graph.into_dag();
         t.dropped_records = dropped + zero;
 

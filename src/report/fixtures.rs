@@ -306,6 +306,8 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             .collect();
         cells.push(CellAnalysis {
             reference: Default::default(),
+            period_runs: None,
+            period_block_medians: Vec::new(),
             trace: 0,
             label: trace.metadata.cells[cell].label.clone(),
             requested: trace.metadata.cells[cell].requested.clone(),
@@ -383,6 +385,8 @@ pub fn compare_between(
         })
         .collect();
     CellComparison {
+        duration_delta_total: 0.0,
+        one_sided_ops_total: 0.0,
         key: b.workload_key(),
         base,
         head,

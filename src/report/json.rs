@@ -94,32 +94,18 @@ fn analysis_value(a: &Analysis, opts: &JsonOptions) -> Value {
 }
 
 fn cell_value(c: &CellAnalysis, opts: &JsonOptions) -> Value {
-    let mut v = if opts.include_steps {
-        to_value(c)
-    } else {
-        // Every field but the steps (a struct literal, so a new field fails to compile here
-        // rather than silently vanishing from the report).
-        to_value(&CellAnalysis {
-            trace: c.trace,
-            label: c.label.clone(),
-            requested: c.requested.clone(),
-            observed: c.observed.clone(),
-            mismatches: c.mismatches.clone(),
-            steps: Vec::new(),
-            period: c.period,
-            first_launch_period: c.first_launch_period,
-            event_period: c.event_period,
-            busy: c.busy,
-            idle: c.idle,
-            idle_by_cause: c.idle_by_cause.clone(),
-            sequence: c.sequence.clone(),
-            reference: c.reference.clone(),
-        })
-    };
+    // `steps` is not serialised with the cell (it can hold millions of gaps): add it only
+    // when asked for.
+    let mut v = to_value(c);
     if let Value::Object(m) = &mut v {
-        if !opts.include_steps {
-            m.insert("steps".into(), Value::Null);
-        }
+        m.insert(
+            "steps".into(),
+            if opts.include_steps {
+                to_value(&c.steps)
+            } else {
+                Value::Null
+            },
+        );
         m.insert("step_count".into(), json!(c.steps.len()));
         m.insert(
             "first_launch_steps".into(),

@@ -205,37 +205,40 @@ fn pair_name(m: &CellComparison) -> String {
 
 /// "external event wait +1.00 µs (100 % of the period delta), ..." for one matched pair.
 fn explain(m: &CellComparison) -> String {
-    let delta = m.period_delta;
-    let mut s = match delta {
-        Some(d) => format!("period {} µs", us2_signed(d)),
-        None => "period delta unknown".to_owned(),
+    let Some(delta) = m.period_delta else {
+        return "period delta unknown".to_owned();
     };
-    if m.gap_growth_by_cause.is_empty() {
-        s += "; no gap changed";
-        return s;
-    }
-    s += "; gaps by cause: ";
-    let parts: Vec<String> = m
+    // The period delta decomposed: idle-time changes by cause, op durations, one-sided ops,
+    // and the remainder (stream overlap; median of a sum vs sum of medians).
+    let gaps: Vec<String> = m
         .gap_growth_by_cause
         .iter()
-        .map(|(kind, label, growth)| {
-            let share = match delta {
-                Some(d) if d.abs() >= 1.0 && growth.is_finite() => {
-                    let pct = growth / d * 100.0;
-                    let sign = if pct < -0.5 { "−" } else { "" };
-                    format!(" ({sign}{:.0} % of the period delta)", pct.abs())
-                }
-                _ => String::new(),
-            };
+        .map(|(kind, label, d)| {
             let detail = if label.is_empty() || label == kind.label() {
                 String::new()
             } else {
-                format!(" — {}", md_cell(label))
+                format!(" ({})", md_cell(label))
             };
-            format!("{} {} µs{share}{detail}", kind.label(), us2_signed(*growth))
+            format!("{} {}{detail}", kind.label(), us2_signed(*d))
         })
         .collect();
-    s + &parts.join(", ")
+    let accounted: f64 = m.gap_growth_by_cause.iter().map(|g| g.2).sum::<f64>()
+        + m.duration_delta_total
+        + m.one_sided_ops_total;
+    let mut s = format!("period {} µs = ", us2_signed(delta));
+    if gaps.is_empty() {
+        s += "gaps unchanged";
+    } else {
+        s += &format!("gaps: {}", gaps.join(", "));
+    }
+    s += &format!("; op durations {}", us2_signed(m.duration_delta_total));
+    if m.one_sided_ops_total.abs() >= 1.0 {
+        s += &format!(
+            "; ops in one regime only {}",
+            us2_signed(m.one_sided_ops_total)
+        );
+    }
+    s + &format!("; remainder {}", us2_signed(delta - accounted))
 }
 
 /// The aligned positions whose gap before changed most, as lines.
@@ -657,22 +660,36 @@ fn sweep_section(s: &mut String, a: &Analysis) {
                 .filter(|g| g.0 == crate::analysis::CauseKind::ExternalEventWait)
                 .map(|g| g.2)
                 .sum();
+            let others: f64 = p
+                .gap_growth_by_cause
+                .iter()
+                .filter(|g| g.0 != crate::analysis::CauseKind::ExternalEventWait)
+                .map(|g| g.2)
+                .sum();
             let explained = match (p.period_delta, p.change) {
-                (_, Some(Change::NoChange)) => "no change (inside run-to-run spread)".to_owned(),
-                (Some(d), _) if d > 0.0 => {
+                (_, Some(Change::NoChange)) => format!(
+                    "no change (inside run-to-run spread); external event wait {}",
+                    us2_signed(external)
+                ),
+                (Some(d), _) => {
                     let who = p
                         .gap_growth_by_cause
                         .iter()
                         .find(|g| g.0 == crate::analysis::CauseKind::ExternalEventWait)
-                        .map_or("no external event node found".to_owned(), |g| g.1.clone());
+                        .map_or("no external event node".to_owned(), |g| g.1.clone());
+                    let share = if d > 0.0 {
+                        format!(" = {:.0} % of Δ", 100.0 * external / d)
+                    } else {
+                        String::new()
+                    };
                     format!(
-                        "{:.0} % ({}): {}",
-                        100.0 * external / d,
-                        us2(external),
-                        md_cell(&who)
+                        "external event wait {}{share} — {}; other gaps {}, op durations {}",
+                        us2_signed(external),
+                        md_cell(&who),
+                        us2_signed(others),
+                        us2_signed(p.duration_delta_total)
                     )
                 }
-                (Some(_), _) => "mode 2 not slower".to_owned(),
                 _ => "—".to_owned(),
             };
             let _ = writeln!(
@@ -827,7 +844,9 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("external event wait −1.10 µs (100 % of the period delta)"),
+            md.contains(
+                "period −1.10 µs = gaps: external event wait −1.10 (external event-wait node"
+            ),
             "{md}"
         );
         assert!(md.contains("graphed mode=2 T=512 (base only)"));

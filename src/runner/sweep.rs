@@ -535,7 +535,13 @@ fn run_ht_decode(
             args.warmup,
             Some((&recorder, cell)),
         )?;
-        describe = bench.all_gather(ht, plan.mode, None)?.describe();
+        describe = match &bench.collective {
+            Collective::Emulated(e) => format!(
+                "emulated ({} simulated ranks; each cell in the capture topology of its graph usage mode)",
+                e.config().ranks
+            ),
+            Collective::Nccl(_) => bench.all_gather(ht, plan.mode, None)?.describe(),
+        };
         recorder.flush()?;
         recorded.push((plan.clone(), periods));
         bar.inc(1);

@@ -1,0 +1,1053 @@
+//! torch.profiler (Kineto) Chrome-trace JSON → [`Trace`], streamed.
+//!
+//! The document is never built in memory: `traceEvents` is walked element by element with serde
+//! visitors over a buffered reader, and each event becomes a compact record at once (names
+//! interned, looked up by `&str` before anything is allocated). Memory is bounded by the
+//! imported records, not by the size of the JSON.
+//!
+//! Mapping (complete events, `"ph": "X"`, by `cat`):
+//!
+//! | Kineto `cat` | gapscope record |
+//! |---|---|
+//! | `kernel` | [`Kernel`] (`args`: `device`, `stream`, `correlation`, `graph id`, `graph node id`) |
+//! | `gpu_memcpy` | [`MemOp`] in `memcpys` (kind from the name, e.g. `HtoD`; `args.bytes`) |
+//! | `gpu_memset` | [`MemOp`] in `memsets` (kind `memset`) |
+//! | `cuda_runtime`, `cuda_driver` | [`ApiCall`] (`args.correlation`, thread from `tid`) |
+//! | `user_annotation` (or `cpu_op`) named `ProfilerStep#N` | [`Marker`] of kind [`MarkerKind::Step`] |
+//! | other `user_annotation` | [`Marker`] of kind [`MarkerKind::Range`] |
+//!
+//! Everything else (`cpu_op`, `python_function`, `gpu_user_annotation`, `ac2g` flow events —
+//! redundant with correlation ids —, metadata events) is skipped. Timestamps are microseconds
+//! with fractional nanoseconds, relative to `baseTimeNanoseconds` when the file has it; they
+//! become nanoseconds (`round(x * 1000)`, plus the base).
+//!
+//! Step markers go to one cell; when a trace holds both eager steps and graph replays, eager
+//! and graphed steps go to two cells so the analysis pairs them.
+
+use crate::trace::{
+    ApiCall, ApiDomain, Cell, DeviceInfo, Kernel, Marker, MarkerKind, MemOp, Metadata, Source,
+    Trace, TraceBuilder, Versions,
+};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+/// The note every imported trace carries (shown in every report).
+pub const KINETO_NOTE: &str = "imported from torch.profiler (Kineto): no graph DAG; causes that \
+need it (external event waits, host nodes) cannot be established";
+
+/// Errors importing a Kineto trace. Each displays as one line naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("{path}: cannot read: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a usable torch.profiler (Kineto) trace: {message}")]
+    Malformed { path: PathBuf, message: String },
+}
+
+/// Whether the start of a file (its first few KiB) looks like a Kineto trace rather than a
+/// gapscope trace: a `traceEvents`, `schemaVersion` or `deviceProperties` key before any
+/// `schema_version` key (gapscope writes `schema_version` first). Gzip data counts as Kineto
+/// (torch writes `.json.gz`), so the importer can say what to do with it.
+pub fn looks_like_kineto(head: &[u8]) -> bool {
+    if head.starts_with(&[0x1f, 0x8b]) {
+        return true;
+    }
+    let find = |pat: &[u8]| head.windows(pat.len()).position(|w| w == pat);
+    let kineto = [
+        &b"\"traceEvents\""[..],
+        b"\"schemaVersion\"",
+        b"\"deviceProperties\"",
+    ]
+    .iter()
+    .filter_map(|p| find(p))
+    .min();
+    match (kineto, find(b"\"schema_version\"")) {
+        (Some(k), Some(g)) => k < g,
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
+/// [`looks_like_kineto`] on the first 64 KiB of a file; `false` when it cannot be read (the
+/// gapscope reader then reports why).
+pub fn is_kineto_file(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut head = Vec::with_capacity(1 << 16);
+    if file.take(1 << 16).read_to_end(&mut head).is_err() {
+        return false;
+    }
+    looks_like_kineto(&head)
+}
+
+/// Opens and imports a Kineto trace file.
+pub fn read_kineto(path: &Path) -> Result<Trace, ImportError> {
+    let file = std::fs::File::open(path).map_err(|source| ImportError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    import_kineto(file, path)
+}
+
+/// Imports a torch.profiler (Kineto) Chrome trace, streaming. `path` is only used in error
+/// messages and cell labels.
+pub fn import_kineto(reader: impl Read, path: &Path) -> Result<Trace, ImportError> {
+    let mut reader = BufReader::with_capacity(1 << 17, reader);
+    let head = reader.fill_buf().map_err(|source| ImportError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        return Err(ImportError::Malformed {
+            path: path.to_owned(),
+            message: "gzip-compressed; decompress it first (gunzip -k FILE)".into(),
+        });
+    }
+    let mut imp = Importer::new();
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    let parsed = TopSeed(&mut imp)
+        .deserialize(&mut de)
+        .and_then(|()| de.end());
+    if let Err(e) = parsed {
+        return Err(imp.error(path, e));
+    }
+    imp.finish().map_err(|message| ImportError::Malformed {
+        path: path.to_owned(),
+        message,
+    })
+}
+
+/// What the top level and the events have filled in so far.
+struct Importer {
+    b: TraceBuilder,
+    /// Name of the event being read (reused: no allocation per event).
+    name: String,
+    /// Index of the event being read in `traceEvents`.
+    index: u64,
+    in_events: bool,
+    saw_events: bool,
+    base_ns: Option<u64>,
+    devices: Vec<DeviceInfo>,
+    versions: Versions,
+    rank: Option<u32>,
+    world: Option<u32>,
+}
+
+impl Importer {
+    fn new() -> Importer {
+        let metadata = Metadata {
+            tool: format!("gapscope {} (Kineto import)", env!("CARGO_PKG_VERSION")),
+            source: Source::Kineto,
+            notes: vec![KINETO_NOTE.to_owned()],
+            ..Metadata::default()
+        };
+        Importer {
+            b: TraceBuilder::new(metadata),
+            name: String::new(),
+            index: 0,
+            in_events: false,
+            saw_events: false,
+            base_ns: None,
+            devices: Vec::new(),
+            versions: Versions::default(),
+            rank: None,
+            world: None,
+        }
+    }
+
+    /// A parse error as one line, with the event it happened in.
+    fn error(&self, path: &Path, e: serde_json::Error) -> ImportError {
+        if e.is_io() {
+            return ImportError::Io {
+                path: path.to_owned(),
+                source: e.into(),
+            };
+        }
+        let at = if self.in_events {
+            format!("traceEvents[{}]: ", self.index)
+        } else {
+            String::new()
+        };
+        let message = if e.is_eof() {
+            format!("{at}the file ends early (cut short?): {e}")
+        } else {
+            format!("{at}{e}")
+        };
+        ImportError::Malformed {
+            path: path.to_owned(),
+            message,
+        }
+    }
+
+    /// Turns one event into a record (or skips it).
+    fn add_event(&mut self, ev: &Event) -> Result<(), String> {
+        if ev.ph != Phase::Complete {
+            return Ok(());
+        }
+        let start = to_ns(ev.ts.ok_or("complete (\"X\") event without \"ts\"")?, "ts")?;
+        let dur = to_ns(
+            ev.dur.ok_or("complete (\"X\") event without \"dur\"")?,
+            "dur",
+        )?;
+        let end = start
+            .checked_add(dur)
+            .ok_or("\"ts\" + \"dur\" overflows 64-bit nanoseconds")?;
+        let what = ev.cat.label();
+        let a = &ev.args;
+        match ev.cat {
+            Cat::Kernel => {
+                let kernel = Kernel {
+                    start,
+                    end,
+                    device: arg_u32(a.device, what, "device")?.unwrap_or(0),
+                    stream: required(arg_u32(a.stream, what, "stream")?, what, "stream")?,
+                    corr: required(
+                        arg_u32(a.correlation, what, "correlation")?,
+                        what,
+                        "correlation",
+                    )?,
+                    name: self.intern_name(ev, what)?,
+                    graph: arg_u32(a.graph, what, "graph id")?.unwrap_or(0),
+                    node: arg_u64(a.node, what, "graph node id")?.unwrap_or(0),
+                };
+                self.b.trace.kernels.push(kernel);
+            }
+            Cat::Memcpy | Cat::Memset => {
+                if !ev.has_name {
+                    return Err(format!("{what} event without \"name\""));
+                }
+                let kind = if ev.cat == Cat::Memcpy {
+                    self.b.intern(memcpy_kind(&self.name))
+                } else {
+                    self.b.intern("memset")
+                };
+                let op = MemOp {
+                    start,
+                    end,
+                    device: arg_u32(a.device, what, "device")?.unwrap_or(0),
+                    stream: required(arg_u32(a.stream, what, "stream")?, what, "stream")?,
+                    corr: required(
+                        arg_u32(a.correlation, what, "correlation")?,
+                        what,
+                        "correlation",
+                    )?,
+                    bytes: arg_u64(a.bytes, what, "bytes")?.unwrap_or(0),
+                    kind,
+                    graph: arg_u32(a.graph, what, "graph id")?.unwrap_or(0),
+                    node: arg_u64(a.node, what, "graph node id")?.unwrap_or(0),
+                };
+                if ev.cat == Cat::Memcpy {
+                    self.b.trace.memcpys.push(op);
+                } else {
+                    self.b.trace.memsets.push(op);
+                }
+            }
+            Cat::Runtime | Cat::Driver => {
+                let call = ApiCall {
+                    start,
+                    end,
+                    corr: arg_u32(a.correlation, what, "correlation")?.unwrap_or(0),
+                    thread: ev.tid.unwrap_or(0),
+                    name: self.intern_name(ev, what)?,
+                    domain: if ev.cat == Cat::Runtime {
+                        ApiDomain::Runtime
+                    } else {
+                        ApiDomain::Driver
+                    },
+                };
+                self.b.trace.api_calls.push(call);
+            }
+            Cat::UserAnnotation | Cat::CpuOp => {
+                if !ev.has_name {
+                    return Err(format!("{what} event without \"name\""));
+                }
+                let step = self.name.starts_with("ProfilerStep#");
+                if ev.cat == Cat::CpuOp && !step {
+                    return Ok(());
+                }
+                let marker = Marker {
+                    start,
+                    end,
+                    name: self.b.intern(&self.name),
+                    kind: if step {
+                        MarkerKind::Step
+                    } else {
+                        MarkerKind::Range
+                    },
+                    thread: ev.tid.unwrap_or(0),
+                    cell: None,
+                };
+                self.b.trace.markers.push(marker);
+            }
+            Cat::Other => {}
+        }
+        Ok(())
+    }
+
+    fn intern_name(&mut self, ev: &Event, what: &str) -> Result<u32, String> {
+        if !ev.has_name {
+            return Err(format!("{what} event without \"name\""));
+        }
+        Ok(self.b.intern(&self.name))
+    }
+
+    /// After the document: time base, device, cells, checks.
+    fn finish(self) -> Result<Trace, String> {
+        if !self.saw_events {
+            return Err("no \"traceEvents\" array".into());
+        }
+        let mut trace = self.b.finish();
+        if trace.kernels.is_empty() && trace.memcpys.is_empty() && trace.memsets.is_empty() {
+            return Err(
+                "no GPU activity (no \"kernel\", \"gpu_memcpy\" or \"gpu_memset\" \
+                        events): profile with ProfilerActivity.CUDA"
+                    .into(),
+            );
+        }
+        if let Some(base) = self.base_ns.filter(|&b| b > 0) {
+            shift_all(&mut trace, base).ok_or(
+                "timestamps overflow 64-bit nanoseconds after adding \"baseTimeNanoseconds\"",
+            )?;
+        }
+        let md = &mut trace.metadata;
+        md.versions = self.versions;
+        md.rank = self.rank.unwrap_or(0);
+        md.world = self.world.unwrap_or(1).max(1);
+        let device = trace
+            .kernels
+            .first()
+            .map(|k| k.device)
+            .or_else(|| trace.memcpys.first().map(|m| m.device))
+            .or_else(|| trace.memsets.first().map(|m| m.device))
+            .unwrap_or(0);
+        md.device = self
+            .devices
+            .iter()
+            .find(|d| d.index == device)
+            .or(self.devices.first())
+            .cloned();
+        assign_cells(&mut trace);
+        trace.kernels.shrink_to_fit();
+        trace.api_calls.shrink_to_fit();
+        trace.markers.shrink_to_fit();
+        trace.validate()?;
+        Ok(trace)
+    }
+
+    fn device_properties(&mut self, v: serde_json::Value) {
+        let Some(list) = v.as_array() else { return };
+        for d in list {
+            let int = |k: &str| d.get(k).and_then(serde_json::Value::as_u64);
+            let Some(name) = d.get("name").and_then(serde_json::Value::as_str) else {
+                continue;
+            };
+            self.devices.push(DeviceInfo {
+                name: name.to_owned(),
+                index: int("id").and_then(|i| u32::try_from(i).ok()).unwrap_or(0),
+                compute_capability: match (int("computeMajor"), int("computeMinor")) {
+                    (Some(a), Some(b)) => format!("{a}.{b}"),
+                    _ => String::new(),
+                },
+            });
+        }
+    }
+}
+
+/// Adds `base` to every timestamp; `None` on overflow.
+fn shift_all(t: &mut Trace, base: u64) -> Option<()> {
+    fn span(s: &mut u64, e: &mut u64, base: u64) -> Option<()> {
+        *s = s.checked_add(base)?;
+        *e = e.checked_add(base)?;
+        Some(())
+    }
+    for k in &mut t.kernels {
+        span(&mut k.start, &mut k.end, base)?;
+    }
+    for m in t.memcpys.iter_mut().chain(t.memsets.iter_mut()) {
+        span(&mut m.start, &mut m.end, base)?;
+    }
+    for a in &mut t.api_calls {
+        span(&mut a.start, &mut a.end, base)?;
+    }
+    for m in &mut t.markers {
+        span(&mut m.start, &mut m.end, base)?;
+    }
+    Some(())
+}
+
+/// One cell for the step markers, or two (eager, graphed) when the trace holds both: a step is
+/// graphed when a device op with a graph id was launched inside it (as the analysis joins them:
+/// by the launching call's start and correlation id).
+fn assign_cells(t: &mut Trace) {
+    let mut graph_corrs: Vec<u32> = t
+        .kernels
+        .iter()
+        .filter(|k| k.graph != 0)
+        .map(|k| k.corr)
+        .chain(
+            t.memcpys
+                .iter()
+                .chain(&t.memsets)
+                .filter(|m| m.graph != 0)
+                .map(|m| m.corr),
+        )
+        .collect();
+    graph_corrs.sort_unstable();
+    graph_corrs.dedup();
+    let mut graph_launches: Vec<u64> = t
+        .api_calls
+        .iter()
+        .filter(|a| graph_corrs.binary_search(&a.corr).is_ok())
+        .map(|a| a.start)
+        .collect();
+    graph_launches.sort_unstable();
+    let mut steps: Vec<usize> = (0..t.markers.len())
+        .filter(|&i| t.markers[i].kind == MarkerKind::Step)
+        .collect();
+    steps.sort_unstable_by_key(|&i| (t.markers[i].start, t.markers[i].end));
+    // A launch belongs to the last step marker starting at or before it (as in the analysis).
+    let graphed: Vec<bool> = steps
+        .iter()
+        .enumerate()
+        .map(|(pos, &i)| {
+            let m = &t.markers[i];
+            let until = steps
+                .get(pos + 1)
+                .map_or(m.end, |&n| m.end.min(t.markers[n].start.saturating_sub(1)));
+            let first = graph_launches.partition_point(|&s| s < m.start);
+            graph_launches.get(first).is_some_and(|&s| s <= until)
+        })
+        .collect();
+    let any_graphed = if steps.is_empty() {
+        !graph_corrs.is_empty()
+    } else {
+        graphed.iter().any(|&g| g)
+    };
+    let all_graphed = !steps.is_empty() && graphed.iter().all(|&g| g);
+    let cell = |label: &str, regime: &str| Cell {
+        label: label.to_owned(),
+        requested: BTreeMap::from([("regime".to_owned(), regime.into())]),
+        ..Cell::default()
+    };
+    if any_graphed && !all_graphed && !steps.is_empty() {
+        t.metadata.cells = vec![
+            cell("torch.profiler eager steps", "eager"),
+            cell("torch.profiler graphed steps", "graphed"),
+        ];
+        for (&i, &g) in steps.iter().zip(&graphed) {
+            t.markers[i].cell = Some(u32::from(g));
+        }
+    } else {
+        t.metadata.cells = vec![cell(
+            "torch.profiler steps",
+            if any_graphed { "graphed" } else { "eager" },
+        )];
+        for &i in &steps {
+            t.markers[i].cell = Some(0);
+        }
+    }
+}
+
+/// `HtoD` from `Memcpy HtoD (Pageable -> Device)`; the whole name otherwise.
+fn memcpy_kind(name: &str) -> &str {
+    name.strip_prefix("Memcpy ")
+        .and_then(|rest| rest.split(' ').next())
+        .filter(|k| !k.is_empty())
+        .unwrap_or(name)
+}
+
+fn to_ns(n: Num, what: &str) -> Result<u64, String> {
+    match n {
+        Num::Int(us) => us
+            .checked_mul(1000)
+            .ok_or_else(|| format!("\"{what}\" {us} µs overflows 64-bit nanoseconds")),
+        Num::Float(us) => {
+            let ns = (us * 1000.0).round();
+            // 2^64 as f64; anything at or above it does not fit.
+            if !(0.0..18_446_744_073_709_551_616.0).contains(&ns) {
+                return Err(format!(
+                    "\"{what}\" {us} µs is not a non-negative time that fits in 64-bit nanoseconds"
+                ));
+            }
+            Ok(ns as u64)
+        }
+    }
+}
+
+fn arg_u64(v: ArgVal, what: &str, key: &str) -> Result<Option<u64>, String> {
+    match v {
+        None => Ok(None),
+        Some(None) => Err(format!(
+            "{what} event: args \"{key}\" is not a non-negative integer"
+        )),
+        Some(Some(x)) => Ok(Some(x)),
+    }
+}
+
+fn arg_u32(v: ArgVal, what: &str, key: &str) -> Result<Option<u32>, String> {
+    arg_u64(v, what, key)?
+        .map(|x| {
+            u32::try_from(x)
+                .map_err(|_| format!("{what} event: args \"{key}\" {x} does not fit 32 bits"))
+        })
+        .transpose()
+}
+
+fn required(v: Option<u32>, what: &str, key: &str) -> Result<u32, String> {
+    v.ok_or_else(|| format!("{what} event without a non-negative integer args \"{key}\""))
+}
+
+/// FNV-1a: a stable 32-bit thread id for a string `tid`.
+fn hash_tid(s: &str) -> u32 {
+    s.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+// ---- the event as read ----------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Phase {
+    #[default]
+    Missing,
+    Complete,
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Cat {
+    Kernel,
+    Memcpy,
+    Memset,
+    Runtime,
+    Driver,
+    UserAnnotation,
+    CpuOp,
+    #[default]
+    Other,
+}
+
+impl Cat {
+    fn from_str(s: &str) -> Cat {
+        match s {
+            "kernel" | "Kernel" => Cat::Kernel,
+            "gpu_memcpy" | "Memcpy" => Cat::Memcpy,
+            "gpu_memset" | "Memset" => Cat::Memset,
+            "cuda_runtime" | "Runtime" => Cat::Runtime,
+            "cuda_driver" | "Driver" => Cat::Driver,
+            "user_annotation" => Cat::UserAnnotation,
+            "cpu_op" | "Operator" => Cat::CpuOp,
+            _ => Cat::Other,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Cat::Kernel => "kernel",
+            Cat::Memcpy => "gpu_memcpy",
+            Cat::Memset => "gpu_memset",
+            Cat::Runtime => "cuda_runtime",
+            Cat::Driver => "cuda_driver",
+            Cat::UserAnnotation => "user_annotation",
+            Cat::CpuOp => "cpu_op",
+            Cat::Other => "other",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Num {
+    Int(u64),
+    Float(f64),
+}
+
+/// An `args` value: absent (`None`), not a non-negative integer (`Some(None)`), or one.
+type ArgVal = Option<Option<u64>>;
+
+#[derive(Debug, Default)]
+struct Args {
+    device: ArgVal,
+    stream: ArgVal,
+    correlation: ArgVal,
+    graph: ArgVal,
+    node: ArgVal,
+    bytes: ArgVal,
+}
+
+#[derive(Debug, Default)]
+struct Event {
+    ph: Phase,
+    cat: Cat,
+    has_name: bool,
+    ts: Option<Num>,
+    dur: Option<Num>,
+    tid: Option<u32>,
+    args: Args,
+}
+
+#[derive(Clone, Copy)]
+enum TopKey {
+    TraceEvents,
+    DeviceProperties,
+    DistributedInfo,
+    BaseTime,
+    CudaRuntime,
+    CudaDriver,
+    Other,
+}
+
+#[derive(Clone, Copy)]
+enum EventKey {
+    Ph,
+    Cat,
+    Name,
+    Ts,
+    Dur,
+    Tid,
+    Args,
+    Other,
+}
+
+#[derive(Clone, Copy)]
+enum ArgKey {
+    Device,
+    Stream,
+    Correlation,
+    Graph,
+    Node,
+    Bytes,
+    Other,
+}
+
+fn top_key(s: &str) -> TopKey {
+    match s {
+        "traceEvents" => TopKey::TraceEvents,
+        "deviceProperties" => TopKey::DeviceProperties,
+        "distributedInfo" => TopKey::DistributedInfo,
+        "baseTimeNanoseconds" => TopKey::BaseTime,
+        "cuda_runtime_version" => TopKey::CudaRuntime,
+        "cuda_driver_version" => TopKey::CudaDriver,
+        _ => TopKey::Other,
+    }
+}
+
+fn event_key(s: &str) -> EventKey {
+    match s {
+        "ph" => EventKey::Ph,
+        "cat" => EventKey::Cat,
+        "name" => EventKey::Name,
+        "ts" => EventKey::Ts,
+        "dur" => EventKey::Dur,
+        "tid" => EventKey::Tid,
+        "args" => EventKey::Args,
+        _ => EventKey::Other,
+    }
+}
+
+fn arg_key(s: &str) -> ArgKey {
+    match s {
+        "device" => ArgKey::Device,
+        "stream" => ArgKey::Stream,
+        "correlation" => ArgKey::Correlation,
+        "graph id" | "graph_id" => ArgKey::Graph,
+        "graph node id" | "graph_node_id" => ArgKey::Node,
+        "bytes" => ArgKey::Bytes,
+        _ => ArgKey::Other,
+    }
+}
+
+fn phase(s: &str) -> Phase {
+    if s == "X" {
+        Phase::Complete
+    } else {
+        Phase::Other
+    }
+}
+
+/// "12.4" from Kineto's 12040.
+fn cuda_version(v: &serde_json::Value) -> Option<String> {
+    let v = v.as_u64()?;
+    Some(format!("{}.{}", v / 1000, (v % 1000) / 10))
+}
+
+// ---- serde seeds and visitors ---------------------------------------------------------------
+
+/// A string mapped through `f` without allocating (keys, `ph`, `cat`).
+struct StrSeed<K> {
+    what: &'static str,
+    f: fn(&str) -> K,
+}
+
+impl<'de, K> DeserializeSeed<'de> for StrSeed<K> {
+    type Value = K;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<K, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<K> Visitor<'_> for StrSeed<K> {
+    type Value = K;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "a string for {}", self.what)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<K, E> {
+        Ok((self.f)(v))
+    }
+}
+
+/// The event name, copied into the importer's reused buffer.
+struct NameSeed<'a>(&'a mut String);
+
+impl<'de> DeserializeSeed<'de> for NameSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for NameSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string for the event \"name\"")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        self.0.clear();
+        self.0.push_str(v);
+        Ok(())
+    }
+}
+
+/// A non-negative number of microseconds (`ts`, `dur`).
+struct NumSeed(&'static str);
+
+impl<'de> DeserializeSeed<'de> for NumSeed {
+    type Value = Num;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Num, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl Visitor<'_> for NumSeed {
+    type Value = Num;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "a non-negative number of microseconds for \"{}\"",
+            self.0
+        )
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Num, E> {
+        Ok(Num::Int(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Num, E> {
+        u64::try_from(v)
+            .map(Num::Int)
+            .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Num, E> {
+        if v.is_finite() && v >= 0.0 {
+            Ok(Num::Float(v))
+        } else {
+            Err(E::invalid_value(de::Unexpected::Float(v), &self))
+        }
+    }
+}
+
+/// `tid`: an integer, or a string (hashed).
+struct TidSeed;
+
+impl<'de> DeserializeSeed<'de> for TidSeed {
+    type Value = u32;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u32, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl Visitor<'_> for TidSeed {
+    type Value = u32;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an integer or a string for \"tid\"")
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<u32, E> {
+        Ok(u32::try_from(v).unwrap_or((v ^ (v >> 32)) as u32))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<u32, E> {
+        Ok(v as u32)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<u32, E> {
+        Ok(v.parse::<u32>().unwrap_or_else(|_| hash_tid(v)))
+    }
+}
+
+/// An integer argument; anything else (string, object, negative) reads as `None` and fails the
+/// import only for an event that is imported (arguments of skipped events never do).
+struct ArgIntSeed;
+
+impl<'de> DeserializeSeed<'de> for ArgIntSeed {
+    type Value = Option<u64>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<u64>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ArgIntSeed {
+    type Value = Option<u64>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Option<u64>, E> {
+        Ok(Some(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Option<u64>, E> {
+        Ok(u64::try_from(v).ok())
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Option<u64>, E> {
+        Ok((v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v < 1.8e19).then_some(v as u64))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Option<u64>, E> {
+        Ok(None)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Option<u64>, E> {
+        Ok(None)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Option<u64>, E> {
+        Ok(None)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<u64>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<u64>, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+}
+
+/// `args` of one event: the few keys the import uses.
+struct ArgsSeed<'a>(&'a mut Args);
+
+impl<'de> DeserializeSeed<'de> for ArgsSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ArgsSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object for \"args\"")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(k) = map.next_key_seed(StrSeed {
+            what: "an \"args\" key",
+            f: arg_key,
+        })? {
+            let slot = match k {
+                ArgKey::Device => &mut self.0.device,
+                ArgKey::Stream => &mut self.0.stream,
+                ArgKey::Correlation => &mut self.0.correlation,
+                ArgKey::Graph => &mut self.0.graph,
+                ArgKey::Node => &mut self.0.node,
+                ArgKey::Bytes => &mut self.0.bytes,
+                ArgKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = Some(map.next_value_seed(ArgIntSeed)?);
+        }
+        Ok(())
+    }
+}
+
+/// One element of `traceEvents`.
+struct EventSeed<'a>(&'a mut Importer);
+
+impl<'de> DeserializeSeed<'de> for EventSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an event object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let imp = self.0;
+        let mut ev = Event::default();
+        while let Some(k) = map.next_key_seed(StrSeed {
+            what: "an event key",
+            f: event_key,
+        })? {
+            match k {
+                EventKey::Ph => {
+                    ev.ph = map.next_value_seed(StrSeed {
+                        what: "\"ph\"",
+                        f: phase,
+                    })?
+                }
+                EventKey::Cat => {
+                    ev.cat = map.next_value_seed(StrSeed {
+                        what: "\"cat\"",
+                        f: Cat::from_str,
+                    })?
+                }
+                EventKey::Name => {
+                    map.next_value_seed(NameSeed(&mut imp.name))?;
+                    ev.has_name = true;
+                }
+                EventKey::Ts => ev.ts = Some(map.next_value_seed(NumSeed("ts"))?),
+                EventKey::Dur => ev.dur = Some(map.next_value_seed(NumSeed("dur"))?),
+                EventKey::Tid => ev.tid = Some(map.next_value_seed(TidSeed)?),
+                EventKey::Args => map.next_value_seed(ArgsSeed(&mut ev.args))?,
+                EventKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        imp.add_event(&ev).map_err(de::Error::custom)
+    }
+}
+
+/// `traceEvents`.
+struct EventsSeed<'a>(&'a mut Importer);
+
+impl<'de> DeserializeSeed<'de> for EventsSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventsSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array for \"traceEvents\"")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(EventSeed(&mut *self.0))?.is_some() {
+            self.0.index += 1;
+        }
+        Ok(())
+    }
+}
+
+/// The top-level object.
+struct TopSeed<'a>(&'a mut Importer);
+
+impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TopSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object with a \"traceEvents\" array")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let imp = self.0;
+        while let Some(k) = map.next_key_seed(StrSeed {
+            what: "a top-level key",
+            f: top_key,
+        })? {
+            match k {
+                TopKey::TraceEvents => {
+                    if imp.saw_events {
+                        return Err(de::Error::custom("two \"traceEvents\" arrays"));
+                    }
+                    imp.in_events = true;
+                    map.next_value_seed(EventsSeed(&mut *imp))?;
+                    imp.in_events = false;
+                    imp.saw_events = true;
+                }
+                TopKey::DeviceProperties => {
+                    let v: serde_json::Value = map.next_value()?;
+                    imp.device_properties(v);
+                }
+                TopKey::DistributedInfo => {
+                    let v: serde_json::Value = map.next_value()?;
+                    let int = |k: &str| {
+                        v.get(k)
+                            .and_then(serde_json::Value::as_u64)
+                            .and_then(|x| u32::try_from(x).ok())
+                    };
+                    imp.rank = int("rank");
+                    imp.world = int("world_size");
+                }
+                TopKey::BaseTime => {
+                    let v: serde_json::Value = map.next_value()?;
+                    imp.base_ns = Some(v.as_u64().ok_or_else(|| {
+                        de::Error::custom(format!(
+                            "\"baseTimeNanoseconds\" must be a non-negative integer, found {v}"
+                        ))
+                    })?);
+                }
+                TopKey::CudaRuntime => {
+                    let v: serde_json::Value = map.next_value()?;
+                    imp.versions.cuda_runtime = cuda_version(&v);
+                }
+                TopKey::CudaDriver => {
+                    let v: serde_json::Value = map.next_value()?;
+                    imp.versions.driver = cuda_version(&v);
+                }
+                TopKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_round_to_nanoseconds() {
+        assert_eq!(to_ns(Num::Float(1234567.891), "ts"), Ok(1_234_567_891));
+        assert_eq!(to_ns(Num::Float(0.0005), "ts"), Ok(1));
+        assert_eq!(to_ns(Num::Int(7), "ts"), Ok(7000));
+        assert!(to_ns(Num::Float(1e30), "ts").is_err());
+        assert!(to_ns(Num::Int(u64::MAX), "ts").is_err());
+    }
+
+    #[test]
+    fn memcpy_kind_from_name() {
+        assert_eq!(memcpy_kind("Memcpy HtoD (Pageable -> Device)"), "HtoD");
+        assert_eq!(memcpy_kind("Memcpy DtoD (Device -> Device)"), "DtoD");
+        assert_eq!(memcpy_kind("weird"), "weird");
+    }
+
+    #[test]
+    fn sniffing() {
+        assert!(looks_like_kineto(
+            b"{\n  \"schemaVersion\": 1,\n  \"traceEvents\": []}"
+        ));
+        assert!(!looks_like_kineto(
+            b"{\"schema_version\":1,\"metadata\":{\"notes\":[\"traceEvents\"]}}"
+        ));
+        assert!(!looks_like_kineto(b"not json"));
+        assert!(looks_like_kineto(&[0x1f, 0x8b, 8, 0]));
+    }
+
+    #[test]
+    fn string_tids_hash_stably() {
+        assert_eq!(hash_tid("stream 7"), hash_tid("stream 7"));
+        assert_ne!(hash_tid("stream 7"), hash_tid("stream 8"));
+    }
+}

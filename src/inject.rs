@@ -1,0 +1,500 @@
+//! CUDA injection: tracing an unmodified program (`gapscope record`).
+//!
+//! Built as a cdylib (`target/*/libgapscope.so`), this library is named by
+//! `CUDA_INJECTION64_PATH`; the CUDA driver loads it while the program initialises CUDA and calls
+//! [`InitializeInjection`]. That starts a [`Recorder`] (CUDA is initialising, so kernel
+//! instrumentation is in place before any module loads) with NVTX ranges enabled, and arranges
+//! for the trace to be written when the process ends:
+//!
+//! * at `exit` (an `atexit` handler): forced flush, [`Recorder::finish`], then
+//!   `$GAPSCOPE_OUT/trace-<rank>.json` (see [`rank_name`]), written atomically;
+//! * on SIGTERM, SIGINT, SIGSEGV and SIGABRT, when the program left that signal at its default
+//!   action: the same, then the signal is raised again with the default action (the process
+//!   dies as it would have, core dump included). A program's own handlers (e.g. Python's
+//!   SIGINT → `KeyboardInterrupt`) are left alone: they end in `exit`, which writes the trace.
+//!
+//! **Trade-off of the signal path.** Writing the trace allocates, takes locks and calls CUPTI,
+//! none of which is async-signal-safe. If the signal interrupted a thread inside `malloc` or
+//! inside CUPTI (always possible for SIGSEGV/SIGABRT), the handler can deadlock. Two limits:
+//! the handler only `try_lock`s the recorder, and it first arms `alarm(30)` with SIGALRM at its
+//! default action, so a stuck handler ends the process after 30 s — with no trace, but never
+//! hung. Since the file is written to a temporary name and renamed, a handler that dies midway
+//! never leaves a half-written trace.
+//!
+//! Not covered: `_exit`/`os._exit`, SIGKILL, and processes forked after CUDA initialised (a
+//! forked child never writes: it would overwrite its parent's file with a copy of its state).
+//!
+//! Environment read at initialisation: `GAPSCOPE_OUT` (folder, default: the current one),
+//! `GAPSCOPE_STEP_RANGE` (NVTX ranges of that name become [`MarkerKind::Step`] markers of cell
+//! 0), the rank variables of [`rank_name`] and the world-size variables of [`world_size`].
+
+use crate::cupti::{Recorder, RecorderConfig};
+use crate::trace::{self, Cell, MarkerKind, Metadata, Source, Versions};
+use std::collections::BTreeMap;
+use std::ffi::c_int;
+use std::io::Write;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+/// Environment variable naming the folder the traces are written to.
+pub const OUT_VAR: &str = "GAPSCOPE_OUT";
+/// Environment variable naming the NVTX range that marks one step.
+pub const STEP_RANGE_VAR: &str = "GAPSCOPE_STEP_RANGE";
+/// Rank variables, first set (and numeric) wins: torchrun/torch.distributed, torchrun's local
+/// rank, Open MPI, Slurm.
+pub const RANK_VARS: [&str; 4] = ["RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"];
+/// World-size variables, first set (and numeric) wins.
+pub const WORLD_VARS: [&str; 3] = ["WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"];
+
+/// Seconds a signal handler may spend writing the trace before SIGALRM ends the process.
+const SIGNAL_WATCHDOG_S: u32 = 30;
+
+/// Set on the first call of [`InitializeInjection`].
+static CALLED: AtomicBool = AtomicBool::new(false);
+/// What the first call returned (1 success, 0 failure); 1 while it runs.
+static RESULT: AtomicI32 = AtomicI32::new(1);
+/// The recorder, from initialisation until the trace is written.
+static RECORDER: Mutex<Option<Recorder>> = Mutex::new(None);
+/// Settings read at initialisation.
+static CONFIG: OnceLock<Config> = OnceLock::new();
+/// Set by whoever writes (or gives up writing) the trace: it is written at most once.
+static WRITING: AtomicBool = AtomicBool::new(false);
+
+/// Settings of the injected process, read from its environment at initialisation.
+#[derive(Debug, Clone)]
+struct Config {
+    /// Absolute, so a later `chdir` of the program does not move it.
+    out: PathBuf,
+    step_range: Option<String>,
+    command: String,
+    rank_name: String,
+    rank: u32,
+    world: u32,
+    /// Only this process writes the trace (not children forked after CUDA initialised).
+    pid: u32,
+}
+
+/// File-name rank of this process: the first of [`RANK_VARS`] holding a non-negative integer,
+/// else `pid<pid>`. `get` reads an environment variable.
+pub fn rank_name(get: impl Fn(&str) -> Option<String>, pid: u32) -> String {
+    numeric_var(&get, &RANK_VARS).map_or_else(|| format!("pid{pid}"), |r| r.to_string())
+}
+
+/// World size: the first of [`WORLD_VARS`] holding a positive integer, else 1.
+pub fn world_size(get: impl Fn(&str) -> Option<String>) -> u32 {
+    numeric_var(&get, &WORLD_VARS)
+        .filter(|&w| w > 0)
+        .unwrap_or(1)
+}
+
+/// Trace file name for a rank name: `trace-<rank>.json`.
+pub fn trace_file_name(rank_name: &str) -> String {
+    format!("trace-{rank_name}.json")
+}
+
+fn numeric_var(get: &impl Fn(&str) -> Option<String>, vars: &[&str]) -> Option<u32> {
+    vars.iter()
+        .find_map(|v| get(v).and_then(|s| s.trim().parse::<u32>().ok()))
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|s| !s.is_empty())
+}
+
+/// One line on stderr, prefixed `gapscope:`; never panics.
+fn say(msg: &str) {
+    let line = msg.replace(['\n', '\r'], " ");
+    let _ = writeln!(std::io::stderr(), "gapscope: {line}");
+}
+
+/// The command line of this process (from `/proc/self/cmdline`, else `std::env::args`).
+fn command_line() -> String {
+    if let Ok(bytes) = std::fs::read("/proc/self/cmdline") {
+        let args: Vec<String> = bytes
+            .split(|&b| b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if !args.is_empty() {
+            return args.join(" ");
+        }
+    }
+    std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl Config {
+    fn from_env() -> Config {
+        let pid = std::process::id();
+        let out = PathBuf::from(env(OUT_VAR).unwrap_or_else(|| ".".into()));
+        let out = if out.is_absolute() {
+            out
+        } else {
+            std::env::current_dir().map_or(out.clone(), |cwd| cwd.join(&out))
+        };
+        Config {
+            out,
+            step_range: env(STEP_RANGE_VAR),
+            command: command_line(),
+            rank_name: rank_name(env, pid),
+            rank: numeric_var(&env, &RANK_VARS).unwrap_or(0),
+            world: world_size(env),
+            pid,
+        }
+    }
+}
+
+/// Called by the CUDA driver while the program initialises CUDA (`CUDA_INJECTION64_PATH`).
+/// Returns 1 on success, 0 on failure (after one `gapscope:` line on stderr); the program runs
+/// on untraced either way. Later calls return what the first returned.
+#[unsafe(no_mangle)]
+pub extern "C" fn InitializeInjection() -> i32 {
+    if CALLED.swap(true, Ordering::AcqRel) {
+        return RESULT.load(Ordering::Acquire);
+    }
+    let result = match catch_unwind(initialize) {
+        Ok(Ok(())) => 1,
+        Ok(Err(e)) => {
+            say(&format!("not tracing this process: {e}"));
+            0
+        }
+        Err(_) => {
+            say("not tracing this process: internal error (panic) during initialisation");
+            0
+        }
+    };
+    RESULT.store(result, Ordering::Release);
+    result
+}
+
+fn initialize() -> Result<(), String> {
+    // Our own copy of std: its panic hook only sees panics of this library, and a panic must
+    // show as one line (every one is caught before it reaches C).
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".into());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        say(&format!("internal error (panic): {msg}{at}"));
+    }));
+    let config = Config::from_env();
+    let mut recorder = Recorder::start(RecorderConfig::default()).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&config.out)
+        .map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;
+    if let Err(e) = recorder.enable_nvtx_markers() {
+        say(&format!("NVTX ranges will not be recorded: {e}"));
+    }
+    recorder.add_cell(Cell {
+        label: config.command.clone(),
+        ..Default::default()
+    });
+    *RECORDER.lock().unwrap_or_else(PoisonError::into_inner) = Some(recorder);
+    let _ = CONFIG.set(config);
+    // SAFETY: `at_exit` is an `extern "C" fn()` valid for the life of the process (this
+    // library is never unloaded by the driver).
+    if unsafe { atexit(at_exit) } != 0 {
+        say("atexit failed: the trace will be written on SIGTERM/SIGINT only");
+    }
+    install_signal_handlers();
+    Ok(())
+}
+
+unsafe extern "C" {
+    fn atexit(cb: extern "C" fn()) -> c_int;
+}
+
+extern "C" fn at_exit() {
+    let _ = catch_unwind(|| write_trace(None));
+}
+
+/// Stops the recorder and writes the trace (at most once per process). `signal`: the signal
+/// being handled, if any (only `try_lock`s then).
+fn write_trace(signal: Option<c_int>) {
+    let Some(config) = CONFIG.get() else {
+        return;
+    };
+    if std::process::id() != config.pid || WRITING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let recorder = match signal {
+        None => RECORDER
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take(),
+        Some(_) => match RECORDER.try_lock() {
+            Ok(mut r) => r.take(),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().take(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                say("signal arrived while the recorder was busy: no trace written");
+                return;
+            }
+        },
+    };
+    let Some(recorder) = recorder else {
+        return;
+    };
+    let path = config.out.join(trace_file_name(&config.rank_name));
+    let metadata = metadata(config, &recorder, signal);
+    let mut trace = match recorder.finish(metadata) {
+        Ok(t) => t,
+        Err(e) => {
+            say(&format!("no trace written to {}: {e}", path.display()));
+            return;
+        }
+    };
+    if let Some(step) = &config.step_range {
+        mark_steps(&mut trace, step);
+    }
+    if let Err(e) = trace::write_trace(&path, &trace) {
+        say(&e.to_string());
+    }
+}
+
+/// NVTX ranges named `step` become step markers of cell 0.
+pub fn mark_steps(trace: &mut trace::Trace, step: &str) {
+    let Some(id) = trace.strings.iter().position(|s| s == step) else {
+        return;
+    };
+    for m in &mut trace.markers {
+        if m.kind == MarkerKind::Range && m.name as usize == id {
+            m.kind = MarkerKind::Step;
+            m.cell = Some(0);
+        }
+    }
+}
+
+fn metadata(config: &Config, recorder: &Recorder, signal: Option<c_int>) -> Metadata {
+    let mut workload = BTreeMap::new();
+    workload.insert("command".to_string(), config.command.clone().into());
+    workload.insert("pid".to_string(), config.pid.into());
+    if let Some(s) = &config.step_range {
+        workload.insert("step_range".to_string(), s.clone().into());
+    }
+    let mut notes = vec![
+        "recorded by CUDA injection (gapscope record): the program ran unmodified".to_string(),
+    ];
+    if config.step_range.is_none() {
+        notes.push(format!(
+            "no {STEP_RANGE_VAR} given: NVTX ranges are plain ranges, steps come from graph launches"
+        ));
+    }
+    if let Some(sig) = signal {
+        notes.push(format!(
+            "trace written from a handler of signal {sig}: the program did not finish, and work after the signal is missing"
+        ));
+    }
+    Metadata {
+        tool: format!("gapscope {}", env!("CARGO_PKG_VERSION")),
+        source: Source::Cupti,
+        device: None,
+        versions: Versions {
+            cupti: Some(format!(
+                "API {} ({})",
+                recorder.cupti_version(),
+                recorder.cupti_path()
+            )),
+            ..Versions::default()
+        },
+        rank: config.rank,
+        world: config.world,
+        cells: Vec::new(),
+        workload,
+        notes,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signals (Linux, glibc/musl layout of `struct sigaction` on x86_64 and aarch64)
+// ---------------------------------------------------------------------------------------------
+
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+mod signals {
+    use std::ffi::{c_int, c_uint};
+
+    pub const SIGINT: c_int = 2;
+    pub const SIGABRT: c_int = 6;
+    pub const SIGSEGV: c_int = 11;
+    pub const SIGALRM: c_int = 14;
+    pub const SIGTERM: c_int = 15;
+    const SIG_DFL: usize = 0;
+    const SA_RESETHAND: c_int = 0x8000_0000_u32 as c_int;
+
+    /// `struct sigaction` (handler, 1024-bit mask, flags, restorer).
+    #[repr(C)]
+    struct SigAction {
+        handler: usize,
+        mask: [u64; 16],
+        flags: c_int,
+        restorer: usize,
+    }
+
+    unsafe extern "C" {
+        fn sigaction(sig: c_int, act: *const SigAction, old: *mut SigAction) -> c_int;
+        fn raise(sig: c_int) -> c_int;
+        fn alarm(seconds: c_uint) -> c_uint;
+    }
+
+    fn empty(handler: usize, flags: c_int) -> SigAction {
+        SigAction {
+            handler,
+            mask: [0; 16],
+            flags,
+            restorer: 0,
+        }
+    }
+
+    /// Installs `handler` for `sig` (reset to the default on entry) if `sig` is at its default
+    /// action; returns whether it did.
+    pub fn install_if_default(sig: c_int, handler: extern "C" fn(c_int)) -> bool {
+        let mut old = empty(SIG_DFL, 0);
+        // SAFETY: a null `act` only reads the current action into `old`, a valid SigAction.
+        if unsafe { sigaction(sig, std::ptr::null(), &mut old) } != 0 || old.handler != SIG_DFL {
+            return false;
+        }
+        let act = empty(handler as usize, SA_RESETHAND);
+        // SAFETY: `act` is a valid SigAction whose handler is an `extern "C" fn(c_int)`.
+        unsafe { sigaction(sig, &act, std::ptr::null_mut()) == 0 }
+    }
+
+    /// SIGALRM at its default action (terminate) in `seconds`.
+    pub fn arm_watchdog(seconds: u32) {
+        let act = empty(SIG_DFL, 0);
+        // SAFETY: both calls are async-signal-safe and take plain values / a valid SigAction.
+        unsafe {
+            sigaction(SIGALRM, &act, std::ptr::null_mut());
+            alarm(seconds);
+        }
+    }
+
+    /// Raises `sig` again; SA_RESETHAND already restored the default action, and the signal
+    /// is delivered when the handler returns.
+    pub fn reraise(sig: c_int) {
+        // SAFETY: async-signal-safe, no pointers.
+        unsafe {
+            raise(sig);
+        }
+    }
+}
+
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+fn install_signal_handlers() {
+    use signals::*;
+    for sig in [SIGTERM, SIGINT, SIGSEGV, SIGABRT] {
+        signals::install_if_default(sig, on_signal);
+    }
+}
+
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+fn install_signal_handlers() {}
+
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+extern "C" fn on_signal(sig: c_int) {
+    signals::arm_watchdog(SIGNAL_WATCHDOG_S);
+    let _ = catch_unwind(AssertUnwindSafe(|| write_trace(Some(sig))));
+    signals::reraise(sig);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn rank_comes_from_the_first_numeric_rank_variable() {
+        assert_eq!(rank_name(vars(&[("RANK", "3")]), 42), "3");
+        assert_eq!(
+            rank_name(vars(&[("LOCAL_RANK", "1"), ("SLURM_PROCID", "9")]), 42),
+            "1"
+        );
+        assert_eq!(
+            rank_name(vars(&[("RANK", "0"), ("LOCAL_RANK", "5")]), 42),
+            "0"
+        );
+        assert_eq!(rank_name(vars(&[("OMPI_COMM_WORLD_RANK", "7")]), 42), "7");
+        assert_eq!(rank_name(vars(&[("SLURM_PROCID", " 12 ")]), 42), "12");
+        // Not a number: skipped.
+        assert_eq!(
+            rank_name(vars(&[("RANK", "x"), ("SLURM_PROCID", "2")]), 42),
+            "2"
+        );
+        assert_eq!(rank_name(vars(&[]), 4242), "pid4242");
+        assert_eq!(rank_name(vars(&[("RANK", "-1")]), 7), "pid7");
+        assert_eq!(trace_file_name("pid7"), "trace-pid7.json");
+        assert_eq!(trace_file_name("3"), "trace-3.json");
+    }
+
+    #[test]
+    fn world_size_defaults_to_one() {
+        assert_eq!(world_size(vars(&[])), 1);
+        assert_eq!(world_size(vars(&[("WORLD_SIZE", "8")])), 8);
+        assert_eq!(world_size(vars(&[("OMPI_COMM_WORLD_SIZE", "4")])), 4);
+        assert_eq!(world_size(vars(&[("SLURM_NTASKS", "16")])), 16);
+        assert_eq!(world_size(vars(&[("WORLD_SIZE", "0")])), 1);
+    }
+
+    #[test]
+    fn step_ranges_become_step_markers_of_cell_0() {
+        use crate::trace::{Marker, Trace, TraceBuilder};
+        let mut b = TraceBuilder::new(Metadata {
+            cells: vec![Cell::default()],
+            ..Default::default()
+        });
+        let step = b.intern("step");
+        let other = b.intern("forward");
+        b.trace.markers = vec![
+            Marker {
+                start: 1,
+                end: 5,
+                name: step,
+                ..Default::default()
+            },
+            Marker {
+                start: 2,
+                end: 3,
+                name: other,
+                ..Default::default()
+            },
+        ];
+        let mut t: Trace = b.finish();
+        mark_steps(&mut t, "step");
+        assert_eq!(t.markers[0].kind, MarkerKind::Step);
+        assert_eq!(t.markers[0].cell, Some(0));
+        assert_eq!(t.markers[1].kind, MarkerKind::Range);
+        assert_eq!(t.markers[1].cell, None);
+        t.validate().unwrap();
+        // A name that never occurs changes nothing.
+        let before = t.clone();
+        mark_steps(&mut t, "nope");
+        assert_eq!(t, before);
+    }
+}

@@ -1,0 +1,247 @@
+//! `gapscope record -- CMD [ARGS…]`: runs an unmodified program with gapscope's CUDA injection
+//! library (see [`crate::inject`]) and reports the trace each of its processes wrote.
+//!
+//! The child gets `CUDA_INJECTION64_PATH` (libgapscope.so), `NVTX_INJECTION64_PATH` (libcupti,
+//! so NVTX ranges reach CUPTI; an existing value is kept), `GAPSCOPE_OUT` and, with
+//! `--step-range`, `GAPSCOPE_STEP_RANGE`. Its exit status is passed on (128 + N when a signal
+//! N killed it). Ctrl-C reaches the child through the terminal (same process group); gapscope
+//! itself ignores it and waits for the child, so the child's trace is still listed.
+
+use crate::inject::{OUT_VAR, STEP_RANGE_VAR};
+use anyhow::{Context, bail};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+/// File name of the injection library (the crate's cdylib).
+pub const INJECTION_LIB: &str = "libgapscope.so";
+/// Environment variable naming the injection library explicitly.
+pub const INJECTION_LIB_VAR: &str = "GAPSCOPE_INJECTION_LIB";
+
+/// Said when no process wrote a trace.
+pub const NO_TRACE: &str = "no trace written: the program did not initialise CUDA (or the injection library was not loaded)";
+
+/// Arguments of `gapscope record`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RecordArgs {
+    /// Folder for the traces (one `trace-<rank>.json` per process).
+    #[arg(short, long, default_value = "gapscope-out")]
+    pub output: PathBuf,
+    /// NVTX range that marks one step (e.g. `step` for `torch.cuda.nvtx.range("step")`).
+    #[arg(long, value_name = "NAME")]
+    pub step_range: Option<String>,
+    /// The program to trace and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// Candidate places of the injection library, in search order: next to the executable, one
+/// folder up from it, then `target/release` under the current folder.
+pub fn injection_candidates(exe: Option<&Path>, cwd: Option<&Path>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(dir) = exe.and_then(Path::parent) {
+        out.push(dir.join(INJECTION_LIB));
+        if let Some(up) = dir.parent() {
+            out.push(up.join(INJECTION_LIB));
+        }
+    }
+    if let Some(cwd) = cwd {
+        out.push(cwd.join("target/release").join(INJECTION_LIB));
+    }
+    out
+}
+
+/// Finds the injection library: `$GAPSCOPE_INJECTION_LIB` when set (nothing else is tried),
+/// else the first of [`injection_candidates`] that exists. Returns an absolute path.
+pub fn find_injection_library(
+    explicit: Option<OsString>,
+    exe: Option<&Path>,
+    cwd: Option<&Path>,
+) -> anyhow::Result<PathBuf> {
+    let absolute = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
+    if let Some(p) = explicit.filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        if !p.is_file() {
+            bail!(
+                "{INJECTION_LIB_VAR}={}: no such file; point it at gapscope's {INJECTION_LIB} (built by `cargo build --release`)",
+                p.display()
+            );
+        }
+        return Ok(absolute(p));
+    }
+    let candidates = injection_candidates(exe, cwd);
+    if let Some(p) = candidates.iter().find(|p| p.is_file()) {
+        return Ok(absolute(p.clone()));
+    }
+    let looked = candidates
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    bail!(
+        "injection library {INJECTION_LIB} not found (looked at {looked}); build it with `cargo build --release` or set {INJECTION_LIB_VAR}"
+    )
+}
+
+/// `trace-*.json` files of `dir` with their modification times.
+fn trace_files(dir: &Path) -> BTreeMap<PathBuf, Option<SystemTime>> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return BTreeMap::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("trace-") && name.ends_with(".json")
+        })
+        .map(|e| (e.path(), e.metadata().and_then(|m| m.modified()).ok()))
+        .collect()
+}
+
+/// Runs `gapscope record`; returns the child's exit status.
+pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
+    let exe = std::env::current_exe().ok();
+    let cwd = std::env::current_dir().ok();
+    let lib = find_injection_library(
+        std::env::var_os(INJECTION_LIB_VAR),
+        exe.as_deref(),
+        cwd.as_deref(),
+    )?;
+    let out = match &cwd {
+        Some(cwd) if args.output.is_relative() => cwd.join(&args.output),
+        _ => args.output.clone(),
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+
+    let (program, rest) = args
+        .command
+        .split_first()
+        .context("no command given: gapscope record -- CMD [ARGS...]")?;
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(rest)
+        .env("CUDA_INJECTION64_PATH", &lib)
+        .env(OUT_VAR, &out);
+    if let Some(step) = &args.step_range {
+        cmd.env(STEP_RANGE_VAR, step);
+    }
+    if std::env::var_os("NVTX_INJECTION64_PATH").is_none_or(|v| v.is_empty()) {
+        match crate::cupti::cupti_library() {
+            Ok((path, _)) => {
+                cmd.env("NVTX_INJECTION64_PATH", path);
+            }
+            Err(e) => eprintln!("gapscope: note: NVTX ranges will not be recorded: {e}"),
+        }
+    }
+
+    let before = trace_files(&out);
+    // Ctrl-C goes to the whole foreground process group: the child decides what to do with it;
+    // we wait for it. (Fails only if a handler is already set, which is harmless here.)
+    let _ = ctrlc::set_handler(|| {});
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
+
+    let written: Vec<PathBuf> = trace_files(&out)
+        .into_iter()
+        .filter(|(p, t)| before.get(p) != Some(t))
+        .map(|(p, _)| p)
+        .collect();
+    if written.is_empty() {
+        eprintln!("gapscope: {NO_TRACE}");
+    }
+    for p in &written {
+        match crate::trace::read_trace(p) {
+            Ok(t) => eprintln!(
+                "gapscope: wrote {} ({} kernels, {} markers, {} dropped records)",
+                p.display(),
+                t.kernels.len(),
+                t.markers.len(),
+                t.dropped_records
+            ),
+            Err(e) => eprintln!("gapscope: {e}"),
+        }
+    }
+    if !written.is_empty() {
+        let shown: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+        eprintln!(
+            "gapscope: analyse with: gapscope analyze {}",
+            shown.join(" ")
+        );
+    }
+    Ok(exit_code(status))
+}
+
+/// The child's exit code, or 128 + N when signal N ended it.
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    if let Some(code) = status.code() {
+        return ExitCode::from(code as u8);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            return ExitCode::from((128 + sig) as u8);
+        }
+    }
+    ExitCode::FAILURE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidates_follow_the_executable_then_target_release() {
+        let c = injection_candidates(
+            Some(Path::new("/opt/gs/target/release/gapscope")),
+            Some(Path::new("/home/u/proj")),
+        );
+        assert_eq!(
+            c,
+            [
+                PathBuf::from("/opt/gs/target/release/libgapscope.so"),
+                PathBuf::from("/opt/gs/target/libgapscope.so"),
+                PathBuf::from("/home/u/proj/target/release/libgapscope.so"),
+            ]
+        );
+    }
+
+    #[test]
+    fn explicit_library_must_exist_and_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = find_injection_library(Some("/nonexistent/libgapscope.so".into()), None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("GAPSCOPE_INJECTION_LIB=/nonexistent"), "{err}");
+        assert!(!err.contains('\n'));
+        let lib = dir.path().join("libx.so");
+        std::fs::write(&lib, b"").unwrap();
+        let got = find_injection_library(Some(lib.clone().into()), None, None).unwrap();
+        assert_eq!(got, std::fs::canonicalize(&lib).unwrap());
+    }
+
+    #[test]
+    fn missing_library_names_the_places_looked_at() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("bin/gapscope");
+        let err = find_injection_library(None, Some(&exe), Some(dir.path()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not found"), "{err}");
+        assert!(err.contains(&dir.path().join("bin/libgapscope.so").display().to_string()));
+        assert!(err.contains("GAPSCOPE_INJECTION_LIB"), "{err}");
+        assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn exit_codes_pass_through() {
+        use std::os::unix::process::ExitStatusExt;
+        let st = std::process::ExitStatus::from_raw(3 << 8);
+        assert_eq!(exit_code(st), ExitCode::from(3));
+        let killed = std::process::ExitStatus::from_raw(15);
+        assert_eq!(exit_code(killed), ExitCode::from(143));
+    }
+}

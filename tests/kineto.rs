@@ -1,0 +1,341 @@
+//! torch.profiler (Kineto) import: hand-made fixtures in the key layout torch 2.x writes,
+//! import → analysis, malformed inputs (one error line each, never a panic), the CLI.
+
+use gapscope::analysis::{self, AnalysisOptions, Regime};
+use gapscope::import::{ImportError, import_kineto, looks_like_kineto};
+use gapscope::trace::{ApiDomain, MarkerKind, Source, Trace};
+use proptest::prelude::*;
+use std::path::Path;
+
+const MIXED: &str = "tests/fixtures/kineto/eager_and_graphed.pt.trace.json";
+const NO_MARKERS: &str = "tests/fixtures/kineto/graphed_no_markers.json";
+/// `baseTimeNanoseconds` of the fixtures that have one.
+const BASE: u64 = 1_700_000_000_000_000_000;
+
+fn fixture(path: &str) -> Vec<u8> {
+    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap()
+}
+
+fn import(bytes: &[u8]) -> Result<Trace, ImportError> {
+    import_kineto(bytes, Path::new("t.pt.trace.json"))
+}
+
+fn analyze(trace: &Trace) -> analysis::Analysis {
+    analysis::analyze(
+        std::slice::from_ref(trace),
+        &["t.pt.trace.json".to_owned()],
+        &AnalysisOptions::default(),
+    )
+}
+
+/// The message of an import that must fail: one line naming the file.
+fn error_of(bytes: &[u8]) -> String {
+    let e = import(bytes).expect_err("the import must fail");
+    let line = e.to_string();
+    assert!(!line.contains('\n'), "one line: {line}");
+    assert!(
+        line.starts_with("t.pt.trace.json: "),
+        "names the file: {line}"
+    );
+    line
+}
+
+#[test]
+fn imports_records_metadata_and_time_base() {
+    let t = import(&fixture(MIXED)).unwrap();
+    assert_eq!(t.metadata.source, Source::Kineto);
+    let device = t.metadata.device.as_ref().unwrap();
+    assert_eq!(
+        (device.name.as_str(), device.compute_capability.as_str()),
+        ("NVIDIA H200", "9.0")
+    );
+    assert_eq!(t.metadata.versions.cuda_runtime.as_deref(), Some("12.4"));
+    assert!(t.metadata.notes.iter().any(|n| n.contains("no graph DAG")));
+    // 3 eager steps × 3 kernels + 3 replays × (fill + 3 kernels).
+    assert_eq!(t.kernels.len(), 21);
+    assert_eq!((t.memcpys.len(), t.memsets.len()), (1, 1));
+    assert_eq!(t.str(t.memcpys[0].kind), "HtoD");
+    assert_eq!(t.memcpys[0].bytes, 4096);
+    assert_eq!(t.str(t.memsets[0].kind), "memset");
+    // Launches, graph launches, memcpy/memset calls and one sync per step.
+    assert_eq!(t.api_calls.len(), 9 + 3 + 2 + 6);
+    assert!(t.api_calls.iter().all(|a| a.domain == ApiDomain::Runtime));
+    assert!(t.api_calls.iter().all(|a| a.thread == 4242));
+    let steps = t
+        .markers
+        .iter()
+        .filter(|m| m.kind == MarkerKind::Step)
+        .count();
+    assert_eq!(
+        steps, 6,
+        "ProfilerStep#N user annotations; the GPU copies are skipped"
+    );
+    assert_eq!(
+        t.markers.len(),
+        6 + 3,
+        "plus the `forward` ranges; cpu_op skipped"
+    );
+    // µs with fractional ns → ns, plus baseTimeNanoseconds.
+    let first = &t.kernels[0];
+    assert_eq!(first.start, BASE + 1_008_579);
+    assert_eq!(first.end, BASE + 1_018_579);
+    assert_eq!(
+        t.str(first.name),
+        "void gemv_kernel<float, 128>(float const*, float const*, float*, int)"
+    );
+    assert_eq!((first.stream, first.corr, first.graph), (7, 100, 0));
+    let graphed: Vec<_> = t.kernels.iter().filter(|k| k.graph == 1).collect();
+    assert_eq!(graphed.len(), 12);
+    assert_eq!(graphed[1].node, (1 << 32) | 1);
+    // Names are interned once.
+    let names = t
+        .strings
+        .iter()
+        .filter(|s| s.starts_with("void gemv"))
+        .count();
+    assert_eq!(names, 1);
+    t.validate().unwrap();
+}
+
+#[test]
+fn eager_and_graphed_steps_analyse_into_paired_cells_with_gaps() {
+    let t = import(&fixture(MIXED)).unwrap();
+    assert_eq!(t.metadata.cells.len(), 2);
+    let a = analyze(&t);
+    assert_eq!(a.cells.len(), 2);
+    let eager = a
+        .cells
+        .iter()
+        .find(|c| c.observed.regime == Some(Regime::Eager))
+        .expect("an eager cell");
+    let graphed = a
+        .cells
+        .iter()
+        .find(|c| c.observed.regime == Some(Regime::Graphed))
+        .expect("a graphed cell");
+    assert_eq!(eager.steps.len(), 3);
+    assert_eq!(graphed.steps.len(), 3);
+    assert!(eager.mismatches.is_empty(), "{:?}", eager.mismatches);
+    assert!(graphed.mismatches.is_empty(), "{:?}", graphed.mismatches);
+    for step in eager.steps.iter().chain(&graphed.steps) {
+        assert!(!step.gaps.is_empty(), "every step has idle gaps");
+        assert_eq!(step.busy + step.idle, step.end - step.window_start);
+        let gaps: u64 = step.gaps.iter().map(|g| g.end - g.start).sum();
+        assert_eq!(gaps, step.idle);
+    }
+    // Eager steps: the 3 kernels (+ memcpy, memset in the first); replays: fill + 3 kernels.
+    assert_eq!(eager.steps[1].ops.len(), 3);
+    assert_eq!(graphed.steps[1].ops.len(), 4);
+    // Steady graphed step: 1 µs between the replay's kernels (the GPU gaps).
+    let inner: Vec<u64> = graphed.steps[2]
+        .gaps
+        .iter()
+        .map(|g| g.end - g.start)
+        .filter(|&d| d < 10_000)
+        .collect();
+    assert_eq!(inner, vec![1000, 1000, 1000]);
+    // One trace with both regimes: the analysis pairs them (fill kernel tolerated).
+    assert_eq!(a.regime_pairs.len(), 1);
+}
+
+#[test]
+fn without_step_markers_each_graph_replay_is_a_step() {
+    let t = import(&fixture(NO_MARKERS)).unwrap();
+    assert!(t.markers.is_empty());
+    assert_eq!(t.kernels.len(), 12);
+    assert_eq!(t.metadata.device, None);
+    let a = analyze(&t);
+    assert_eq!(a.cells.len(), 1);
+    assert_eq!(a.cells[0].observed.regime, Some(Regime::Graphed));
+    assert_eq!(a.cells[0].steps.len(), 3);
+    // No base time in this file: timestamps are the µs values in ns.
+    assert_eq!(t.kernels[0].start, 1_312_123);
+}
+
+#[test]
+fn accepts_variants_torch_writes() {
+    // String tids, older capitalised categories, graph ids with underscores, integer times,
+    // unknown keys and phases.
+    let doc = r#"{"traceEvents":[
+      {"ph":"X","cat":"Kernel","name":"k","pid":0,"tid":"stream 7","ts":10,"dur":2,
+       "args":{"device":0,"stream":7,"correlation":5,"graph_id":3,"graph_node_id":12,"grid":[1,1,1]}},
+      {"ph":"X","cat":"Runtime","name":"cudaGraphLaunch","pid":1,"tid":"main thread","ts":8,"dur":1.5,
+       "args":{"correlation":5,"cbid":311}},
+      {"ph":"X","cat":"cuda_driver","name":"cuLaunchKernel","pid":1,"tid":-3,"ts":8.5,"dur":0.25,
+       "args":{"correlation":6}},
+      {"ph":"C","name":"counter","pid":1,"ts":9,"args":{"v":1}},
+      {"ph":"i","s":"g","name":"Record Window End","pid":"","tid":"","ts":20}
+    ]}"#;
+    let t = import(doc.as_bytes()).unwrap();
+    assert_eq!(t.kernels.len(), 1);
+    assert_eq!((t.kernels[0].graph, t.kernels[0].node), (3, 12));
+    assert_eq!((t.kernels[0].start, t.kernels[0].end), (10_000, 12_000));
+    assert_eq!(t.api_calls.len(), 2);
+    assert_eq!(t.api_calls[0].end, 9_500);
+    assert_eq!(t.api_calls[1].domain, ApiDomain::Driver);
+    assert_ne!(t.api_calls[0].thread, 0);
+    assert_eq!(analyze(&t).cells[0].steps.len(), 1);
+}
+
+#[test]
+fn malformed_inputs_give_one_error_line() {
+    let good = String::from_utf8(fixture(MIXED)).unwrap();
+    // Cut short anywhere.
+    for cut in [0, 1, 10, good.len() / 3, good.len() / 2, good.len() - 3] {
+        let line = error_of(&good.as_bytes()[..cut]);
+        assert!(
+            line.contains("ends early") || line.contains("EOF"),
+            "cut at {cut}: {line}"
+        );
+    }
+    let cases: Vec<(String, &str)> = vec![
+        // Wrong types.
+        (
+            good.replacen("\"ts\": 1008.579", "\"ts\": \"1008.579\"", 1),
+            "\"ts\"",
+        ),
+        (
+            good.replacen("\"dur\": 10.0", "\"dur\": -10.0", 1),
+            "\"dur\"",
+        ),
+        (
+            good.replacen("\"cat\": \"kernel\"", "\"cat\": 7", 1),
+            "\"cat\"",
+        ),
+        (
+            good.replacen(
+                "\"name\": \"void gemv",
+                "\"name\": [\"void gemv\"], \"x\": \"",
+                1,
+            ),
+            "\"name\"",
+        ),
+        (
+            good.replacen("\"traceEvents\": [", "\"traceEvents\": {\"a\": [", 1),
+            "\"traceEvents\"",
+        ),
+        (
+            good.replacen("\"traceEvents\": [\n  {", "\"traceEvents\": [\n  7, {", 1),
+            "event object",
+        ),
+        (
+            good.replacen(
+                "\"baseTimeNanoseconds\": 1700000000000000000",
+                "\"baseTimeNanoseconds\": \"soon\"",
+                1,
+            ),
+            "baseTimeNanoseconds",
+        ),
+        // Missing fields.
+        (good.replacen("\"ts\": 1008.579,", "", 1), "without \"ts\""),
+        (good.replacen("\"dur\": 10.0,", "", 1), "without \"dur\""),
+        (
+            good.replacen("\"correlation\": 100", "\"correlation\": \"c\"", 1),
+            "correlation",
+        ),
+        (good.replacen("\"stream\": 7,", "", 1), "stream"),
+        (
+            good.replacen("\"traceEvents\"", "\"events\"", 1),
+            "no \"traceEvents\"",
+        ),
+        // Out of range.
+        (
+            good.replacen("\"ts\": 1008.579", "\"ts\": 1e300", 1),
+            "\"ts\"",
+        ),
+        (
+            good.replacen("\"correlation\": 100", "\"correlation\": 99999999999", 1),
+            "32 bits",
+        ),
+        // Not a Kineto trace at all.
+        ("[1, 2, 3]".to_owned(), "traceEvents"),
+        ("not json".to_owned(), "expected"),
+        ("{\"traceEvents\": []}".to_owned(), "no GPU activity"),
+        (format!("{good} trailing"), "trailing"),
+    ];
+    for (doc, expect) in cases {
+        let line = error_of(doc.as_bytes());
+        assert!(line.contains(expect), "expected {expect:?} in: {line}");
+    }
+    // Errors inside traceEvents name the event.
+    let line = error_of(good.replacen("\"ts\": 1008.579,", "", 1).as_bytes());
+    assert!(line.contains("traceEvents["), "{line}");
+    // gzip: said so.
+    let line = error_of(&[0x1f, 0x8b, 8, 0, 0, 0]);
+    assert!(line.contains("gzip"), "{line}");
+}
+
+#[test]
+fn sniffing_tells_kineto_from_gapscope_traces() {
+    assert!(looks_like_kineto(&fixture(MIXED)[..4096]));
+    assert!(looks_like_kineto(&fixture(NO_MARKERS)));
+    let ours = serde_json::to_vec(&gapscope::synthetic::emu_experiment(2)).unwrap();
+    assert!(!looks_like_kineto(&ours));
+}
+
+#[test]
+fn cli_analyses_kineto_files_and_exits_2_on_bad_ones() {
+    let bin = env!("CARGO_BIN_EXE_gapscope");
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(bin)
+        .args(["analyze", MIXED, "--json"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report.is_object());
+
+    let bad = dir.path().join("cut.pt.trace.json");
+    std::fs::write(&bad, &fixture(MIXED)[..5000]).unwrap();
+    let out = std::process::Command::new(bin)
+        .args(["analyze", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("cut.pt.trace.json"), "{stderr}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Fixture bytes flipped, cut short or spliced: an error or a trace that analyses.
+    #[test]
+    fn mutated_fixtures_never_panic(
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+        cut in any::<prop::sample::Index>(),
+        truncate in any::<bool>(),
+        which in any::<bool>(),
+    ) {
+        let mut bytes = fixture(if which { MIXED } else { NO_MARKERS });
+        for (at, byte) in edits {
+            let i = at.index(bytes.len());
+            bytes[i] = if byte % 2 == 0 {
+                b"0123456789-,:{}[]\"e."[usize::from(byte) % 20]
+            } else {
+                byte
+            };
+        }
+        if truncate {
+            bytes.truncate(cut.index(bytes.len()));
+        }
+        match import(&bytes) {
+            Ok(t) => {
+                t.validate().unwrap();
+                let _ = analyze(&t);
+            }
+            Err(e) => prop_assert!(!e.to_string().contains('\n')),
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = import(&bytes);
+    }
+}

@@ -1,0 +1,237 @@
+//! `gapscope record` and the injection library, without a GPU: the child never initialises
+//! CUDA, so no trace is written, but the environment, exit status and messages are checked.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const NO_TRACE: &str = "no trace written: the program did not initialise CUDA (or the injection library was not loaded)";
+
+/// `gapscope record` with an existing (dummy) injection library: these children never load it.
+fn record(dir: &Path, args: &[&str]) -> Output {
+    let lib = dir.join("libgapscope.so");
+    if !lib.exists() {
+        std::fs::write(&lib, b"").unwrap();
+    }
+    Command::new(env!("CARGO_BIN_EXE_gapscope"))
+        .arg("record")
+        .args(args)
+        .env("GAPSCOPE_INJECTION_LIB", &lib)
+        .output()
+        .expect("run gapscope")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The cdylib built next to the test binary's gapscope (`cargo build` makes it; `cargo test`
+/// alone does not).
+fn built_library() -> Option<PathBuf> {
+    let lib = Path::new(env!("CARGO_BIN_EXE_gapscope"))
+        .parent()?
+        .join("libgapscope.so");
+    lib.is_file().then_some(lib)
+}
+
+#[test]
+fn program_without_cuda_exits_0_and_says_no_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("traces");
+    let out = record(dir.path(), &["-o", out_dir.to_str().unwrap(), "--", "true"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.contains(NO_TRACE)).count(),
+        1,
+        "{err}"
+    );
+    assert!(out_dir.is_dir(), "output folder is created");
+}
+
+#[test]
+fn exit_status_is_passed_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = dir.path().join("t");
+    let out = record(
+        dir.path(),
+        &["-o", o.to_str().unwrap(), "--", "sh", "-c", "exit 3"],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    // Without `--` too: everything from the first positional on is the command.
+    let out = record(
+        dir.path(),
+        &["-o", o.to_str().unwrap(), "sh", "-c", "exit 4"],
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    // Killed by a signal: 128 + N, as shells report it.
+    let out = record(
+        dir.path(),
+        &["-o", o.to_str().unwrap(), "--", "sh", "-c", "kill -TERM $$"],
+    );
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+}
+
+#[test]
+fn child_gets_the_injection_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = dir.path().join("out");
+    let out = record(
+        dir.path(),
+        &[
+            "-o",
+            o.to_str().unwrap(),
+            "--step-range",
+            "step",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$CUDA_INJECTION64_PATH|$GAPSCOPE_OUT|$GAPSCOPE_STEP_RANGE\"",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lib = std::fs::canonicalize(dir.path().join("libgapscope.so")).unwrap();
+    let o = std::fs::canonicalize(&o).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("{}|{}|step", lib.display(), o.display())
+    );
+}
+
+#[test]
+fn relative_output_folder_is_made_absolute_for_the_child() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("libgapscope.so"), b"").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gapscope"))
+        .args([
+            "record",
+            "-o",
+            "rel",
+            "--",
+            "sh",
+            "-c",
+            "echo $GAPSCOPE_OUT",
+        ])
+        .env("GAPSCOPE_INJECTION_LIB", dir.path().join("libgapscope.so"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let got = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(Path::new(&got).is_absolute(), "{got}");
+    assert!(got.ends_with("/rel"), "{got}");
+}
+
+#[test]
+fn missing_injection_library_is_one_line_and_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    // Named explicitly but absent.
+    let out = Command::new(env!("CARGO_BIN_EXE_gapscope"))
+        .args(["record", "--", "true"])
+        .env("GAPSCOPE_INJECTION_LIB", "/nonexistent/libgapscope.so")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.starts_with("gapscope: error: "), "{err}");
+    assert!(err.contains("GAPSCOPE_INJECTION_LIB"), "{err}");
+
+    // Not next to the executable, not one folder up, not in ./target/release.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let exe = bin.join("gapscope");
+    std::fs::copy(env!("CARGO_BIN_EXE_gapscope"), &exe).unwrap();
+    let out = Command::new(&exe)
+        .args(["record", "--", "true"])
+        .env_remove("GAPSCOPE_INJECTION_LIB")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("libgapscope.so not found"), "{err}");
+    assert!(!dir.path().join("gapscope-out").exists(), "nothing created");
+}
+
+#[test]
+fn missing_command_is_a_usage_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gapscope"))
+        .args(["record"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+#[test]
+fn cdylib_exports_initialize_injection() {
+    let Some(lib) = built_library() else {
+        eprintln!(
+            "skipped: no libgapscope.so next to the gapscope binary (run `cargo build` first)"
+        );
+        return;
+    };
+    let out = match Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&lib)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("skipped: cannot run nm ({e})");
+            return;
+        }
+    };
+    let symbols = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        symbols
+            .lines()
+            .any(|l| l.split_whitespace().last() == Some("InitializeInjection")),
+        "{} does not export InitializeInjection",
+        lib.display()
+    );
+}
+
+/// Loads the real cdylib into a process that has no CUDA (through Python's ctypes) and calls
+/// `InitializeInjection` twice: both calls fail the same way (no CUPTI or no driver here), with
+/// one `gapscope:` line on stderr, and the process carries on.
+#[test]
+fn injection_without_cuda_fails_in_one_line_and_only_once() {
+    let Some(lib) = built_library() else {
+        eprintln!(
+            "skipped: no libgapscope.so next to the gapscope binary (run `cargo build` first)"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "import ctypes\nl = ctypes.CDLL({:?})\nprint(l.InitializeInjection(), l.InitializeInjection())",
+        lib.display().to_string()
+    );
+    let out = match Command::new("python3")
+        .args(["-c", &script])
+        .env("GAPSCOPE_OUT", dir.path().join("out"))
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("skipped: cannot run python3 ({e})");
+            return;
+        }
+    };
+    let err = stderr(&out);
+    let got = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if got == "1 1" {
+        eprintln!("skipped: CUDA and CUPTI are available here; the injection started");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(got, "0 0", "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("gapscope: not tracing this process: "),
+        "{err}"
+    );
+    assert!(!dir.path().join("out").exists(), "{err}");
+}
