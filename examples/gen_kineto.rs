@@ -1,6 +1,6 @@
 //! Writes a synthetic single-rank torch.profiler (Kineto) Chrome trace, streamed: N kernels, each
 //! with its `cudaLaunchKernel` runtime event and `ac2g` flow pair, and A `ProfilerStep#k`
-//! annotations spread evenly over them. Key layout and sizes follow torch 2.x output (about
+//! annotations spread evenly over them. Keys follow torch 2.x output; sizes too (about
 //! 670 bytes per kernel with its runtime event and flows: 100k kernels ≈ 68 MB).
 //!
 //! ```sh
@@ -29,13 +29,13 @@ struct Args {
 /// Kernel names with torch-like lengths (the mean sets the bytes per kernel).
 const NAMES: [&str; 8] = [
     "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)",
-    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
-    "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)",
+    "nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN",
     "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
-    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4>)",
-    "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8>(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8::Params)",
     "triton_poi_fused_add_mul_sigmoid_0",
-    "void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<at::native::index_kernel_impl<at::native::OpaqueType<4> >(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>)::{lambda(char*, char const*, long)#1}>(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>, at::native::index_kernel_impl<at::native::OpaqueType<4> >(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>)::{lambda(char*, char const*, long)#1} const&)::{lambda(int)#1}>(long, at::native::gpu_index_kernel<at::native::index_kernel_impl<at::native::OpaqueType<4> >(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>)::{lambda(char*, char const*, long)#1}>(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>, at::native::index_kernel_impl<at::native::OpaqueType<4> >(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>)::{lambda(char*, char const*, long)#1} const&)::{lambda(int)#1})",
+    "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_1",
+    "triton_per_fused_native_layer_norm_2",
+    "triton_poi_fused_cat_3",
+    "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x4_tn",
 ];
 
 const PID: u32 = 4242;
@@ -154,32 +154,25 @@ fn main() -> std::io::Result<()> {
             gpu_free = ks + dur;
             write!(
                 w,
-                r#",
-  {{
-    "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": {PID}, "tid": {TID},
-    "ts": {hts}, "dur": {hdur},
-    "args": {{
-      "External id": {external}, "cbid": 211, "correlation": {corr}
-    }}
-  }},
-  {{
-    "ph": "s", "id": {corr}, "pid": {PID}, "tid": {TID}, "ts": {hts},
-    "cat": "ac2g", "name": "ac2g"
-  }},
-  {{
-    "ph": "X", "cat": "kernel", "name": "{name}", "pid": 0, "tid": {STREAM},
-    "ts": {kts}, "dur": {kdur},
-    "args": {{
-      "External id": {external}, "queued": 0, "device": 0, "context": 1,
-      "stream": {STREAM}, "correlation": {corr}, "registers per thread": 32, "shared memory": 0,
-      "blocks per SM": 0.015152, "warps per SM": 0.060606, "grid": [2, 1, 1], "block": [128, 1, 1],
-      "est. achieved occupancy %": 0
-    }}
-  }},
-  {{
-    "ph": "f", "id": {corr}, "pid": 0, "tid": {STREAM}, "ts": {kts},
-    "cat": "ac2g", "name": "ac2g", "bp": "e"
-  }}"#,
+                // One event per line, compact separators and the kernel args HTA and gapscope
+                // read (no blocks/warps per SM): ~670 bytes per kernel with its runtime event and
+                // flows, as in real traces.
+                concat!(
+                    ",\n{{\"ph\":\"X\",\"cat\":\"cuda_runtime\",\"name\":\"cudaLaunchKernel\",\"pid\":{PID},\"tid\":{TID},",
+                    "\"ts\":{hts},\"dur\":{hdur},\"args\":{{\"External id\":{external},\"cbid\":211,\"correlation\":{corr}}}}}",
+                    ",\n{{\"ph\":\"s\",\"id\":{corr},\"pid\":{PID},\"tid\":{TID},\"ts\":{hts},\"cat\":\"ac2g\",\"name\":\"ac2g\"}}",
+                    ",\n{{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"{name}\",\"pid\":0,\"tid\":{STREAM},",
+                    "\"ts\":{kts},\"dur\":{kdur},\"args\":{{\"External id\":{external},\"queued\":0,\"device\":0,",
+                    "\"context\":1,\"stream\":{STREAM},\"correlation\":{corr},\"registers per thread\":32,",
+                    "\"shared memory\":0,\"grid\":[2,1,1],\"block\":[128,1,1],\"est. achieved occupancy %\":0}}}}",
+                    ",\n{{\"ph\":\"f\",\"id\":{corr},\"pid\":0,\"tid\":{STREAM},\"ts\":{kts},\"cat\":\"ac2g\",\"name\":\"ac2g\",\"bp\":\"e\"}}"
+                ),
+                PID = PID,
+                TID = TID,
+                STREAM = STREAM,
+                external = external,
+                corr = corr,
+                name = name,
                 hts = Us(host),
                 hdur = Us(host_dur),
                 kts = Us(ks),

@@ -35,7 +35,7 @@ use std::ffi::c_int;
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// Environment variable naming the folder the traces are written to.
@@ -156,14 +156,23 @@ pub extern "C" fn InitializeInjection() -> i32 {
     if CALLED.swap(true, Ordering::AcqRel) {
         return RESULT.load(Ordering::Acquire);
     }
-    let result = match catch_unwind(initialize) {
+    install_panic_hook();
+    INITIALISING.with(|i| i.set(true));
+    let result = catch_unwind(initialize);
+    INITIALISING.with(|i| i.set(false));
+    let result = match result {
         Ok(Ok(())) => 1,
         Ok(Err(e)) => {
             say(&format!("not tracing this process: {e}"));
             0
         }
         Err(_) => {
-            say("not tracing this process: internal error (panic) during initialisation");
+            let msg = INIT_PANIC
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+                .unwrap_or_else(|| "panic".into());
+            say(&format!("not tracing this process: internal error ({msg})"));
             0
         }
     };
@@ -171,9 +180,18 @@ pub extern "C" fn InitializeInjection() -> i32 {
     result
 }
 
-fn initialize() -> Result<(), String> {
-    // Our own copy of std: its panic hook only sees panics of this library, and a panic must
-    // show as one line (every one is caught before it reaches C).
+thread_local! {
+    /// Set while [`initialize`] runs on this thread: its panic is reported by the caller.
+    static INITIALISING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+/// The panic message of a failed initialisation.
+static INIT_PANIC: Mutex<Option<String>> = Mutex::new(None);
+/// Panics reported on stderr so far (each is caught before it reaches C); at most 3 are shown.
+static PANICS_SHOWN: AtomicU32 = AtomicU32::new(0);
+
+/// Panics show as one `gapscope:` line. This library has its own copy of std, so the hook only
+/// sees this library's panics, never the host program's.
+fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
         let msg = info
             .payload()
@@ -185,8 +203,20 @@ fn initialize() -> Result<(), String> {
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
             .unwrap_or_default();
-        say(&format!("internal error (panic): {msg}{at}"));
+        let msg = format!("panic: {msg}{at}");
+        if INITIALISING.try_with(|i| i.get()).unwrap_or(false) {
+            *INIT_PANIC.lock().unwrap_or_else(PoisonError::into_inner) = Some(msg);
+            return;
+        }
+        match PANICS_SHOWN.fetch_add(1, Ordering::Relaxed) {
+            0..3 => say(&format!("internal error, caught ({msg})")),
+            3 => say("further internal errors not shown"),
+            _ => {}
+        }
     }));
+}
+
+fn initialize() -> Result<(), String> {
     let config = Config::from_env();
     let mut recorder = Recorder::start(RecorderConfig::default()).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&config.out)

@@ -15,7 +15,8 @@ use super::{
     SequenceEntry, Step, TraceTimeline,
 };
 use crate::trace::{NodeType, Trace};
-use std::collections::{HashMap, HashSet};
+use rustc_hash::FxHashMap;
+use std::collections::HashSet;
 
 /// Per-trace indexes shared by the cells of one trace.
 pub struct TraceContext<'a> {
@@ -30,6 +31,8 @@ pub struct TraceContext<'a> {
     launched_execs: HashSet<u32>,
     /// Library-call markers (start, end, name), sorted by start.
     library_calls: Vec<(u64, u64, u32)>,
+    /// Per graph node: what stands in front of it, and the node-level cause if any.
+    node_causes: std::cell::RefCell<FxHashMap<u64, (Predecessors, Option<Cause>)>>,
 }
 
 impl<'a> TraceContext<'a> {
@@ -62,6 +65,7 @@ impl<'a> TraceContext<'a> {
             stream_waits,
             host_syncs,
             launched_execs: HashSet::new(),
+            node_causes: Default::default(),
             library_calls: {
                 let mut v: Vec<(u64, u64, u32)> = trace
                     .markers
@@ -104,8 +108,8 @@ fn is_stream_wait_api(name: &str) -> bool {
 
 /// The graph DAG indexed for predecessor walks.
 struct DagIndex {
-    nodes: HashMap<u64, usize>,
-    preds: HashMap<u64, Vec<u64>>,
+    nodes: FxHashMap<u64, usize>,
+    preds: FxHashMap<u64, Vec<u64>>,
 }
 
 impl DagIndex {
@@ -116,8 +120,8 @@ impl DagIndex {
             .iter()
             .enumerate()
             .map(|(i, n)| (n.id, i))
-            .collect::<HashMap<_, _>>();
-        let mut preds: HashMap<u64, Vec<u64>> = HashMap::new();
+            .collect::<FxHashMap<_, _>>();
+        let mut preds: FxHashMap<u64, Vec<u64>> = FxHashMap::default();
         for e in &trace.graph.edges {
             if nodes.contains_key(&e.from) || nodes.contains_key(&e.to) {
                 preds.entry(e.to).or_default().push(e.from);
@@ -142,16 +146,19 @@ impl DagIndex {
     }
 }
 
-/// Evidence gathered from the unrecorded nodes in front of an op.
+/// Evidence gathered from the unrecorded nodes in front of a graph node. The same for every
+/// replay of a graph, so it is computed once per node.
 #[derive(Default)]
 struct Predecessors {
     external_wait: Option<u64>,
     host: Option<u64>,
-    memory: Option<(u64, NodeType)>,
-    recorded: Vec<u64>,
+    /// Memset/memcpy nodes in front: recorded ops if the step has them, else causes.
+    memory: Vec<(u64, NodeType)>,
+    /// Kernel nodes in front (the walk stops at them).
+    kernels: Vec<u64>,
 }
 
-fn walk_predecessors(ctx: &TraceContext, node: u64, ops_in_step: &HashSet<u64>) -> Predecessors {
+fn walk_predecessors(ctx: &TraceContext, node: u64) -> Predecessors {
     let trace = ctx.trace;
     let mut found = Predecessors::default();
     let mut stack: Vec<(u64, u32)> = ctx
@@ -170,15 +177,11 @@ fn walk_predecessors(ctx: &TraceContext, node: u64, ops_in_step: &HashSet<u64>) 
         };
         let walk_on = match n.node_type {
             NodeType::Kernel => {
-                found.recorded.push(id);
+                found.kernels.push(id);
                 false
             }
             NodeType::Memcpy | NodeType::Memset => {
-                if ops_in_step.contains(&id) {
-                    found.recorded.push(id);
-                } else {
-                    found.memory.get_or_insert((id, n.node_type));
-                }
+                found.memory.push((id, n.node_type));
                 false
             }
             NodeType::EventWait => {
@@ -217,17 +220,35 @@ fn paired_record_node(ctx: &TraceContext, wait: &crate::trace::GraphNode) -> Opt
         .min_by_key(|&id| id.abs_diff(wait.id))
 }
 
+/// The node-level part of a graphed cause (external wait or host node), cached per node.
+fn node_cause(ctx: &TraceContext, preds: &Predecessors) -> Option<Cause> {
+    let trace = ctx.trace;
+    let name = |id: Option<u32>| id.map(|s| trace.str(s).to_owned());
+    if let Some(wait) = preds.external_wait.and_then(|id| ctx.dag.node(trace, id)) {
+        return Some(Cause::ExternalEventWait {
+            wait_node: wait.id,
+            record_node: paired_record_node(ctx, wait),
+            created_by: name(wait.created_by),
+            library_call: name(wait.library_call),
+        });
+    }
+    let host = preds.host.and_then(|id| ctx.dag.node(trace, id))?;
+    Some(Cause::HostNode {
+        node: host.id,
+        library_call: name(host.library_call),
+    })
+}
+
 fn graphed_cause(
     ctx: &TraceContext,
     ops: &[Op],
+    step_ops: &[usize],
     after: usize,
     before: Option<usize>,
     leading: bool,
-    ops_in_step: &HashSet<u64>,
 ) -> Cause {
-    let trace = ctx.trace;
     let op = &ops[after];
-    if ctx.dag.node(trace, op.node).is_none() {
+    if ctx.dag.node(ctx.trace, op.node).is_none() {
         // No DAG for this node (e.g. an imported trace): only the launch boundary is certain.
         return if leading {
             Cause::GraphLaunch
@@ -235,31 +256,25 @@ fn graphed_cause(
             Cause::Unattributed
         };
     }
-    let preds = walk_predecessors(ctx, op.node, ops_in_step);
-    let name = |id: Option<u32>| id.map(|s| trace.str(s).to_owned());
-    if let Some(wait) = preds.external_wait.and_then(|id| ctx.dag.node(trace, id)) {
-        return Cause::ExternalEventWait {
-            wait_node: wait.id,
-            record_node: paired_record_node(ctx, wait),
-            created_by: name(wait.created_by),
-            library_call: name(wait.library_call),
-        };
+    let mut cache = ctx.node_causes.borrow_mut();
+    let (preds, cause) = cache.entry(op.node).or_insert_with(|| {
+        let preds = walk_predecessors(ctx, op.node);
+        let cause = node_cause(ctx, &preds);
+        (preds, cause)
+    });
+    if let Some(cause) = cause {
+        return cause.clone();
     }
-    if let Some(host) = preds.host.and_then(|id| ctx.dag.node(trace, id)) {
-        return Cause::HostNode {
-            node: host.id,
-            library_call: name(host.library_call),
-        };
-    }
-    if let Some((node, node_type)) = preds.memory {
+    let in_step = |node: u64| step_ops.iter().any(|&i| ops[i].node == node);
+    if let Some(&(node, node_type)) = preds.memory.iter().find(|m| !in_step(m.0)) {
         return Cause::MemoryNode { node, node_type };
     }
-    if leading || preds.recorded.is_empty() {
+    if leading || (preds.kernels.is_empty() && preds.memory.is_empty()) {
         return Cause::GraphLaunch;
     }
     if let Some(b) = before.map(|b| &ops[b])
         && b.stream != op.stream
-        && preds.recorded.contains(&b.node)
+        && (preds.kernels.contains(&b.node) || preds.memory.iter().any(|m| m.0 == b.node))
     {
         return Cause::CrossStreamJoin {
             from_stream: b.stream,
@@ -332,11 +347,6 @@ fn build_step(
     };
     let first_launch = graph_exec.is_some_and(|g| ctx.launched_execs.insert(g));
     let window_start = prev_end.map_or(start, |p| p.min(end));
-    let ops_in_step: HashSet<u64> = if regime == Regime::Graphed {
-        ops_idx.iter().map(|&i| ops[i].node).collect()
-    } else {
-        HashSet::new()
-    };
     // The last op of the previous step ends where the window starts.
     let mut covered_until = window_start;
     let mut last_ender: Option<usize> = None;
@@ -347,7 +357,7 @@ fn build_step(
         if op_start > covered_until {
             let leading = pos == 0;
             let cause = if op.graph != 0 {
-                graphed_cause(ctx, ops, i, last_ender, leading, &ops_in_step)
+                graphed_cause(ctx, ops, &ops_idx, i, last_ender, leading)
             } else {
                 eager_cause(ctx, ops, (covered_until, op_start), i, last_ender, options)
             };
@@ -455,7 +465,7 @@ pub fn analyze_cell(
 }
 
 fn idle_by_cause(steps: &[&Step]) -> Vec<CauseTotal> {
-    let mut per_kind: HashMap<CauseKind, (Vec<f64>, u64, String)> = HashMap::new();
+    let mut per_kind: FxHashMap<CauseKind, (Vec<f64>, u64, String)> = FxHashMap::default();
     for (i, step) in steps.iter().enumerate() {
         for gap in &step.gaps {
             let kind = gap.cause.kind();
@@ -497,44 +507,57 @@ fn canonical_sequence(
 ) -> Vec<SequenceEntry> {
     let trace = ctx.trace;
     let ops = &timeline.ops;
-    let names = |s: &Step| -> Vec<u32> { s.ops.iter().map(|&i| ops[i].name).collect() };
-    let mut counts: HashMap<Vec<u32>, usize> = HashMap::new();
-    let mut first_with: HashMap<Vec<u32>, usize> = HashMap::new();
-    for (i, s) in steps.iter().enumerate() {
-        let n = names(s);
-        *counts.entry(n.clone()).or_default() += 1;
-        first_with.entry(n).or_insert(i);
-    }
-    let Some(canonical) = counts
+    let seqs: Vec<Vec<u32>> = steps
         .iter()
-        .max_by(|a, b| a.1.cmp(b.1).then(first_with[b.0].cmp(&first_with[a.0])))
-        .map(|(k, _)| k.clone())
+        .map(|s| s.ops.iter().map(|&i| ops[i].name).collect())
+        .collect();
+    // Most frequent sequence; ties go to the one seen first.
+    let mut counts: FxHashMap<&[u32], (usize, usize)> = FxHashMap::default();
+    for (i, seq) in seqs.iter().enumerate() {
+        counts.entry(seq.as_slice()).or_insert((0, i)).0 += 1;
+    }
+    let Some(representative_step) = counts
+        .values()
+        .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
+        .map(|&(_, first)| first)
     else {
         return Vec::new();
     };
+    let canonical = seqs[representative_step].clone();
     let len = canonical.len();
-    let mut durations: Vec<Vec<f64>> = vec![Vec::new(); len];
-    let mut gaps_before: Vec<Vec<f64>> = vec![Vec::new(); len];
-    let mut causes: Vec<HashMap<CauseKind, (usize, String)>> = vec![HashMap::new(); len];
-    for s in steps {
-        let gap_of: HashMap<usize, &Gap> = s.gaps.iter().map(|g| (g.after, g)).collect();
-        let seq = names(s);
-        let matched: Vec<(usize, usize)> = if seq == canonical {
+    let mut durations: Vec<Vec<f64>> = vec![Vec::with_capacity(steps.len()); len];
+    let mut gaps_before: Vec<Vec<f64>> = vec![Vec::with_capacity(steps.len()); len];
+    let mut causes: Vec<Vec<(CauseKind, usize, String)>> = vec![Vec::new(); len];
+    let mut gap_at: Vec<Option<&Gap>> = Vec::new();
+    for (s, seq) in steps.iter().zip(&seqs) {
+        // Gaps and ops are both in start order: the gap ending at each op position.
+        gap_at.clear();
+        gap_at.resize(s.ops.len(), None);
+        let mut q = 0;
+        for g in &s.gaps {
+            while q < s.ops.len() && s.ops[q] != g.after {
+                q += 1;
+            }
+            if q < s.ops.len() {
+                gap_at[q] = Some(g);
+            }
+        }
+        let matched: Vec<(usize, usize)> = if *seq == canonical {
             (0..len).map(|p| (p, p)).collect()
         } else {
-            super::align::lcs_pairs(&canonical, &seq)
+            super::align::lcs_pairs(&canonical, seq)
         };
         for (p, q) in matched {
-            let op_index = s.ops[q];
-            let op = &ops[op_index];
+            let op = &ops[s.ops[q]];
             durations[p].push((op.end - op.start) as f64);
-            match gap_of.get(&op_index) {
+            match gap_at[q] {
                 Some(g) => {
                     gaps_before[p].push(g.len() as f64);
-                    let e = causes[p]
-                        .entry(g.cause.kind())
-                        .or_insert_with(|| (0, g.cause.label()));
-                    e.0 += 1;
+                    let kind = g.cause.kind();
+                    match causes[p].iter_mut().find(|c| c.0 == kind) {
+                        Some(c) => c.1 += 1,
+                        None => causes[p].push((kind, 1, g.cause.label())),
+                    }
                 }
                 None => gaps_before[p].push(0.0),
             }
@@ -542,15 +565,12 @@ fn canonical_sequence(
     }
     (0..len)
         .filter_map(|p| {
-            let representative = &ops[steps
-                .iter()
-                .find(|s| names(s) == canonical)
-                .map(|s| s.ops[p])?];
+            let representative = &ops[steps[representative_step].ops[p]];
             let kind = representative.kind;
             let (gap_cause, gap_cause_label) = causes[p]
                 .iter()
-                .max_by(|a, b| a.1.0.cmp(&b.1.0).then(b.0.cmp(a.0)))
-                .map(|(k, (_, l))| (*k, l.clone()))
+                .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+                .map(|(k, _, l)| (*k, l.clone()))
                 .unwrap_or((CauseKind::Unattributed, "no gap".to_owned()));
             Some(SequenceEntry {
                 name: trace.str(canonical[p]).to_owned(),

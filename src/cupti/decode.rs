@@ -127,6 +127,10 @@ impl RecordStore {
     }
 
     fn push_marker(&mut self, open: OpenMarker, end: u64) {
+        // A timestamp of 0 means CUPTI could not take one: such a range would span from 1970.
+        if open.start == 0 || end == 0 {
+            return;
+        }
         self.builder.trace.markers.push(Marker {
             start: open.start,
             end: end.max(open.start),

@@ -78,12 +78,44 @@ pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
 
 /// Finds `schema_version` among the top-level keys without building the whole document.
 fn peek_schema_version(bytes: &[u8]) -> Result<u64, String> {
+    if let Some(v) = leading_schema_version(bytes) {
+        return Ok(v);
+    }
+    walk_for_schema_version(bytes)
+}
+
+/// Fast path: gapscope writes `schema_version` as the first key, so `{"schema_version":N`
+/// (with optional whitespace) is read directly; anything else returns `None`.
+fn leading_schema_version(bytes: &[u8]) -> Option<u64> {
+    let mut rest = bytes;
+    let mut eat = |token: &[u8]| -> Option<()> {
+        let trimmed = rest.trim_ascii_start();
+        rest = trimmed.strip_prefix(token)?;
+        Some(())
+    };
+    eat(b"{")?;
+    eat(b"\"schema_version\"")?;
+    eat(b":")?;
+    let digits = rest.trim_ascii_start();
+    let len = digits.iter().take_while(|b| b.is_ascii_digit()).count();
+    // A number followed by a delimiter; leading zeros or fractions go the slow way.
+    let after = digits.get(len..)?.trim_ascii_start();
+    if len == 0
+        || len > 19
+        || (len > 1 && digits[0] == b'0')
+        || !matches!(after.first(), Some(b',' | b'}'))
+    {
+        return None;
+    }
+    std::str::from_utf8(&digits[..len]).ok()?.parse().ok()
+}
+
+/// Slow path: a full tokenising pass that keeps only `schema_version`.
+fn walk_for_schema_version(bytes: &[u8]) -> Result<u64, String> {
     #[derive(serde::Deserialize)]
     struct VersionOnly {
         schema_version: Option<serde_json::Value>,
     }
-    // serde ignores unknown fields here, but still walks the document; the cost is one
-    // tokenising pass, small next to the real parse.
     let head: VersionOnly = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
     match head.schema_version {
         None => Err("missing field `schema_version`".into()),
@@ -255,5 +287,41 @@ impl TraceBuilder {
 
     pub fn finish(self) -> Trace {
         self.trace
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_version_fast_and_slow_paths_agree() {
+        for doc in [
+            &br#"{"schema_version":1,"x":2}"#[..],
+            br#"{ "schema_version" : 12 }"#,
+            br#"{"metadata":{},"schema_version":3}"#,
+            br#"{"schema_version":1.5}"#,
+            br#"{"schema_version":"1"}"#,
+            br#"{"schema_version":01}"#,
+            br#"[1]"#,
+            br#"{"other":1}"#,
+        ] {
+            assert_eq!(
+                leading_schema_version(doc).map(Ok),
+                leading_schema_version(doc).map(|_| walk_for_schema_version(doc)),
+                "{}",
+                String::from_utf8_lossy(doc)
+            );
+        }
+        assert_eq!(leading_schema_version(br#"{"schema_version":7,"#), Some(7));
+        assert_eq!(
+            leading_schema_version(br#"{"metadata":1,"schema_version":7}"#),
+            None
+        );
+        assert_eq!(
+            peek_schema_version(br#"{"metadata":1,"schema_version":7}"#),
+            Ok(7)
+        );
+        assert!(peek_schema_version(br#"{"schema_version":-1}"#).is_err());
     }
 }
