@@ -146,7 +146,8 @@ fn main() -> std::io::Result<()> {
         for i in lo..hi {
             let corr = 100 + i;
             let r = mix(i);
-            let name = NAMES[(r % NAMES.len() as u64) as usize];
+            // The same kernel sequence every step, as in training or decode loops.
+            let name = NAMES[(mix(i - lo) % NAMES.len() as u64) as usize];
             let host = launch(i, j);
             let host_dur = LAUNCH_DUR_NS - 300 + (r >> 8) % 600;
             let dur = 1_500 + (r >> 16) % 7_000;

@@ -218,3 +218,32 @@ fn unknown_schema_version_is_refused() {
     ));
     assert!(msg.contains("version 99") && !msg.contains('\n'), "{msg}");
 }
+
+#[test]
+fn one_marked_cell_with_both_regimes_is_split_and_paired() {
+    // As in a user's program with one NVTX range name around eager steps and graph replays.
+    let mut t = synthetic::trace(
+        &[
+            SyntheticCell::emu(false, 2, 20),
+            SyntheticCell::emu(true, 2, 20),
+        ],
+        9,
+    );
+    for m in &mut t.markers {
+        m.cell = Some(0);
+    }
+    let a = analyze(&t);
+    let labels: Vec<&str> = a.cells.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "eager mode=2 T=1 emu (eager)",
+            "eager mode=2 T=1 emu (graphed)"
+        ]
+    );
+    assert_eq!(a.regime_pairs.len(), 1);
+    assert_eq!(
+        a.cells[a.regime_pairs[0].head].observed.regime,
+        Some(Regime::Graphed)
+    );
+}

@@ -439,14 +439,20 @@ pub fn analyze_cell(
     let idle_by_cause = idle_by_cause(&with_period);
     let sequence = canonical_sequence(ctx, timeline, &with_period);
     let observed = observe(trace, &steps);
-    let requested = meta_cell.map(|c| c.requested.clone()).unwrap_or_default();
+    let mut requested = meta_cell.map(|c| c.requested.clone()).unwrap_or_default();
+    let mut label = meta_cell.map_or_else(|| "all steps".to_owned(), |c| c.label.clone());
+    if let Some(regime) = cell.regime_split {
+        // One marked cell held both regimes; each half is labelled by what was observed.
+        label = format!("{label} ({})", regime.label());
+        requested.insert("regime".into(), regime.label().into());
+    }
     let mismatches = mismatches(&requested, &observed);
     let mut event_periods = meta_cell
         .map(|c| c.event_periods_ns.clone())
         .unwrap_or_default();
     CellAnalysis {
         trace: trace_index,
-        label: meta_cell.map_or_else(|| "all steps".to_owned(), |c| c.label.clone()),
+        label,
         requested,
         observed,
         mismatches,

@@ -49,7 +49,7 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
             kernels: trace.kernels.len(),
         });
         let timeline = timeline::build(trace);
-        let cells = steps::split_cells(trace, &timeline);
+        let cells = steps::split_mixed_regimes(steps::split_cells(trace, &timeline), &timeline);
         let mut ctx = attribute::TraceContext::new(trace);
         for cell in cells {
             analysis.cells.push(attribute::analyze_cell(

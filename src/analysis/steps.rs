@@ -15,6 +15,34 @@ pub struct CellSteps {
     /// Index into the trace's `metadata.cells`, when markers name one.
     pub cell: Option<usize>,
     pub steps: Vec<Vec<usize>>,
+    /// Set when one marked cell held both eager steps and graph replays (e.g. one NVTX range
+    /// name around both in a user's program): the regime observed, which splits it in two.
+    pub regime_split: Option<super::Regime>,
+}
+
+/// Splits cells whose steps mix eager work and graph replays into one cell per regime, so
+/// the two can be aligned against each other. Regimes are read from the records.
+pub fn split_mixed_regimes(cells: Vec<CellSteps>, timeline: &TraceTimeline) -> Vec<CellSteps> {
+    let mut out = Vec::with_capacity(cells.len());
+    for cell in cells {
+        let graphed = |ops: &Vec<usize>| ops.iter().any(|&i| timeline.ops[i].graph != 0);
+        let (g, e): (Vec<_>, Vec<_>) = cell.steps.into_iter().partition(graphed);
+        if g.is_empty() || e.is_empty() {
+            out.push(CellSteps {
+                steps: if g.is_empty() { e } else { g },
+                ..cell
+            });
+            continue;
+        }
+        for (regime, steps) in [(super::Regime::Eager, e), (super::Regime::Graphed, g)] {
+            out.push(CellSteps {
+                cell: cell.cell,
+                steps,
+                regime_split: Some(regime),
+            });
+        }
+    }
+    out
 }
 
 /// Launch-call start times by correlation id, for joining ops to host markers.
@@ -75,6 +103,7 @@ pub fn split_cells(trace: &Trace, timeline: &TraceTimeline) -> Vec<CellSteps> {
             .or_insert_with(|| CellSteps {
                 cell: marker.2.map(|c| c as usize),
                 steps: Vec::new(),
+                regime_split: None,
             })
             .steps
             .push(ops);
@@ -97,5 +126,9 @@ fn steps_from_graph_launches(trace: &Trace, timeline: &TraceTimeline) -> CellSte
         steps.push((0..timeline.ops.len()).collect());
     }
     steps.sort_by_key(|ops| ops[0]);
-    CellSteps { cell, steps }
+    CellSteps {
+        cell,
+        steps,
+        regime_split: None,
+    }
 }

@@ -29,7 +29,12 @@ fn records_a_captured_graph_with_external_event_nodes() {
         eprintln!("skipped: no GPU ({e})");
         return;
     }
-    let rec = Recorder::start(RecorderConfig::default()).expect("recorder starts");
+    let rec = Recorder::start(RecorderConfig {
+        event_records: true,
+        api_callbacks: super::ApiCallbacks::GraphBuildingWithLaunches,
+        ..RecorderConfig::default()
+    })
+    .expect("recorder starts");
     let cell = rec.add_cell(Cell {
         label: "graphed".into(),
         ..Default::default()

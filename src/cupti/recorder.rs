@@ -21,6 +21,10 @@ pub struct RecorderConfig {
     /// Most activity buffers allocated at once (0: no limit). With tiny buffers, a small limit
     /// makes CUPTI drop records — the way to check that drops are reported, not hidden.
     pub max_buffers: usize,
+    /// KIND_CUDA_EVENT: one record per executed event record (graph event-record nodes
+    /// included) with its device timestamp. Off by default: the analysis does not need it and
+    /// it costs host time on every cuEventRecord.
+    pub event_records: bool,
     /// Which API calls get a callback (to tag graph nodes with the API and library call that
     /// created them). Every callback costs host time on that call.
     pub api_callbacks: ApiCallbacks,
@@ -31,20 +35,43 @@ pub struct RecorderConfig {
 pub enum ApiCallbacks {
     /// Every runtime and driver API call.
     All,
-    /// Only the calls that can create graph nodes or instantiate graphs (launches, event
-    /// waits and records, memsets/memcpys, host functions, cudaGraphAdd*, instantiation).
+    /// Only the calls that create non-kernel graph nodes or instantiate graphs (event waits and
+    /// records, memsets/memcpys, host functions, cudaGraphAdd*, instantiation). Kernel nodes
+    /// keep their library-call tag (from markers) but not their launch API name.
     #[default]
     GraphBuilding,
+    /// As `GraphBuilding`, plus kernel launches.
+    GraphBuildingWithLaunches,
+    /// None: graph nodes are not tagged with their creating API (nor external flags read from
+    /// API parameters). For measuring what callbacks cost.
+    Off,
 }
 
-/// Driver and runtime API calls that create graph nodes (during capture or explicitly).
-const GRAPH_BUILDING_CBIDS: &[(sys::CUpti_CallbackDomain, u32)] = {
+/// Kernel launches: with them, captured kernel nodes are tagged with their launch API. They are
+/// the hottest calls of an eager step, so only [`ApiCallbacks::All`] and
+/// [`ApiCallbacks::GraphBuildingWithLaunches`] enable them.
+const LAUNCH_CBIDS: &[(sys::CUpti_CallbackDomain, u32)] = {
     use sys::CUPTI_CB_DOMAIN_DRIVER_API as D;
     use sys::CUPTI_CB_DOMAIN_RUNTIME_API as R;
     &[
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel),
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx),
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060),
+        (
+            R,
+            sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
+        ),
+    ]
+};
+
+/// Driver and runtime API calls that create non-kernel graph nodes (during capture or
+/// explicitly), or set their external flags, or instantiate graphs.
+const GRAPH_BUILDING_CBIDS: &[(sys::CUpti_CallbackDomain, u32)] = {
+    use sys::CUPTI_CB_DOMAIN_DRIVER_API as D;
+    use sys::CUPTI_CB_DOMAIN_RUNTIME_API as R;
+    &[
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent),
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecord),
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecordWithFlags),
@@ -72,12 +99,6 @@ const GRAPH_BUILDING_CBIDS: &[(sys::CUpti_CallbackDomain, u32)] = {
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams),
         // The recorder's own type queries, so their records can be filtered out.
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphNodeGetType),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060),
-        (
-            R,
-            sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
-        ),
         (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020),
         (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecord_v3020),
         (
@@ -131,6 +152,7 @@ impl Default for RecorderConfig {
             buffer_bytes: 8 << 20,
             latency_timestamps: false,
             max_buffers: 0,
+            event_records: false,
             api_callbacks: ApiCallbacks::default(),
         }
     }
@@ -358,7 +380,24 @@ impl Recorder {
         cupti.check("cuptiActivityEnableLatencyTimestamps", rc)?;
         rec.enable_event_device_timestamps()?;
 
+        // Diagnostics: GAPSCOPE_CUPTI_SKIP=DRIVER,RUNTIME leaves those activity kinds off, to
+        // measure what each one costs. Every skipped kind is noted in the trace.
+        let skip: Vec<String> = std::env::var("GAPSCOPE_CUPTI_SKIP")
+            .map(|v| {
+                v.split(',')
+                    .map(|s| s.trim().to_uppercase())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
         for (kind, label) in KINDS {
+            if kind == sys::CUPTI_ACTIVITY_KIND_CUDA_EVENT && !config.event_records {
+                continue;
+            }
+            if skip.iter().any(|s| label.contains(s.as_str())) {
+                lock(&rec.shared.state).problem(format!("{label} skipped (GAPSCOPE_CUPTI_SKIP)"));
+                continue;
+            }
             // SAFETY: resolved at load; `kind` is a CUpti_ActivityKind from the headers.
             let rc = unsafe { api.cuptiActivityEnable(kind) };
             cupti.check(label, rc)?;
@@ -382,8 +421,14 @@ impl Recorder {
                     rec.domains_enabled.push(domain);
                 }
             }
-            ApiCallbacks::GraphBuilding => {
-                for &(domain, cbid) in GRAPH_BUILDING_CBIDS {
+            ApiCallbacks::Off => {}
+            ApiCallbacks::GraphBuilding | ApiCallbacks::GraphBuildingWithLaunches => {
+                let launches = if config.api_callbacks == ApiCallbacks::GraphBuildingWithLaunches {
+                    LAUNCH_CBIDS
+                } else {
+                    &[]
+                };
+                for &(domain, cbid) in GRAPH_BUILDING_CBIDS.iter().chain(launches) {
                     // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe
                     // gave us.
                     let rc = unsafe { api.cuptiEnableCallback(1, sub, domain, cbid) };

@@ -116,6 +116,9 @@ pub struct SweepArgs {
     /// API calls that get a CUPTI callback: only those that build graphs (default), or all.
     #[arg(long, value_enum, default_value_t = ApiCallbackChoice::GraphBuilding)]
     pub cupti_api_callbacks: ApiCallbackChoice,
+    /// Record every executed event record with its device timestamp (CUPTI KIND_CUDA_EVENT).
+    #[arg(long)]
+    pub cupti_event_records: bool,
     /// After recording, run every cell again untraced in the same process and report the
     /// traced/untraced CUDA-event period ratio.
     #[arg(long)]
@@ -125,7 +128,11 @@ pub struct SweepArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ApiCallbackChoice {
     GraphBuilding,
+    /// Graph building plus kernel launches (kernel nodes tagged with their launch API).
+    GraphBuildingWithLaunches,
     All,
+    /// No API callbacks (graph nodes lose their creating API and external flags).
+    Off,
 }
 
 /// Steps per CUDA-event timing chunk: each chunk gives one period sample.
@@ -440,9 +447,14 @@ pub fn run_sweep(args: &SweepArgs, output: &Path) -> Result<Vec<(PathBuf, Trace)
     let recorder = Arc::new(Recorder::start(RecorderConfig {
         buffer_bytes: args.cupti_buffer_kib.max(1) * 1024,
         max_buffers: args.cupti_max_buffers,
+        event_records: args.cupti_event_records,
         api_callbacks: match args.cupti_api_callbacks {
             ApiCallbackChoice::GraphBuilding => crate::cupti::ApiCallbacks::GraphBuilding,
             ApiCallbackChoice::All => crate::cupti::ApiCallbacks::All,
+            ApiCallbackChoice::GraphBuildingWithLaunches => {
+                crate::cupti::ApiCallbacks::GraphBuildingWithLaunches
+            }
+            ApiCallbackChoice::Off => crate::cupti::ApiCallbacks::Off,
         },
         ..RecorderConfig::default()
     })?);
