@@ -33,8 +33,11 @@ fn summary(label: &str, secs: &mut [f64], kernels: usize) {
 }
 
 fn main() {
-    let kernels = arg("--kernels", 1_000_000);
-    let runs = arg("--runs", 5);
+    // `cargo bench` passes --bench; `cargo test --all-targets` runs this binary without it:
+    // then a small smoke run only.
+    let benching = std::env::args().any(|a| a == "--bench");
+    let kernels = arg("--kernels", if benching { 1_000_000 } else { 8_000 });
+    let runs = arg("--runs", if benching { 5 } else { 1 });
     // Half eager, half graphed (mode 2), 4 kernels per step.
     let steps = kernels / 8;
     let t = synthetic::trace(

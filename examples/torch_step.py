@@ -1,6 +1,7 @@
 """A tiny step, run eagerly and then as a replayed CUDA graph (needs only torch).
 
-Each step runs inside torch.cuda.nvtx.range("step") in both regimes; times are CUDA events.
+Each step runs inside torch.cuda.nvtx.range("step") and torch.profiler.record_function("step")
+in both regimes; times are CUDA events.
   gapscope record -o traces --step-range step -- python examples/torch_step.py
   python examples/torch_step.py --profile kineto.json  # not under gapscope: one CUPTI subscriber
 """
@@ -22,7 +23,8 @@ def timed(fn, n):
     end = torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(n):
-        with torch.cuda.nvtx.range("step"):
+        # NVTX reaches gapscope's recorder; record_function reaches torch.profiler (Kineto).
+        with torch.cuda.nvtx.range("step"), torch.profiler.record_function("step"):
             fn()
     end.record()
     end.synchronize()

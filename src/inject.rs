@@ -29,7 +29,7 @@
 //! 0), the rank variables of [`rank_name`] and the world-size variables of [`world_size`].
 
 use crate::cupti::{Recorder, RecorderConfig};
-use crate::trace::{self, Cell, MarkerKind, Metadata, Source, Versions};
+use crate::trace::{self, Cell, Metadata, Source, Versions};
 use std::collections::BTreeMap;
 use std::ffi::c_int;
 use std::io::Write;
@@ -292,15 +292,7 @@ fn write_trace(signal: Option<c_int>) {
 
 /// NVTX ranges named `step` become step markers of cell 0.
 pub fn mark_steps(trace: &mut trace::Trace, step: &str) {
-    let Some(id) = trace.strings.iter().position(|s| s == step) else {
-        return;
-    };
-    for m in &mut trace.markers {
-        if m.kind == MarkerKind::Range && m.name as usize == id {
-            m.kind = MarkerKind::Step;
-            m.cell = Some(0);
-        }
-    }
+    trace.mark_steps(step);
 }
 
 fn metadata(config: &Config, recorder: &Recorder, signal: Option<c_int>) -> Metadata {
@@ -449,6 +441,7 @@ extern "C" fn on_signal(sig: c_int) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::MarkerKind;
 
     fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |name| {

@@ -8,6 +8,7 @@ pub mod bundled;
 pub mod cupti;
 pub mod import;
 pub mod inject;
+pub mod merge;
 pub mod record;
 pub mod report;
 pub mod runner;

@@ -89,6 +89,25 @@ enum Command {
         after_help = "Example:\n  gapscope record -o traces --step-range step -- python examples/torch_step.py\n  gapscope analyze traces/trace-*.json"
     )]
     Record(gapscope::record::RecordArgs),
+    /// Merge per-rank traces (trace-0.json, trace-1.json…) into one Perfetto trace and one
+    /// report with a row per rank, the slowest rank highlighted.
+    #[command(
+        after_help = "Example:\n  gapscope merge traces/trace-*.json -o out   # out/report.md, report.json, trace.perfetto.json"
+    )]
+    Merge {
+        /// Per-rank trace files, or folders of them (*.json).
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        /// Folder for report.md, report.json and trace.perfetto.json.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Print the JSON report on stdout instead of the Markdown summary.
+        #[arg(long)]
+        json: bool,
+        /// Clock alignment; default: collectives when the traces name several hosts, else none.
+        #[arg(long, value_enum)]
+        align: Option<gapscope::merge::Align>,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -102,6 +121,9 @@ struct OutputArgs {
     /// Perfetto/SVG: put step K of every cell at the same origin.
     #[arg(long)]
     align_step: Option<usize>,
+    /// Use the host ranges of this name (NVTX ranges, torch record_function) as the steps.
+    #[arg(long, value_name = "NAME")]
+    step_range: Option<String>,
 }
 
 #[derive(Args, Clone)]
@@ -164,7 +186,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
         Command::Analyze { traces, out } => {
-            let (traces, names) = load(&traces)?;
+            let (traces, names) = load_with_steps(&traces, out.step_range.as_deref())?;
             let analysis = analyze(&traces, &names);
             write_outputs(&traces, &analysis, &out)?;
             print_summary(&analysis, out.json);
@@ -184,8 +206,9 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                     ),
                 });
             }
-            let (base_traces, base_names) = load(&expand(&base)?)?;
-            let (head_traces, head_names) = load(&expand(&head)?)?;
+            let steps = out.step_range.as_deref();
+            let (base_traces, base_names) = load_with_steps(&expand(&base)?, steps)?;
+            let (head_traces, head_names) = load_with_steps(&expand(&head)?, steps)?;
             let comparison = analysis::align::compare(
                 analyze(&base_traces, &base_names),
                 analyze(&head_traces, &head_names),
@@ -227,6 +250,39 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Record(args) => Ok(gapscope::record::run(&args)?),
+        Command::Merge {
+            traces,
+            output,
+            json,
+            align,
+        } => {
+            let paths: Vec<PathBuf> = traces
+                .iter()
+                .map(|p| expand(p))
+                .collect::<Result<Vec<_>, _>>()?
+                .concat();
+            let (traces, names) = load(&paths)?;
+            let merged = gapscope::merge::merge(traces, names, align).map_err(|e| Failure {
+                code: 2,
+                error: e.into(),
+            })?;
+            if let Some(dir) = &output {
+                merged.write_outputs(dir)?;
+                eprintln!(
+                    "wrote {}/{{report.md,report.json,trace.perfetto.json}}",
+                    dir.display()
+                );
+            }
+            println!(
+                "{}",
+                if json {
+                    merged.json()
+                } else {
+                    merged.markdown()
+                }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -258,6 +314,15 @@ fn expand(path: &Path) -> Result<Vec<PathBuf>, Failure> {
 }
 
 fn load(paths: &[PathBuf]) -> Result<(Vec<Trace>, Vec<String>), Failure> {
+    load_with_steps(paths, None)
+}
+
+/// Loads traces; with `step_range`, plain ranges of that name (NVTX ranges, torch
+/// `record_function`s) become the steps.
+fn load_with_steps(
+    paths: &[PathBuf],
+    step_range: Option<&str>,
+) -> Result<(Vec<Trace>, Vec<String>), Failure> {
     let mut traces = Vec::with_capacity(paths.len());
     for p in paths {
         if gapscope::import::is_kineto_file(p) {
@@ -269,6 +334,13 @@ fn load(paths: &[PathBuf]) -> Result<(Vec<Trace>, Vec<String>), Failure> {
             traces.push(imported);
         } else {
             traces.push(trace::read_trace(p)?);
+        }
+    }
+    if let Some(name) = step_range {
+        for (t, p) in traces.iter_mut().zip(paths) {
+            if t.mark_steps(name) == 0 {
+                eprintln!("gapscope: note: {}: no range named '{name}'", p.display());
+            }
         }
     }
     Ok((
@@ -371,6 +443,7 @@ fn run_experiment(args: RunArgs) -> Result<ExitCode, Failure> {
         output: Some(args.output.clone()),
         json: args.json,
         align_step: None,
+        step_range: None,
     };
     write_outputs(&traces, &analysis, &out)?;
     print_summary(&analysis, args.json);

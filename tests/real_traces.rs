@@ -108,6 +108,11 @@ fn ht_decode_fresh_graphs_mode_2_cost_is_the_external_wait() {
         .find(|p| a.cells[p.head].label == "graphed mode=2 T=512 fresh")
         .unwrap();
     assert_eq!(pair.change, Some(Change::Slower));
+    // The two graphs differ only by NCCL's mode-2 nodes.
+    assert_eq!(
+        pair.graph_difference.as_deref(),
+        Some("+1 EventRecord (external), +1 EventWait (external)")
+    );
     let external: f64 = pair
         .gap_growth_by_cause
         .iter()

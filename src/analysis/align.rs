@@ -160,7 +160,27 @@ pub fn compare_cells(
         gap_growth_by_cause,
         duration_delta_total,
         one_sided_ops_total,
+        graph_difference: graph_difference(base, head),
     }
+}
+
+/// Node-type count differences between two cells' graphs, e.g. "+1 EventWait (external)".
+fn graph_difference(base: &CellAnalysis, head: &CellAnalysis) -> Option<String> {
+    let (b, h) = (&base.observed.node_counts, &head.observed.node_counts);
+    if b.is_empty() || h.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = b
+        .keys()
+        .chain(h.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter_map(|k| {
+            let d = *h.get(k).unwrap_or(&0) as i64 - *b.get(k).unwrap_or(&0) as i64;
+            (d != 0).then(|| format!("{d:+} {k}"))
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
 
 fn requested_mode(cell: &CellAnalysis) -> Option<u64> {

@@ -110,6 +110,8 @@ fn is_stream_wait_api(name: &str) -> bool {
 struct DagIndex {
     nodes: FxHashMap<u64, usize>,
     preds: FxHashMap<u64, Vec<u64>>,
+    /// Node indices of each graph.
+    by_graph: FxHashMap<u32, Vec<usize>>,
 }
 
 impl DagIndex {
@@ -127,7 +129,28 @@ impl DagIndex {
                 preds.entry(e.to).or_default().push(e.from);
             }
         }
-        DagIndex { nodes, preds }
+        let mut by_graph: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
+        for (i, n) in trace.graph.nodes.iter().enumerate() {
+            by_graph.entry(n.graph).or_default().push(i);
+        }
+        DagIndex {
+            nodes,
+            preds,
+            by_graph,
+        }
+    }
+
+    /// The nodes of graph `graph`.
+    fn graph_nodes<'t>(
+        &'t self,
+        trace: &'t Trace,
+        graph: u32,
+    ) -> impl Iterator<Item = &'t crate::trace::GraphNode> + 't {
+        self.by_graph
+            .get(&graph)
+            .into_iter()
+            .flatten()
+            .map(move |&i| &trace.graph.nodes[i])
     }
 
     fn node<'t>(&self, trace: &'t Trace, id: u64) -> Option<&'t crate::trace::GraphNode> {
@@ -206,13 +229,10 @@ fn walk_predecessors(ctx: &TraceContext, node: u64) -> Predecessors {
 /// The explicit event-record node that pairs with an external wait: same graph, same library
 /// call.
 fn paired_record_node(ctx: &TraceContext, wait: &crate::trace::GraphNode) -> Option<u64> {
-    ctx.trace
-        .graph
-        .nodes
-        .iter()
+    ctx.dag
+        .graph_nodes(ctx.trace, wait.graph)
         .filter(|n| {
-            n.graph == wait.graph
-                && n.node_type == NodeType::EventRecord
+            n.node_type == NodeType::EventRecord
                 && n.external
                 && n.library_call == wait.library_call
         })
@@ -239,6 +259,26 @@ fn node_cause(ctx: &TraceContext, preds: &Predecessors) -> Option<Cause> {
     })
 }
 
+/// Leading gap of a replay: host-bound when the launch call had not returned (within the
+/// slack) when the device went idle.
+fn graph_launch_cause(
+    ctx: &TraceContext,
+    op: &Op,
+    gap_start: u64,
+    first_launch: bool,
+    options: &AnalysisOptions,
+) -> Cause {
+    match ctx.launches.call(op.corr) {
+        Some((start, end, _)) if end + options.launch_slack_ns > gap_start => {
+            Cause::GraphLaunchHostBound {
+                launch_call_ns: end - start,
+                first_launch,
+            }
+        }
+        _ => Cause::GraphLaunch,
+    }
+}
+
 fn graphed_cause(
     ctx: &TraceContext,
     ops: &[Op],
@@ -246,12 +286,13 @@ fn graphed_cause(
     after: usize,
     before: Option<usize>,
     leading: bool,
+    launch: impl Fn() -> Cause,
 ) -> Cause {
     let op = &ops[after];
     if ctx.dag.node(ctx.trace, op.node).is_none() {
         // No DAG for this node (e.g. an imported trace): only the launch boundary is certain.
         return if leading {
-            Cause::GraphLaunch
+            launch()
         } else {
             Cause::Unattributed
         };
@@ -270,7 +311,7 @@ fn graphed_cause(
         return Cause::MemoryNode { node, node_type };
     }
     if leading || (preds.kernels.is_empty() && preds.memory.is_empty()) {
-        return Cause::GraphLaunch;
+        return launch();
     }
     if let Some(b) = before.map(|b| &ops[b])
         && b.stream != op.stream
@@ -357,7 +398,9 @@ fn build_step(
         if op_start > covered_until {
             let leading = pos == 0;
             let cause = if op.graph != 0 {
-                graphed_cause(ctx, ops, &ops_idx, i, last_ender, leading)
+                graphed_cause(ctx, ops, &ops_idx, i, last_ender, leading, || {
+                    graph_launch_cause(ctx, op, covered_until, first_launch, options)
+                })
             } else {
                 eager_cause(ctx, ops, (covered_until, op_start), i, last_ender, options)
             };
@@ -438,7 +481,7 @@ pub fn analyze_cell(
     let idle = Stat::of_ns(with_period.iter().map(|s| s.idle));
     let idle_by_cause = idle_by_cause(&with_period);
     let sequence = canonical_sequence(ctx, timeline, &with_period);
-    let observed = observe(trace, &steps);
+    let observed = observe(ctx, &steps);
     let mut requested = meta_cell.map(|c| c.requested.clone()).unwrap_or_default();
     let mut label = meta_cell.map_or_else(|| "all steps".to_owned(), |c| c.label.clone());
     if let Some(regime) = cell.regime_split {
@@ -592,7 +635,8 @@ fn canonical_sequence(
 }
 
 /// What the DAG and records show: regime and the nodes NCCL's modes add.
-fn observe(trace: &Trace, steps: &[Step]) -> Observed {
+fn observe(ctx: &TraceContext, steps: &[Step]) -> Observed {
+    let trace = ctx.trace;
     let graphed = steps.iter().any(|s| s.regime == Regime::Graphed);
     let regime = match (steps.is_empty(), graphed) {
         (true, _) => None,
@@ -605,7 +649,7 @@ fn observe(trace: &Trace, steps: &[Step]) -> Observed {
     let mut per_exec: Vec<(usize, usize, usize, bool)> = execs
         .iter()
         .map(|&g| {
-            let nodes = trace.graph.nodes.iter().filter(|n| n.graph == g);
+            let nodes = ctx.dag.graph_nodes(trace, g);
             let (mut waits, mut records, mut hosts, mut nccl) = (0, 0, 0, false);
             for n in nodes {
                 let from_nccl = n
@@ -626,9 +670,27 @@ fn observe(trace: &Trace, steps: &[Step]) -> Observed {
         .collect();
     per_exec.sort_unstable();
     let typical = per_exec.get(per_exec.len() / 2).copied();
-    let has_dag = execs
-        .iter()
-        .any(|&g| trace.graph.nodes.iter().any(|n| n.graph == g));
+    let has_dag = execs.iter().any(|&g| ctx.dag.by_graph.contains_key(&g));
+    // Node types of one executable graph (the first): what a mode comparison can diff.
+    let mut node_counts = std::collections::BTreeMap::new();
+    // Nodes that instantiation adds on its own (no template node) are left out: they are not
+    // part of what the program built.
+    let first_exec: Vec<&crate::trace::GraphNode> = execs
+        .first()
+        .into_iter()
+        .flat_map(|&g| ctx.dag.graph_nodes(trace, g))
+        .collect();
+    let any_clone = first_exec.iter().any(|n| n.cloned_from.is_some());
+    for n in first_exec
+        .into_iter()
+        .filter(|n| !any_clone || n.cloned_from.is_some())
+    {
+        let mut name = format!("{:?}", n.node_type);
+        if n.external && matches!(n.node_type, NodeType::EventWait | NodeType::EventRecord) {
+            name += " (external)";
+        }
+        *node_counts.entry(name).or_insert(0usize) += 1;
+    }
     let graph_usage_mode = match (regime, typical) {
         (Some(Regime::Graphed), Some((w, _, _, true))) if w > 0 => Some("2 (mixing)".to_owned()),
         (Some(Regime::Graphed), Some((w, _, _, false))) if w > 0 => {
@@ -645,6 +707,7 @@ fn observe(trace: &Trace, steps: &[Step]) -> Observed {
         external_record_nodes: r,
         host_nodes: h,
         graph_usage_mode,
+        node_counts,
     }
 }
 

@@ -69,6 +69,14 @@ pub enum Cause {
     CrossStreamJoin { from_stream: u32 },
     /// Before the first op of a graph replay: the launch boundary.
     GraphLaunch,
+    /// Before the first op of a graph replay whose launch call had not returned when the
+    /// device went idle: the host's graph launch was the bottleneck.
+    GraphLaunchHostBound {
+        /// Duration of the launch call (e.g. `cuGraphLaunch`), ns.
+        launch_call_ns: u64,
+        /// The first launch of this executable graph in the trace.
+        first_launch: bool,
+    },
     /// A plain kernel-to-kernel edge inside a graph: the graph's own dependency latency.
     GraphDependency,
     /// Eager: the op was launched by the host after the device had gone idle.
@@ -93,6 +101,7 @@ pub enum CauseKind {
     MemoryNode,
     CrossStreamJoin,
     GraphLaunch,
+    GraphLaunchHostBound,
     GraphDependency,
     HostLaunchBound,
     StreamOrderLatency,
@@ -109,6 +118,7 @@ impl Cause {
             Cause::MemoryNode { .. } => CauseKind::MemoryNode,
             Cause::CrossStreamJoin { .. } => CauseKind::CrossStreamJoin,
             Cause::GraphLaunch => CauseKind::GraphLaunch,
+            Cause::GraphLaunchHostBound { .. } => CauseKind::GraphLaunchHostBound,
             Cause::GraphDependency => CauseKind::GraphDependency,
             Cause::HostLaunchBound => CauseKind::HostLaunchBound,
             Cause::StreamOrderLatency => CauseKind::StreamOrderLatency,
@@ -158,6 +168,18 @@ impl Cause {
             Cause::CrossStreamJoin { from_stream } => {
                 format!("cross-stream join (waits on stream {from_stream})")
             }
+            Cause::GraphLaunchHostBound {
+                launch_call_ns,
+                first_launch,
+            } => format!(
+                "graph launch host-bound (the launch call ran {:.1} µs{})",
+                *launch_call_ns as f64 / 1e3,
+                if *first_launch {
+                    ", first launch of this executable graph"
+                } else {
+                    ""
+                }
+            ),
             _ => self.kind().label().to_owned(),
         }
     }
@@ -179,6 +201,7 @@ impl CauseKind {
             CauseKind::MemoryNode => "memset/memcpy node",
             CauseKind::CrossStreamJoin => "cross-stream join",
             CauseKind::GraphLaunch => "graph launch boundary",
+            CauseKind::GraphLaunchHostBound => "graph launch host-bound",
             CauseKind::GraphDependency => "graph dependency latency",
             CauseKind::HostLaunchBound => "host launch-bound",
             CauseKind::StreamOrderLatency => "stream-order launch latency",
@@ -188,12 +211,13 @@ impl CauseKind {
         }
     }
 
-    pub const ALL: [CauseKind; 11] = [
+    pub const ALL: [CauseKind; 12] = [
         CauseKind::ExternalEventWait,
         CauseKind::HostNode,
         CauseKind::MemoryNode,
         CauseKind::CrossStreamJoin,
         CauseKind::GraphLaunch,
+        CauseKind::GraphLaunchHostBound,
         CauseKind::GraphDependency,
         CauseKind::HostLaunchBound,
         CauseKind::StreamOrderLatency,
@@ -272,6 +296,9 @@ pub struct Observed {
     /// "2 (mixing)" when NCCL-created external nodes are present, "0/1 (no mixing)" when a
     /// graphed cell has none, `None` for eager cells.
     pub graph_usage_mode: Option<String>,
+    /// Node types of the cell's first executable graph, with counts ("EventWait (external)",
+    /// "Kernel", ...): what a comparison of two graphed cells can diff.
+    pub node_counts: BTreeMap<String, usize>,
 }
 
 /// Per position of a cell's canonical op sequence: durations and the gap before, over steps.
@@ -415,6 +442,10 @@ pub struct CellComparison {
     /// the sum of medians.
     pub duration_delta_total: f64,
     pub one_sided_ops_total: f64,
+    /// For two graphed cells: how the head's graph differs from the base's, by node type
+    /// (e.g. "+1 EventWait (external), +1 EventRecord (external)"); `None` when either has no
+    /// DAG or they are the same.
+    pub graph_difference: Option<String>,
 }
 
 /// Per trace: what reports must show about the input.

@@ -111,7 +111,19 @@ pub fn import_kineto(reader: impl Read, path: &Path) -> Result<Trace, ImportErro
         });
     }
     let mut imp = Importer::new();
-    let mut de = serde_json::Deserializer::from_reader(reader);
+    // Events are cut out of the stream and parsed one by one; the rest of the document (small)
+    // is parsed after, with `traceEvents` left as `[]`.
+    let skeleton = frame(&mut reader, &mut imp).map_err(|e| match e {
+        FrameError::Io(source) => ImportError::Io {
+            path: path.to_owned(),
+            source,
+        },
+        FrameError::Event(message) => ImportError::Malformed {
+            path: path.to_owned(),
+            message,
+        },
+    })?;
+    let mut de = serde_json::Deserializer::from_slice(&skeleton);
     let parsed = TopSeed(&mut imp)
         .deserialize(&mut de)
         .and_then(|()| de.end());
@@ -124,6 +136,235 @@ pub fn import_kineto(reader: impl Read, path: &Path) -> Result<Trace, ImportErro
     })
 }
 
+enum FrameError {
+    Io(std::io::Error),
+    Event(String),
+}
+
+/// Splits the document as it streams by: the elements of the top-level `traceEvents` array go
+/// one by one to [`EventSeed`] (each parsed from its own bytes, so memory holds one event at a
+/// time); everything else is returned, with the array left empty, for [`TopSeed`].
+///
+/// The scan only tracks strings, escapes and nesting depth; anything it does not split (a
+/// malformed document, an escaped key) stays in the returned bytes, where serde reports it.
+fn frame(r: &mut impl BufRead, imp: &mut Importer) -> Result<Vec<u8>, FrameError> {
+    let mut f = Framer {
+        skeleton: Vec::new(),
+        elem: Vec::new(),
+        depth: 0,
+        in_str: false,
+        esc: false,
+        expect_key: false,
+        key_start: None,
+        events_key: false,
+        in_events: false,
+        extracted: false,
+        separated: false,
+        line: 1,
+    };
+    loop {
+        let chunk = match r.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(FrameError::Io(e)),
+        };
+        if chunk.is_empty() {
+            break;
+        }
+        let n = chunk.len();
+        f.scan(chunk, imp)?;
+        r.consume(n);
+    }
+    // Cut short inside the array: the skeleton is incomplete too, and its parse says so.
+    imp.in_events = f.in_events;
+    imp.framed = f.extracted;
+    Ok(f.skeleton)
+}
+
+struct Framer {
+    /// The document without the events.
+    skeleton: Vec<u8>,
+    /// Bytes of the event being read.
+    elem: Vec<u8>,
+    depth: u32,
+    in_str: bool,
+    esc: bool,
+    /// At depth 1, the next string is a key.
+    expect_key: bool,
+    /// Start (in `skeleton`) of the depth-1 key being read.
+    key_start: Option<usize>,
+    /// The last depth-1 key was `traceEvents`.
+    events_key: bool,
+    /// Inside the `traceEvents` array.
+    in_events: bool,
+    /// Some array was split off (positions in `skeleton` then differ from the file's).
+    extracted: bool,
+    /// A `,` came before the event being read.
+    separated: bool,
+    /// Line of the file where `elem` starts (or of the scan, outside the array).
+    line: u64,
+}
+
+impl Framer {
+    fn scan(&mut self, chunk: &[u8], imp: &mut Importer) -> Result<(), FrameError> {
+        let mut i = 0;
+        while i < chunk.len() {
+            if self.in_events {
+                i = self.scan_events(chunk, i, imp)?;
+            } else {
+                self.skeleton_byte(chunk[i]);
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Outside the array: byte by byte (the few KiB of metadata around it).
+    fn skeleton_byte(&mut self, b: u8) {
+        self.skeleton.push(b);
+        if self.in_str {
+            if self.esc {
+                self.esc = false;
+            } else if b == b'\\' {
+                self.esc = true;
+            } else if b == b'"' {
+                self.in_str = false;
+                if let Some(start) = self.key_start.take() {
+                    let end = self.skeleton.len() - 1;
+                    self.events_key = &self.skeleton[start..end] == b"traceEvents";
+                    self.expect_key = false;
+                }
+            }
+            return;
+        }
+        match b {
+            b'"' => {
+                self.in_str = true;
+                if self.depth == 1 && self.expect_key {
+                    self.key_start = Some(self.skeleton.len());
+                }
+            }
+            b'{' | b'[' => {
+                self.depth += 1;
+                if self.depth == 1 {
+                    self.expect_key = b == b'{';
+                } else if self.depth == 2 && b == b'[' && self.events_key && !self.expect_key {
+                    self.in_events = true;
+                    self.extracted = true;
+                    self.separated = false;
+                    self.elem.clear();
+                }
+            }
+            b'}' | b']' => self.depth = self.depth.saturating_sub(1),
+            b',' if self.depth == 1 => {
+                self.expect_key = true;
+                self.events_key = false;
+            }
+            b'\n' => self.line += 1,
+            _ => {}
+        }
+    }
+
+    /// Inside the array: finds the end of each event, skipping through strings in bulk.
+    /// Returns where the scan stopped (the end of the chunk, or just after the array).
+    fn scan_events(
+        &mut self,
+        chunk: &[u8],
+        mut i: usize,
+        imp: &mut Importer,
+    ) -> Result<usize, FrameError> {
+        let mut start = i;
+        while i < chunk.len() {
+            if self.in_str {
+                if self.esc {
+                    self.esc = false;
+                    i += 1;
+                    continue;
+                }
+                match chunk[i..].iter().position(|&b| b == b'"' || b == b'\\') {
+                    None => i = chunk.len(),
+                    Some(p) => {
+                        i += p;
+                        if chunk[i] == b'\\' {
+                            self.esc = true;
+                        } else {
+                            self.in_str = false;
+                        }
+                        i += 1;
+                    }
+                }
+                continue;
+            }
+            match chunk[i] {
+                b'"' => self.in_str = true,
+                b'{' | b'[' => self.depth += 1,
+                // A stray `}` at the array's level stays in the event, whose parse fails.
+                b'}' if self.depth > 2 => self.depth -= 1,
+                b']' if self.depth > 2 => self.depth -= 1,
+                b',' if self.depth == 2 => {
+                    self.elem.extend_from_slice(&chunk[start..i]);
+                    self.event(imp, false)?;
+                    start = i + 1;
+                }
+                b']' if self.depth == 2 => {
+                    self.elem.extend_from_slice(&chunk[start..i]);
+                    self.event(imp, true)?;
+                    self.in_events = false;
+                    self.depth = 1;
+                    self.skeleton.push(b']');
+                    return Ok(i + 1);
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        self.elem.extend_from_slice(&chunk[start..]);
+        Ok(i)
+    }
+
+    /// One element of the array (`last`: it ended with the closing `]`).
+    fn event(&mut self, imp: &mut Importer, last: bool) -> Result<(), FrameError> {
+        let lines = self.elem.iter().filter(|&&b| b == b'\n').count() as u64;
+        if self.elem.iter().all(u8::is_ascii_whitespace) {
+            // `[]` (or `[ ]`) is fine; `[,` or `,,` or `,]` is not.
+            if !(last && !self.separated) {
+                return Err(FrameError::Event(format!(
+                    "traceEvents[{}]: missing event (stray comma) near line {}",
+                    imp.index, self.line
+                )));
+            }
+        } else {
+            let mut de = serde_json::Deserializer::from_slice(&self.elem);
+            let parsed = EventSeed(&mut *imp)
+                .deserialize(&mut de)
+                .and_then(|()| de.end());
+            if let Err(e) = parsed {
+                let line = self.line + (e.line() as u64).saturating_sub(1);
+                return Err(FrameError::Event(format!(
+                    "traceEvents[{}]: {} at line {line}",
+                    imp.index,
+                    without_position(&e)
+                )));
+            }
+            imp.index += 1;
+        }
+        self.line += lines;
+        self.elem.clear();
+        self.separated = !last;
+        Ok(())
+    }
+}
+
+/// A serde_json error's message without its " at line L column C".
+fn without_position(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    match s.strip_suffix(&suffix) {
+        Some(m) => m.to_owned(),
+        None => s,
+    }
+}
+
 /// What the top level and the events have filled in so far.
 struct Importer {
     b: TraceBuilder,
@@ -132,6 +373,8 @@ struct Importer {
     /// Index of the event being read in `traceEvents`.
     index: u64,
     in_events: bool,
+    /// Events were split off by [`frame`]: error positions of the rest are not the file's.
+    framed: bool,
     saw_events: bool,
     base_ns: Option<u64>,
     devices: Vec<DeviceInfo>,
@@ -153,6 +396,7 @@ impl Importer {
             name: String::new(),
             index: 0,
             in_events: false,
+            framed: false,
             saw_events: false,
             base_ns: None,
             devices: Vec::new(),
@@ -170,12 +414,18 @@ impl Importer {
                 source: e.into(),
             };
         }
+        let is_eof = e.is_eof();
         let at = if self.in_events {
             format!("traceEvents[{}]: ", self.index)
         } else {
             String::new()
         };
-        let message = if e.is_eof() {
+        let e = if self.framed {
+            without_position(&e)
+        } else {
+            e.to_string()
+        };
+        let message = if is_eof {
             format!("{at}the file ends early (cut short?): {e}")
         } else {
             format!("{at}{e}")

@@ -312,6 +312,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             label: trace.metadata.cells[cell].label.clone(),
             requested: trace.metadata.cells[cell].requested.clone(),
             observed: Observed {
+                node_counts: Default::default(),
                 regime: Some(regime),
                 external_wait_nodes: usize::from(regime == Regime::Graphed),
                 external_record_nodes: usize::from(regime == Regime::Graphed),
@@ -385,6 +386,7 @@ pub fn compare_between(
         })
         .collect();
     CellComparison {
+        graph_difference: None,
         duration_delta_total: 0.0,
         one_sided_ops_total: 0.0,
         key: b.workload_key(),

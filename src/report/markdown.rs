@@ -238,7 +238,11 @@ fn explain(m: &CellComparison) -> String {
             us2_signed(m.one_sided_ops_total)
         );
     }
-    s + &format!("; remainder {}", us2_signed(delta - accounted))
+    s += &format!("; remainder {}", us2_signed(delta - accounted));
+    if let Some(d) = &m.graph_difference {
+        s += &format!(". The graphs differ by: {}", md_cell(d));
+    }
+    s
 }
 
 /// The aligned positions whose gap before changed most, as lines.
@@ -682,8 +686,20 @@ fn sweep_section(s: &mut String, a: &Analysis) {
                     } else {
                         String::new()
                     };
+                    let only_external = p
+                        .graph_difference
+                        .as_deref()
+                        .is_some_and(|d| d.split(", ").all(|part| part.ends_with("(external)")));
+                    let verdict = if only_external {
+                        format!(
+                            "; the graphs differ only by {}, so all of Δ follows from them",
+                            md_cell(p.graph_difference.as_deref().unwrap_or_default())
+                        )
+                    } else {
+                        String::new()
+                    };
                     format!(
-                        "external event wait {}{share} — {}; other gaps {}, op durations {}",
+                        "external event wait {}{share} — {}; other gaps {}, op durations {}{verdict}",
                         us2_signed(external),
                         md_cell(&who),
                         us2_signed(others),

@@ -194,6 +194,29 @@ impl Trace {
         }
     }
 
+    /// Makes every plain range named `name` (an NVTX range, a torch `record_function`) a step
+    /// marker of cell 0, adding that cell if the trace has none. Returns how many it marked.
+    pub fn mark_steps(&mut self, name: &str) -> usize {
+        let Some(id) = self.strings.iter().position(|s| s == name) else {
+            return 0;
+        };
+        let mut marked = 0;
+        for m in &mut self.markers {
+            if m.kind == MarkerKind::Range && m.name as usize == id {
+                m.kind = MarkerKind::Step;
+                m.cell = Some(0);
+                marked += 1;
+            }
+        }
+        if marked > 0 && self.metadata.cells.is_empty() {
+            self.metadata.cells.push(Cell {
+                label: format!("steps '{name}'"),
+                ..Cell::default()
+            });
+        }
+        marked
+    }
+
     /// The string behind an id ("?" for an id out of range; `validate` rejects those).
     pub fn str(&self, id: StrId) -> &str {
         self.strings.get(id as usize).map_or("?", String::as_str)

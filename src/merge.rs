@@ -1,0 +1,756 @@
+//! `gapscope merge`: per-rank traces (one file per process, e.g. `trace-0.json` and
+//! `trace-1.json` written by `gapscope record` under torchrun) into one Perfetto trace with a
+//! process per (rank, cell), and one report with a row per rank and the slowest rank of each
+//! cell highlighted.
+//!
+//! # Per-rank figures
+//!
+//! Each rank's trace is analysed on its own ([`crate::analysis::analyze`]), exactly as
+//! `gapscope analyze` would; the report puts the steady-state step period of every cell side by
+//! side. For each cell label, the rank with the highest median period is the **slowest**; the
+//! spread across ranks is max/min of the medians, and whether the slowest differs from the
+//! fastest beyond the run-to-run spread is judged as everywhere else in gapscope (block medians,
+//! else the p10–p90 widths). Step periods do not depend on the clock offset, so the
+//! alignment below never changes these figures.
+//!
+//! # Clock alignment
+//!
+//! CUPTI timestamps are CLOCK_REALTIME-based: ranks on one host share that clock and need no
+//! alignment. Ranks on different hosts (the host is `metadata.workload["host"]` when a trace
+//! has it; without it every trace is assumed to come from one host) differ by their hosts'
+//! clock offsets, which NTP/PTP keep only to within microseconds to milliseconds.
+//!
+//! Such traces are aligned on collectives. A collective kernel (found by its name starting
+//! with `nccl`, e.g. `ncclDevKernel_AllGather_RING_LL` or `ncclKernel_…`: the name only picks
+//! alignment anchors, it is never used as a cause of anything) cannot finish on any rank before
+//! the last rank has contributed its data, and finishes on every rank at nearly the same
+//! instant. So, with rank 0 (the lowest rank present) as the reference, and the k-th collective
+//! kernel of a given name on rank r matched with the k-th kernel of that name on the reference,
+//! each matched instance gives one estimate `end_ref − end_r`; the offset of rank r is the
+//! **median** of these estimates (robust to a few instances whose ends differ, e.g. by a
+//! rank's proxy latency), and its p10–p90 and min–max over the instances are reported with it.
+//! The offset is added to every timestamp of rank r (kernels, copies, API calls,
+//! synchronisations, event records, markers) before the merged Perfetto trace is written
+//! (minus the smallest offset of all ranks, a common shift that keeps every timestamp
+//! non-negative and changes nothing relative).
+//!
+//! `--align collectives|none` overrides the choice; the default is `collectives` when the
+//! traces name more than one host, else `none`. Aligning on collectives needs at least one
+//! matched collective per rank (else the merge is refused: exit 2). The k-th-instance matching
+//! assumes every trace starts at the same collective: traces whose collective counts differ
+//! get a warning, and a wide spread of the per-instance estimates shows a mismatch.
+
+use crate::analysis::stats::{Change, Stat};
+use crate::analysis::{self, Analysis, AnalysisOptions};
+use crate::report::{self, PerfettoOptions, md_cell, ratio, stat_us};
+use crate::trace::{self, Source, Trace, TraceError};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Kernel names starting with this are collective kernels: alignment anchors only.
+pub const COLLECTIVE_PREFIX: &str = "nccl";
+
+/// A spread of the per-instance offset estimates above this (p10–p90, ns) gets a warning.
+const OFFSET_SPREAD_WARN_NS: f64 = 5_000.0;
+
+/// How rank clocks are put on one time base.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Align {
+    /// Shift each rank so its collective kernels end when the reference rank's do.
+    Collectives,
+    /// Use the recorded timestamps (ranks on one host share CLOCK_REALTIME).
+    None,
+}
+
+/// Why a merge was refused; each displays as one line. All are bad input (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("merge needs at least one trace")]
+    Empty,
+    #[error(
+        "{second} and {first} both hold rank {rank}: merge takes one trace per rank (re-record, or pass one of them)"
+    )]
+    DuplicateRank {
+        rank: u32,
+        first: String,
+        second: String,
+    },
+    #[error(
+        "{path} (rank {rank}): no collective kernel (name starting with \"{COLLECTIVE_PREFIX}\") matches one of reference rank {reference} ({reference_path}), so its clock cannot be aligned{hint}"
+    )]
+    NoAnchors {
+        rank: u32,
+        path: String,
+        reference: u32,
+        reference_path: String,
+        hint: &'static str,
+    },
+}
+
+/// The offset applied to one rank's clock.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClockOffset {
+    /// Added to every timestamp of this rank to put it on the reference rank's clock (ns).
+    pub offset_ns: i64,
+    /// Collective instances matched with the reference (0 when not aligned on collectives).
+    pub instances: usize,
+    /// The per-instance estimates `end_ref − end_r` (ns): n, median, p10–p90, min–max.
+    pub per_instance: Option<Stat>,
+}
+
+impl ClockOffset {
+    const ZERO: ClockOffset = ClockOffset {
+        offset_ns: 0,
+        instances: 0,
+        per_instance: None,
+    };
+}
+
+/// One cell of one rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankCell {
+    pub label: String,
+    /// Steady-state step period (ns), as `gapscope analyze` reports it.
+    pub period: Option<Stat>,
+    /// Medians of consecutive blocks of steps: the run-to-run spread.
+    pub period_block_medians: Vec<f64>,
+    /// The slowest rank of this cell label (highest median period, two ranks or more).
+    pub slowest: bool,
+}
+
+/// One rank: a row of the report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankRow {
+    pub rank: u32,
+    pub world: u32,
+    pub path: String,
+    pub host: Option<String>,
+    pub source: Source,
+    pub dropped_records: u64,
+    /// Collective kernels (alignment anchors) in the trace.
+    pub collective_kernels: usize,
+    pub clock: ClockOffset,
+    pub cells: Vec<RankCell>,
+}
+
+/// One cell label across the ranks that have it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CellAcrossRanks {
+    pub label: String,
+    /// Ranks with a period for this cell.
+    pub ranks: usize,
+    pub slowest_rank: Option<u32>,
+    pub fastest_rank: Option<u32>,
+    /// Slowest median period / fastest median period.
+    pub max_over_min: Option<f64>,
+    /// Slowest vs fastest, judged against the run-to-run spread.
+    pub change: Option<Change>,
+}
+
+/// The merged traces and their report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Merged {
+    /// The alignment applied, and why.
+    pub align: Align,
+    pub align_reason: String,
+    /// The rank whose clock the others are put on.
+    pub reference_rank: u32,
+    /// One per trace, by rank.
+    pub ranks: Vec<RankRow>,
+    /// One per cell label, in order of first appearance.
+    pub cells: Vec<CellAcrossRanks>,
+    pub warnings: Vec<String>,
+    /// The traces on the common clock, cells labelled "rank R: …" (same order as `ranks`).
+    #[serde(skip)]
+    pub traces: Vec<Trace>,
+    /// Their analyses concatenated (cell `trace` indexes `traces`), for the Perfetto trace.
+    #[serde(skip)]
+    pub analysis: Analysis,
+}
+
+/// The host a trace was recorded on: `metadata.workload["host"]` when it is a string.
+pub fn host(trace: &Trace) -> Option<&str> {
+    trace.metadata.workload.get("host").and_then(Value::as_str)
+}
+
+/// End times of the collective kernels (name starting with [`COLLECTIVE_PREFIX`]), per kernel
+/// name, in start order. Kernels without timestamps are left out.
+pub fn collective_ends(trace: &Trace) -> BTreeMap<&str, Vec<u64>> {
+    let mut by_name: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+    for k in &trace.kernels {
+        if k.end == 0 {
+            continue;
+        }
+        let name = trace.str(k.name);
+        if name.starts_with(COLLECTIVE_PREFIX) {
+            by_name.entry(name).or_default().push((k.start, k.end));
+        }
+    }
+    by_name
+        .into_iter()
+        .map(|(name, mut v)| {
+            v.sort_unstable();
+            (name, v.into_iter().map(|(_, end)| end).collect())
+        })
+        .collect()
+}
+
+/// The offset to add to `trace`'s timestamps to put them on `reference`'s clock: the median
+/// over matched collective instances (k-th kernel of a name vs the reference's k-th of that
+/// name) of `end_ref − end`. `None` when no instance matches.
+pub fn clock_offset(reference: &Trace, trace: &Trace) -> Option<ClockOffset> {
+    let refs = collective_ends(reference);
+    let mine = collective_ends(trace);
+    let mut estimates: Vec<f64> = Vec::new();
+    for (name, ends) in &mine {
+        if let Some(ref_ends) = refs.get(name) {
+            estimates.extend(
+                ref_ends
+                    .iter()
+                    .zip(ends)
+                    .map(|(&r, &e)| (i128::from(r) - i128::from(e)) as f64),
+            );
+        }
+    }
+    let per_instance = Stat::of(&mut estimates)?;
+    Some(ClockOffset {
+        offset_ns: per_instance.median.round() as i64,
+        instances: per_instance.n,
+        per_instance: Some(per_instance),
+    })
+}
+
+/// A copy of `trace` with every timestamp moved by `by` ns (saturating at 0 and `u64::MAX`).
+/// Zero timestamps (records CUPTI left without one) stay zero.
+pub fn shift_trace(trace: &Trace, by: i64) -> Trace {
+    let mut t = trace.clone();
+    shift_in_place(&mut t, by);
+    t
+}
+
+/// [`shift_trace`] without the copy.
+pub fn shift_in_place(t: &mut Trace, by: i64) {
+    if by == 0 {
+        return;
+    }
+    let sh = |t: &mut u64| {
+        if *t != 0 {
+            *t = t.saturating_add_signed(by);
+        }
+    };
+    for k in &mut t.kernels {
+        sh(&mut k.start);
+        sh(&mut k.end);
+    }
+    for m in t.memcpys.iter_mut().chain(t.memsets.iter_mut()) {
+        sh(&mut m.start);
+        sh(&mut m.end);
+    }
+    for a in &mut t.api_calls {
+        sh(&mut a.start);
+        sh(&mut a.end);
+    }
+    for s in &mut t.syncs {
+        sh(&mut s.start);
+        sh(&mut s.end);
+    }
+    for e in &mut t.event_records {
+        sh(&mut e.device_ts);
+    }
+    for m in &mut t.markers {
+        sh(&mut m.start);
+        sh(&mut m.end);
+    }
+}
+
+/// Merges per-rank traces (`paths` name them in reports). `align`: `None` picks
+/// [`Align::Collectives`] when the traces name more than one host, else [`Align::None`].
+pub fn merge(
+    traces: Vec<Trace>,
+    paths: Vec<String>,
+    align: Option<Align>,
+) -> Result<Merged, MergeError> {
+    if traces.is_empty() {
+        return Err(MergeError::Empty);
+    }
+    let mut inputs: Vec<(Trace, String)> = traces
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let p = paths
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| format!("trace {i}"));
+            (t, p)
+        })
+        .collect();
+    // One trace per rank, by rank; the stable sort keeps input order among equal ranks, so
+    // the refusal names the files in the order given.
+    inputs.sort_by_key(|(t, _)| t.metadata.rank);
+    for w in inputs.windows(2) {
+        if w[0].0.metadata.rank == w[1].0.metadata.rank {
+            return Err(MergeError::DuplicateRank {
+                rank: w[0].0.metadata.rank,
+                first: w[0].1.clone(),
+                second: w[1].1.clone(),
+            });
+        }
+    }
+    let mut warnings = Vec::new();
+    let reference_rank = inputs[0].0.metadata.rank;
+    if reference_rank != 0 {
+        warnings.push(format!(
+            "no trace of rank 0: rank {reference_rank} is the clock reference"
+        ));
+    }
+    rank_warnings(&inputs, &mut warnings);
+
+    // Alignment.
+    let hosts: BTreeSet<&str> = inputs.iter().filter_map(|(t, _)| host(t)).collect();
+    let host_list = hosts.iter().copied().collect::<Vec<_>>().join(", ");
+    let (align, align_reason) = match align {
+        Some(Align::Collectives) => (Align::Collectives, "--align collectives".to_owned()),
+        Some(Align::None) => {
+            if hosts.len() > 1 {
+                warnings.push(format!(
+                    "--align none with traces from several hosts ({host_list}): timestamps of different hosts are as recorded, not aligned"
+                ));
+            }
+            (Align::None, "--align none".to_owned())
+        }
+        None if hosts.len() > 1 => (
+            Align::Collectives,
+            format!("traces from {} hosts: {host_list}", hosts.len()),
+        ),
+        None if hosts.is_empty() => (
+            Align::None,
+            "no host in the traces' metadata: assumed one host, one clock".to_owned(),
+        ),
+        None => (
+            Align::None,
+            format!("one host ({host_list}): ranks share its clock"),
+        ),
+    };
+    let reference = &inputs[0];
+    let mut offsets = Vec::with_capacity(inputs.len());
+    for (i, (t, p)) in inputs.iter().enumerate() {
+        let offset = match align {
+            Align::None => ClockOffset::ZERO,
+            Align::Collectives => {
+                clock_offset(&reference.0, t).ok_or_else(|| MergeError::NoAnchors {
+                    rank: t.metadata.rank,
+                    path: p.clone(),
+                    reference: reference_rank,
+                    reference_path: reference.1.clone(),
+                    hint: if i == 0 { "" } else { "; use --align none" },
+                })?
+            }
+        };
+        offsets.push(offset);
+    }
+    if align == Align::Collectives {
+        collective_warnings(&inputs, &offsets, &mut warnings);
+    }
+
+    // Shift every rank by its offset minus the smallest one, so no timestamp goes below zero
+    // (a common shift of all ranks changes nothing relative).
+    let base = offsets.iter().map(|o| o.offset_ns).min().unwrap_or(0);
+    let options = AnalysisOptions::default();
+    let mut rows = Vec::with_capacity(inputs.len());
+    let mut shifted = Vec::with_capacity(inputs.len());
+    let mut combined = Analysis {
+        inputs: Vec::new(),
+        cells: Vec::new(),
+        regime_pairs: Vec::new(),
+        geomean_ratio: None,
+        mode_pairs: Vec::new(),
+        timelines: Vec::new(),
+    };
+    for (i, ((mut s, p), offset)) in inputs.into_iter().zip(offsets).enumerate() {
+        shift_in_place(&mut s, offset.offset_ns - base);
+        let a = analysis::analyze(std::slice::from_ref(&s), std::slice::from_ref(&p), &options);
+        let rank = s.metadata.rank;
+        rows.push(RankRow {
+            rank,
+            world: s.metadata.world,
+            path: p,
+            host: host(&s).map(str::to_owned),
+            source: s.metadata.source,
+            dropped_records: s.dropped_records,
+            collective_kernels: collective_ends(&s).values().map(Vec::len).sum(),
+            clock: offset,
+            cells: a
+                .cells
+                .iter()
+                .map(|c| RankCell {
+                    label: c.label.clone(),
+                    period: c.period,
+                    period_block_medians: c.period_block_medians.clone(),
+                    slowest: false,
+                })
+                .collect(),
+        });
+        combined.inputs.extend(a.inputs);
+        combined.timelines.extend(a.timelines);
+        combined.cells.extend(a.cells.into_iter().map(|mut c| {
+            c.trace = i;
+            c.label = format!("rank {rank}: {}", c.label);
+            c
+        }));
+        shifted.push(s);
+    }
+    let cells = compare_ranks(&mut rows);
+    Ok(Merged {
+        align,
+        align_reason,
+        reference_rank,
+        ranks: rows,
+        cells,
+        warnings,
+        traces: shifted,
+        analysis: combined,
+    })
+}
+
+/// World sizes that disagree, ranks outside the world, ranks missing from it.
+fn rank_warnings(inputs: &[(Trace, String)], warnings: &mut Vec<String>) {
+    let worlds: BTreeSet<u32> = inputs.iter().map(|(t, _)| t.metadata.world).collect();
+    if worlds.len() > 1 {
+        warnings.push(format!(
+            "the traces disagree on the world size ({})",
+            worlds
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let world = worlds.iter().copied().max().unwrap_or(1);
+    let present: BTreeSet<u32> = inputs.iter().map(|(t, _)| t.metadata.rank).collect();
+    if let Some(&r) = present.iter().find(|&&r| r >= world) {
+        warnings.push(format!("rank {r} is outside the world size {world}"));
+    }
+    let missing: Vec<String> = (0..world)
+        .filter(|r| !present.contains(r))
+        .map(|r| r.to_string())
+        .collect();
+    if !missing.is_empty() && missing.len() <= 64 {
+        warnings.push(format!(
+            "world size {world}, but no trace of rank {}",
+            missing.join(", ")
+        ));
+    } else if !missing.is_empty() {
+        warnings.push(format!(
+            "world size {world}, but only {} ranks given",
+            present.len()
+        ));
+    }
+}
+
+/// Collective counts that differ from the reference's, and wide per-instance spreads.
+fn collective_warnings(
+    inputs: &[(Trace, String)],
+    offsets: &[ClockOffset],
+    warnings: &mut Vec<String>,
+) {
+    let counts = |t: &Trace| -> BTreeMap<String, usize> {
+        collective_ends(t)
+            .into_iter()
+            .map(|(n, v)| (n.to_owned(), v.len()))
+            .collect()
+    };
+    let reference = counts(&inputs[0].0);
+    for ((t, _), o) in inputs.iter().zip(offsets).skip(1) {
+        let rank = t.metadata.rank;
+        let mine = counts(t);
+        for (name, &n) in &mine {
+            if let Some(&r) = reference.get(name)
+                && r != n
+            {
+                warnings.push(format!(
+                    "rank {rank} has {n} {name} kernels, reference rank {} has {r}: the first {} of each are matched, which assumes both traces start at the same collective",
+                    inputs[0].0.metadata.rank,
+                    n.min(r)
+                ));
+            }
+        }
+        if let Some(s) = &o.per_instance
+            && s.spread() > OFFSET_SPREAD_WARN_NS
+        {
+            warnings.push(format!(
+                "rank {rank}: the clock offset varies by {} µs (p10–p90) over {} collective instances: clock drift, or instances matched wrongly",
+                report::us2(s.spread()),
+                s.n
+            ));
+        }
+    }
+}
+
+/// Marks the slowest rank of each cell label and summarises the spread across ranks.
+fn compare_ranks(rows: &mut [RankRow]) -> Vec<CellAcrossRanks> {
+    let mut labels: Vec<String> = Vec::new();
+    for r in rows.iter() {
+        for c in &r.cells {
+            if !labels.contains(&c.label) {
+                labels.push(c.label.clone());
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(labels.len());
+    for label in labels {
+        // (row, cell) of every rank with a period for this label (first cell of that label).
+        let with_period: Vec<(usize, usize)> = rows
+            .iter()
+            .enumerate()
+            .filter_map(|(ri, r)| {
+                let ci = r.cells.iter().position(|c| c.label == label)?;
+                r.cells[ci].period.map(|_| (ri, ci))
+            })
+            .collect();
+        let median = |&(ri, ci): &(usize, usize)| -> f64 {
+            rows[ri].cells[ci].period.map_or(f64::NAN, |p| p.median)
+        };
+        let slowest = with_period
+            .iter()
+            .copied()
+            .max_by(|a, b| median(a).total_cmp(&median(b)));
+        let fastest = with_period
+            .iter()
+            .copied()
+            .min_by(|a, b| median(a).total_cmp(&median(b)));
+        let mut summary = CellAcrossRanks {
+            label: label.clone(),
+            ranks: with_period.len(),
+            slowest_rank: None,
+            fastest_rank: None,
+            max_over_min: None,
+            change: None,
+        };
+        if let (Some(s), Some(f)) = (slowest, fastest)
+            && with_period.len() >= 2
+        {
+            let (sc, fc) = (&rows[s.0].cells[s.1], &rows[f.0].cells[f.1]);
+            summary.slowest_rank = Some(rows[s.0].rank);
+            summary.fastest_rank = Some(rows[f.0].rank);
+            let (sm, fm) = (median(&s), median(&f));
+            summary.max_over_min = (fm > 0.0).then_some(sm / fm);
+            summary.change = Change::from_runs(&fc.period_block_medians, &sc.period_block_medians)
+                .or_else(|| match (&fc.period, &sc.period) {
+                    (Some(fp), Some(sp)) => Some(Change::between(fp, sp)),
+                    _ => None,
+                });
+            rows[s.0].cells[s.1].slowest = true;
+        }
+        out.push(summary);
+    }
+    out
+}
+
+/// Offset in µs with three decimals and a sign ("+1234.000", "−0.125").
+fn us3_signed(ns: f64) -> String {
+    let s = format!("{:+.3}", ns / 1000.0);
+    s.replacen('-', "−", 1)
+}
+
+impl Merged {
+    /// The report as Markdown (a PR comment).
+    pub fn markdown(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "## gapscope merge: {} ranks\n", self.ranks.len());
+        if self.ranks.iter().any(|r| r.source == Source::Synthetic) {
+            let _ = writeln!(
+                s,
+                "> **Synthetic input**: some traces were generated, not recorded on a GPU.\n"
+            );
+        }
+        let _ = writeln!(
+            s,
+            "Clock alignment: **{}**: {}; reference rank {}.{}\n",
+            match self.align {
+                Align::Collectives => "collectives",
+                Align::None => "none",
+            },
+            md_cell(&self.align_reason),
+            self.reference_rank,
+            match self.align {
+                Align::Collectives => format!(
+                    " Each rank's offset (added to its timestamps) is the median over matched \
+                     collective kernels (`{COLLECTIVE_PREFIX}*`, k-th vs the reference's k-th) \
+                     of reference end − rank end; [p10–p90] and n are over those instances."
+                ),
+                Align::None => String::new(),
+            }
+        );
+
+        // Columns: one per cell label.
+        let labels: Vec<&str> = self.cells.iter().map(|c| c.label.as_str()).collect();
+        let _ = write!(
+            s,
+            "| rank | trace | host | clock offset µs | dropped records | cells |"
+        );
+        for l in &labels {
+            let _ = write!(s, " {} period |", md_cell(l));
+        }
+        let _ = write!(s, "\n|--:|---|---|--:|--:|--:|");
+        for _ in &labels {
+            let _ = write!(s, "--:|");
+        }
+        s.push('\n');
+        for r in &self.ranks {
+            let offset = match (&r.clock.per_instance, r.rank == self.reference_rank) {
+                (_, true) if self.align == Align::Collectives => "reference".to_owned(),
+                (Some(p), _) => format!(
+                    "{} [{}–{}] n={}",
+                    us3_signed(r.clock.offset_ns as f64),
+                    us3_signed(p.p10),
+                    us3_signed(p.p90),
+                    p.n
+                ),
+                (None, _) => "0 (not aligned)".to_owned(),
+            };
+            let _ = write!(
+                s,
+                "| {} | `{}` | {} | {} | {} | {} |",
+                r.rank,
+                md_cell(&r.path),
+                r.host.as_deref().map_or("—".to_owned(), md_cell),
+                offset,
+                r.dropped_records,
+                r.cells.len()
+            );
+            for l in &labels {
+                let cell = r.cells.iter().find(|c| c.label == *l);
+                let text = match cell {
+                    None => "—".to_owned(),
+                    Some(c) => match (&c.period, c.slowest) {
+                        (None, _) => "no period".to_owned(),
+                        (Some(p), true) => format!("**{} slowest**", stat_us(p)),
+                        (Some(p), false) => stat_us(p),
+                    },
+                };
+                let _ = write!(s, " {text} |");
+            }
+            s.push('\n');
+        }
+        s.push('\n');
+
+        let _ = writeln!(s, "### Spread across ranks\n");
+        let _ = writeln!(
+            s,
+            "| cell | ranks | slowest | fastest | max/min period | slowest vs fastest |"
+        );
+        let _ = writeln!(s, "|---|--:|--:|--:|--:|---|");
+        for c in &self.cells {
+            let rank = |r: Option<u32>| r.map_or("—".to_owned(), |r| format!("rank {r}"));
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} |",
+                md_cell(&c.label),
+                c.ranks,
+                rank(c.slowest_rank),
+                rank(c.fastest_rank),
+                c.max_over_min.map_or("—".to_owned(), ratio),
+                match c.change {
+                    Some(Change::NoChange) => "inside the run-to-run spread",
+                    Some(Change::Slower) => "slower beyond the run-to-run spread",
+                    Some(Change::Faster) => "inconsistent: block medians disagree with the medians",
+                    None => "—",
+                }
+            );
+        }
+        s.push('\n');
+        if !self.warnings.is_empty() {
+            let _ = writeln!(s, "### Warnings\n");
+            for w in &self.warnings {
+                let _ = writeln!(s, "- {}", md_cell(w));
+            }
+        }
+        s.truncate(s.trim_end().len());
+        s.push('\n');
+        s
+    }
+
+    /// The report as pretty JSON: `{"gapscope_report_version", "kind": "merge", ...}`.
+    pub fn json(&self) -> String {
+        let mut doc = serde_json::Map::new();
+        doc.insert(
+            "gapscope_report_version".into(),
+            json!(report::json::REPORT_VERSION),
+        );
+        doc.insert("kind".into(), json!("merge"));
+        doc.insert(
+            "tool".into(),
+            json!(format!("gapscope {}", env!("CARGO_PKG_VERSION"))),
+        );
+        if let Ok(Value::Object(body)) = serde_json::to_value(self) {
+            doc.extend(body);
+        }
+        let mut s =
+            serde_json::to_string_pretty(&Value::Object(doc)).unwrap_or_else(|_| "null".to_owned());
+        s.push('\n');
+        s
+    }
+
+    /// The merged Chrome trace (Perfetto): one process per (rank, cell), named
+    /// "rank R: <cell label> …", every rank on the reference clock.
+    pub fn write_chrome_trace(&self, w: &mut dyn io::Write) -> io::Result<()> {
+        report::write_chrome_trace(w, &self.traces, &self.analysis, &PerfettoOptions::default())
+    }
+
+    /// Writes `report.md`, `report.json` and `trace.perfetto.json` into `dir` (atomically).
+    pub fn write_outputs(&self, dir: &Path) -> Result<Vec<PathBuf>, TraceError> {
+        std::fs::create_dir_all(dir).map_err(|source| TraceError::Write {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let md = dir.join("report.md");
+        let js = dir.join("report.json");
+        let pf = dir.join("trace.perfetto.json");
+        trace::write_atomically(&md, self.markdown().as_bytes())?;
+        trace::write_atomically(&js, self.json().as_bytes())?;
+        trace::write_atomically_with(&pf, |w| self.write_chrome_trace(w))?;
+        Ok(vec![md, js, pf])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synthetic::{self, SyntheticCell};
+
+    #[test]
+    fn shift_keeps_zero_timestamps_and_saturates() {
+        let mut t = synthetic::trace(&[SyntheticCell::emu(false, 1, 3)], 1);
+        t.kernels[0].start = 0;
+        t.kernels[0].end = 0;
+        let s = shift_trace(&t, -(t.kernels[1].start as i64) - 10);
+        assert_eq!((s.kernels[0].start, s.kernels[0].end), (0, 0));
+        assert_eq!(s.kernels[1].start, 0);
+        let back = shift_trace(&shift_trace(&t, 1_234_000), -1_234_000);
+        assert_eq!(back, t);
+    }
+
+    #[test]
+    fn offset_is_the_median_over_instances() {
+        let mut a = synthetic::trace(&[SyntheticCell::emu(false, 1, 5)], 1);
+        let coll = a.strings.iter().position(|s| s == "coll").unwrap();
+        a.strings[coll] = "ncclKernel_AllReduce".into();
+        let mut b = shift_trace(&a, 1000);
+        // One outlier instance does not move the median.
+        let k = b
+            .kernels
+            .iter()
+            .position(|k| k.name as usize == coll)
+            .unwrap();
+        b.kernels[k].end += 50_000;
+        let o = clock_offset(&a, &b).unwrap();
+        assert_eq!(o.instances, 5);
+        assert_eq!(o.offset_ns, -1000);
+        assert!(clock_offset(&synthetic::emu_experiment(2), &b).is_none());
+    }
+}
