@@ -4,16 +4,19 @@
 #
 #   benches/hta_compare.sh                  # all cases, 3 runs each
 #   RUNS=5 benches/hta_compare.sh 100k-10   # one case
+#   LIMIT=600 benches/hta_compare.sh        # give up on a run after 600 s (default 900)
 #
 # Cases: 100k-10 (100k kernels, 10 ProfilerStep annotations), 100k-12500, 1m-80.
 # Each trace lives alone in its folder as rank-0.json (HTA reads every *.json of a folder and
 # takes the rank from "distributedInfo": {"rank": 0}). Timed with /usr/bin/time -v: wall time
 # and peak RSS of `TraceAnalysis(trace_dir=...)` + `get_idle_time_breakdown(ranks=[0])`, and of
 # `gapscope analyze FILE --json > /dev/null` (import + analysis + JSON report). Prints n, the
-# median and the min–max of each, and the HTA/gapscope ratios.
+# median and the min-max of each, and the HTA/gapscope ratios. Traces are kept in $WORK
+# (default /tmp/gapscope-hta; the 1M-kernel one is about 690 MB).
 set -euo pipefail
 
 RUNS=${RUNS:-3}
+LIMIT=${LIMIT:-900} # seconds per run; a run past it counts as "did not finish"
 WORK=${WORK:-/tmp/gapscope-hta}
 VENV=${VENV:-/tmp/hta-venv}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,25 +32,40 @@ GEN="$ROOT/target/release/examples/gen_kineto"
 GAPSCOPE="$ROOT/target/release/gapscope"
 mkdir -p "$WORK"
 
-# time_it OUT CMD...: appends "seconds kbytes" of one run to OUT.
+# time_it OUT CMD...: appends "seconds kbytes" of one run to OUT, or "dnf" when it ran past
+# $LIMIT seconds; stderr goes to OUT.log.
 time_it() {
-    local out=$1
+    local out=$1 rc=0
     shift
-    /usr/bin/time -v -o "$WORK/time.txt" "$@" > /dev/null
+    /usr/bin/time -v -o "$WORK/time.txt" timeout "$LIMIT" "$@" > /dev/null 2>> "$out.log" || rc=$?
+    if [ "$rc" -eq 124 ]; then
+        echo dnf >> "$out"
+        return
+    fi
+    if [ "$rc" -ne 0 ]; then
+        echo "failed (exit $rc): $*; see $out.log" >&2
+        exit 1
+    fi
     awk -F': ' '
         /Elapsed \(wall clock\)/ { n = split($2, p, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + p[i] }
         /Maximum resident set size/ { kb = $2 }
         END { print s, kb }' "$WORK/time.txt" >> "$out"
 }
 
-# summary FILE: "n=3 median 1.23 s [1.20–1.30], peak RSS median 456 MB [450–460]"
+# summary FILE: "n=3 time median 1.23 s [1.20-1.30], peak RSS median 456 MB [450-460]"
 summary() {
-    python3 - "$1" <<'PY'
+    python3 - "$1" "$LIMIT" <<'PY'
 import statistics, sys
-rows = [tuple(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
+lines = [l.split() for l in open(sys.argv[1]) if l.strip()]
+dnf = sum(1 for l in lines if l == ["dnf"])
+rows = [tuple(map(float, l)) for l in lines if l != ["dnf"]]
+if not rows:
+    print(f"n={dnf}: none finished within {sys.argv[2]} s")
+    sys.exit()
 t = [r[0] for r in rows]; m = [r[1] / 1024 for r in rows]
 print(f"n={len(rows)} time median {statistics.median(t):.2f} s [{min(t):.2f}-{max(t):.2f}], "
-      f"peak RSS median {statistics.median(m):.0f} MB [{min(m):.0f}-{max(m):.0f}]")
+      f"peak RSS median {statistics.median(m):.0f} MB [{min(m):.0f}-{max(m):.0f}]"
+      + (f"; {dnf} more did not finish within {sys.argv[2]} s" if dnf else ""))
 PY
 }
 
@@ -55,9 +73,13 @@ ratio() {
     python3 - "$1" "$2" <<'PY'
 import statistics, sys
 def med(p, i):
-    return statistics.median(float(l.split()[i]) for l in open(p) if l.strip())
+    v = [float(l.split()[i]) for l in open(p) if l.strip() and l.split() != ["dnf"]]
+    return statistics.median(v) if v else None
 h, g = sys.argv[1], sys.argv[2]
-print(f"HTA/gapscope: time {med(h, 0) / med(g, 0):.1f}x, peak RSS {med(h, 1) / med(g, 1):.1f}x")
+if med(h, 0) is None or med(g, 0) is None:
+    print("HTA/gapscope: no ratio (a tool did not finish)")
+else:
+    print(f"HTA/gapscope: time {med(h, 0) / med(g, 0):.1f}x, peak RSS {med(h, 1) / med(g, 1):.1f}x")
 PY
 }
 
@@ -75,6 +97,8 @@ for case in "${CASES[@]}"; do
     size=$(du -m "$trace" | cut -f1)
     : > "$WORK/$case.hta"
     : > "$WORK/$case.gapscope"
+    : > "$WORK/$case.hta.log"
+    : > "$WORK/$case.gapscope.log"
     for _ in $(seq "$RUNS"); do
         time_it "$WORK/$case.gapscope" "$GAPSCOPE" analyze "$trace" --json
         time_it "$WORK/$case.hta" "$VENV/bin/python" "$ROOT/benches/hta_run.py" "$dir"

@@ -265,6 +265,69 @@ fn malformed_inputs_give_one_error_line() {
     assert!(line.contains("gzip"), "{line}");
 }
 
+/// Hands out its bytes a few at a time: every state of the streaming split crosses a read.
+struct Trickle<'a> {
+    bytes: &'a [u8],
+    step: usize,
+}
+
+impl std::io::Read for Trickle<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.step.min(buf.len()).min(self.bytes.len());
+        buf[..n].copy_from_slice(&self.bytes[..n]);
+        self.bytes = &self.bytes[n..];
+        Ok(n)
+    }
+}
+
+#[test]
+fn split_reads_escapes_and_the_unsplit_path_give_the_same_trace() {
+    let good = String::from_utf8(fixture(MIXED)).unwrap();
+    // Names with escaped quotes and backslashes, and brackets and commas inside strings.
+    let tricky = good.replace(
+        "route_topk_kernel",
+        r#"route \"topk\" [a, b] {c}, \\ \u00e9"#,
+    );
+    let whole = import(tricky.as_bytes()).unwrap();
+    assert!(
+        whole
+            .strings
+            .iter()
+            .any(|s| s == "route \"topk\" [a, b] {c}, \\ é")
+    );
+    for step in [1, 2, 3, 7, 64, 4099] {
+        let t = import_kineto(
+            Trickle {
+                bytes: tricky.as_bytes(),
+                step,
+            },
+            Path::new("t.json"),
+        )
+        .unwrap();
+        assert_eq!(t, whole, "reads of {step} bytes");
+    }
+    // An escaped key is not split off: serde reads the array whole; same records.
+    let escaped = tricky.replacen("\"traceEvents\"", r#""trace\u0045vents""#, 1);
+    assert_eq!(import(escaped.as_bytes()).unwrap(), whole);
+}
+
+#[test]
+fn stray_commas_and_empty_arrays() {
+    let k = r#"{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":1,"args":{"stream":7,"correlation":1}}"#;
+    for doc in [
+        format!(r#"{{"traceEvents":[,{k}]}}"#),
+        format!(r#"{{"traceEvents":[{k},]}}"#),
+        format!(r#"{{"traceEvents":[{k},,{k}]}}"#),
+    ] {
+        let line = error_of(doc.as_bytes());
+        assert!(line.contains("stray comma"), "{line}");
+    }
+    let ok = format!(r#"{{"traceEvents":[ {k} , {k} ], "x": [[], {{}}]}}"#);
+    assert_eq!(import(ok.as_bytes()).unwrap().kernels.len(), 2);
+    let line = error_of(br#"{"traceEvents":[ ]}"#);
+    assert!(line.contains("no GPU activity"), "{line}");
+}
+
 #[test]
 fn sniffing_tells_kineto_from_gapscope_traces() {
     assert!(looks_like_kineto(&fixture(MIXED)[..4096]));
@@ -325,12 +388,17 @@ proptest! {
         if truncate {
             bytes.truncate(cut.index(bytes.len()));
         }
+        let trickled = import_kineto(Trickle { bytes: &bytes, step: 1 + cut.index(97) }, Path::new("t.json"));
         match import(&bytes) {
             Ok(t) => {
+                prop_assert_eq!(trickled.as_ref().ok(), Some(&t));
                 t.validate().unwrap();
                 let _ = analyze(&t);
             }
-            Err(e) => prop_assert!(!e.to_string().contains('\n')),
+            Err(e) => {
+                prop_assert!(!e.to_string().contains('\n'));
+                prop_assert!(trickled.is_err());
+            }
         }
     }
 

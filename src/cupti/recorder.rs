@@ -765,6 +765,7 @@ impl Recorder {
         t.graph = state.graph.into_dag();
         t.dropped_records = dropped + zero;
 
+        t.demangle_kernel_names();
         t.kernels.sort_unstable_by_key(|k| (k.start, k.end, k.corr));
         t.memcpys.sort_unstable_by_key(|m| (m.start, m.end, m.corr));
         t.memsets.sort_unstable_by_key(|m| (m.start, m.end, m.corr));

@@ -217,6 +217,29 @@ impl Trace {
         marked
     }
 
+    /// Replaces mangled C++ kernel names (`_Z…`) by their demangled form, as torch.profiler
+    /// shows them, so traces from both sources align by name. Names that fail to demangle
+    /// stay as they are.
+    pub fn demangle_kernel_names(&mut self) {
+        let mut ids: Vec<StrId> = self.kernels.iter().map(|k| k.name).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        for id in ids {
+            let Some(name) = self.strings.get_mut(id as usize) else {
+                continue;
+            };
+            if !name.starts_with("_Z") {
+                continue;
+            }
+            if let Ok(demangled) = cpp_demangle::Symbol::new(name.as_bytes())
+                .map_err(|_| ())
+                .and_then(|sym| sym.demangle().map_err(|_| ()))
+            {
+                *name = demangled;
+            }
+        }
+    }
+
     /// The string behind an id ("?" for an id out of range; `validate` rejects those).
     pub fn str(&self, id: StrId) -> &str {
         self.strings.get(id as usize).map_or("?", String::as_str)
@@ -346,5 +369,33 @@ mod tests {
             Ok(7)
         );
         assert!(peek_schema_version(br#"{"schema_version":-1}"#).is_err());
+    }
+
+    #[test]
+    fn kernel_names_are_demangled_once_and_others_kept() {
+        let mut b = TraceBuilder::new(Metadata::default());
+        let mangled = b.intern("_ZN2at6native13reduce_kernelILi128ELi4EEEvv");
+        let plain = b.intern("coll_gather");
+        let api = b.intern("_Znotakernel");
+        for name in [mangled, plain, mangled] {
+            b.trace.kernels.push(Kernel {
+                name,
+                ..Kernel::default()
+            });
+        }
+        b.trace.api_calls.push(ApiCall {
+            name: api,
+            ..ApiCall::default()
+        });
+        let mut t = b.finish();
+        t.demangle_kernel_names();
+        assert!(
+            t.str(mangled)
+                .starts_with("void at::native::reduce_kernel<128, 4>"),
+            "{}",
+            t.str(mangled)
+        );
+        assert_eq!(t.str(plain), "coll_gather");
+        assert_eq!(t.str(api), "_Znotakernel", "only kernel names change");
     }
 }
