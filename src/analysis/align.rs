@@ -9,9 +9,18 @@ use super::{AlignedOp, Analysis, CauseKind, CellAnalysis, CellComparison, Compar
 use crate::trace::Trace;
 use std::collections::BTreeMap;
 
-/// Matched index pairs (i in `a`, j in `b`) of a longest common subsequence, in order.
+/// Above this many DP cells (n × m) the alignment falls back to a greedy linear matcher:
+/// a "step" of tens of thousands of kernels (e.g. a profiler annotation around a whole
+/// iteration) must not cost gigabytes.
+const LCS_MAX_CELLS: usize = 4_000_000;
+
+/// Matched index pairs (i in `a`, j in `b`) of a longest common subsequence, in order (exact
+/// up to [`LCS_MAX_CELLS`], greedy beyond).
 pub fn lcs_pairs<T: PartialEq>(a: &[T], b: &[T]) -> Vec<(usize, usize)> {
     let (n, m) = (a.len(), b.len());
+    if n.saturating_mul(m) > LCS_MAX_CELLS {
+        return greedy_pairs(a, b);
+    }
     // lengths[i][j] = LCS of a[i..], b[j..]; (n+1)(m+1) cells, steps are short.
     let width = m + 1;
     let mut lengths = vec![0u32; (n + 1) * width];
@@ -35,6 +44,37 @@ pub fn lcs_pairs<T: PartialEq>(a: &[T], b: &[T]) -> Vec<(usize, usize)> {
             i += 1;
         } else {
             j += 1;
+        }
+    }
+    pairs
+}
+
+/// Linear-time matching for long sequences: walk both; on a mismatch, look a short window
+/// ahead in each for the nearest resynchronisation and skip the unmatched ops.
+fn greedy_pairs<T: PartialEq>(a: &[T], b: &[T]) -> Vec<(usize, usize)> {
+    const WINDOW: usize = 32;
+    let (mut i, mut j) = (0, 0);
+    let mut pairs = Vec::with_capacity(a.len().min(b.len()));
+    while i < a.len() && j < b.len() {
+        if a[i] == b[j] {
+            pairs.push((i, j));
+            i += 1;
+            j += 1;
+            continue;
+        }
+        // Smallest skip (di in a, dj in b) that makes the two agree again.
+        let best = (1..=WINDOW)
+            .flat_map(|d| (0..=d).map(move |di| (di, d - di)))
+            .find(|&(di, dj)| i + di < a.len() && j + dj < b.len() && a[i + di] == b[j + dj]);
+        match best {
+            Some((di, dj)) => {
+                i += di;
+                j += dj;
+            }
+            None => {
+                i += 1;
+                j += 1;
+            }
         }
     }
     pairs
@@ -320,6 +360,18 @@ mod tests {
                 (Some(5), Some(5)),
             ]
         );
+    }
+
+    #[test]
+    fn long_sequences_align_greedily_in_linear_time() {
+        // 3000 × 3001 > the DP limit: an op inserted in the middle is still one-sided.
+        let a: Vec<u32> = (0..3000).map(|i| i % 7).collect();
+        let mut b = a.clone();
+        b.insert(1500, 99);
+        let pairs = lcs_pairs(&a, &b);
+        assert_eq!(pairs.len(), 3000);
+        assert!(pairs.iter().all(|&(i, j)| a[i] == b[j]));
+        assert!(!pairs.iter().any(|&(_, j)| j == 1500));
     }
 
     #[test]
