@@ -148,3 +148,47 @@ fn dropped_records_are_reported() {
         "{md}"
     );
 }
+
+#[test]
+fn torch_step_kineto_and_injected_recordings_agree_per_kernel() {
+    // The same script, once under `gapscope record` and once under torch.profiler (two runs
+    // on the H200): per regime, position by position, the kernel duration medians agree.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces");
+    let mut kineto =
+        gapscope::import::read_kineto(&dir.join("torch-step-kineto-h200.json")).unwrap();
+    assert_eq!(kineto.mark_steps("step"), 60);
+    let cupti = trace::read_trace(&dir.join("torch-step-h200.json")).unwrap();
+    let opts = AnalysisOptions::default();
+    let k = analysis::analyze(std::slice::from_ref(&kineto), &["k".into()], &opts);
+    let c = analysis::analyze(std::slice::from_ref(&cupti), &["c".into()], &opts);
+    for regime in [Regime::Eager, Regime::Graphed] {
+        let of = |a: &Analysis| {
+            a.cells
+                .iter()
+                .find(|c| c.observed.regime == Some(regime))
+                .unwrap()
+                .sequence
+                .clone()
+        };
+        let (ks, cs) = (of(&k), of(&c));
+        assert_eq!(ks.len(), cs.len(), "{regime:?}");
+        for (ke, ce) in ks.iter().zip(&cs) {
+            let (kd, cd) = (ke.duration.median, ce.duration.median);
+            assert!(
+                (kd - cd).abs() <= (0.06 * cd).max(100.0),
+                "{regime:?} {}: kineto {kd} ns, cupti {cd} ns",
+                ke.name
+            );
+        }
+    }
+    // Kineto has no DAG: graphed steps are recognised from cudaGraphLaunch, causes stay open.
+    let graphed = k
+        .cells
+        .iter()
+        .find(|c| c.observed.regime == Some(Regime::Graphed))
+        .unwrap();
+    assert_eq!(
+        graphed.observed.graph_usage_mode.as_deref(),
+        Some("unknown (no graph DAG in the trace)")
+    );
+}

@@ -1,9 +1,12 @@
 //! torch.profiler (Kineto) Chrome-trace JSON → [`Trace`], streamed.
 //!
-//! The document is never built in memory: `traceEvents` is walked element by element with serde
-//! visitors over a buffered reader, and each event becomes a compact record at once (names
-//! interned, looked up by `&str` before anything is allocated). Memory is bounded by the
-//! imported records, not by the size of the JSON.
+//! The document is never built in memory. A scan over the buffered stream (strings, escapes,
+//! nesting depth only) cuts each element of the top-level `traceEvents` array out and hands its
+//! bytes to serde visitors, which turn it into a compact record at once (names interned, looked
+//! up by `&str` before anything is allocated); the rest of the document (metadata, a few KiB) is
+//! parsed after with `traceEvents` left empty. Memory is bounded by the imported records plus
+//! one event, not by the size of the JSON; parsing each event from a slice is about twice as
+//! fast as serde_json's reader-based parser.
 //!
 //! Mapping (complete events, `"ph": "X"`, by `cat`):
 //!
@@ -18,8 +21,10 @@
 //!
 //! Everything else (`cpu_op`, `python_function`, `gpu_user_annotation`, `ac2g` flow events —
 //! redundant with correlation ids —, metadata events) is skipped. Timestamps are microseconds
-//! with fractional nanoseconds, relative to `baseTimeNanoseconds` when the file has it; they
-//! become nanoseconds (`round(x * 1000)`, plus the base).
+//! with fractional nanoseconds; they become nanoseconds (`round(x * 1000)`) as they are, without
+//! `baseTimeNanoseconds` (torch 2.x on CUDA 13 writes absolute `ts` and a base as well; only
+//! differences matter to the analysis). Kernels launched by `cudaGraphLaunch` without a
+//! `graph id` argument (torch 2.x on CUDA 13 writes none) get [`UNNAMED_GRAPH`].
 //!
 //! Step markers go to one cell; when a trace holds both eager steps and graph replays, eager
 //! and graphed steps go to two cells so the analysis pairs them.
@@ -281,7 +286,7 @@ impl Framer {
                     i += 1;
                     continue;
                 }
-                match chunk[i..].iter().position(|&b| b == b'"' || b == b'\\') {
+                match find_quote_or_backslash(&chunk[i..]) {
                     None => i = chunk.len(),
                     Some(p) => {
                         i += p;
@@ -327,7 +332,7 @@ impl Framer {
         let lines = self.elem.iter().filter(|&&b| b == b'\n').count() as u64;
         if self.elem.iter().all(u8::is_ascii_whitespace) {
             // `[]` (or `[ ]`) is fine; `[,` or `,,` or `,]` is not.
-            if !(last && !self.separated) {
+            if !last || self.separated {
                 return Err(FrameError::Event(format!(
                     "traceEvents[{}]: missing event (stray comma) near line {}",
                     imp.index, self.line
@@ -355,6 +360,31 @@ impl Framer {
     }
 }
 
+/// Index of the first `"` or `\\` in `s`, eight bytes at a time (names and keys are most of a
+/// Kineto file, and this is the scan's inner loop).
+fn find_quote_or_backslash(s: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // High bit set in each byte of `x` that is zero; the lowest flagged byte is always right.
+    let zero_bytes = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let mut chunks = s.chunks_exact(8);
+    let mut at = 0;
+    for c in &mut chunks {
+        let x = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+        let hits =
+            zero_bytes(x ^ (ONES * u64::from(b'"'))) | zero_bytes(x ^ (ONES * u64::from(b'\\')));
+        if hits != 0 {
+            return Some(at + (hits.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\')
+        .map(|p| at + p)
+}
+
 /// A serde_json error's message without its " at line L column C".
 fn without_position(e: &serde_json::Error) -> String {
     let s = e.to_string();
@@ -376,7 +406,6 @@ struct Importer {
     /// Events were split off by [`frame`]: error positions of the rest are not the file's.
     framed: bool,
     saw_events: bool,
-    base_ns: Option<u64>,
     devices: Vec<DeviceInfo>,
     versions: Versions,
     rank: Option<u32>,
@@ -398,7 +427,6 @@ impl Importer {
             in_events: false,
             framed: false,
             saw_events: false,
-            base_ns: None,
             devices: Vec::new(),
             versions: Versions::default(),
             rank: None,
@@ -561,11 +589,7 @@ impl Importer {
                     .into(),
             );
         }
-        if let Some(base) = self.base_ns.filter(|&b| b > 0) {
-            shift_all(&mut trace, base).ok_or(
-                "timestamps overflow 64-bit nanoseconds after adding \"baseTimeNanoseconds\"",
-            )?;
-        }
+        mark_graph_launches(&mut trace);
         let md = &mut trace.metadata;
         md.versions = self.versions;
         md.rank = self.rank.unwrap_or(0);
@@ -583,7 +607,7 @@ impl Importer {
             .find(|d| d.index == device)
             .or(self.devices.first())
             .cloned();
-        assign_cells(&mut trace);
+        assign_step_cells(&mut trace);
         trace.kernels.shrink_to_fit();
         trace.api_calls.shrink_to_fit();
         trace.markers.shrink_to_fit();
@@ -610,32 +634,48 @@ impl Importer {
     }
 }
 
-/// Adds `base` to every timestamp; `None` on overflow.
-fn shift_all(t: &mut Trace, base: u64) -> Option<()> {
-    fn span(s: &mut u64, e: &mut u64, base: u64) -> Option<()> {
-        *s = s.checked_add(base)?;
-        *e = e.checked_add(base)?;
-        Some(())
+/// Graph id given to device ops launched by a graph launch call when the trace names no graph
+/// (torch 2.x with CUDA 13 writes no `graph id` argument): "some graph, id not recorded".
+pub const UNNAMED_GRAPH: u32 = u32::MAX;
+
+/// Ops without a graph id whose launching call is a graph launch (`cudaGraphLaunch`,
+/// `cuGraphLaunch`) get [`UNNAMED_GRAPH`], so the analysis sees graph replays as such.
+fn mark_graph_launches(t: &mut Trace) {
+    let launch_names: Vec<u32> = t
+        .strings
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.starts_with("cudaGraphLaunch") || s.starts_with("cuGraphLaunch"))
+        .map(|(i, _)| i as u32)
+        .collect();
+    if launch_names.is_empty() {
+        return;
     }
+    let mut corrs: Vec<u32> = t
+        .api_calls
+        .iter()
+        .filter(|a| launch_names.contains(&a.name))
+        .map(|a| a.corr)
+        .collect();
+    corrs.sort_unstable();
+    let launched = |corr: u32| corrs.binary_search(&corr).is_ok();
     for k in &mut t.kernels {
-        span(&mut k.start, &mut k.end, base)?;
+        if k.graph == 0 && launched(k.corr) {
+            k.graph = UNNAMED_GRAPH;
+        }
     }
     for m in t.memcpys.iter_mut().chain(t.memsets.iter_mut()) {
-        span(&mut m.start, &mut m.end, base)?;
+        if m.graph == 0 && launched(m.corr) {
+            m.graph = UNNAMED_GRAPH;
+        }
     }
-    for a in &mut t.api_calls {
-        span(&mut a.start, &mut a.end, base)?;
-    }
-    for m in &mut t.markers {
-        span(&mut m.start, &mut m.end, base)?;
-    }
-    Some(())
 }
 
-/// One cell for the step markers, or two (eager, graphed) when the trace holds both: a step is
-/// graphed when a device op with a graph id was launched inside it (as the analysis joins them:
-/// by the launching call's start and correlation id).
-fn assign_cells(t: &mut Trace) {
+/// Puts the step markers into cells: one cell, or two (eager, graphed) when the trace holds
+/// both: a step is graphed when a device op with a graph id was launched inside it (as the
+/// analysis joins them: by the launching call's start and correlation id). Replaces
+/// `metadata.cells`. The importer calls it; call it again after changing which markers are steps.
+pub fn assign_step_cells(t: &mut Trace) {
     let mut graph_corrs: Vec<u32> = t
         .kernels
         .iter()
@@ -847,7 +887,6 @@ enum TopKey {
     TraceEvents,
     DeviceProperties,
     DistributedInfo,
-    BaseTime,
     CudaRuntime,
     CudaDriver,
     Other,
@@ -881,7 +920,6 @@ fn top_key(s: &str) -> TopKey {
         "traceEvents" => TopKey::TraceEvents,
         "deviceProperties" => TopKey::DeviceProperties,
         "distributedInfo" => TopKey::DistributedInfo,
-        "baseTimeNanoseconds" => TopKey::BaseTime,
         "cuda_runtime_version" => TopKey::CudaRuntime,
         "cuda_driver_version" => TopKey::CudaDriver,
         _ => TopKey::Other,
@@ -1238,14 +1276,6 @@ impl<'de> Visitor<'de> for TopSeed<'_> {
                     imp.rank = int("rank");
                     imp.world = int("world_size");
                 }
-                TopKey::BaseTime => {
-                    let v: serde_json::Value = map.next_value()?;
-                    imp.base_ns = Some(v.as_u64().ok_or_else(|| {
-                        de::Error::custom(format!(
-                            "\"baseTimeNanoseconds\" must be a non-negative integer, found {v}"
-                        ))
-                    })?);
-                }
                 TopKey::CudaRuntime => {
                     let v: serde_json::Value = map.next_value()?;
                     imp.versions.cuda_runtime = cuda_version(&v);
@@ -1293,6 +1323,24 @@ mod tests {
         ));
         assert!(!looks_like_kineto(b"not json"));
         assert!(looks_like_kineto(&[0x1f, 0x8b, 8, 0]));
+    }
+
+    #[test]
+    fn finds_quotes_and_backslashes_like_a_byte_loop() {
+        let text = "abcdefgh\"ijklmnop\\qrstuvwxyz0123456789\"é€".as_bytes();
+        for start in 0..text.len() {
+            for end in start..=text.len() {
+                let s = &text[start..end];
+                let want = s.iter().position(|&b| b == b'"' || b == b'\\');
+                assert_eq!(find_quote_or_backslash(s), want, "{start}..{end}");
+            }
+        }
+        for b in 0..=255u8 {
+            let mut s = [b'a'; 19];
+            s[11] = b;
+            let want = s.iter().position(|&b| b == b'"' || b == b'\\');
+            assert_eq!(find_quote_or_backslash(&s), want, "byte {b}");
+        }
     }
 
     #[test]

@@ -5,4 +5,6 @@
 
 pub mod kineto;
 
-pub use kineto::{ImportError, import_kineto, is_kineto_file, looks_like_kineto, read_kineto};
+pub use kineto::{
+    ImportError, assign_step_cells, import_kineto, is_kineto_file, looks_like_kineto, read_kineto,
+};

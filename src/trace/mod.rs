@@ -61,6 +61,9 @@ pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
             path: path.to_owned(),
             message,
         })?;
+    let mut trace = trace;
+    // Recordings made before the recorder demangled names align with torch.profiler's too.
+    trace.demangle_kernel_names();
     Ok(trace)
 }
 
