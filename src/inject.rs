@@ -285,6 +285,15 @@ fn write_trace(signal: Option<c_int>) {
     if let Some(step) = &config.step_range {
         mark_steps(&mut trace, step);
     }
+    // A launcher (torchrun, mpirun) or helper process that initialised CUDA but ran nothing
+    // would otherwise leave an empty trace that looks like a rank.
+    if trace.kernels.is_empty() && trace.memcpys.is_empty() && trace.memsets.is_empty() {
+        say(&format!(
+            "process {} ran no GPU work: no trace written",
+            config.pid
+        ));
+        return;
+    }
     if let Err(e) = trace::write_trace(&path, &trace) {
         say(&e.to_string());
     }
