@@ -393,7 +393,11 @@ fn export(
             })?
         }
         Format::Svg => {
-            let Some(pair) = analysis.regime_pairs.first() else {
+            // The pair where the graph loses most against eager: what a reader wants to see.
+            let Some(pair) = analysis.regime_pairs.iter().max_by(|a, b| {
+                let d = |p: &analysis::CellComparison| p.period_delta.unwrap_or(f64::MIN);
+                d(a).total_cmp(&d(b))
+            }) else {
                 // Nothing to draw side by side; an SVG of nothing would mislead.
                 if matches!(format, Format::Svg) && output.extension().is_some_and(|e| e == "svg") {
                     eprintln!("note: no eager/graphed pair in the input: no SVG written");
