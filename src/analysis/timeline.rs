@@ -6,31 +6,7 @@ use crate::trace::Trace;
 /// Collects the trace's device operations, sorted by (start, end). Records with zero
 /// timestamps (CUPTI ran out of timestamp memory) are left out; they are counted as dropped by
 /// the recorder.
-/// Graph id given to replayed work whose records carry none (e.g. torch.profiler traces):
-/// the launching call (`cudaGraphLaunch`) shows it is a replay, not which graph.
-pub const UNKNOWN_GRAPH: u32 = u32::MAX;
-
 pub fn build(trace: &Trace) -> TraceTimeline {
-    // Correlation ids of graph launches, for records that lack a graph id.
-    let launch_names: Vec<bool> = trace
-        .strings
-        .iter()
-        .map(|s| s.starts_with("cudaGraphLaunch") || s.starts_with("cuGraphLaunch"))
-        .collect();
-    let mut graph_launches: Vec<u32> = trace
-        .api_calls
-        .iter()
-        .filter(|a| launch_names.get(a.name as usize).copied().unwrap_or(false))
-        .map(|a| a.corr)
-        .collect();
-    graph_launches.sort_unstable();
-    let graph_of = |graph: u32, corr: u32| {
-        if graph == 0 && graph_launches.binary_search(&corr).is_ok() {
-            UNKNOWN_GRAPH
-        } else {
-            graph
-        }
-    };
     let mut ops =
         Vec::with_capacity(trace.kernels.len() + trace.memcpys.len() + trace.memsets.len());
     ops.extend(trace.kernels.iter().filter(|k| k.end != 0).map(|k| Op {
@@ -56,7 +32,7 @@ pub fn build(trace: &Trace) -> TraceTimeline {
             corr: m.corr,
             name: m.kind,
             kind,
-            graph: graph_of(m.graph, m.corr),
+            graph: m.graph,
             node: m.node,
         }));
     }
