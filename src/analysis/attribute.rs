@@ -28,7 +28,7 @@ pub struct TraceContext<'a> {
     /// (start, end) of host synchronisation calls, sorted by start.
     host_syncs: Vec<(u64, u64)>,
     /// Executable graphs already launched (in step order), to flag first launches.
-    launched_execs: HashSet<u32>,
+    launched_execs: rustc_hash::FxHashSet<u32>,
     /// Library-call markers (start, end, name), sorted by start.
     library_calls: Vec<(u64, u64, u32)>,
     /// Per graph node: what stands in front of it, and the node-level cause if any.
@@ -64,7 +64,7 @@ impl<'a> TraceContext<'a> {
             dag: DagIndex::new(trace),
             stream_waits,
             host_syncs,
-            launched_execs: HashSet::new(),
+            launched_execs: Default::default(),
             node_causes: Default::default(),
             library_calls: {
                 let mut v: Vec<(u64, u64, u32)> = trace

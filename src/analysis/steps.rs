@@ -57,7 +57,8 @@ impl LaunchIndex {
             .iter()
             .map(|a| (a.corr, a.start, a.end, a.thread))
             .collect();
-        by_corr.sort_unstable_by_key(|e| e.0);
+        // Usually nearly sorted already (calls are recorded in order): a run-detecting sort.
+        by_corr.sort_by_key(|e| e.0);
         LaunchIndex { by_corr }
     }
 
