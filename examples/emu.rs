@@ -33,13 +33,7 @@ fn main() -> ExitCode {
     // cudarc panics when a library or symbol is missing; the checks in EmuSetup::new come
     // first, and this hook keeps any other panic to one line.
     std::panic::set_hook(Box::new(|info| {
-        let msg = info
-            .payload()
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| info.payload().downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "panic".into());
-        eprintln!("emu: internal error: {}", msg.replace('\n', " "));
+        eprintln!("emu: internal error: {}", gapscope::panic_message(info));
     }));
     let args: Vec<String> = std::env::args().collect();
     let iters = match args.get(1) {

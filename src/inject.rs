@@ -193,12 +193,7 @@ static PANICS_SHOWN: AtomicU32 = AtomicU32::new(0);
 /// sees this library's panics, never the host program's.
 fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
-        let msg = info
-            .payload()
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| info.payload().downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "panic".into());
+        let msg = crate::panic_message(info);
         let at = info
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
@@ -283,7 +278,7 @@ fn write_trace(signal: Option<c_int>) {
         }
     };
     if let Some(step) = &config.step_range {
-        mark_steps(&mut trace, step);
+        trace.mark_steps(step);
     }
     // A launcher (torchrun, mpirun) or helper process that initialised CUDA but ran nothing
     // would otherwise leave an empty trace that looks like a rank.
@@ -297,11 +292,6 @@ fn write_trace(signal: Option<c_int>) {
     if let Err(e) = trace::write_trace(&path, &trace) {
         say(&e.to_string());
     }
-}
-
-/// NVTX ranges named `step` become step markers of cell 0.
-pub fn mark_steps(trace: &mut trace::Trace, step: &str) {
-    trace.mark_steps(step);
 }
 
 fn metadata(config: &Config, recorder: &Recorder, signal: Option<c_int>) -> Metadata {
@@ -518,7 +508,7 @@ mod tests {
             },
         ];
         let mut t: Trace = b.finish();
-        mark_steps(&mut t, "step");
+        t.mark_steps("step");
         assert_eq!(t.markers[0].kind, MarkerKind::Step);
         assert_eq!(t.markers[0].cell, Some(0));
         assert_eq!(t.markers[1].kind, MarkerKind::Range);
@@ -526,7 +516,7 @@ mod tests {
         t.validate().unwrap();
         // A name that never occurs changes nothing.
         let before = t.clone();
-        mark_steps(&mut t, "nope");
+        t.mark_steps("nope");
         assert_eq!(t, before);
     }
 }

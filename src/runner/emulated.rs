@@ -245,18 +245,12 @@ impl EmulatedAllGather {
     fn captured(&mut self, origin: &CudaStream, send: u64, recv: u64) -> Result<(), RunnerError> {
         let s = origin.cu_stream();
         let c = self.side.cu_stream();
-        let scratch = self.scratch.cu_event();
         let serial = self.serial.cu_event();
         let mixing = self.cfg.mode.is_mixing();
-        // SAFETY (all blocks below): plain driver calls on live handles owned by `self` or
-        // `origin`; every out-pointer points at a local.
+        // ncclStrongStreamAcquire: side stream joined with no dependencies.
+        self.order(s, c)?;
+        // SAFETY: plain driver calls on live handles owned by `self` or `origin`.
         unsafe {
-            // ncclStrongStreamAcquire: side stream joined with no dependencies.
-            ck(sys::cuEventRecord(scratch, s), "cuEventRecord")?;
-            ck(
-                sys::cuStreamWaitEvent(c, scratch, WAIT_DEFAULT),
-                "cuStreamWaitEvent",
-            )?;
             ck(
                 sys::cuStreamUpdateCaptureDependencies_v2(c, null_mut(), null(), 0, SET_DEPS),
                 "cuStreamUpdateCaptureDependencies",
@@ -267,22 +261,12 @@ impl EmulatedAllGather {
                     "cuStreamWaitEvent",
                 )?;
             }
-            // ncclLaunchPrepare: the user stream waits on the side stream.
-            ck(sys::cuEventRecord(scratch, c), "cuEventRecord")?;
-            ck(
-                sys::cuStreamWaitEvent(s, scratch, WAIT_DEFAULT),
-                "cuStreamWaitEvent",
-            )?;
         }
+        // ncclLaunchPrepare: the user stream waits on the side stream.
+        self.order(c, s)?;
         self.launch_copy(origin, send, recv)?;
-        unsafe {
-            // ncclLaunchFinish / ncclStrongStreamRelease.
-            ck(sys::cuEventRecord(scratch, s), "cuEventRecord")?;
-            ck(
-                sys::cuStreamWaitEvent(c, scratch, WAIT_DEFAULT),
-                "cuStreamWaitEvent",
-            )?;
-        }
+        // ncclLaunchFinish / ncclStrongStreamRelease.
+        self.order(s, c)?;
         if mixing {
             self.record_node_on_side()?;
         }
@@ -292,6 +276,20 @@ impl EmulatedAllGather {
 
     /// NCCL's recordEventOnStream in a capture: an explicit event-record node on `serial`
     /// after the side stream's current dependencies; the side stream advanced to it.
+    /// `after` waits for the work queued on `before` so far (record `scratch`, then wait on
+    /// it): the join NCCL's strong streams make, an edge when capturing.
+    fn order(&self, before: sys::CUstream, after: sys::CUstream) -> Result<(), RunnerError> {
+        let scratch = self.scratch.cu_event();
+        // SAFETY: live streams and an event owned by `self`.
+        unsafe {
+            ck(sys::cuEventRecord(scratch, before), "cuEventRecord")?;
+            ck(
+                sys::cuStreamWaitEvent(after, scratch, WAIT_DEFAULT),
+                "cuStreamWaitEvent",
+            )
+        }
+    }
+
     fn record_node_on_side(&mut self) -> Result<(), RunnerError> {
         let c = self.side.cu_stream();
         let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
@@ -403,18 +401,7 @@ impl RoutingAllGather for EmulatedAllGather {
             return Ok(());
         }
         let _scope = open_scope(&self.hook, EMULATED_JOIN_SCOPE);
-        let scratch = self.scratch.cu_event();
-        // SAFETY: live handles.
-        unsafe {
-            ck(
-                sys::cuEventRecord(scratch, self.side.cu_stream()),
-                "cuEventRecord",
-            )?;
-            ck(
-                sys::cuStreamWaitEvent(origin.cu_stream(), scratch, WAIT_DEFAULT),
-                "cuStreamWaitEvent",
-            )?;
-        }
+        self.order(self.side.cu_stream(), origin.cu_stream())?;
         self.join_pending = false;
         Ok(())
     }
