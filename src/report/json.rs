@@ -5,8 +5,10 @@
 //! summaries (period, busy, idle, idle by cause, canonical sequence) and gives `"steps": null`
 //! with `"step_count"`; [`JsonOptions::include_steps`] keeps the full step lists.
 
-use crate::analysis::{Analysis, CellAnalysis, Comparison};
-use serde_json::{Map, Value, json};
+use crate::analysis::{
+    Analysis, CellAnalysis, CellComparison, Comparison, InputSummary, Step, stats::Geomean,
+};
+use serde::Serialize;
 
 /// The version of the JSON report layout; bump on any change a reader would misread.
 pub const REPORT_VERSION: u32 = 1;
@@ -25,11 +27,10 @@ pub fn analysis_json(a: &Analysis) -> String {
 
 /// The analysis as pretty JSON.
 pub fn analysis_json_with(a: &Analysis, opts: &JsonOptions) -> String {
-    let mut doc = header("analysis", opts);
-    if let Value::Object(body) = analysis_value(a, opts) {
-        doc.extend(body);
-    }
-    pretty(&Value::Object(doc))
+    pretty(&AnalysisDoc {
+        header: Header::new("analysis", opts),
+        body: AnalysisBody::new(a, opts),
+    })
 }
 
 /// The comparison as pretty JSON, without step lists; `"verdict"` is "pass" or "fail".
@@ -39,86 +40,123 @@ pub fn comparison_json(c: &Comparison) -> String {
 
 /// The comparison as pretty JSON.
 pub fn comparison_json_with(c: &Comparison, opts: &JsonOptions) -> String {
-    let mut doc = header("comparison", opts);
-    doc.insert(
-        "verdict".into(),
-        json!(if c.breached.is_empty() {
+    pretty(&ComparisonDoc {
+        header: Header::new("comparison", opts),
+        verdict: if c.breached.is_empty() {
             "pass"
         } else {
             "fail"
-        }),
-    );
-    doc.insert("threshold".into(), to_value(&c.threshold));
-    doc.insert("breached".into(), to_value(&c.breached));
-    doc.insert("geomean_ratio".into(), to_value(&c.geomean_ratio));
-    doc.insert("cells".into(), to_value(&c.cells));
-    doc.insert("unmatched".into(), to_value(&c.unmatched));
-    doc.insert("base".into(), analysis_value(&c.base, opts));
-    doc.insert("head".into(), analysis_value(&c.head, opts));
-    pretty(&Value::Object(doc))
-}
-
-fn header(kind: &str, opts: &JsonOptions) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert("gapscope_report_version".into(), json!(REPORT_VERSION));
-    m.insert("kind".into(), json!(kind));
-    m.insert(
-        "tool".into(),
-        json!(format!("gapscope {}", env!("CARGO_PKG_VERSION"))),
-    );
-    m.insert("steps_included".into(), json!(opts.include_steps));
-    m
-}
-
-fn to_value<T: serde::Serialize + ?Sized>(v: &T) -> Value {
-    // The model holds only maps with string keys, so serialisation cannot fail; non-finite
-    // floats become null.
-    serde_json::to_value(v).unwrap_or(Value::Null)
-}
-
-fn pretty(v: &Value) -> String {
-    let mut s = serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".into());
-    s.push('\n');
-    s
-}
-
-fn analysis_value(a: &Analysis, opts: &JsonOptions) -> Value {
-    let cells: Vec<Value> = a.cells.iter().map(|c| cell_value(c, opts)).collect();
-    json!({
-        "inputs": to_value(&a.inputs),
-        "cells": cells,
-        "regime_pairs": to_value(&a.regime_pairs),
-        "mode_pairs": to_value(&a.mode_pairs),
-        "geomean_ratio": to_value(&a.geomean_ratio),
+        },
+        threshold: c.threshold,
+        breached: &c.breached,
+        geomean_ratio: &c.geomean_ratio,
+        cells: &c.cells,
+        unmatched: &c.unmatched,
+        base: AnalysisBody::new(&c.base, opts),
+        head: AnalysisBody::new(&c.head, opts),
     })
 }
 
-fn cell_value(c: &CellAnalysis, opts: &JsonOptions) -> Value {
-    // `steps` is not serialised with the cell (it can hold millions of gaps): add it only
-    // when asked for.
-    let mut v = to_value(c);
-    if let Value::Object(m) = &mut v {
-        m.insert(
-            "steps".into(),
-            if opts.include_steps {
-                to_value(&c.steps)
-            } else {
-                Value::Null
-            },
-        );
-        m.insert("step_count".into(), json!(c.steps.len()));
-        m.insert(
-            "first_launch_steps".into(),
-            json!(c.steps.iter().filter(|s| s.first_launch).count()),
-        );
+// The documents are written straight from the model through these views (no intermediate
+// `serde_json::Value`: a cell's canonical sequence can hold tens of thousands of entries).
+
+#[derive(Serialize)]
+struct Header {
+    gapscope_report_version: u32,
+    kind: &'static str,
+    tool: String,
+    steps_included: bool,
+}
+
+impl Header {
+    fn new(kind: &'static str, opts: &JsonOptions) -> Header {
+        Header {
+            gapscope_report_version: REPORT_VERSION,
+            kind,
+            tool: format!("gapscope {}", env!("CARGO_PKG_VERSION")),
+            steps_included: opts.include_steps,
+        }
     }
-    v
+}
+
+#[derive(Serialize)]
+struct AnalysisDoc<'a> {
+    #[serde(flatten)]
+    header: Header,
+    #[serde(flatten)]
+    body: AnalysisBody<'a>,
+}
+
+#[derive(Serialize)]
+struct ComparisonDoc<'a> {
+    #[serde(flatten)]
+    header: Header,
+    verdict: &'static str,
+    threshold: f64,
+    breached: &'a [String],
+    geomean_ratio: &'a Option<Geomean>,
+    cells: &'a [CellComparison],
+    unmatched: &'a [String],
+    base: AnalysisBody<'a>,
+    head: AnalysisBody<'a>,
+}
+
+#[derive(Serialize)]
+struct AnalysisBody<'a> {
+    inputs: &'a [InputSummary],
+    cells: Vec<CellDoc<'a>>,
+    regime_pairs: &'a [CellComparison],
+    mode_pairs: &'a [CellComparison],
+    geomean_ratio: &'a Option<Geomean>,
+}
+
+impl<'a> AnalysisBody<'a> {
+    fn new(a: &'a Analysis, opts: &JsonOptions) -> AnalysisBody<'a> {
+        AnalysisBody {
+            inputs: &a.inputs,
+            cells: a.cells.iter().map(|c| CellDoc::new(c, opts)).collect(),
+            regime_pairs: &a.regime_pairs,
+            mode_pairs: &a.mode_pairs,
+            geomean_ratio: &a.geomean_ratio,
+        }
+    }
+}
+
+/// A cell; `steps` (not serialised with the cell: it can hold millions of gaps) only when
+/// asked for.
+#[derive(Serialize)]
+struct CellDoc<'a> {
+    #[serde(flatten)]
+    cell: &'a CellAnalysis,
+    steps: Option<&'a [Step]>,
+    step_count: usize,
+    first_launch_steps: usize,
+}
+
+impl<'a> CellDoc<'a> {
+    fn new(c: &'a CellAnalysis, opts: &JsonOptions) -> CellDoc<'a> {
+        CellDoc {
+            cell: c,
+            steps: opts.include_steps.then_some(&c.steps[..]),
+            step_count: c.steps.len(),
+            first_launch_steps: c.steps.iter().filter(|s| s.first_launch).count(),
+        }
+    }
+}
+
+fn pretty(doc: &impl Serialize) -> String {
+    // The model holds only maps with string keys, so serialisation cannot fail; non-finite
+    // floats become null.
+    let mut s = serde_json::to_string_pretty(doc).unwrap_or_else(|_| "null".into());
+    s.push('\n');
+    s
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::report::fixtures;
+    use serde_json::Value;
 
     #[test]
     fn analysis_json_omits_steps_by_default() {
