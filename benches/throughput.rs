@@ -10,14 +10,8 @@ use gapscope::synthetic::{self, SyntheticCell};
 use gapscope::trace;
 use std::time::Instant;
 
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod common;
+use common::arg;
 
 fn summary(label: &str, secs: &mut [f64], kernels: usize) {
     secs.sort_by(f64::total_cmp);

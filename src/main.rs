@@ -186,10 +186,14 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
         Command::Analyze { traces, out } => {
+            let mut timer = PhaseTimer::from_env();
             let (traces, names) = load_with_steps(&traces, out.step_range.as_deref())?;
+            timer.lap("load");
             let analysis = analyze(&traces, &names);
+            timer.lap("analysis");
             write_outputs(&traces, &analysis, &out)?;
             print_summary(&analysis, out.json);
+            timer.lap("reports");
             Ok(ExitCode::SUCCESS)
         }
         Command::Compare {
@@ -282,6 +286,22 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 }
             );
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// With `GAPSCOPE_TIMINGS` set, the wall time of each phase on stderr (for benchmarks).
+struct PhaseTimer(Option<std::time::Instant>);
+
+impl PhaseTimer {
+    fn from_env() -> PhaseTimer {
+        PhaseTimer(std::env::var_os("GAPSCOPE_TIMINGS").map(|_| std::time::Instant::now()))
+    }
+
+    fn lap(&mut self, phase: &str) {
+        if let Some(since) = &mut self.0 {
+            eprintln!("gapscope: {phase}: {:.3} s", since.elapsed().as_secs_f64());
+            *since = std::time::Instant::now();
         }
     }
 }

@@ -7,6 +7,8 @@
 //! (an external event-wait node in front of the collective, an explicit event-record node
 //! after it, both created inside `ncclAllGather`) or mode 1 (neither).
 
+pub mod kineto;
+
 use crate::trace::{
     ApiCall, Cell, GraphEdge, GraphExec, GraphNode, Kernel, Marker, MarkerKind, Metadata, NodeType,
     Source, StrId, Trace, TraceBuilder,

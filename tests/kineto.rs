@@ -417,3 +417,85 @@ proptest! {
         let _ = import(&bytes);
     }
 }
+
+/// A generated trace with names that force escapes, names seen first late in the file, and
+/// `args` holding arrays of objects (`},{` inside an event: a wrong guess of where a thread
+/// may start).
+fn varied_trace(kernels: u64) -> String {
+    let mut bytes = Vec::new();
+    gapscope::synthetic::kineto::write_kineto(&mut bytes, kernels, 17, "varied").unwrap();
+    let text = String::from_utf8(bytes).unwrap();
+    let mut out = String::with_capacity(text.len() + text.len() / 8);
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        if i % 97 == 0 && line.contains("\"cat\":\"kernel\"") {
+            out.push_str(&line.replacen(
+                "\"name\":\"",
+                &format!("\"name\":\"late \\\"{i}\\\" é\\u00e9 "),
+                1,
+            ));
+        } else if i % 89 == 0 && line.contains("\"cat\":\"cuda_runtime\"") {
+            out.push_str(&line.replacen(
+                "\"args\":{",
+                "\"args\":{\"x\":[{\"a\":1},\n {\"b\":[{}, {}]}],",
+                1,
+            ));
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
+}
+
+#[test]
+fn any_split_of_the_work_gives_the_same_trace() {
+    use gapscope::import::kineto::{ImportOptions, import_kineto_with};
+    let doc = varied_trace(6_000);
+    let path = Path::new("t.json");
+    let one = import_kineto_with(
+        doc.as_bytes(),
+        path,
+        &ImportOptions {
+            threads: 1,
+            ..ImportOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(one.kernels.len(), 6_000);
+    assert!(one.strings.iter().any(|s| s.starts_with("late \"")));
+    for (threads, block_bytes) in [
+        (2, 1 << 12),
+        (2, 1 << 16),
+        (3, 1 << 20),
+        (7, 99_999),
+        (8, 8 << 20),
+    ] {
+        let opts = ImportOptions {
+            threads,
+            block_bytes,
+            parallel_min_bytes: 0,
+        };
+        let split = import_kineto_with(doc.as_bytes(), path, &opts).unwrap();
+        assert!(split == one, "{threads} threads, {block_bytes}-byte blocks");
+    }
+    // An error far into the file: the same message (same event index, same offset) either way.
+    let at = doc.match_indices("\"dur\":").nth(4_000).unwrap().0;
+    let broken = format!("{}\"dur\":-{}", &doc[..at], &doc[at + 6..]);
+    let message = |opts: &ImportOptions| {
+        import_kineto_with(broken.as_bytes(), path, opts)
+            .unwrap_err()
+            .to_string()
+    };
+    let sequential = message(&ImportOptions {
+        threads: 1,
+        ..ImportOptions::default()
+    });
+    assert!(sequential.contains("\"dur\""), "{sequential}");
+    for threads in [2, 5] {
+        let parallel = message(&ImportOptions {
+            threads,
+            block_bytes: 1 << 16,
+            parallel_min_bytes: 0,
+        });
+        assert_eq!(parallel, sequential);
+    }
+}

@@ -4,7 +4,6 @@ mod schema;
 
 pub use schema::*;
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -312,14 +311,14 @@ impl Trace {
 #[derive(Debug)]
 pub struct TraceBuilder {
     pub trace: Trace,
-    index: HashMap<String, StrId>,
+    index: rustc_hash::FxHashMap<String, StrId>,
 }
 
 impl TraceBuilder {
     pub fn new(metadata: Metadata) -> TraceBuilder {
         TraceBuilder {
             trace: Trace::new(metadata),
-            index: HashMap::new(),
+            index: rustc_hash::FxHashMap::default(),
         }
     }
 

@@ -1,12 +1,13 @@
 //! torch.profiler (Kineto) Chrome-trace JSON → [`Trace`], streamed.
 //!
-//! The document is never built in memory. A scan over the buffered stream (strings, escapes,
-//! nesting depth only) cuts each element of the top-level `traceEvents` array out and hands its
-//! bytes to serde visitors, which turn it into a compact record at once (names interned, looked
-//! up by `&str` before anything is allocated); the rest of the document (metadata, a few KiB) is
-//! parsed after with `traceEvents` left empty. Memory is bounded by the imported records plus
-//! one event, not by the size of the JSON; parsing each event from a slice is about twice as
-//! fast as serde_json's reader-based parser.
+//! The document is never built in memory. The input is read in blocks; the elements of the
+//! top-level `traceEvents` array are parsed straight from the block's bytes by a small reader
+//! that knows the keys the import uses ([`scan`]), on several threads at once ([`stream`]), and
+//! become compact records at once (names interned, looked up by their bytes before anything is
+//! allocated). The rest of the document (metadata, a few KiB) is parsed by serde after, with
+//! `traceEvents` left empty. Memory is bounded by the imported records plus a block or two,
+//! not by the size of the JSON, and the result does not depend on the block size or the
+//! number of threads.
 //!
 //! Mapping (complete events, `"ph": "X"`, by `cat`):
 //!
@@ -20,24 +21,33 @@
 //! | other `user_annotation` | [`Marker`] of kind [`MarkerKind::Range`] |
 //!
 //! Everything else (`cpu_op`, `python_function`, `gpu_user_annotation`, `ac2g` flow events —
-//! redundant with correlation ids —, metadata events) is skipped. Timestamps are microseconds
-//! with fractional nanoseconds; they become nanoseconds (`round(x * 1000)`) as they are, without
-//! `baseTimeNanoseconds` (torch 2.x on CUDA 13 writes absolute `ts` and a base as well; only
-//! differences matter to the analysis). Kernels launched by `cudaGraphLaunch` without a
-//! `graph id` argument (torch 2.x on CUDA 13 writes none) get [`UNNAMED_GRAPH`].
+//! redundant with correlation ids —, metadata events) is checked and skipped. Timestamps are
+//! microseconds with fractional nanoseconds; they become nanoseconds (rounded to the nearest)
+//! as they are, without `baseTimeNanoseconds` (torch 2.x on CUDA 13 writes absolute `ts` and a
+//! base as well; only differences matter to the analysis). Kernels launched by
+//! `cudaGraphLaunch` without a `graph id` argument (torch 2.x on CUDA 13 writes none) get
+//! [`UNNAMED_GRAPH`].
 //!
 //! Step markers go to one cell; when a trace holds both eager steps and graph replays, eager
 //! and graphed steps go to two cells so the analysis pairs them.
 
+mod scan;
+mod stream;
+
+pub use stream::ImportOptions;
+
 use crate::trace::{
     ApiCall, ApiDomain, Cell, DeviceInfo, Kernel, Marker, MarkerKind, MemOp, Metadata, Source,
-    Trace, TraceBuilder, Versions,
+    StrId, Trace, TraceBuilder, Versions,
 };
+use rustc_hash::FxHashMap;
+use scan::{ArgVal, Cat, Phase, RawEvent, Str};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
+use stream::{EventsError, Input, Skeleton};
 
 /// The note every imported trace carries (shown in every report).
 pub const KINETO_NOTE: &str = "imported from torch.profiler (Kineto): no graph DAG; causes that \
@@ -101,288 +111,71 @@ pub fn read_kineto(path: &Path) -> Result<Trace, ImportError> {
     import_kineto(file, path)
 }
 
-/// Imports a torch.profiler (Kineto) Chrome trace, streaming. `path` is only used in error
-/// messages and cell labels.
+/// Imports a torch.profiler (Kineto) Chrome trace, streaming, with the default
+/// [`ImportOptions`]. `path` is only used in error messages and cell labels.
 pub fn import_kineto(reader: impl Read, path: &Path) -> Result<Trace, ImportError> {
-    let mut reader = BufReader::with_capacity(1 << 17, reader);
-    let head = reader.fill_buf().map_err(|source| ImportError::Io {
+    import_kineto_with(reader, path, &ImportOptions::default())
+}
+
+/// [`import_kineto`] with chosen block size and threads (the trace is the same with any).
+pub fn import_kineto_with(
+    reader: impl Read,
+    path: &Path,
+    opts: &ImportOptions,
+) -> Result<Trace, ImportError> {
+    let io_error = |source| ImportError::Io {
         path: path.to_owned(),
         source,
-    })?;
-    if head.starts_with(&[0x1f, 0x8b]) {
-        return Err(ImportError::Malformed {
-            path: path.to_owned(),
-            message: "gzip-compressed; decompress it first (gunzip -k FILE)".into(),
-        });
+    };
+    let malformed = |message| ImportError::Malformed {
+        path: path.to_owned(),
+        message,
+    };
+    let mut input = Input::new(reader);
+    input.fill(64 << 10).map_err(io_error)?;
+    if input.available().starts_with(&[0x1f, 0x8b]) {
+        return Err(malformed(
+            "gzip-compressed; decompress it first (gunzip -k FILE)".into(),
+        ));
     }
     let mut imp = Importer::new();
-    // Events are cut out of the stream and parsed one by one; the rest of the document (small)
-    // is parsed after, with `traceEvents` left as `[]`.
-    let skeleton = frame(&mut reader, &mut imp).map_err(|e| match e {
-        FrameError::Io(source) => ImportError::Io {
-            path: path.to_owned(),
-            source,
-        },
-        FrameError::Event(message) => ImportError::Malformed {
-            path: path.to_owned(),
-            message,
-        },
-    })?;
-    let mut de = serde_json::Deserializer::from_slice(&skeleton);
+    let mut skeleton = Skeleton::new();
+    loop {
+        if input.available().is_empty() {
+            if input.eof {
+                break;
+            }
+            input.fill(64 << 10).map_err(io_error)?;
+            continue;
+        }
+        let (taken, opened) = skeleton.take(input.available());
+        input.consume(taken);
+        if opened {
+            stream::events(&mut input, &mut imp.sink, opts).map_err(|e| match e {
+                EventsError::Io(source) => io_error(source),
+                EventsError::Bad {
+                    index,
+                    offset,
+                    message,
+                } => malformed(format!(
+                    "traceEvents[{index}]: {message} (at byte {offset})"
+                )),
+                EventsError::CutShort { index } => malformed(format!(
+                    "traceEvents[{index}]: the file ends early (cut short?)"
+                )),
+            })?;
+            skeleton.close_events();
+        }
+    }
+    imp.framed = skeleton.extracted;
+    let mut de = serde_json::Deserializer::from_slice(&skeleton.bytes);
     let parsed = TopSeed(&mut imp)
         .deserialize(&mut de)
         .and_then(|()| de.end());
     if let Err(e) = parsed {
         return Err(imp.error(path, e));
     }
-    imp.finish().map_err(|message| ImportError::Malformed {
-        path: path.to_owned(),
-        message,
-    })
-}
-
-enum FrameError {
-    Io(std::io::Error),
-    Event(String),
-}
-
-/// Splits the document as it streams by: the elements of the top-level `traceEvents` array go
-/// one by one to [`EventSeed`] (each parsed from its own bytes, so memory holds one event at a
-/// time); everything else is returned, with the array left empty, for [`TopSeed`].
-///
-/// The scan only tracks strings, escapes and nesting depth; anything it does not split (a
-/// malformed document, an escaped key) stays in the returned bytes, where serde reports it.
-fn frame(r: &mut impl BufRead, imp: &mut Importer) -> Result<Vec<u8>, FrameError> {
-    let mut f = Framer {
-        skeleton: Vec::new(),
-        elem: Vec::new(),
-        depth: 0,
-        in_str: false,
-        esc: false,
-        expect_key: false,
-        key_start: None,
-        events_key: false,
-        in_events: false,
-        extracted: false,
-        separated: false,
-        line: 1,
-    };
-    loop {
-        let chunk = match r.fill_buf() {
-            Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(FrameError::Io(e)),
-        };
-        if chunk.is_empty() {
-            break;
-        }
-        let n = chunk.len();
-        f.scan(chunk, imp)?;
-        r.consume(n);
-    }
-    // Cut short inside the array: the skeleton is incomplete too, and its parse says so.
-    imp.in_events = f.in_events;
-    imp.framed = f.extracted;
-    Ok(f.skeleton)
-}
-
-struct Framer {
-    /// The document without the events.
-    skeleton: Vec<u8>,
-    /// Bytes of the event being read.
-    elem: Vec<u8>,
-    depth: u32,
-    in_str: bool,
-    esc: bool,
-    /// At depth 1, the next string is a key.
-    expect_key: bool,
-    /// Start (in `skeleton`) of the depth-1 key being read.
-    key_start: Option<usize>,
-    /// The last depth-1 key was `traceEvents`.
-    events_key: bool,
-    /// Inside the `traceEvents` array.
-    in_events: bool,
-    /// Some array was split off (positions in `skeleton` then differ from the file's).
-    extracted: bool,
-    /// A `,` came before the event being read.
-    separated: bool,
-    /// Line of the file where `elem` starts (or of the scan, outside the array).
-    line: u64,
-}
-
-impl Framer {
-    fn scan(&mut self, chunk: &[u8], imp: &mut Importer) -> Result<(), FrameError> {
-        let mut i = 0;
-        while i < chunk.len() {
-            if self.in_events {
-                i = self.scan_events(chunk, i, imp)?;
-            } else {
-                self.skeleton_byte(chunk[i]);
-                i += 1;
-            }
-        }
-        Ok(())
-    }
-
-    /// Outside the array: byte by byte (the few KiB of metadata around it).
-    fn skeleton_byte(&mut self, b: u8) {
-        self.skeleton.push(b);
-        if self.in_str {
-            if self.esc {
-                self.esc = false;
-            } else if b == b'\\' {
-                self.esc = true;
-            } else if b == b'"' {
-                self.in_str = false;
-                if let Some(start) = self.key_start.take() {
-                    let end = self.skeleton.len() - 1;
-                    self.events_key = &self.skeleton[start..end] == b"traceEvents";
-                    self.expect_key = false;
-                }
-            }
-            return;
-        }
-        match b {
-            b'"' => {
-                self.in_str = true;
-                if self.depth == 1 && self.expect_key {
-                    self.key_start = Some(self.skeleton.len());
-                }
-            }
-            b'{' | b'[' => {
-                self.depth += 1;
-                if self.depth == 1 {
-                    self.expect_key = b == b'{';
-                } else if self.depth == 2 && b == b'[' && self.events_key && !self.expect_key {
-                    self.in_events = true;
-                    self.extracted = true;
-                    self.separated = false;
-                    self.elem.clear();
-                }
-            }
-            b'}' | b']' => self.depth = self.depth.saturating_sub(1),
-            b',' if self.depth == 1 => {
-                self.expect_key = true;
-                self.events_key = false;
-            }
-            b'\n' => self.line += 1,
-            _ => {}
-        }
-    }
-
-    /// Inside the array: finds the end of each event, skipping through strings in bulk.
-    /// Returns where the scan stopped (the end of the chunk, or just after the array).
-    fn scan_events(
-        &mut self,
-        chunk: &[u8],
-        mut i: usize,
-        imp: &mut Importer,
-    ) -> Result<usize, FrameError> {
-        let mut start = i;
-        while i < chunk.len() {
-            if self.in_str {
-                if self.esc {
-                    self.esc = false;
-                    i += 1;
-                    continue;
-                }
-                match find_quote_or_backslash(&chunk[i..]) {
-                    None => i = chunk.len(),
-                    Some(p) => {
-                        i += p;
-                        if chunk[i] == b'\\' {
-                            self.esc = true;
-                        } else {
-                            self.in_str = false;
-                        }
-                        i += 1;
-                    }
-                }
-                continue;
-            }
-            match chunk[i] {
-                b'"' => self.in_str = true,
-                b'{' | b'[' => self.depth += 1,
-                // A stray `}` at the array's level stays in the event, whose parse fails.
-                b'}' if self.depth > 2 => self.depth -= 1,
-                b']' if self.depth > 2 => self.depth -= 1,
-                b',' if self.depth == 2 => {
-                    self.elem.extend_from_slice(&chunk[start..i]);
-                    self.event(imp, false)?;
-                    start = i + 1;
-                }
-                b']' if self.depth == 2 => {
-                    self.elem.extend_from_slice(&chunk[start..i]);
-                    self.event(imp, true)?;
-                    self.in_events = false;
-                    self.depth = 1;
-                    self.skeleton.push(b']');
-                    return Ok(i + 1);
-                }
-                _ => {}
-            }
-            i += 1;
-        }
-        self.elem.extend_from_slice(&chunk[start..]);
-        Ok(i)
-    }
-
-    /// One element of the array (`last`: it ended with the closing `]`).
-    fn event(&mut self, imp: &mut Importer, last: bool) -> Result<(), FrameError> {
-        let lines = self.elem.iter().filter(|&&b| b == b'\n').count() as u64;
-        if self.elem.iter().all(u8::is_ascii_whitespace) {
-            // `[]` (or `[ ]`) is fine; `[,` or `,,` or `,]` is not.
-            if !last || self.separated {
-                return Err(FrameError::Event(format!(
-                    "traceEvents[{}]: missing event (stray comma) near line {}",
-                    imp.index, self.line
-                )));
-            }
-        } else {
-            let mut de = serde_json::Deserializer::from_slice(&self.elem);
-            let parsed = EventSeed(&mut *imp)
-                .deserialize(&mut de)
-                .and_then(|()| de.end());
-            if let Err(e) = parsed {
-                let line = self.line + (e.line() as u64).saturating_sub(1);
-                return Err(FrameError::Event(format!(
-                    "traceEvents[{}]: {} at line {line}",
-                    imp.index,
-                    without_position(&e)
-                )));
-            }
-            imp.index += 1;
-        }
-        self.line += lines;
-        self.elem.clear();
-        self.separated = !last;
-        Ok(())
-    }
-}
-
-/// Index of the first `"` or `\\` in `s`, eight bytes at a time (names and keys are most of a
-/// Kineto file, and this is the scan's inner loop).
-fn find_quote_or_backslash(s: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    // High bit set in each byte of `x` that is zero; the lowest flagged byte is always right.
-    let zero_bytes = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
-    let mut chunks = s.chunks_exact(8);
-    let mut at = 0;
-    for c in &mut chunks {
-        let x = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
-        let hits =
-            zero_bytes(x ^ (ONES * u64::from(b'"'))) | zero_bytes(x ^ (ONES * u64::from(b'\\')));
-        if hits != 0 {
-            return Some(at + (hits.trailing_zeros() / 8) as usize);
-        }
-        at += 8;
-    }
-    chunks
-        .remainder()
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\')
-        .map(|p| at + p)
+    imp.finish().map_err(malformed)
 }
 
 /// A serde_json error's message without its " at line L column C".
@@ -395,85 +188,69 @@ fn without_position(e: &serde_json::Error) -> String {
     }
 }
 
-/// What the top level and the events have filled in so far.
-struct Importer {
+/// Records imported so far and the names they use. Each thread of the stream fills its own;
+/// they are appended in file order, so the trace does not depend on how the work was split.
+struct Sink {
     b: TraceBuilder,
-    /// Name of the event being read (reused: no allocation per event).
-    name: String,
-    /// Index of the event being read in `traceEvents`.
-    index: u64,
-    in_events: bool,
-    /// Events were split off by [`frame`]: error positions of the rest are not the file's.
-    framed: bool,
-    saw_events: bool,
-    devices: Vec<DeviceInfo>,
-    versions: Versions,
-    rank: Option<u32>,
-    world: Option<u32>,
+    /// Names as written (without escapes) → string id: a name seen before costs no UTF-8
+    /// check and no copy.
+    raw_names: FxHashMap<Box<[u8]>, StrId>,
+    /// Memcpy name → kind.
+    memcpy_kinds: FxHashMap<StrId, StrId>,
+    /// Events read, imported or skipped: the index of the next one.
+    events: u64,
+    /// For a thread's sink: its string ids → the ids of the sink it is appended to.
+    to_global: Vec<StrId>,
 }
 
-impl Importer {
-    fn new() -> Importer {
-        let metadata = Metadata {
-            tool: format!("gapscope {} (Kineto import)", env!("CARGO_PKG_VERSION")),
-            source: Source::Kineto,
-            notes: vec![KINETO_NOTE.to_owned()],
-            ..Metadata::default()
-        };
-        Importer {
-            b: TraceBuilder::new(metadata),
-            name: String::new(),
-            index: 0,
-            in_events: false,
-            framed: false,
-            saw_events: false,
-            devices: Vec::new(),
-            versions: Versions::default(),
-            rank: None,
-            world: None,
+impl Sink {
+    fn new() -> Sink {
+        Sink {
+            b: TraceBuilder::new(Metadata::default()),
+            raw_names: FxHashMap::default(),
+            memcpy_kinds: FxHashMap::default(),
+            events: 0,
+            to_global: Vec::new(),
         }
     }
 
-    /// A parse error as one line, with the event it happened in.
-    fn error(&self, path: &Path, e: serde_json::Error) -> ImportError {
-        if e.is_io() {
-            return ImportError::Io {
-                path: path.to_owned(),
-                source: e.into(),
-            };
+    fn name(&mut self, name: Option<Str>, what: &str) -> Result<StrId, String> {
+        let name = name.ok_or_else(|| format!("{what} event without \"name\""))?;
+        if !name.escaped
+            && let Some(&id) = self.raw_names.get(name.raw)
+        {
+            return Ok(id);
         }
-        let is_eof = e.is_eof();
-        let at = if self.in_events {
-            format!("traceEvents[{}]: ", self.index)
-        } else {
-            String::new()
-        };
-        let e = if self.framed {
-            without_position(&e)
-        } else {
-            e.to_string()
-        };
-        let message = if is_eof {
-            format!("{at}the file ends early (cut short?): {e}")
-        } else {
-            format!("{at}{e}")
-        };
-        ImportError::Malformed {
-            path: path.to_owned(),
-            message,
+        let id = self.b.intern(&name.text()?);
+        if !name.escaped {
+            self.raw_names.insert(name.raw.into(), id);
         }
+        Ok(id)
+    }
+
+    fn memcpy_kind(&mut self, name: StrId) -> StrId {
+        if let Some(&kind) = self.memcpy_kinds.get(&name) {
+            return kind;
+        }
+        let text = memcpy_kind(&self.b.trace.strings[name as usize]).to_owned();
+        let kind = self.b.intern(&text);
+        self.memcpy_kinds.insert(name, kind);
+        kind
     }
 
     /// Turns one event into a record (or skips it).
-    fn add_event(&mut self, ev: &Event) -> Result<(), String> {
+    fn add_event(&mut self, ev: &RawEvent) -> Result<(), String> {
         if ev.ph != Phase::Complete {
             return Ok(());
         }
-        let start = to_ns(ev.ts.ok_or("complete (\"X\") event without \"ts\"")?, "ts")?;
-        let dur = to_ns(
-            ev.dur.ok_or("complete (\"X\") event without \"dur\"")?,
-            "dur",
-        )?;
+        let start = ev
+            .ts
+            .ok_or("complete (\"X\") event without \"ts\"")?
+            .to_ns("ts")?;
+        let dur = ev
+            .dur
+            .ok_or("complete (\"X\") event without \"dur\"")?
+            .to_ns("dur")?;
         let end = start
             .checked_add(dur)
             .ok_or("\"ts\" + \"dur\" overflows 64-bit nanoseconds")?;
@@ -481,45 +258,37 @@ impl Importer {
         let a = &ev.args;
         match ev.cat {
             Cat::Kernel => {
+                let d = DeviceArgs::of(a, what)?;
                 let kernel = Kernel {
                     start,
                     end,
-                    device: arg_u32(a.device, what, "device")?.unwrap_or(0),
-                    stream: required(arg_u32(a.stream, what, "stream")?, what, "stream")?,
-                    corr: required(
-                        arg_u32(a.correlation, what, "correlation")?,
-                        what,
-                        "correlation",
-                    )?,
-                    name: self.intern_name(ev, what)?,
-                    graph: arg_u32(a.graph, what, "graph id")?.unwrap_or(0),
-                    node: arg_u64(a.node, what, "graph node id")?.unwrap_or(0),
+                    device: d.device,
+                    stream: d.stream,
+                    corr: d.corr,
+                    name: self.name(ev.name, what)?,
+                    graph: d.graph,
+                    node: d.node,
                 };
                 self.b.trace.kernels.push(kernel);
             }
             Cat::Memcpy | Cat::Memset => {
-                if !ev.has_name {
-                    return Err(format!("{what} event without \"name\""));
-                }
+                let name = self.name(ev.name, what)?;
                 let kind = if ev.cat == Cat::Memcpy {
-                    self.b.intern(memcpy_kind(&self.name))
+                    self.memcpy_kind(name)
                 } else {
                     self.b.intern("memset")
                 };
+                let d = DeviceArgs::of(a, what)?;
                 let op = MemOp {
                     start,
                     end,
-                    device: arg_u32(a.device, what, "device")?.unwrap_or(0),
-                    stream: required(arg_u32(a.stream, what, "stream")?, what, "stream")?,
-                    corr: required(
-                        arg_u32(a.correlation, what, "correlation")?,
-                        what,
-                        "correlation",
-                    )?,
+                    device: d.device,
+                    stream: d.stream,
+                    corr: d.corr,
                     bytes: arg_u64(a.bytes, what, "bytes")?.unwrap_or(0),
                     kind,
-                    graph: arg_u32(a.graph, what, "graph id")?.unwrap_or(0),
-                    node: arg_u64(a.node, what, "graph node id")?.unwrap_or(0),
+                    graph: d.graph,
+                    node: d.node,
                 };
                 if ev.cat == Cat::Memcpy {
                     self.b.trace.memcpys.push(op);
@@ -533,7 +302,7 @@ impl Importer {
                     end,
                     corr: arg_u32(a.correlation, what, "correlation")?.unwrap_or(0),
                     thread: ev.tid.unwrap_or(0),
-                    name: self.intern_name(ev, what)?,
+                    name: self.name(ev.name, what)?,
                     domain: if ev.cat == Cat::Runtime {
                         ApiDomain::Runtime
                     } else {
@@ -543,17 +312,15 @@ impl Importer {
                 self.b.trace.api_calls.push(call);
             }
             Cat::UserAnnotation | Cat::CpuOp => {
-                if !ev.has_name {
-                    return Err(format!("{what} event without \"name\""));
-                }
-                let step = self.name.starts_with("ProfilerStep#");
+                let name = self.name(ev.name, what)?;
+                let step = self.b.trace.strings[name as usize].starts_with("ProfilerStep#");
                 if ev.cat == Cat::CpuOp && !step {
                     return Ok(());
                 }
                 let marker = Marker {
                     start,
                     end,
-                    name: self.b.intern(&self.name),
+                    name,
                     kind: if step {
                         MarkerKind::Step
                     } else {
@@ -569,11 +336,102 @@ impl Importer {
         Ok(())
     }
 
-    fn intern_name(&mut self, ev: &Event, what: &str) -> Result<u32, String> {
-        if !ev.has_name {
-            return Err(format!("{what} event without \"name\""));
+    /// Forgets the records read since the last append (names stay).
+    fn clear_records(&mut self) {
+        let t = &mut self.b.trace;
+        t.kernels.clear();
+        t.memcpys.clear();
+        t.memsets.clear();
+        t.api_calls.clear();
+        t.markers.clear();
+        self.events = 0;
+    }
+
+    /// Moves the records of `later`, read from the bytes right after this sink's, to the end of
+    /// this one. `later` keeps its names and its allocations for the next block: its names are
+    /// interned here once, in its order, so the string table is the one a single pass builds
+    /// (a name it had before is here already, having been read earlier in the file).
+    fn append(&mut self, later: &mut Sink) {
+        let known = later.to_global.len();
+        for s in &later.b.trace.strings[known..] {
+            later.to_global.push(self.b.intern(s));
         }
-        Ok(self.b.intern(&self.name))
+        let ids = &later.to_global;
+        let id = |old: StrId| ids[old as usize];
+        let (from, to) = (&mut later.b.trace, &mut self.b.trace);
+        to.kernels.extend(from.kernels.drain(..).map(|k| Kernel {
+            name: id(k.name),
+            ..k
+        }));
+        to.memcpys.extend(from.memcpys.drain(..).map(|m| MemOp {
+            kind: id(m.kind),
+            ..m
+        }));
+        to.memsets.extend(from.memsets.drain(..).map(|m| MemOp {
+            kind: id(m.kind),
+            ..m
+        }));
+        to.api_calls
+            .extend(from.api_calls.drain(..).map(|a| ApiCall {
+                name: id(a.name),
+                ..a
+            }));
+        to.markers.extend(from.markers.drain(..).map(|m| Marker {
+            name: id(m.name),
+            ..m
+        }));
+        self.events += std::mem::take(&mut later.events);
+    }
+}
+
+/// What the top level and the events have filled in so far.
+struct Importer {
+    sink: Sink,
+    /// Events were split off: error positions in the rest are not the file's.
+    framed: bool,
+    saw_events: bool,
+    devices: Vec<DeviceInfo>,
+    versions: Versions,
+    rank: Option<u32>,
+    world: Option<u32>,
+}
+
+impl Importer {
+    fn new() -> Importer {
+        Importer {
+            sink: Sink::new(),
+            framed: false,
+            saw_events: false,
+            devices: Vec::new(),
+            versions: Versions::default(),
+            rank: None,
+            world: None,
+        }
+    }
+
+    /// A parse error of the document around the events, as one line.
+    fn error(&self, path: &Path, e: serde_json::Error) -> ImportError {
+        if e.is_io() {
+            return ImportError::Io {
+                path: path.to_owned(),
+                source: e.into(),
+            };
+        }
+        let is_eof = e.is_eof();
+        let e = if self.framed {
+            without_position(&e)
+        } else {
+            e.to_string()
+        };
+        let message = if is_eof {
+            format!("the file ends early (cut short?): {e}")
+        } else {
+            e
+        };
+        ImportError::Malformed {
+            path: path.to_owned(),
+            message,
+        }
     }
 
     /// After the document: time base, device, cells, checks.
@@ -581,7 +439,7 @@ impl Importer {
         if !self.saw_events {
             return Err("no \"traceEvents\" array".into());
         }
-        let mut trace = self.b.finish();
+        let mut trace = self.sink.b.finish();
         if trace.kernels.is_empty() && trace.memcpys.is_empty() && trace.memsets.is_empty() {
             return Err(
                 "no GPU activity (no \"kernel\", \"gpu_memcpy\" or \"gpu_memset\" \
@@ -591,6 +449,9 @@ impl Importer {
         }
         mark_graph_launches(&mut trace);
         let md = &mut trace.metadata;
+        md.tool = format!("gapscope {} (Kineto import)", env!("CARGO_PKG_VERSION"));
+        md.source = Source::Kineto;
+        md.notes = vec![KINETO_NOTE.to_owned()];
         md.versions = self.versions;
         md.rank = self.rank.unwrap_or(0);
         md.world = self.world.unwrap_or(1).max(1);
@@ -753,21 +614,28 @@ fn memcpy_kind(name: &str) -> &str {
         .unwrap_or(name)
 }
 
-fn to_ns(n: Num, what: &str) -> Result<u64, String> {
-    match n {
-        Num::Int(us) => us
-            .checked_mul(1000)
-            .ok_or_else(|| format!("\"{what}\" {us} µs overflows 64-bit nanoseconds")),
-        Num::Float(us) => {
-            let ns = (us * 1000.0).round();
-            // 2^64 as f64; anything at or above it does not fit.
-            if !(0.0..18_446_744_073_709_551_616.0).contains(&ns) {
-                return Err(format!(
-                    "\"{what}\" {us} µs is not a non-negative time that fits in 64-bit nanoseconds"
-                ));
-            }
-            Ok(ns as u64)
-        }
+/// The `args` every device op has.
+struct DeviceArgs {
+    device: u32,
+    stream: u32,
+    corr: u32,
+    graph: u32,
+    node: u64,
+}
+
+impl DeviceArgs {
+    fn of(a: &scan::Args, what: &str) -> Result<DeviceArgs, String> {
+        Ok(DeviceArgs {
+            device: arg_u32(a.device, what, "device")?.unwrap_or(0),
+            stream: required(arg_u32(a.stream, what, "stream")?, what, "stream")?,
+            corr: required(
+                arg_u32(a.correlation, what, "correlation")?,
+                what,
+                "correlation",
+            )?,
+            graph: arg_u32(a.graph, what, "graph id")?.unwrap_or(0),
+            node: arg_u64(a.node, what, "graph node id")?.unwrap_or(0),
+        })
     }
 }
 
@@ -794,94 +662,6 @@ fn required(v: Option<u32>, what: &str, key: &str) -> Result<u32, String> {
     v.ok_or_else(|| format!("{what} event without a non-negative integer args \"{key}\""))
 }
 
-/// FNV-1a: a stable 32-bit thread id for a string `tid`.
-fn hash_tid(s: &str) -> u32 {
-    s.bytes().fold(0x811c_9dc5u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    })
-}
-
-// ---- the event as read ----------------------------------------------------------------------
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-enum Phase {
-    #[default]
-    Missing,
-    Complete,
-    Other,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-enum Cat {
-    Kernel,
-    Memcpy,
-    Memset,
-    Runtime,
-    Driver,
-    UserAnnotation,
-    CpuOp,
-    #[default]
-    Other,
-}
-
-impl Cat {
-    fn from_str(s: &str) -> Cat {
-        match s {
-            "kernel" | "Kernel" => Cat::Kernel,
-            "gpu_memcpy" | "Memcpy" => Cat::Memcpy,
-            "gpu_memset" | "Memset" => Cat::Memset,
-            "cuda_runtime" | "Runtime" => Cat::Runtime,
-            "cuda_driver" | "Driver" => Cat::Driver,
-            "user_annotation" => Cat::UserAnnotation,
-            "cpu_op" | "Operator" => Cat::CpuOp,
-            _ => Cat::Other,
-        }
-    }
-
-    fn label(self) -> &'static str {
-        match self {
-            Cat::Kernel => "kernel",
-            Cat::Memcpy => "gpu_memcpy",
-            Cat::Memset => "gpu_memset",
-            Cat::Runtime => "cuda_runtime",
-            Cat::Driver => "cuda_driver",
-            Cat::UserAnnotation => "user_annotation",
-            Cat::CpuOp => "cpu_op",
-            Cat::Other => "other",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Num {
-    Int(u64),
-    Float(f64),
-}
-
-/// An `args` value: absent (`None`), not a non-negative integer (`Some(None)`), or one.
-type ArgVal = Option<Option<u64>>;
-
-#[derive(Debug, Default)]
-struct Args {
-    device: ArgVal,
-    stream: ArgVal,
-    correlation: ArgVal,
-    graph: ArgVal,
-    node: ArgVal,
-    bytes: ArgVal,
-}
-
-#[derive(Debug, Default)]
-struct Event {
-    ph: Phase,
-    cat: Cat,
-    has_name: bool,
-    ts: Option<Num>,
-    dur: Option<Num>,
-    tid: Option<u32>,
-    args: Args,
-}
-
 #[derive(Clone, Copy)]
 enum TopKey {
     TraceEvents,
@@ -889,29 +669,6 @@ enum TopKey {
     DistributedInfo,
     CudaRuntime,
     CudaDriver,
-    Other,
-}
-
-#[derive(Clone, Copy)]
-enum EventKey {
-    Ph,
-    Cat,
-    Name,
-    Ts,
-    Dur,
-    Tid,
-    Args,
-    Other,
-}
-
-#[derive(Clone, Copy)]
-enum ArgKey {
-    Device,
-    Stream,
-    Correlation,
-    Graph,
-    Node,
-    Bytes,
     Other,
 }
 
@@ -926,46 +683,11 @@ fn top_key(s: &str) -> TopKey {
     }
 }
 
-fn event_key(s: &str) -> EventKey {
-    match s {
-        "ph" => EventKey::Ph,
-        "cat" => EventKey::Cat,
-        "name" => EventKey::Name,
-        "ts" => EventKey::Ts,
-        "dur" => EventKey::Dur,
-        "tid" => EventKey::Tid,
-        "args" => EventKey::Args,
-        _ => EventKey::Other,
-    }
-}
-
-fn arg_key(s: &str) -> ArgKey {
-    match s {
-        "device" => ArgKey::Device,
-        "stream" => ArgKey::Stream,
-        "correlation" => ArgKey::Correlation,
-        "graph id" | "graph_id" => ArgKey::Graph,
-        "graph node id" | "graph_node_id" => ArgKey::Node,
-        "bytes" => ArgKey::Bytes,
-        _ => ArgKey::Other,
-    }
-}
-
-fn phase(s: &str) -> Phase {
-    if s == "X" {
-        Phase::Complete
-    } else {
-        Phase::Other
-    }
-}
-
 /// "12.4" from Kineto's 12040.
 fn cuda_version(v: &serde_json::Value) -> Option<String> {
     let v = v.as_u64()?;
     Some(format!("{}.{}", v / 1000, (v % 1000) / 10))
 }
-
-// ---- serde seeds and visitors ---------------------------------------------------------------
 
 /// A string mapped through `f` without allocating (keys, `ph`, `cat`).
 struct StrSeed<K> {
@@ -990,243 +712,23 @@ impl<K> Visitor<'_> for StrSeed<K> {
     }
 }
 
-/// The event name, copied into the importer's reused buffer.
-struct NameSeed<'a>(&'a mut String);
+/// `traceEvents`: its elements were taken out by the stream, this checks it is an array.
+struct EventsSeed;
 
-impl<'de> DeserializeSeed<'de> for NameSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl Visitor<'_> for NameSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a string for the event \"name\"")
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
-        self.0.clear();
-        self.0.push_str(v);
-        Ok(())
-    }
-}
-
-/// A non-negative number of microseconds (`ts`, `dur`).
-struct NumSeed(&'static str);
-
-impl<'de> DeserializeSeed<'de> for NumSeed {
-    type Value = Num;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Num, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl Visitor<'_> for NumSeed {
-    type Value = Num;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(
-            f,
-            "a non-negative number of microseconds for \"{}\"",
-            self.0
-        )
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Num, E> {
-        Ok(Num::Int(v))
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Num, E> {
-        u64::try_from(v)
-            .map(Num::Int)
-            .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Num, E> {
-        if v.is_finite() && v >= 0.0 {
-            Ok(Num::Float(v))
-        } else {
-            Err(E::invalid_value(de::Unexpected::Float(v), &self))
-        }
-    }
-}
-
-/// `tid`: an integer, or a string (hashed).
-struct TidSeed;
-
-impl<'de> DeserializeSeed<'de> for TidSeed {
-    type Value = u32;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u32, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl Visitor<'_> for TidSeed {
-    type Value = u32;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an integer or a string for \"tid\"")
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<u32, E> {
-        Ok(u32::try_from(v).unwrap_or((v ^ (v >> 32)) as u32))
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<u32, E> {
-        Ok(v as u32)
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<u32, E> {
-        Ok(v.parse::<u32>().unwrap_or_else(|_| hash_tid(v)))
-    }
-}
-
-/// An integer argument; anything else (string, object, negative) reads as `None` and fails the
-/// import only for an event that is imported (arguments of skipped events never do).
-struct ArgIntSeed;
-
-impl<'de> DeserializeSeed<'de> for ArgIntSeed {
-    type Value = Option<u64>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<u64>, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ArgIntSeed {
-    type Value = Option<u64>;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Option<u64>, E> {
-        Ok(Some(v))
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Option<u64>, E> {
-        Ok(u64::try_from(v).ok())
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Option<u64>, E> {
-        Ok((v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v < 1.8e19).then_some(v as u64))
-    }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Option<u64>, E> {
-        Ok(None)
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Option<u64>, E> {
-        Ok(None)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Option<u64>, E> {
-        Ok(None)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<u64>, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(None)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<u64>, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(None)
-    }
-}
-
-/// `args` of one event: the few keys the import uses.
-struct ArgsSeed<'a>(&'a mut Args);
-
-impl<'de> DeserializeSeed<'de> for ArgsSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ArgsSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an object for \"args\"")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(k) = map.next_key_seed(StrSeed {
-            what: "an \"args\" key",
-            f: arg_key,
-        })? {
-            let slot = match k {
-                ArgKey::Device => &mut self.0.device,
-                ArgKey::Stream => &mut self.0.stream,
-                ArgKey::Correlation => &mut self.0.correlation,
-                ArgKey::Graph => &mut self.0.graph,
-                ArgKey::Node => &mut self.0.node,
-                ArgKey::Bytes => &mut self.0.bytes,
-                ArgKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                    continue;
-                }
-            };
-            *slot = Some(map.next_value_seed(ArgIntSeed)?);
-        }
-        Ok(())
-    }
-}
-
-/// One element of `traceEvents`.
-struct EventSeed<'a>(&'a mut Importer);
-
-impl<'de> DeserializeSeed<'de> for EventSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for EventSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an event object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let imp = self.0;
-        let mut ev = Event::default();
-        while let Some(k) = map.next_key_seed(StrSeed {
-            what: "an event key",
-            f: event_key,
-        })? {
-            match k {
-                EventKey::Ph => {
-                    ev.ph = map.next_value_seed(StrSeed {
-                        what: "\"ph\"",
-                        f: phase,
-                    })?
-                }
-                EventKey::Cat => {
-                    ev.cat = map.next_value_seed(StrSeed {
-                        what: "\"cat\"",
-                        f: Cat::from_str,
-                    })?
-                }
-                EventKey::Name => {
-                    map.next_value_seed(NameSeed(&mut imp.name))?;
-                    ev.has_name = true;
-                }
-                EventKey::Ts => ev.ts = Some(map.next_value_seed(NumSeed("ts"))?),
-                EventKey::Dur => ev.dur = Some(map.next_value_seed(NumSeed("dur"))?),
-                EventKey::Tid => ev.tid = Some(map.next_value_seed(TidSeed)?),
-                EventKey::Args => map.next_value_seed(ArgsSeed(&mut ev.args))?,
-                EventKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        imp.add_event(&ev).map_err(de::Error::custom)
-    }
-}
-
-/// `traceEvents`.
-struct EventsSeed<'a>(&'a mut Importer);
-
-impl<'de> DeserializeSeed<'de> for EventsSeed<'_> {
+impl<'de> DeserializeSeed<'de> for EventsSeed {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_seq(self)
     }
 }
 
-impl<'de> Visitor<'de> for EventsSeed<'_> {
+impl<'de> Visitor<'de> for EventsSeed {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an array for \"traceEvents\"")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element_seed(EventSeed(&mut *self.0))?.is_some() {
-            self.0.index += 1;
-        }
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
         Ok(())
     }
 }
@@ -1257,9 +759,7 @@ impl<'de> Visitor<'de> for TopSeed<'_> {
                     if imp.saw_events {
                         return Err(de::Error::custom("two \"traceEvents\" arrays"));
                     }
-                    imp.in_events = true;
-                    map.next_value_seed(EventsSeed(&mut *imp))?;
-                    imp.in_events = false;
+                    map.next_value_seed(EventsSeed)?;
                     imp.saw_events = true;
                 }
                 TopKey::DeviceProperties => {
@@ -1298,15 +798,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn timestamps_round_to_nanoseconds() {
-        assert_eq!(to_ns(Num::Float(1234567.891), "ts"), Ok(1_234_567_891));
-        assert_eq!(to_ns(Num::Float(0.0005), "ts"), Ok(1));
-        assert_eq!(to_ns(Num::Int(7), "ts"), Ok(7000));
-        assert!(to_ns(Num::Float(1e30), "ts").is_err());
-        assert!(to_ns(Num::Int(u64::MAX), "ts").is_err());
-    }
-
-    #[test]
     fn memcpy_kind_from_name() {
         assert_eq!(memcpy_kind("Memcpy HtoD (Pageable -> Device)"), "HtoD");
         assert_eq!(memcpy_kind("Memcpy DtoD (Device -> Device)"), "DtoD");
@@ -1323,29 +814,5 @@ mod tests {
         ));
         assert!(!looks_like_kineto(b"not json"));
         assert!(looks_like_kineto(&[0x1f, 0x8b, 8, 0]));
-    }
-
-    #[test]
-    fn finds_quotes_and_backslashes_like_a_byte_loop() {
-        let text = "abcdefgh\"ijklmnop\\qrstuvwxyz0123456789\"é€".as_bytes();
-        for start in 0..text.len() {
-            for end in start..=text.len() {
-                let s = &text[start..end];
-                let want = s.iter().position(|&b| b == b'"' || b == b'\\');
-                assert_eq!(find_quote_or_backslash(s), want, "{start}..{end}");
-            }
-        }
-        for b in 0..=255u8 {
-            let mut s = [b'a'; 19];
-            s[11] = b;
-            let want = s.iter().position(|&b| b == b'"' || b == b'\\');
-            assert_eq!(find_quote_or_backslash(&s), want, "byte {b}");
-        }
-    }
-
-    #[test]
-    fn string_tids_hash_stably() {
-        assert_eq!(hash_tid("stream 7"), hash_tid("stream 7"));
-        assert_ne!(hash_tid("stream 7"), hash_tid("stream 8"));
     }
 }

@@ -1,0 +1,822 @@
+//! One element of `traceEvents`, read straight from the bytes it lies in.
+//!
+//! A small JSON reader that knows the few keys the import uses and checks, without building,
+//! everything else: strings (escapes, no raw control characters), numbers, literals, nesting.
+//! Nothing is allocated per event: keys are matched as bytes, the name stays a slice of the
+//! input, numbers stay digits until the importer needs them. Running off the end of the bytes
+//! is [`ScanError::Incomplete`]: the caller reads more and starts that event again.
+
+/// Deepest nesting accepted inside an event (as serde_json's default limit).
+const MAX_DEPTH: u32 = 128;
+
+#[derive(Debug, PartialEq)]
+pub(super) enum ScanError {
+    /// The bytes end inside the value.
+    Incomplete,
+    /// Not valid here (boxed: results on the hot path stay small).
+    Bad(Box<Bad>),
+}
+
+/// What is wrong, and where: `at` is the offset in the scanned bytes.
+#[derive(Debug, PartialEq)]
+pub(super) struct Bad {
+    pub at: usize,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum Phase {
+    #[default]
+    Missing,
+    Complete,
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum Cat {
+    Kernel,
+    Memcpy,
+    Memset,
+    Runtime,
+    Driver,
+    UserAnnotation,
+    CpuOp,
+    #[default]
+    Other,
+}
+
+impl Cat {
+    fn from_bytes(s: &[u8]) -> Cat {
+        match s {
+            b"kernel" | b"Kernel" => Cat::Kernel,
+            b"gpu_memcpy" | b"Memcpy" => Cat::Memcpy,
+            b"gpu_memset" | b"Memset" => Cat::Memset,
+            b"cuda_runtime" | b"Runtime" => Cat::Runtime,
+            b"cuda_driver" | b"Driver" => Cat::Driver,
+            b"user_annotation" => Cat::UserAnnotation,
+            b"cpu_op" | b"Operator" => Cat::CpuOp,
+            _ => Cat::Other,
+        }
+    }
+
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Cat::Kernel => "kernel",
+            Cat::Memcpy => "gpu_memcpy",
+            Cat::Memset => "gpu_memset",
+            Cat::Runtime => "cuda_runtime",
+            Cat::Driver => "cuda_driver",
+            Cat::UserAnnotation => "user_annotation",
+            Cat::CpuOp => "cpu_op",
+            Cat::Other => "other",
+        }
+    }
+}
+
+/// A JSON string as written, without its quotes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Str<'a> {
+    pub raw: &'a [u8],
+    /// Holds a backslash escape: decode before use.
+    pub escaped: bool,
+}
+
+impl Str<'_> {
+    /// The string's text: borrowed when there are no escapes.
+    pub(super) fn text(&self) -> Result<std::borrow::Cow<'_, str>, String> {
+        if self.escaped {
+            let mut quoted = Vec::with_capacity(self.raw.len() + 2);
+            quoted.push(b'"');
+            quoted.extend_from_slice(self.raw);
+            quoted.push(b'"');
+            serde_json::from_slice::<String>(&quoted)
+                .map(Into::into)
+                .map_err(|e| format!("invalid string: {e}"))
+        } else {
+            std::str::from_utf8(self.raw)
+                .map(Into::into)
+                .map_err(|_| "a string is not valid UTF-8".to_owned())
+        }
+    }
+}
+
+/// A JSON number as written (its grammar checked), with its digits read.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Num<'a> {
+    pub text: &'a [u8],
+    pub negative: bool,
+    pub exponent: bool,
+    /// The digits before the point, when there are at most 19 of them.
+    pub int: Option<u64>,
+    pub int_digits: usize,
+    /// The digits after the point as an integer (meaningful up to 19 of them).
+    pub frac: u64,
+    pub frac_digits: usize,
+}
+
+impl Num<'_> {
+    fn as_f64(&self) -> f64 {
+        // The text is ASCII digits, sign, point and exponent, which Rust's parser reads exactly
+        // (correctly rounded), so this cannot fail.
+        std::str::from_utf8(self.text)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(f64::NAN)
+    }
+
+    /// The integer, when the number is written as one that fits.
+    fn as_plain_u64(&self) -> Option<u64> {
+        if self.negative || self.exponent || self.frac_digits > 0 {
+            return None;
+        }
+        match self.int {
+            Some(v) => Some(v),
+            // 20 digits may still fit.
+            None if self.int_digits == 20 => std::str::from_utf8(self.text).ok()?.parse().ok(),
+            None => None,
+        }
+    }
+
+    /// An integer argument: a non-negative integer, written as one or as a float with no
+    /// fraction; `None` for anything else.
+    pub(super) fn as_arg(&self) -> Option<u64> {
+        if let Some(v) = self.as_plain_u64() {
+            return Some(v);
+        }
+        if self.negative && !self.exponent && self.frac_digits == 0 {
+            return (self.int == Some(0)).then_some(0);
+        }
+        let v = self.as_f64();
+        (v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v < 1.8e19).then_some(v as u64)
+    }
+
+    /// Microseconds (`ts`, `dur`) to nanoseconds, rounded to the nearest. Kineto writes three
+    /// decimals, read exactly from the digits; anything else goes through `f64`.
+    pub(super) fn to_ns(self, what: &str) -> Result<u64, String> {
+        if !self.exponent && self.frac_digits <= 3 && self.int_digits <= 15 && !self.negative {
+            let scale = [1000, 100, 10, 1][self.frac_digits];
+            return Ok(self.int.unwrap_or(0) * 1000 + self.frac * scale);
+        }
+        if let Some(us) = self.as_plain_u64() {
+            return us
+                .checked_mul(1000)
+                .ok_or_else(|| format!("\"{what}\" {us} µs overflows 64-bit nanoseconds"));
+        }
+        let us = self.as_f64();
+        let ns = (us * 1000.0).round();
+        // 2^64 as f64; anything at or above it does not fit.
+        if !(0.0..18_446_744_073_709_551_616.0).contains(&ns) {
+            return Err(format!(
+                "\"{what}\" {us} µs is not a non-negative time that fits in 64-bit nanoseconds"
+            ));
+        }
+        Ok(ns as u64)
+    }
+}
+
+/// An `args` value: absent (`None`), not a non-negative integer (`Some(None)`), or one.
+pub(super) type ArgVal = Option<Option<u64>>;
+
+#[derive(Debug, Default)]
+pub(super) struct Args {
+    pub device: ArgVal,
+    pub stream: ArgVal,
+    pub correlation: ArgVal,
+    pub graph: ArgVal,
+    pub node: ArgVal,
+    pub bytes: ArgVal,
+}
+
+/// The parts of one event the import uses.
+#[derive(Debug, Default)]
+pub(super) struct RawEvent<'a> {
+    pub ph: Phase,
+    pub cat: Cat,
+    pub name: Option<Str<'a>>,
+    pub ts: Option<Num<'a>>,
+    pub dur: Option<Num<'a>>,
+    pub tid: Option<u32>,
+    pub args: Args,
+}
+
+/// A position in a byte slice.
+pub(super) struct Scanner<'a> {
+    bytes: &'a [u8],
+    pub pos: usize,
+}
+
+impl<'a> Scanner<'a> {
+    pub(super) fn new(bytes: &'a [u8], pos: usize) -> Scanner<'a> {
+        Scanner { bytes, pos }
+    }
+
+    #[inline(always)]
+    pub(super) fn peek(&self) -> Result<u8, ScanError> {
+        self.bytes
+            .get(self.pos)
+            .copied()
+            .ok_or(ScanError::Incomplete)
+    }
+
+    #[inline(always)]
+    pub(super) fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.bytes.get(self.pos) {
+            self.pos += 1;
+        }
+    }
+
+    pub(super) fn bad<T>(&self, message: impl Into<String>) -> Result<T, ScanError> {
+        Err(ScanError::Bad(Box::new(Bad {
+            at: self.pos,
+            message: message.into(),
+        })))
+    }
+
+    /// Consumes `byte` (after white space) or fails with `what`.
+    #[inline(always)]
+    fn expect(&mut self, byte: u8, what: &str) -> Result<(), ScanError> {
+        self.skip_ws();
+        if self.peek()? != byte {
+            return self.bad(what);
+        }
+        self.pos += 1;
+        self.skip_ws();
+        Ok(())
+    }
+
+    /// A string; at its opening quote.
+    #[inline(always)]
+    fn string(&mut self) -> Result<Str<'a>, ScanError> {
+        let start = self.pos + 1;
+        let escaped = self.string_end(start)?;
+        Ok(Str {
+            raw: &self.bytes[start..self.pos - 1],
+            escaped,
+        })
+    }
+
+    /// Steps over the rest of a string whose text starts at `start`; returns whether it holds
+    /// escapes. Leaves `pos` after the closing quote.
+    #[inline(always)]
+    fn string_end(&mut self, start: usize) -> Result<bool, ScanError> {
+        let b = self.bytes;
+        let mut i = start;
+        let mut escaped = false;
+        loop {
+            let rest = b.get(i..).unwrap_or_default();
+            let Some(p) = find_string_special(rest) else {
+                return Err(ScanError::Incomplete);
+            };
+            i += p;
+            match b[i] {
+                b'"' => {
+                    self.pos = i + 1;
+                    return Ok(escaped);
+                }
+                b'\\' => {
+                    escaped = true;
+                    match b.get(i + 1) {
+                        None => return Err(ScanError::Incomplete),
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                        Some(b'u') => {
+                            let hex = b.get(i + 2..i + 6).ok_or(ScanError::Incomplete)?;
+                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                self.pos = i;
+                                return self.bad("invalid \\u escape in a string");
+                            }
+                            i += 6;
+                        }
+                        Some(_) => {
+                            self.pos = i;
+                            return self.bad("invalid escape in a string");
+                        }
+                    }
+                }
+                _ => {
+                    self.pos = i;
+                    return self.bad("control character in a string (must be escaped)");
+                }
+            }
+        }
+    }
+
+    /// A number; at its first byte. Digits are read into values on the way.
+    #[inline(always)]
+    fn number(&mut self) -> Result<Num<'a>, ScanError> {
+        let b = self.bytes;
+        let start = self.pos;
+        let negative = b[start] == b'-';
+        let mut i = start + usize::from(negative);
+        let int_start = i;
+        let (end, int) = digits(b, i);
+        i = end;
+        let int_digits = i - int_start;
+        if int_digits == 0 {
+            return self.number_end(i, "invalid number");
+        }
+        if int_digits > 1 && b[int_start] == b'0' {
+            self.pos = int_start;
+            return self.bad("invalid number: leading zero");
+        }
+        let (mut frac, mut frac_digits) = (0, 0);
+        if b.get(i) == Some(&b'.') {
+            i += 1;
+            let from = i;
+            (i, frac) = digits(b, i);
+            frac_digits = i - from;
+            if frac_digits == 0 {
+                return self.number_end(i, "invalid number: no digit after the point");
+            }
+        }
+        let mut exponent = false;
+        if let Some(b'e' | b'E') = b.get(i) {
+            exponent = true;
+            i += 1;
+            if let Some(b'+' | b'-') = b.get(i) {
+                i += 1;
+            }
+            let from = i;
+            while b.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            if i == from {
+                return self.number_end(i, "invalid number: no digit in the exponent");
+            }
+        }
+        if i == b.len() {
+            // It may go on in bytes not read yet.
+            return Err(ScanError::Incomplete);
+        }
+        self.pos = i;
+        Ok(Num {
+            text: &b[start..i],
+            negative,
+            exponent,
+            // Values wrap beyond 19 digits; those numbers go through `f64` (from `text`).
+            int: (int_digits <= 19).then_some(int),
+            int_digits,
+            frac,
+            frac_digits,
+        })
+    }
+
+    fn number_end<T>(&mut self, i: usize, message: &str) -> Result<T, ScanError> {
+        if i == self.bytes.len() {
+            return Err(ScanError::Incomplete);
+        }
+        self.pos = i;
+        self.bad(message)
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Result<(), ScanError> {
+        let have = &self.bytes[self.pos..self.bytes.len().min(self.pos + word.len())];
+        if have != &word[..have.len()] {
+            return self.bad("expected a value");
+        }
+        if have.len() < word.len() {
+            return Err(ScanError::Incomplete);
+        }
+        self.pos += word.len();
+        Ok(())
+    }
+
+    /// Checks and steps over any value.
+    fn skip_value(&mut self, depth: u32) -> Result<(), ScanError> {
+        match self.peek()? {
+            b'"' => self.string().map(drop),
+            b'-' | b'0'..=b'9' => self.number().map(drop),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            open @ (b'{' | b'[') => {
+                if depth >= MAX_DEPTH {
+                    return self.bad("nested too deeply");
+                }
+                let close = if open == b'{' { b'}' } else { b']' };
+                self.pos += 1;
+                self.skip_ws();
+                if self.peek()? == close {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                loop {
+                    if open == b'{' {
+                        if self.peek()? != b'"' {
+                            return self.bad("expected a key (a string)");
+                        }
+                        self.string()?;
+                        self.expect(b':', "expected ':' after a key")?;
+                    }
+                    self.skip_value(depth + 1)?;
+                    self.skip_ws();
+                    match self.peek()? {
+                        b',' => {
+                            self.pos += 1;
+                            self.skip_ws();
+                        }
+                        c if c == close => {
+                            self.pos += 1;
+                            return Ok(());
+                        }
+                        _ if open == b'{' => return self.bad("expected ',' or '}' in an object"),
+                        _ => return self.bad("expected ',' or ']' in an array"),
+                    }
+                }
+            }
+            _ => self.bad("expected a value"),
+        }
+    }
+
+    /// A string value for `key`.
+    #[inline(always)]
+    fn str_value(&mut self, key: &str) -> Result<Str<'a>, ScanError> {
+        if self.peek()? != b'"' {
+            return self.bad(format!("\"{key}\" must be a string"));
+        }
+        self.string()
+    }
+
+    /// A string value for `key`, mapped through `f` (decoded first when it has escapes).
+    fn word_value<T>(&mut self, key: &str, f: fn(&[u8]) -> T) -> Result<T, ScanError> {
+        let at = self.pos;
+        let s = self.str_value(key)?;
+        if !s.escaped {
+            return Ok(f(s.raw));
+        }
+        let text = s.text().or_else(|m| {
+            self.pos = at;
+            self.bad(m)
+        })?;
+        Ok(f(text.as_bytes()))
+    }
+
+    /// A non-negative number of microseconds for `key`.
+    #[inline(always)]
+    fn time_value(&mut self, key: &str) -> Result<Num<'a>, ScanError> {
+        let message = || format!("\"{key}\" must be a non-negative number of microseconds");
+        match self.peek()? {
+            b'-' | b'0'..=b'9' => {
+                let at = self.pos;
+                let n = self.number()?;
+                if n.negative {
+                    self.pos = at;
+                    return self.bad(message());
+                }
+                Ok(n)
+            }
+            _ => self.bad(message()),
+        }
+    }
+
+    /// `tid`: an integer, or a string (a number, or hashed).
+    fn tid_value(&mut self) -> Result<u32, ScanError> {
+        match self.peek()? {
+            b'"' => {
+                let at = self.pos;
+                let s = self.string()?;
+                let text = s.text().or_else(|m| {
+                    self.pos = at;
+                    self.bad(m)
+                })?;
+                Ok(text.parse::<u32>().unwrap_or_else(|_| hash_tid(&text)))
+            }
+            b'-' | b'0'..=b'9' => {
+                let at = self.pos;
+                let n = self.number()?;
+                if let Some(v) = n.as_plain_u64() {
+                    return Ok(u32::try_from(v).unwrap_or((v ^ (v >> 32)) as u32));
+                }
+                if n.negative
+                    && !n.exponent
+                    && n.frac_digits == 0
+                    && let Ok(v) = std::str::from_utf8(n.text).unwrap_or("").parse::<i64>()
+                {
+                    return Ok(v as u32);
+                }
+                self.pos = at;
+                self.bad("\"tid\" must be an integer or a string")
+            }
+            _ => self.bad("\"tid\" must be an integer or a string"),
+        }
+    }
+
+    /// An `args` value for a key the import reads.
+    #[inline(always)]
+    fn arg_value(&mut self) -> Result<Option<u64>, ScanError> {
+        if let b'-' | b'0'..=b'9' = self.peek()? {
+            return Ok(self.number()?.as_arg());
+        }
+        self.skip_value(3)?;
+        Ok(None)
+    }
+
+    /// A key and its `:`; at the key's opening quote. Decoded only when it has escapes.
+    #[inline(always)]
+    fn key<'k>(&mut self, decoded: &'k mut String) -> Result<&'k [u8], ScanError>
+    where
+        'a: 'k,
+    {
+        if self.peek()? != b'"' {
+            return self.bad("expected a key (a string)");
+        }
+        let at = self.pos;
+        let key = self.string()?;
+        self.expect(b':', "expected ':' after a key")?;
+        if !key.escaped {
+            return Ok(key.raw);
+        }
+        *decoded = key
+            .text()
+            .or_else(|m| {
+                self.pos = at;
+                self.bad(m)
+            })?
+            .into_owned();
+        Ok(decoded.as_bytes())
+    }
+
+    /// After a member of an object: `true` at its closing `}`, `false` after a `,`.
+    #[inline(always)]
+    fn object_next(&mut self, what: &str) -> Result<bool, ScanError> {
+        self.skip_ws();
+        match self.peek()? {
+            b',' => {
+                self.pos += 1;
+                self.skip_ws();
+                Ok(false)
+            }
+            b'}' => {
+                self.pos += 1;
+                Ok(true)
+            }
+            _ => self.bad(format!("expected ',' or '}}' in {what}")),
+        }
+    }
+
+    /// Opens an object: `true` when it is empty (and closed).
+    fn object_open(&mut self, what: &str) -> Result<bool, ScanError> {
+        if self.peek()? != b'{' {
+            return self.bad(format!("expected {what}"));
+        }
+        self.pos += 1;
+        self.skip_ws();
+        if self.peek()? == b'}' {
+            self.pos += 1;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    fn args(&mut self, args: &mut Args) -> Result<(), ScanError> {
+        if self.object_open("an object for \"args\"")? {
+            return Ok(());
+        }
+        let mut decoded = String::new();
+        loop {
+            let slot = match self.key(&mut decoded)? {
+                b"device" => &mut args.device,
+                b"stream" => &mut args.stream,
+                b"correlation" => &mut args.correlation,
+                b"graph id" | b"graph_id" => &mut args.graph,
+                b"graph node id" | b"graph_node_id" => &mut args.node,
+                b"bytes" => &mut args.bytes,
+                _ => {
+                    self.skip_value(3)?;
+                    if self.object_next("\"args\"")? {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            };
+            *slot = Some(self.arg_value()?);
+            if self.object_next("\"args\"")? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// One element of `traceEvents`; at its first byte.
+    pub(super) fn event(&mut self) -> Result<RawEvent<'a>, ScanError> {
+        let mut ev = RawEvent::default();
+        if self.object_open("an event object")? {
+            return Ok(ev);
+        }
+        let mut decoded = String::new();
+        loop {
+            match self.key(&mut decoded)? {
+                b"ph" => {
+                    ev.ph = self.word_value("ph", |s| match s {
+                        b"X" => Phase::Complete,
+                        _ => Phase::Other,
+                    })?
+                }
+                b"cat" => ev.cat = self.word_value("cat", Cat::from_bytes)?,
+                b"name" => ev.name = Some(self.str_value("name")?),
+                b"ts" => ev.ts = Some(self.time_value("ts")?),
+                b"dur" => ev.dur = Some(self.time_value("dur")?),
+                b"tid" => ev.tid = Some(self.tid_value()?),
+                b"args" => self.args(&mut ev.args)?,
+                _ => self.skip_value(2)?,
+            }
+            if self.object_next("an event")? {
+                return Ok(ev);
+            }
+        }
+    }
+}
+
+/// The end of the run of digits at `i`, and its value (wrapping past 19 digits).
+#[inline(always)]
+fn digits(b: &[u8], mut i: usize) -> (usize, u64) {
+    let mut value = 0u64;
+    while let Some(&d) = b.get(i) {
+        let v = d.wrapping_sub(b'0');
+        if v > 9 {
+            break;
+        }
+        value = value.wrapping_mul(10).wrapping_add(u64::from(v));
+        i += 1;
+    }
+    (i, value)
+}
+
+/// High bit set in each byte of `x` (eight bytes, little-endian) that is `"`, `\\` or a control
+/// character (below 0x20). Only the lowest flagged byte is sure (a borrow can flag bytes above
+/// it), which is all the scan uses.
+#[inline(always)]
+fn special_bytes(x: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = |x: u64, n: u8| x.wrapping_sub(ONES * u64::from(n)) & !x & HIGH;
+    below(x ^ (ONES * u64::from(b'"')), 1)
+        | below(x ^ (ONES * u64::from(b'\\')), 1)
+        | below(x, 0x20)
+}
+
+/// Index of the first `"`, `\\` or control character in `s`, eight bytes at a time: names and
+/// keys are most of a Kineto file, and this is the scan's inner loop.
+#[inline(always)]
+fn find_string_special(s: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    while let Some(chunk) = s.get(i..i + 8) {
+        let hits = special_bytes(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])));
+        if hits != 0 {
+            return Some(i + (hits.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    s[i..]
+        .iter()
+        .position(|&b| is_string_special(b))
+        .map(|p| i + p)
+}
+
+fn is_string_special(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
+}
+
+/// FNV-1a: a stable 32-bit thread id for a string `tid`.
+pub(super) fn hash_tid(s: &str) -> u32 {
+    s.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(text: &str) -> Result<RawEvent<'_>, ScanError> {
+        let mut s = Scanner::new(text.as_bytes(), 0);
+        s.event()
+    }
+
+    fn num(text: &str) -> Num<'_> {
+        let mut s = Scanner::new(text.as_bytes(), 0);
+        s.number().unwrap()
+    }
+
+    #[test]
+    fn timestamps_round_to_nanoseconds() {
+        assert_eq!(num("1234567.891 ").to_ns("ts"), Ok(1_234_567_891));
+        assert_eq!(num("1234567.8915 ").to_ns("ts"), Ok(1_234_567_892));
+        assert_eq!(num("0.0005 ").to_ns("ts"), Ok(1));
+        assert_eq!(num("7 ").to_ns("ts"), Ok(7000));
+        assert_eq!(num("7.5 ").to_ns("ts"), Ok(7500));
+        assert_eq!(num("1e3 ").to_ns("ts"), Ok(1_000_000));
+        assert_eq!(num("123456789012345678 ").to_ns("ts").ok(), None);
+        assert_eq!(
+            num("1234567890123456 ").to_ns("ts"),
+            Ok(1_234_567_890_123_456_000)
+        );
+        assert!(num("1e30 ").to_ns("ts").is_err());
+        assert!(num("18446744073709551615 ").to_ns("ts").is_err());
+    }
+
+    #[test]
+    fn integer_arguments() {
+        for (text, want) in [
+            ("7 ", Some(7)),
+            ("7.0 ", Some(7)),
+            ("7.5 ", None),
+            ("-3 ", None),
+            ("-0 ", Some(0)),
+            ("1e2 ", Some(100)),
+            ("18446744073709551615 ", Some(u64::MAX)),
+            ("99999999999999999999 ", None),
+        ] {
+            assert_eq!(num(text).as_arg(), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn reads_the_keys_it_needs_and_checks_the_rest() {
+        let ev = event(
+            r#"{"ph":"X","cat":"kernel","name":"k\"1","ts":1.5,"dur":2,"tid":"stream 7",
+               "x":[1,{"a":[true,false,null]},"s"],"args":{"stream":7,"correlation":"c",
+               "graph id":3.0,"device":{"a":1}}}"#,
+        )
+        .unwrap();
+        assert_eq!((ev.ph, ev.cat), (Phase::Complete, Cat::Kernel));
+        assert_eq!(ev.name.unwrap().text().unwrap(), "k\"1");
+        assert_eq!(ev.ts.unwrap().to_ns("ts"), Ok(1500));
+        assert_eq!(ev.tid, Some(hash_tid("stream 7")));
+        let a = &ev.args;
+        assert_eq!(
+            (a.stream, a.correlation, a.graph),
+            (Some(Some(7)), Some(None), Some(Some(3)))
+        );
+        assert_eq!(a.device, Some(None));
+        assert_eq!(a.bytes, None);
+        // Escaped keys and values are decoded.
+        let ev = event(r#"{"\u0063at":"ker\u006eel","p\u0068":"X"}"#).unwrap();
+        assert_eq!((ev.ph, ev.cat), (Phase::Complete, Cat::Kernel));
+    }
+
+    #[test]
+    fn every_cut_is_incomplete_and_every_break_is_bad() {
+        let text = r#"{"ph":"X","cat":"kernel","name":"a\u00e9\n","ts":1.5e1,"args":{"x":[-1,{}],"y":true}}"#;
+        assert!(event(text).is_ok());
+        for cut in 0..text.len() {
+            assert_eq!(
+                event(&text[..cut]).err(),
+                Some(ScanError::Incomplete),
+                "cut {cut}"
+            );
+        }
+        for bad in [
+            r#"{"ph":X}"#,
+            r#"{"ph":"X",}"#,
+            r#"{"ph" "X"}"#,
+            r#"{"a":01}"#,
+            r#"{"a":1.}"#,
+            r#"{"a":1e}"#,
+            r#"{"a":tru}"#,
+            r#"{"a":"\q"}"#,
+            "{\"a\":\"\u{1}\"}",
+            r#"{"a":[1 2]}"#,
+            r#"{"a":{"b"}}"#,
+            r#"{"ts":"1"}"#,
+            r#"{"ts":-1}"#,
+            r#"{"cat":7}"#,
+            r#"{"tid":1.5}"#,
+            r#"{"args":[]}"#,
+            r#"7"#,
+        ] {
+            assert!(
+                matches!(event(bad), Err(ScanError::Bad(_))),
+                "{bad}: {:?}",
+                event(bad).err()
+            );
+        }
+        let deep = format!("{{\"a\":{}{}}}", "[".repeat(200), "]".repeat(200));
+        assert!(matches!(event(&deep), Err(ScanError::Bad(b)) if b.message.contains("deep")));
+    }
+
+    #[test]
+    fn finds_string_specials_like_a_byte_loop() {
+        let text = "abcdefgh\"ijklmnop\\qrstuvwxyz0123456789\"é€\tx".as_bytes();
+        for start in 0..text.len() {
+            for end in start..=text.len() {
+                let s = &text[start..end];
+                let want = s.iter().position(|&b| is_string_special(b));
+                assert_eq!(find_string_special(s), want, "{start}..{end}");
+            }
+        }
+        for b in 0..=255u8 {
+            for at in [0, 5, 11] {
+                let mut s = [b'a'; 19];
+                s[at] = b;
+                s[15] = b'"';
+                let want = s.iter().position(|&b| is_string_special(b));
+                assert_eq!(find_string_special(&s), want, "byte {b} at {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn string_tids_hash_stably() {
+        assert_eq!(hash_tid("stream 7"), hash_tid("stream 7"));
+        assert_ne!(hash_tid("stream 7"), hash_tid("stream 8"));
+    }
+}

@@ -1,0 +1,483 @@
+//! The file as it streams by. The few KiB around `traceEvents` are collected for serde (the
+//! [`Skeleton`]); the events are read block by block and each block is parsed by several threads
+//! at once, every thread into its own [`Sink`], appended in file order.
+//!
+//! Where a thread starts is a guess (a `{` after `},`, see [`split_point`]): the thread before
+//! it checks the guess by parsing up to it, and its records are only kept when that parse lands
+//! exactly there, between two elements of the array. Otherwise, or when a thread meets an error,
+//! the rest of the block is parsed in order. The trace is therefore the same, to the byte,
+//! whatever the block size and the number of threads; only the time differs.
+
+use super::Sink;
+use super::scan::{ScanError, Scanner};
+use std::io::{self, Read};
+
+/// How the events are read and split. The defaults suit files of any size.
+#[derive(Debug, Clone)]
+pub struct ImportOptions {
+    /// Bytes read at a time (memory holds about one block beyond the records).
+    pub block_bytes: usize,
+    /// Threads parsing each block (1: all in order on the calling thread).
+    pub threads: usize,
+    /// Blocks smaller than this are parsed on one thread (a thread costs more than it saves).
+    pub parallel_min_bytes: usize,
+}
+
+impl Default for ImportOptions {
+    fn default() -> ImportOptions {
+        ImportOptions {
+            block_bytes: 8 << 20,
+            threads: default_threads(),
+            parallel_min_bytes: 1 << 20,
+        }
+    }
+}
+
+/// `GAPSCOPE_THREADS` when set to a positive number, else the cores available (at most 8).
+fn default_threads() -> usize {
+    std::env::var("GAPSCOPE_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(8)))
+}
+
+/// Buffered input that keeps the unparsed tail of a block and knows the file offset.
+pub(super) struct Input<R> {
+    reader: R,
+    buf: Vec<u8>,
+    /// First byte not yet consumed.
+    start: usize,
+    pub eof: bool,
+    /// File offset of `buf[0]`.
+    base: u64,
+}
+
+impl<R: Read> Input<R> {
+    pub(super) fn new(reader: R) -> Input<R> {
+        Input {
+            reader,
+            buf: Vec::new(),
+            start: 0,
+            eof: false,
+            base: 0,
+        }
+    }
+
+    pub(super) fn available(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
+    pub(super) fn consume(&mut self, n: usize) {
+        self.start += n;
+    }
+
+    /// File offset of `available()[at]`.
+    fn offset(&self, at: usize) -> u64 {
+        self.base + (self.start + at) as u64
+    }
+
+    /// Reads until `want` bytes are available or the input ends.
+    pub(super) fn fill(&mut self, want: usize) -> io::Result<()> {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.base += self.start as u64;
+            self.start = 0;
+        }
+        if self.buf.len() >= want || self.eof {
+            return Ok(());
+        }
+        let missing = want - self.buf.len();
+        self.buf.reserve(missing);
+        let got = (&mut self.reader)
+            .take(missing as u64)
+            .read_to_end(&mut self.buf)?;
+        self.eof = got < missing;
+        Ok(())
+    }
+}
+
+/// What went wrong inside `traceEvents`.
+pub(super) enum EventsError {
+    Io(io::Error),
+    /// The event at `index` (or the text after it), at file offset `offset`.
+    Bad {
+        index: u64,
+        offset: u64,
+        message: String,
+    },
+    /// The input ends inside the array.
+    CutShort {
+        index: u64,
+    },
+}
+
+/// What the parse expects next inside the array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// Just after `[`: an element or `]`.
+    First,
+    /// After `,`: an element.
+    Element,
+    /// After an element: `,` or `]`.
+    Next,
+}
+
+#[derive(Debug, PartialEq)]
+enum Stop {
+    /// At the place where the next thread started, between two elements.
+    Split,
+    /// The bytes end before the array does.
+    Incomplete,
+    /// Just after the closing `]`.
+    ArrayEnd,
+    Bad {
+        at: usize,
+        message: String,
+    },
+}
+
+struct Outcome {
+    /// Where the parse stopped (for `Incomplete`: the start of the unfinished element).
+    pos: usize,
+    expect: Expect,
+    stop: Stop,
+}
+
+/// Parses the elements of a `traceEvents` array whose `[` was just consumed, up to and
+/// including its `]`, into `sink`.
+pub(super) fn events<R: Read>(
+    input: &mut Input<R>,
+    sink: &mut Sink,
+    opts: &ImportOptions,
+) -> Result<(), EventsError> {
+    let block = opts.block_bytes.max(1);
+    // A sink per piece of a block, kept from block to block (with allocations and names).
+    let mut pool: Vec<Sink> = Vec::new();
+    let mut expect = Expect::First;
+    let mut want = block;
+    loop {
+        if input.available().len() < want {
+            input.fill(want).map_err(EventsError::Io)?;
+        }
+        let out = parse_block(input.available(), expect, sink, &mut pool, opts);
+        if let Stop::Bad { at, message } = out.stop {
+            return Err(EventsError::Bad {
+                index: sink.events,
+                offset: input.offset(at),
+                message,
+            });
+        }
+        input.consume(out.pos);
+        expect = out.expect;
+        match out.stop {
+            Stop::ArrayEnd => return Ok(()),
+            Stop::Incomplete if input.eof => {
+                return Err(EventsError::CutShort { index: sink.events });
+            }
+            // An element longer than what is buffered: read more before trying again.
+            Stop::Incomplete if out.pos == 0 => want = input.available().len() + block,
+            // (`Split` is not returned for a whole block; parsing on from there is right.)
+            _ => want = block,
+        }
+    }
+}
+
+/// Pieces per thread in a parallel block: threads take pieces in turn, so a slow piece holds
+/// the others up by little.
+const PIECES_PER_THREAD: usize = 4;
+
+/// Parses `data` from its start; when it is large enough, in pieces over `opts.threads`
+/// threads, each piece into its own sink of `pool` (kept from block to block), then appended
+/// to `sink` in order as far as each piece's start is confirmed by the piece before it.
+fn parse_block(
+    data: &[u8],
+    expect: Expect,
+    sink: &mut Sink,
+    pool: &mut Vec<Sink>,
+    opts: &ImportOptions,
+) -> Outcome {
+    let threads = opts.threads.max(1);
+    let mut starts = vec![0];
+    if threads > 1 && data.len() >= opts.parallel_min_bytes {
+        let pieces = threads * PIECES_PER_THREAD;
+        for k in 1..pieces {
+            if let Some(s) = split_point(data, data.len() / pieces * k)
+                && starts.last().is_some_and(|&last| s > last)
+            {
+                starts.push(s);
+            }
+        }
+    }
+    if starts.len() == 1 {
+        return run(data, 0, expect, None, sink);
+    }
+    while pool.len() < starts.len() {
+        pool.push(Sink::new());
+    }
+    let work: Vec<(usize, &mut Sink)> = starts.iter().copied().zip(pool.iter_mut()).collect();
+    let queue = std::sync::Mutex::new(work.into_iter().enumerate());
+    let take = || queue.lock().ok().and_then(|mut q| q.next());
+    let parse_pieces = || {
+        let mut done = Vec::new();
+        while let Some((k, (start, own))) = take() {
+            let first = if k == 0 { expect } else { Expect::Element };
+            done.push((k, run(data, start, first, starts.get(k + 1).copied(), own)));
+        }
+        done
+    };
+    let mut outcomes: Vec<Option<Outcome>> = (0..starts.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(parse_pieces)).collect();
+        let mine = parse_pieces();
+        // A helper that panicked leaves its pieces unset: they are parsed again in order.
+        let theirs = helpers.into_iter().filter_map(|h| h.join().ok());
+        for (k, out) in theirs.flatten().chain(mine) {
+            outcomes[k] = Some(out);
+        }
+    });
+    let mut last: Option<Outcome> = None;
+    for (k, out) in outcomes.into_iter().enumerate() {
+        let own = &mut pool[k];
+        let confirmed = last.as_ref().is_none_or(|l| l.stop == Stop::Split);
+        match out {
+            _ if !confirmed => own.clear_records(),
+            Some(out) if !matches!(out.stop, Stop::Bad { .. }) => {
+                sink.append(own);
+                last = Some(out);
+            }
+            // An error (or a lost piece) is found again in order, with the event's index.
+            _ => {
+                own.clear_records();
+                let first = if k == 0 { expect } else { Expect::Element };
+                last = Some(run(data, starts[k], first, None, sink));
+            }
+        }
+    }
+    // The last piece has no split point, so `last` is never `Split` here.
+    last.unwrap_or_else(|| run(data, 0, expect, None, sink))
+}
+
+/// Parses elements from `pos` until the array ends, the bytes end, an error, or (with
+/// `split_at`) the parse stands exactly at `split_at` expecting an element.
+fn run(
+    data: &[u8],
+    pos: usize,
+    mut expect: Expect,
+    split_at: Option<usize>,
+    sink: &mut Sink,
+) -> Outcome {
+    let mut s = Scanner::new(data, pos);
+    let bad = |at: usize, message: String, expect| Outcome {
+        pos: at,
+        expect,
+        stop: Stop::Bad { at, message },
+    };
+    loop {
+        s.skip_ws();
+        let stopped = |stop, pos| Outcome { pos, expect, stop };
+        let Ok(byte) = s.peek() else {
+            return stopped(Stop::Incomplete, s.pos);
+        };
+        if expect == Expect::Next {
+            match byte {
+                b',' => expect = Expect::Element,
+                b']' => return stopped(Stop::ArrayEnd, s.pos + 1),
+                _ => return bad(s.pos, "expected ',' or ']' after an event".into(), expect),
+            }
+            s.pos += 1;
+            continue;
+        }
+        if split_at == Some(s.pos) {
+            return stopped(Stop::Split, s.pos);
+        }
+        match byte {
+            b']' if expect == Expect::First => return stopped(Stop::ArrayEnd, s.pos + 1),
+            b',' | b']' => return bad(s.pos, "missing event (stray comma)".into(), expect),
+            _ => {}
+        }
+        let start = s.pos;
+        match s.event() {
+            Ok(ev) => {
+                if let Err(message) = sink.add_event(&ev) {
+                    return bad(start, message, expect);
+                }
+                sink.events += 1;
+                expect = Expect::Next;
+            }
+            Err(ScanError::Incomplete) => return stopped(Stop::Incomplete, start),
+            Err(ScanError::Bad(b)) => return bad(b.at, b.message, expect),
+        }
+    }
+}
+
+/// A likely start of an element at or after `from`: a `{` preceded, white space aside, by `},`.
+/// Looks through 64 KiB at most.
+fn split_point(data: &[u8], from: usize) -> Option<usize> {
+    let end = data.len().min(from.saturating_add(64 << 10));
+    let before = |mut i: usize| {
+        while i > 0 && data[i - 1].is_ascii_whitespace() {
+            i -= 1;
+        }
+        i.checked_sub(1).map(|j| (j, data[j]))
+    };
+    (from.max(1)..end).find(|&i| {
+        data[i] == b'{'
+            && matches!(before(i), Some((comma, b',')) if matches!(before(comma), Some((_, b'}'))))
+    })
+}
+
+/// The document outside the `traceEvents` arrays, collected for serde with each array left
+/// empty. Tracks strings, escapes and depth, byte by byte (it sees a few KiB).
+pub(super) struct Skeleton {
+    pub bytes: Vec<u8>,
+    depth: u32,
+    in_str: bool,
+    esc: bool,
+    /// At depth 1, the next string is a key.
+    expect_key: bool,
+    /// Start (in `bytes`) of the depth-1 key being read.
+    key_start: Option<usize>,
+    /// The last depth-1 key was `traceEvents`.
+    events_key: bool,
+    /// Some array was left out (positions in `bytes` then differ from the file's).
+    pub extracted: bool,
+}
+
+impl Skeleton {
+    pub(super) fn new() -> Skeleton {
+        Skeleton {
+            bytes: Vec::new(),
+            depth: 0,
+            in_str: false,
+            esc: false,
+            expect_key: false,
+            key_start: None,
+            events_key: false,
+            extracted: false,
+        }
+    }
+
+    /// Takes bytes of `data` up to and including the `[` that opens a `traceEvents` array.
+    /// Returns how many it took and whether it stopped at such a `[`.
+    pub(super) fn take(&mut self, data: &[u8]) -> (usize, bool) {
+        for (i, &b) in data.iter().enumerate() {
+            if self.byte(b) {
+                return (i + 1, true);
+            }
+        }
+        (data.len(), false)
+    }
+
+    /// After the array's elements: its `]`.
+    pub(super) fn close_events(&mut self) {
+        self.bytes.push(b']');
+        self.depth = 1;
+    }
+
+    /// One byte; `true` when it opens a `traceEvents` array.
+    fn byte(&mut self, b: u8) -> bool {
+        self.bytes.push(b);
+        if self.in_str {
+            if self.esc {
+                self.esc = false;
+            } else if b == b'\\' {
+                self.esc = true;
+            } else if b == b'"' {
+                self.in_str = false;
+                if let Some(start) = self.key_start.take() {
+                    self.events_key = self.key_is_trace_events(start - 1);
+                    self.expect_key = false;
+                }
+            }
+            return false;
+        }
+        match b {
+            b'"' => {
+                self.in_str = true;
+                if self.depth == 1 && self.expect_key {
+                    self.key_start = Some(self.bytes.len());
+                }
+            }
+            b'{' | b'[' => {
+                self.depth += 1;
+                if self.depth == 1 {
+                    self.expect_key = b == b'{';
+                } else if self.depth == 2 && b == b'[' && self.events_key && !self.expect_key {
+                    self.extracted = true;
+                    return true;
+                }
+            }
+            b'}' | b']' => self.depth = self.depth.saturating_sub(1),
+            b',' if self.depth == 1 => {
+                self.expect_key = true;
+                self.events_key = false;
+            }
+            _ => {}
+        }
+        false
+    }
+
+    /// Whether the quoted key starting at `quote` is `traceEvents` (escapes decoded).
+    fn key_is_trace_events(&self, quote: usize) -> bool {
+        let quoted = &self.bytes[quote..];
+        let raw = &quoted[1..quoted.len() - 1];
+        if !raw.contains(&b'\\') {
+            return raw == b"traceEvents";
+        }
+        serde_json::from_slice::<String>(quoted).is_ok_and(|k| k == "traceEvents")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_points_follow_a_closed_element() {
+        let doc = b"[{\"a\":{\"b\":1}},\n  {\"c\":[{}, {}]}, {\"d\":1}]";
+        let found: Vec<usize> = (0..doc.len()).filter_map(|f| split_point(doc, f)).collect();
+        let text = std::str::from_utf8(doc).unwrap();
+        assert_eq!(found[0], text.find("{\"c\"").unwrap());
+        assert!(found.contains(&text.find("{\"d\"").unwrap()));
+        // `{}, {}` inside "c" looks like a boundary too: the parse before it finds out.
+        assert!(found.contains(&text.find("{}]").unwrap()));
+        assert_eq!(split_point(b"{\"a\":1}", 0), None);
+    }
+
+    /// Parses `doc` (the inside of a `traceEvents` array, with its `]`) in one go.
+    fn parse_all(doc: &[u8], threads: usize) -> (Sink, Vec<Sink>, Stop) {
+        let opts = ImportOptions {
+            threads,
+            block_bytes: doc.len(),
+            parallel_min_bytes: 0,
+        };
+        let (mut sink, mut pool) = (Sink::new(), Vec::new());
+        let out = parse_block(doc, Expect::First, &mut sink, &mut pool, &opts);
+        (sink, pool, out.stop)
+    }
+
+    #[test]
+    fn wrong_guesses_are_caught_and_reparsed_in_order() {
+        // Every place a thread may start is inside an event's args: every guess is wrong.
+        let event = r#"{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":1,"args":{"stream":7,"correlation":1,"x":[{"a":1},{"b":2},{"c":3},{"d":4}]}}"#;
+        let doc = format!("{}]", [event; 40].join(",\n"));
+        let whole = doc.replace("},\n{", "}, {");
+        let (one, _, stop) = parse_all(whole.as_bytes(), 1);
+        assert_eq!((stop, one.events), (Stop::ArrayEnd, 40));
+        for threads in [2, 3, 8] {
+            let (split, pool, stop) = parse_all(whole.as_bytes(), threads);
+            assert_eq!(stop, Stop::ArrayEnd);
+            assert!(split.b.trace == one.b.trace, "{threads} threads");
+            assert_eq!(split.events, 40);
+            // The pieces that started in the wrong place were thrown away.
+            assert!(
+                pool.iter()
+                    .all(|p| p.b.trace.kernels.is_empty() && p.events == 0)
+            );
+        }
+        // With true boundaries too (after each "},\n"), the result is the same.
+        let (mixed, _, _) = parse_all(doc.as_bytes(), 4);
+        assert!(mixed.b.trace == one.b.trace);
+    }
+}
