@@ -26,6 +26,17 @@ fn analyze(trace: &Trace) -> analysis::Analysis {
     )
 }
 
+/// Runs a command that must succeed; its stdout.
+fn succeeds(cmd: &mut std::process::Command) -> Vec<u8> {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// The message of an import that must fail: one line naming the file.
 fn error_of(bytes: &[u8]) -> String {
     let e = import(bytes).expect_err("the import must fail");
@@ -350,17 +361,12 @@ fn sniffing_tells_kineto_from_gapscope_traces() {
 fn cli_analyses_kineto_files_and_exits_2_on_bad_ones() {
     let bin = env!("CARGO_BIN_EXE_gapscope");
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(bin)
-        .args(["analyze", MIXED, "--json"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = succeeds(
+        std::process::Command::new(bin)
+            .args(["analyze", MIXED, "--json"])
+            .current_dir(env!("CARGO_MANIFEST_DIR")),
     );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
     assert!(report.is_object());
 
     let bad = dir.path().join("cut.pt.trace.json");
@@ -497,5 +503,24 @@ fn any_split_of_the_work_gives_the_same_trace() {
             parallel_min_bytes: 0,
         });
         assert_eq!(parallel, sequential);
+    }
+}
+
+#[test]
+fn the_cli_report_is_the_same_on_one_thread_and_on_several() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rank-0.json");
+    std::fs::write(&file, varied_trace(20_000)).unwrap();
+    let report = |threads: &str| {
+        succeeds(
+            std::process::Command::new(env!("CARGO_BIN_EXE_gapscope"))
+                .args(["analyze", file.to_str().unwrap(), "--json"])
+                .env("GAPSCOPE_THREADS", threads),
+        )
+    };
+    let one = report("1");
+    assert!(one.len() > 1000);
+    for threads in ["2", "3", "8"] {
+        assert!(report(threads) == one, "{threads} threads");
     }
 }

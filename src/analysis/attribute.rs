@@ -32,11 +32,12 @@ pub struct TraceContext<'a> {
     /// Library-call markers (start, end, name), sorted by start.
     library_calls: Vec<(u64, u64, u32)>,
     /// Per graph node: what stands in front of it, and the node-level cause if any.
-    node_causes: std::cell::RefCell<FxHashMap<u64, (Predecessors, Option<Cause>)>>,
+    /// (A lock: steps are built on several threads.)
+    node_causes: std::sync::Mutex<FxHashMap<u64, (Predecessors, Option<Cause>)>>,
 }
 
 impl<'a> TraceContext<'a> {
-    pub fn new(trace: &'a Trace) -> TraceContext<'a> {
+    pub fn new(trace: &'a Trace, launches: LaunchIndex) -> TraceContext<'a> {
         let wait_names: HashSet<u32> = trace
             .strings
             .iter()
@@ -60,7 +61,7 @@ impl<'a> TraceContext<'a> {
         host_syncs.sort_unstable();
         TraceContext {
             trace,
-            launches: LaunchIndex::new(trace),
+            launches,
             dag: DagIndex::new(trace),
             stream_waits,
             host_syncs,
@@ -297,7 +298,10 @@ fn graphed_cause(
             Cause::Unattributed
         };
     }
-    let mut cache = ctx.node_causes.borrow_mut();
+    let mut cache = ctx
+        .node_causes
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let (preds, cause) = cache.entry(op.node).or_insert_with(|| {
         let preds = walk_predecessors(ctx, op.node);
         let cause = node_cause(ctx, &preds);
@@ -368,15 +372,51 @@ fn eager_cause(
     }
 }
 
+/// What building a step needs from the steps before it: where the previous one ended, and
+/// whether this one is the first launch of its executable graph.
+struct StepPlan {
+    index: usize,
+    ops: Vec<usize>,
+    prev_end: Option<u64>,
+    first_launch: bool,
+}
+
+/// The order-dependent facts of each step, in one pass; the steps can then be built in any
+/// order (on several threads) with the same result.
+fn plan_steps(ctx: &mut TraceContext, ops: &[Op], steps: Vec<Vec<usize>>) -> Vec<StepPlan> {
+    let mut prev_end = None;
+    steps
+        .into_iter()
+        .enumerate()
+        .map(|(index, step_ops)| {
+            let start = ops[step_ops[0]].start;
+            let end = step_ops.iter().map(|&i| ops[i].end).max().unwrap_or(start);
+            let graph_exec = step_ops.iter().map(|&i| ops[i].graph).find(|&g| g != 0);
+            let plan = StepPlan {
+                index,
+                ops: step_ops,
+                prev_end,
+                first_launch: graph_exec.is_some_and(|g| ctx.launched_execs.insert(g)),
+            };
+            prev_end = Some(end);
+            plan
+        })
+        .collect()
+}
+
 /// Builds one step: window, gaps with causes, busy and idle time.
 fn build_step(
-    ctx: &mut TraceContext,
+    ctx: &TraceContext,
     timeline: &TraceTimeline,
-    index: usize,
-    ops_idx: Vec<usize>,
-    prev_end: Option<u64>,
+    plan: StepPlan,
     options: &AnalysisOptions,
 ) -> Step {
+    let StepPlan {
+        index,
+        ops: ops_idx,
+        prev_end,
+        first_launch,
+    } = plan;
     let ops = &timeline.ops;
     let start = ops[ops_idx[0]].start;
     let end = ops_idx.iter().map(|&i| ops[i].end).max().unwrap_or(start);
@@ -386,7 +426,6 @@ fn build_step(
     } else {
         Regime::Eager
     };
-    let first_launch = graph_exec.is_some_and(|g| ctx.launched_execs.insert(g));
     let window_start = prev_end.map_or(start, |p| p.min(end));
     // The last op of the previous step ends where the window starts.
     let mut covered_until = window_start;
@@ -446,13 +485,9 @@ pub fn analyze_cell(
 ) -> CellAnalysis {
     let trace = ctx.trace;
     let meta_cell = cell.cell.and_then(|c| trace.metadata.cells.get(c));
-    let mut steps = Vec::with_capacity(cell.steps.len());
-    let mut prev_end = None;
-    for (index, ops_idx) in cell.steps.into_iter().enumerate() {
-        let step = build_step(ctx, timeline, index, ops_idx, prev_end, options);
-        prev_end = Some(step.end);
-        steps.push(step);
-    }
+    let plans = plan_steps(ctx, &timeline.ops, cell.steps);
+    let ctx: &TraceContext = ctx;
+    let steps = crate::parallel_map(plans, |plan| build_step(ctx, timeline, plan, options));
     let steady: Vec<&Step> = steps.iter().filter(|s| !s.first_launch).collect();
     let figures_from: Vec<&Step> = if steady.is_empty() {
         steps.iter().collect()
@@ -574,11 +609,14 @@ fn canonical_sequence(
     };
     let canonical = seqs[representative_step].clone();
     let len = canonical.len();
-    let mut durations: Vec<Vec<f64>> = vec![Vec::with_capacity(steps.len()); len];
-    let mut gaps_before: Vec<Vec<f64>> = vec![Vec::with_capacity(steps.len()); len];
+    // One row per canonical position, one column per step: a position's samples lie together
+    // for its statistics. NaN: the step had no op matched to that position.
+    let n = steps.len();
+    let mut durations = vec![f64::NAN; len * n];
+    let mut gaps_before = vec![f64::NAN; len * n];
     let mut causes: Vec<Vec<(CauseKind, usize, String)>> = vec![Vec::new(); len];
     let mut gap_at: Vec<Option<&Gap>> = Vec::new();
-    for (s, seq) in steps.iter().zip(&seqs) {
+    for (col, (s, seq)) in steps.iter().zip(&seqs).enumerate() {
         // Gaps and ops are both in start order: the gap ending at each op position.
         gap_at.clear();
         gap_at.resize(s.ops.len(), None);
@@ -598,40 +636,84 @@ fn canonical_sequence(
         };
         for (p, q) in matched {
             let op = &ops[s.ops[q]];
-            durations[p].push((op.end - op.start) as f64);
+            durations[p * n + col] = (op.end - op.start) as f64;
             match gap_at[q] {
                 Some(g) => {
-                    gaps_before[p].push(g.len() as f64);
+                    gaps_before[p * n + col] = g.len() as f64;
                     let kind = g.cause.kind();
                     match causes[p].iter_mut().find(|c| c.0 == kind) {
                         Some(c) => c.1 += 1,
                         None => causes[p].push((kind, 1, g.cause.label())),
                     }
                 }
-                None => gaps_before[p].push(0.0),
+                None => gaps_before[p * n + col] = 0.0,
             }
         }
     }
-    (0..len)
-        .filter_map(|p| {
-            let representative = &ops[steps[representative_step].ops[p]];
-            let kind = representative.kind;
-            let (gap_cause, gap_cause_label) = causes[p]
-                .iter()
-                .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
-                .map(|(k, _, l)| (*k, l.clone()))
-                .unwrap_or((CauseKind::Unattributed, "no gap".to_owned()));
-            Some(SequenceEntry {
-                name: trace.str(canonical[p]).to_owned(),
-                kind,
-                duration: Stat::of(&mut durations[p])?,
-                gap_before: Stat::of(&mut gaps_before[p])?,
-                gap_cause,
-                gap_cause_label,
-                library_call: ctx.library_call_of(representative),
-            })
+    // Empty rows (a step count of 0) make no chunks; then there is nothing to report.
+    if n == 0 {
+        return Vec::new();
+    }
+    let rows: Vec<PositionSamples> = durations
+        .chunks_mut(n)
+        .zip(gaps_before.chunks_mut(n))
+        .zip(causes)
+        .enumerate()
+        .map(|(p, ((durations, gaps_before), causes))| PositionSamples {
+            p,
+            durations,
+            gaps_before,
+            causes,
         })
+        .collect();
+    let entry = |row: PositionSamples| {
+        let PositionSamples {
+            p,
+            durations,
+            gaps_before,
+            causes,
+        } = row;
+        let representative = &ops[steps[representative_step].ops[p]];
+        let (gap_cause, gap_cause_label) = causes
+            .iter()
+            .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+            .map(|(k, _, l)| (*k, l.clone()))
+            .unwrap_or((CauseKind::Unattributed, "no gap".to_owned()));
+        Some(SequenceEntry {
+            name: trace.str(canonical[p]).to_owned(),
+            kind: representative.kind,
+            duration: Stat::of(samples(durations))?,
+            gap_before: Stat::of(samples(gaps_before))?,
+            gap_cause,
+            gap_cause_label,
+            library_call: ctx.library_call_of(representative),
+        })
+    };
+    crate::parallel_map(rows, entry)
+        .into_iter()
+        .flatten()
         .collect()
+}
+
+/// What the steps show at one position of the canonical sequence.
+struct PositionSamples<'r> {
+    p: usize,
+    durations: &'r mut [f64],
+    gaps_before: &'r mut [f64],
+    /// Gap cause kinds seen there: how often, and the label of the first.
+    causes: Vec<(CauseKind, usize, String)>,
+}
+
+/// The samples of a row (the values that are not NaN), moved to its front.
+fn samples(row: &mut [f64]) -> &mut [f64] {
+    let mut kept = 0;
+    for i in 0..row.len() {
+        if !row[i].is_nan() {
+            row[kept] = row[i];
+            kept += 1;
+        }
+    }
+    &mut row[..kept]
 }
 
 /// What the DAG and records show: regime and the nodes NCCL's modes add.

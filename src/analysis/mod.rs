@@ -49,8 +49,11 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
             kernels: trace.kernels.len(),
         });
         let timeline = timeline::build(trace);
-        let cells = steps::split_mixed_regimes(steps::split_cells(trace, &timeline), &timeline);
-        let mut ctx = attribute::TraceContext::new(trace);
+        // One index of launch calls for splitting into steps and for attribution.
+        let launches = steps::LaunchIndex::new(trace);
+        let cells =
+            steps::split_mixed_regimes(steps::split_cells(trace, &timeline, &launches), &timeline);
+        let mut ctx = attribute::TraceContext::new(trace, launches);
         for cell in cells {
             analysis.cells.push(attribute::analyze_cell(
                 i, &mut ctx, &timeline, cell, options,

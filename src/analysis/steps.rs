@@ -45,9 +45,14 @@ pub fn split_mixed_regimes(cells: Vec<CellSteps>, timeline: &TraceTimeline) -> V
     out
 }
 
-/// Launch-call start times by correlation id, for joining ops to host markers.
+/// Launch calls by correlation id, for joining ops to host markers and launch times.
 pub struct LaunchIndex {
     by_corr: Vec<(u32, u64, u64, u32)>,
+    /// When no correlation id repeats and the ids are dense (as CUPTI and Kineto number
+    /// them): `by_corr` index by `corr - first`, `u32::MAX` for none. A lookup is then one
+    /// load instead of a binary search over a million calls, with the same answer.
+    dense: Vec<u32>,
+    first: u32,
 }
 
 impl LaunchIndex {
@@ -59,19 +64,42 @@ impl LaunchIndex {
             .collect();
         // Usually nearly sorted already (calls are recorded in order): a run-detecting sort.
         by_corr.sort_by_key(|e| e.0);
-        LaunchIndex { by_corr }
+        let unique = by_corr.windows(2).all(|w| w[0].0 != w[1].0);
+        let first = by_corr.first().map_or(0, |e| e.0);
+        let span = by_corr.last().map_or(0, |e| (e.0 - first) as usize + 1);
+        let mut dense = Vec::new();
+        if unique && span <= 4 * by_corr.len() + 1024 {
+            dense = vec![u32::MAX; span];
+            for (i, e) in by_corr.iter().enumerate() {
+                dense[(e.0 - first) as usize] = i as u32;
+            }
+        }
+        LaunchIndex {
+            by_corr,
+            dense,
+            first,
+        }
     }
 
     /// (start, end, thread) of the API call with this correlation id.
     pub fn call(&self, corr: u32) -> Option<(u64, u64, u32)> {
-        let i = self.by_corr.binary_search_by_key(&corr, |e| e.0).ok()?;
+        let i = if self.dense.is_empty() {
+            self.by_corr.binary_search_by_key(&corr, |e| e.0).ok()?
+        } else {
+            let slot = *self.dense.get(corr.checked_sub(self.first)? as usize)?;
+            (slot != u32::MAX).then_some(slot as usize)?
+        };
         let e = self.by_corr[i];
         Some((e.1, e.2, e.3))
     }
 }
 
 /// Splits the timeline into cells of steps (see the module doc).
-pub fn split_cells(trace: &Trace, timeline: &TraceTimeline) -> Vec<CellSteps> {
+pub fn split_cells(
+    trace: &Trace,
+    timeline: &TraceTimeline,
+    launches: &LaunchIndex,
+) -> Vec<CellSteps> {
     let mut markers: Vec<(u64, u64, Option<u32>)> = trace
         .markers
         .iter()
@@ -82,7 +110,6 @@ pub fn split_cells(trace: &Trace, timeline: &TraceTimeline) -> Vec<CellSteps> {
         return vec![steps_from_graph_launches(trace, timeline)];
     }
     markers.sort_unstable();
-    let launches = LaunchIndex::new(trace);
     let mut per_marker: Vec<Vec<usize>> = vec![Vec::new(); markers.len()];
     for (i, op) in timeline.ops.iter().enumerate() {
         let Some((launched, _, _)) = launches.call(op.corr) else {

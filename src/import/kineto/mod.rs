@@ -41,7 +41,7 @@ use crate::trace::{
     StrId, Trace, TraceBuilder, Versions,
 };
 use rustc_hash::FxHashMap;
-use scan::{ArgVal, Cat, Phase, RawEvent, Str};
+use scan::{ArgVal, Cat, RawEvent, Str};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -240,7 +240,7 @@ impl Sink {
 
     /// Turns one event into a record (or skips it).
     fn add_event(&mut self, ev: &RawEvent) -> Result<(), String> {
-        if ev.ph != Phase::Complete {
+        if !ev.imported() {
             return Ok(());
         }
         let start = ev
@@ -313,10 +313,7 @@ impl Sink {
             }
             Cat::UserAnnotation | Cat::CpuOp => {
                 let name = self.name(ev.name, what)?;
-                let step = self.b.trace.strings[name as usize].starts_with("ProfilerStep#");
-                if ev.cat == Cat::CpuOp && !step {
-                    return Ok(());
-                }
+                let step = scan::is_step_name(self.b.trace.strings[name as usize].as_bytes());
                 let marker = Marker {
                     start,
                     end,

@@ -595,13 +595,16 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// One element of `traceEvents`; at its first byte.
+    /// One element of `traceEvents`; at its first byte. Once the members read show that the
+    /// import will not use the event (`ph` and `cat` come first in torch's output), the rest
+    /// is stepped over with [`Scanner::skip_object_rest`].
     pub(super) fn event(&mut self) -> Result<RawEvent<'a>, ScanError> {
         let mut ev = RawEvent::default();
         if self.object_open("an event object")? {
             return Ok(ev);
         }
         let mut decoded = String::new();
+        let mut cat_seen = false;
         loop {
             match self.key(&mut decoded)? {
                 b"ph" => {
@@ -610,7 +613,10 @@ impl<'a> Scanner<'a> {
                         _ => Phase::Other,
                     })?
                 }
-                b"cat" => ev.cat = self.word_value("cat", Cat::from_bytes)?,
+                b"cat" => {
+                    ev.cat = self.word_value("cat", Cat::from_bytes)?;
+                    cat_seen = true;
+                }
                 b"name" => ev.name = Some(self.str_value("name")?),
                 b"ts" => ev.ts = Some(self.time_value("ts")?),
                 b"dur" => ev.dur = Some(self.time_value("dur")?),
@@ -621,8 +627,104 @@ impl<'a> Scanner<'a> {
             if self.object_next("an event")? {
                 return Ok(ev);
             }
+            if ev.ph == Phase::Other || (cat_seen && !ev.may_be_imported()) {
+                self.skip_object_rest()?;
+                return Ok(ev);
+            }
         }
     }
+
+    /// Steps to just after the `}` that closes the object the scan is in (after a `,`),
+    /// checking strings and the nesting of brackets only: members the import does not read.
+    fn skip_object_rest(&mut self) -> Result<(), ScanError> {
+        // Open brackets, innermost in the low bit: 1 for `[`, 0 for `{`.
+        let (mut open, mut depth) = (0u64, 1u32);
+        loop {
+            let rest = self.bytes.get(self.pos..).unwrap_or_default();
+            let Some(p) = find_structural(rest) else {
+                return Err(ScanError::Incomplete);
+            };
+            self.pos += p;
+            let byte = self.bytes[self.pos];
+            if byte == b'"' {
+                self.string()?;
+                continue;
+            }
+            let is_array = u64::from(byte & 0x20 == 0);
+            if byte == b'{' || byte == b'[' {
+                if depth >= 64 {
+                    return self.bad("nested too deeply");
+                }
+                open = open << 1 | is_array;
+                depth += 1;
+            } else {
+                if open & 1 != is_array {
+                    return self.bad("mismatched bracket");
+                }
+                open >>= 1;
+                depth -= 1;
+                if depth == 0 {
+                    self.pos += 1;
+                    return Ok(());
+                }
+            }
+            self.pos += 1;
+        }
+    }
+}
+
+impl RawEvent<'_> {
+    /// Whether the members read so far leave the event possibly imported: a complete event
+    /// (or `ph` not read yet) of a category the import reads; a `cpu_op` only as a step.
+    fn may_be_imported(&self) -> bool {
+        match self.cat {
+            Cat::Other => false,
+            Cat::CpuOp => self.name.is_none_or(|n| n.escaped || is_step_name(n.raw)),
+            _ => true,
+        }
+    }
+
+    /// Whether the event becomes a record.
+    pub(super) fn imported(&self) -> bool {
+        self.ph == Phase::Complete
+            && match self.cat {
+                Cat::Other => false,
+                Cat::CpuOp => self
+                    .name
+                    .is_some_and(|n| n.text().is_ok_and(|t| is_step_name(t.as_bytes()))),
+                _ => true,
+            }
+    }
+}
+
+/// torch's step annotations: `ProfilerStep#12`.
+pub(super) fn is_step_name(name: &[u8]) -> bool {
+    name.starts_with(b"ProfilerStep#")
+}
+
+/// Index of the first `"`, `{`, `}`, `[` or `]` in `s`, eight bytes at a time.
+#[inline(always)]
+fn find_structural(s: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let mut i = 0;
+    while let Some(chunk) = s.get(i..i + 8) {
+        let x = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+        // Setting bit 5 turns `[` `]` into `{` `}` (and no other byte into either).
+        let folded = x | (ONES * 0x20);
+        let hits = zero(x ^ (ONES * u64::from(b'"')))
+            | zero(folded ^ (ONES * u64::from(b'{')))
+            | zero(folded ^ (ONES * u64::from(b'}')));
+        if hits != 0 {
+            return Some(i + (hits.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    s[i..]
+        .iter()
+        .position(|b| matches!(b, b'"' | b'{' | b'}' | b'[' | b']'))
+        .map(|p| i + p)
 }
 
 /// The end of the run of digits at `i`, and its value (wrapping past 19 digits).

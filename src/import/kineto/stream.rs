@@ -26,20 +26,11 @@ pub struct ImportOptions {
 impl Default for ImportOptions {
     fn default() -> ImportOptions {
         ImportOptions {
-            block_bytes: 8 << 20,
-            threads: default_threads(),
+            block_bytes: 16 << 20,
+            threads: crate::worker_threads(),
             parallel_min_bytes: 1 << 20,
         }
     }
-}
-
-/// `GAPSCOPE_THREADS` when set to a positive number, else the cores available (at most 8).
-fn default_threads() -> usize {
-    std::env::var("GAPSCOPE_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n: &usize| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(8)))
 }
 
 /// Buffered input that keeps the unparsed tail of a block and knows the file offset.
