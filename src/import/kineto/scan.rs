@@ -174,6 +174,23 @@ impl Num<'_> {
     }
 }
 
+/// A time in microseconds as read: already in nanoseconds when written as Kineto writes it
+/// (up to 15 digits, a point, up to 3 decimals), else the number to convert.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Time<'a> {
+    Ns(u64),
+    Number(Num<'a>),
+}
+
+impl Time<'_> {
+    pub(super) fn to_ns(self, what: &str) -> Result<u64, String> {
+        match self {
+            Time::Ns(ns) => Ok(ns),
+            Time::Number(n) => n.to_ns(what),
+        }
+    }
+}
+
 /// An `args` value: absent (`None`), not a non-negative integer (`Some(None)`), or one.
 pub(super) type ArgVal = Option<Option<u64>>;
 
@@ -193,8 +210,8 @@ pub(super) struct RawEvent<'a> {
     pub ph: Phase,
     pub cat: Cat,
     pub name: Option<Str<'a>>,
-    pub ts: Option<Num<'a>>,
-    pub dur: Option<Num<'a>>,
+    pub ts: Option<Time<'a>>,
+    pub dur: Option<Time<'a>>,
     pub tid: Option<u32>,
     pub args: Args,
 }
@@ -384,6 +401,7 @@ impl<'a> Scanner<'a> {
     fn skip_value(&mut self, depth: u32) -> Result<(), ScanError> {
         match self.peek()? {
             b'"' => self.string().map(drop),
+            b'0'..=b'9' if self.plain_integer().is_some() => Ok(()),
             b'-' | b'0'..=b'9' => self.number().map(drop),
             b't' => self.literal(b"true"),
             b'f' => self.literal(b"false"),
@@ -452,20 +470,43 @@ impl<'a> Scanner<'a> {
 
     /// A non-negative number of microseconds for `key`.
     #[inline(always)]
-    fn time_value(&mut self, key: &str) -> Result<Num<'a>, ScanError> {
+    fn time_value(&mut self, key: &str) -> Result<Time<'a>, ScanError> {
         let message = || format!("\"{key}\" must be a non-negative number of microseconds");
         match self.peek()? {
-            b'-' | b'0'..=b'9' => {
-                let at = self.pos;
-                let n = self.number()?;
-                if n.negative {
-                    self.pos = at;
-                    return self.bad(message());
+            b'0'..=b'9' => {
+                if let Some(ns) = self.kineto_time() {
+                    return Ok(Time::Ns(ns));
                 }
-                Ok(n)
+                Ok(Time::Number(self.number()?))
             }
             _ => self.bad(message()),
         }
+    }
+
+    /// `1003.525` (microseconds with up to 3 decimals, as Kineto writes times) in nanoseconds,
+    /// followed by a byte that ends a value. `None` leaves the position alone.
+    #[inline(always)]
+    fn kineto_time(&mut self) -> Option<u64> {
+        let b = self.bytes;
+        let start = self.pos;
+        let (int_end, us) = digits(b, start);
+        let int_len = int_end - start;
+        if int_len == 0 || int_len > 15 || (int_len > 1 && b[start] == b'0') {
+            return None;
+        }
+        let (end, frac, frac_len) = match b.get(int_end) {
+            Some(b'.') => {
+                let (end, frac) = digits(b, int_end + 1);
+                (end, frac, end - int_end - 1)
+            }
+            _ => (int_end, 0, 0),
+        };
+        let ends = matches!(b.get(end), Some(b',' | b'}' | b' ' | b'\n' | b'\r' | b'\t'));
+        if !ends || frac_len > 3 || (b.get(int_end) == Some(&b'.') && frac_len == 0) {
+            return None;
+        }
+        self.pos = end;
+        Some(us * 1000 + frac * [1000, 100, 10, 1][frac_len])
     }
 
     /// `tid`: an integer, or a string (a number, or hashed).
@@ -503,11 +544,38 @@ impl<'a> Scanner<'a> {
     /// An `args` value for a key the import reads.
     #[inline(always)]
     fn arg_value(&mut self) -> Result<Option<u64>, ScanError> {
-        if let b'-' | b'0'..=b'9' = self.peek()? {
-            return Ok(self.number()?.as_arg());
+        match self.peek()? {
+            b'0'..=b'9' => {
+                if let Some(v) = self.plain_integer() {
+                    return Ok(Some(v));
+                }
+                Ok(self.number()?.as_arg())
+            }
+            b'-' => Ok(self.number()?.as_arg()),
+            _ => {
+                self.skip_value(3)?;
+                Ok(None)
+            }
         }
-        self.skip_value(3)?;
-        Ok(None)
+    }
+
+    /// A non-negative integer of at most 19 digits, without leading zero, fraction or
+    /// exponent, followed by a byte that ends a value: its value (most numbers of a Kineto
+    /// file). `None` leaves the position alone for [`Scanner::number`] to read and check.
+    #[inline(always)]
+    fn plain_integer(&mut self) -> Option<u64> {
+        let start = self.pos;
+        let (end, value) = digits(self.bytes, start);
+        let len = end - start;
+        let ends = matches!(
+            self.bytes.get(end),
+            Some(b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t')
+        );
+        if !ends || len == 0 || len > 19 || (len > 1 && self.bytes[start] == b'0') {
+            return None;
+        }
+        self.pos = end;
+        Some(value)
     }
 
     /// A key and its `:`; at the key's opening quote. Decoded only when it has escapes.
@@ -813,6 +881,44 @@ mod tests {
         );
         assert!(num("1e30 ").to_ns("ts").is_err());
         assert!(num("18446744073709551615 ").to_ns("ts").is_err());
+    }
+
+    #[test]
+    fn fast_paths_agree_with_the_full_number_reader() {
+        for text in [
+            "0",
+            "7",
+            "42",
+            "1003.525",
+            "1003.5",
+            "1003.",
+            "1003.5255",
+            "01",
+            "1e3",
+            "-3",
+            "0.0",
+            "999999999999999.999",
+            "9999999999999999.9",
+            "12345678901234567890",
+            "1234567890123456789",
+        ] {
+            for end in [",", "}", "]", " ", "x"] {
+                let doc = format!("{text}{end}");
+                let full = Scanner::new(doc.as_bytes(), 0).number();
+                if let Some(ns) = Scanner::new(doc.as_bytes(), 0).kineto_time() {
+                    assert_eq!(Ok(ns), full.as_ref().unwrap().to_ns("ts"), "{doc}");
+                }
+                if let Some(v) = Scanner::new(doc.as_bytes(), 0).plain_integer() {
+                    assert_eq!(Some(v), full.as_ref().unwrap().as_arg(), "{doc}");
+                }
+            }
+        }
+        let fast = |doc: &str| Scanner::new(doc.as_bytes(), 0).kineto_time();
+        assert_eq!(fast("1003.525,"), Some(1_003_525));
+        assert_eq!(
+            (fast("1003.,"), fast("01,"), fast("1.2345,")),
+            (None, None, None)
+        );
     }
 
     #[test]
