@@ -1,7 +1,8 @@
 //! Importers of other profilers' traces into gapscope's [`crate::trace::Trace`].
 //!
-//! * [`kineto`]: torch.profiler (Kineto) Chrome-trace JSON, streamed event by event in memory
-//!   bounded by the imported records, not by the size of the JSON.
+//! * [`kineto`]: torch.profiler (Kineto) Chrome-trace JSON, read in blocks and parsed on several
+//!   threads, in memory bounded by the imported records, not by the size of the JSON; the trace
+//!   is the same whatever the block size and thread count.
 
 pub mod kineto;
 
