@@ -468,7 +468,10 @@ fn any_split_of_the_work_gives_the_same_trace() {
     .unwrap();
     assert_eq!(one.kernels.len(), 6_000);
     assert!(one.strings.iter().any(|s| s.starts_with("late \"")));
+    // 64-byte blocks are shorter than any event: each is read on and parsed again.
     for (threads, block_bytes) in [
+        (1, 64),
+        (2, 64),
         (2, 1 << 12),
         (2, 1 << 16),
         (3, 1 << 20),
