@@ -175,9 +175,19 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(f) => {
-            // One line: the outermost context and its causes joined.
-            let chain: Vec<String> = f.error.chain().map(|e| e.to_string()).collect();
-            eprintln!("gapscope: error: {}", chain.join(": "));
+            // One line: the outermost context and its causes joined (a cause that a message
+            // already ends with, as "cannot read: <io error>", is not repeated).
+            let mut line = String::new();
+            for cause in f.error.chain().map(|e| e.to_string()) {
+                if line.ends_with(&cause) {
+                    continue;
+                }
+                if !line.is_empty() {
+                    line.push_str(": ");
+                }
+                line.push_str(&cause);
+            }
+            eprintln!("gapscope: error: {line}");
             ExitCode::from(f.code)
         }
     }
@@ -187,7 +197,12 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
         Command::Analyze { traces, out } => {
             let mut timer = PhaseTimer::from_env();
-            let (traces, names) = load_with_steps(&traces, out.step_range.as_deref())?;
+            // A folder stands for its trace files (as HTA's trace_dir).
+            let mut paths = Vec::new();
+            for t in &traces {
+                paths.extend(expand(t)?);
+            }
+            let (traces, names) = load_with_steps(&paths, out.step_range.as_deref())?;
             timer.lap("load");
             let analysis = analyze(&traces, &names);
             timer.lap("analysis");
@@ -321,13 +336,20 @@ fn expand(path: &Path) -> Result<Vec<PathBuf>, Failure> {
             source,
         })?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        // torch.profiler also writes `.json.gz`, which the import reads as is.
+        .filter(|p| {
+            let name = p.to_string_lossy();
+            name.ends_with(".json") || name.ends_with(".json.gz")
+        })
         .collect();
     files.sort();
     if files.is_empty() {
         return Err(Failure {
             code: 2,
-            error: anyhow::anyhow!("{}: no *.json trace files in this folder", path.display()),
+            error: anyhow::anyhow!(
+                "{}: no *.json or *.json.gz trace files in this folder",
+                path.display()
+            ),
         });
     }
     Ok(files)

@@ -527,3 +527,42 @@ fn the_cli_report_is_the_same_on_one_thread_and_on_several() {
         assert!(report(threads) == one, "{threads} threads");
     }
 }
+
+#[test]
+fn gzip_files_are_read_as_they_stream() {
+    use std::io::Write;
+    let plain = fixture(MIXED);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&plain).unwrap();
+    let gz = gz.finish().unwrap();
+    assert!(looks_like_kineto(&gz));
+    assert_eq!(import(&gz).unwrap(), import(&plain).unwrap());
+    // Cut short, damaged, or compressed twice: one line that says so.
+    for bad in [&gz[..gz.len() / 2], &gz[..12]] {
+        let line = error_of(bad);
+        assert!(line.contains("gzip"), "{line}");
+    }
+    let mut damaged = gz.clone();
+    damaged[20..40].fill(0xff);
+    assert!(error_of(&damaged).contains("gzip"));
+    let mut twice = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    twice.write_all(&gz).unwrap();
+    assert!(error_of(&twice.finish().unwrap()).contains("twice"));
+    // The CLI reads a .json.gz file, and finds one in a folder.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rank-0.pt.trace.json.gz");
+    std::fs::write(&file, &gz).unwrap();
+    let analyze = |target: &Path| {
+        succeeds(
+            std::process::Command::new(env!("CARGO_BIN_EXE_gapscope")).args([
+                "analyze",
+                target.to_str().unwrap(),
+                "--json",
+            ]),
+        )
+    };
+    let from_file: serde_json::Value = serde_json::from_slice(&analyze(&file)).unwrap();
+    assert_eq!(from_file["cells"].as_array().unwrap().len(), 2);
+    let from_dir: serde_json::Value = serde_json::from_slice(&analyze(dir.path())).unwrap();
+    assert_eq!(from_dir["cells"], from_file["cells"]);
+}

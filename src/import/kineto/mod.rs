@@ -7,7 +7,7 @@
 //! allocated). The rest of the document (metadata, a few KiB) is parsed by serde after, with
 //! `traceEvents` left empty. Memory is bounded by the imported records plus a block or two,
 //! not by the size of the JSON, and the result does not depend on the block size or the
-//! number of threads.
+//! number of threads. Gzip-compressed files (torch's `.json.gz`) are decompressed as they stream.
 //!
 //! Mapping (complete events, `"ph": "X"`, by `cat`):
 //!
@@ -45,7 +45,7 @@ use scan::{ArgVal, Cat, RawEvent, Str};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::Read;
+use std::io::{BufRead, ErrorKind, Read};
 use std::path::{Path, PathBuf};
 use stream::{EventsError, Input, Skeleton};
 
@@ -68,9 +68,9 @@ pub enum ImportError {
 /// Whether the start of a file (its first few KiB) looks like a Kineto trace rather than a
 /// gapscope trace: a `traceEvents`, `schemaVersion` or `deviceProperties` key before any
 /// `schema_version` key (gapscope writes `schema_version` first). Gzip data counts as Kineto
-/// (torch writes `.json.gz`), so the importer can say what to do with it.
+/// (torch writes `.json.gz`; gapscope never compresses its traces).
 pub fn looks_like_kineto(head: &[u8]) -> bool {
-    if head.starts_with(&[0x1f, 0x8b]) {
+    if head.starts_with(&GZIP_MAGIC) {
         return true;
     }
     let find = |pat: &[u8]| head.windows(pat.len()).position(|w| w == pat);
@@ -117,12 +117,43 @@ pub fn import_kineto(reader: impl Read, path: &Path) -> Result<Trace, ImportErro
     import_kineto_with(reader, path, &ImportOptions::default())
 }
 
+/// The first bytes of gzip data.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
 /// [`import_kineto`] with chosen block size and threads (the trace is the same with any).
+/// Gzip data (torch writes `.json.gz` when asked) is decompressed as it streams.
 pub fn import_kineto_with(
     reader: impl Read,
     path: &Path,
     opts: &ImportOptions,
 ) -> Result<Trace, ImportError> {
+    let mut reader = std::io::BufReader::with_capacity(64 << 10, reader);
+    let head = reader.fill_buf().map_err(|source| ImportError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    if !head.starts_with(&GZIP_MAGIC) {
+        return import_json(reader, path, opts);
+    }
+    import_json(flate2::bufread::MultiGzDecoder::new(reader), path, opts).map_err(|e| match e {
+        // A damaged or cut gzip stream shows up as a read error: say what it is.
+        ImportError::Io { path, source }
+            if matches!(
+                source.kind(),
+                ErrorKind::InvalidInput | ErrorKind::InvalidData | ErrorKind::UnexpectedEof
+            ) =>
+        {
+            ImportError::Malformed {
+                path,
+                message: format!("gzip data is damaged or cut short: {source}"),
+            }
+        }
+        other => other,
+    })
+}
+
+/// The import of the (decompressed) JSON text.
+fn import_json(reader: impl Read, path: &Path, opts: &ImportOptions) -> Result<Trace, ImportError> {
     let io_error = |source| ImportError::Io {
         path: path.to_owned(),
         source,
@@ -133,9 +164,9 @@ pub fn import_kineto_with(
     };
     let mut input = Input::new(reader);
     input.fill(64 << 10).map_err(io_error)?;
-    if input.available().starts_with(&[0x1f, 0x8b]) {
+    if input.available().starts_with(&GZIP_MAGIC) {
         return Err(malformed(
-            "gzip-compressed; decompress it first (gunzip -k FILE)".into(),
+            "gzip-compressed twice; decompress it once first (gunzip)".into(),
         ));
     }
     let mut imp = Importer::new();
