@@ -280,6 +280,13 @@ fn write_trace(signal: Option<c_int>) {
     if let Some(step) = &config.step_range {
         trace.mark_steps(step);
     }
+    // The device the work ran on, named by the driver (not from a signal handler: the driver
+    // is not async-signal-safe).
+    if signal.is_none()
+        && let Some(first) = trace.kernels.first()
+    {
+        trace.metadata.device = crate::cupti::device_info(first.device);
+    }
     // A launcher (torchrun, mpirun) or helper process that initialised CUDA but ran nothing
     // would otherwise leave an empty trace that looks like a rank.
     if trace.kernels.is_empty() && trace.memcpys.is_empty() && trace.memsets.is_empty() {

@@ -149,6 +149,37 @@ fn dropped_records_are_reported() {
     );
 }
 
+/// Per regime, position by position, the kernel duration medians of two recordings of the
+/// same script agree within 6 % (or 100 ns for the shortest kernels); with `same_names`, the
+/// kernel names are equal too (not between CUPTI and Kineto: torch's demangler writes
+/// `std::array<char*, 2ul>` where cpp_demangle writes `(unsigned long)2`).
+fn per_kernel_durations_agree(a: &Analysis, b: &Analysis, names: (&str, &str), same_names: bool) {
+    let (a_name, b_name) = names;
+    for regime in [Regime::Eager, Regime::Graphed] {
+        let of = |a: &Analysis| {
+            a.cells
+                .iter()
+                .find(|c| c.observed.regime == Some(regime))
+                .unwrap()
+                .sequence
+                .clone()
+        };
+        let (ks, cs) = (of(a), of(b));
+        assert_eq!(ks.len(), cs.len(), "{regime:?}");
+        for (ke, ce) in ks.iter().zip(&cs) {
+            if same_names {
+                assert_eq!(ke.name, ce.name, "{regime:?}: {a_name} vs {b_name}");
+            }
+            let (kd, cd) = (ke.duration.median, ce.duration.median);
+            assert!(
+                (kd - cd).abs() <= (0.06 * cd).max(100.0),
+                "{regime:?} {}: {a_name} {kd} ns, {b_name} {cd} ns",
+                ke.name
+            );
+        }
+    }
+}
+
 #[test]
 fn torch_step_kineto_and_injected_recordings_agree_per_kernel() {
     // The same script, once under `gapscope record` and once under torch.profiler (two runs
@@ -161,26 +192,7 @@ fn torch_step_kineto_and_injected_recordings_agree_per_kernel() {
     let opts = AnalysisOptions::default();
     let k = analysis::analyze(std::slice::from_ref(&kineto), &["k".into()], &opts);
     let c = analysis::analyze(std::slice::from_ref(&cupti), &["c".into()], &opts);
-    for regime in [Regime::Eager, Regime::Graphed] {
-        let of = |a: &Analysis| {
-            a.cells
-                .iter()
-                .find(|c| c.observed.regime == Some(regime))
-                .unwrap()
-                .sequence
-                .clone()
-        };
-        let (ks, cs) = (of(&k), of(&c));
-        assert_eq!(ks.len(), cs.len(), "{regime:?}");
-        for (ke, ce) in ks.iter().zip(&cs) {
-            let (kd, cd) = (ke.duration.median, ce.duration.median);
-            assert!(
-                (kd - cd).abs() <= (0.06 * cd).max(100.0),
-                "{regime:?} {}: kineto {kd} ns, cupti {cd} ns",
-                ke.name
-            );
-        }
-    }
+    per_kernel_durations_agree(&k, &c, ("kineto", "cupti"), false);
     // Kineto has no DAG: graphed steps are recognised from cudaGraphLaunch, causes stay open.
     let graphed = k
         .cells
@@ -191,4 +203,26 @@ fn torch_step_kineto_and_injected_recordings_agree_per_kernel() {
         graphed.observed.graph_usage_mode.as_deref(),
         Some("unknown (no graph DAG in the trace)")
     );
+}
+
+#[test]
+fn torch_writes_json_gz_and_it_imports_as_the_plain_export() {
+    // A third run of the script on the H200, exported by torch to .json.gz.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces");
+    let load = |file: &str| {
+        let mut t = gapscope::import::read_kineto(&dir.join(file)).unwrap();
+        assert_eq!(t.mark_steps("step"), 60, "{file}");
+        t
+    };
+    let gz = load("torch-step-kineto-h200.json.gz");
+    let plain = load("torch-step-kineto-h200.json");
+    assert_eq!(
+        gz.metadata.device.as_ref().map(|d| d.name.as_str()),
+        Some("NVIDIA H200")
+    );
+    assert_eq!(gz.kernels.len(), plain.kernels.len());
+    let opts = AnalysisOptions::default();
+    let a = analysis::analyze(std::slice::from_ref(&gz), &["gz".into()], &opts);
+    let b = analysis::analyze(std::slice::from_ref(&plain), &["json".into()], &opts);
+    per_kernel_durations_agree(&a, &b, (".json.gz", ".json"), true);
 }

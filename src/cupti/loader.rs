@@ -287,10 +287,22 @@ impl Cupti {
 pub(crate) type NodeGetTypeFn =
     unsafe extern "C" fn(node: sys::CUgraphNode, ty: *mut sys::CUgraphNodeType) -> c_int;
 
+/// `cuDeviceGet`, `cuDeviceGetName` and `cuDeviceGetAttribute` (`CUdevice` is an `int` in
+/// cuda.h, `CUdevice_attribute` and `CUresult` int-sized C enums).
+type DeviceGetFn = unsafe extern "C" fn(device: *mut c_int, ordinal: c_int) -> c_int;
+type DeviceGetNameFn =
+    unsafe extern "C" fn(name: *mut std::ffi::c_char, len: c_int, device: c_int) -> c_int;
+type DeviceGetAttributeFn =
+    unsafe extern "C" fn(value: *mut c_int, attribute: c_int, device: c_int) -> c_int;
+
 /// The few driver functions the recorder calls itself.
 pub(crate) struct Driver {
     _lib: libloading::Library,
     pub node_get_type: NodeGetTypeFn,
+    /// For naming the device in traces; optional (a trace without a device name is usable).
+    device_get: Option<DeviceGetFn>,
+    device_get_name: Option<DeviceGetNameFn>,
+    device_get_attribute: Option<DeviceGetAttributeFn>,
 }
 
 static DRIVER: OnceLock<Driver> = OnceLock::new();
@@ -317,10 +329,64 @@ pub(crate) fn driver() -> Result<&'static Driver, CuptiError> {
         .map_err(|e| CuptiError::CudaDriverNotFound {
             reason: format!("no cuGraphNodeGetType: {}", one_line(e)),
         })?;
+    // SAFETY: the types match cuda.h's declarations (see the type aliases).
+    let (device_get, device_get_name, device_get_attribute) = unsafe {
+        (
+            lib.get::<DeviceGetFn>(b"cuDeviceGet\0").ok().map(|s| *s),
+            lib.get::<DeviceGetNameFn>(b"cuDeviceGetName\0")
+                .ok()
+                .map(|s| *s),
+            lib.get::<DeviceGetAttributeFn>(b"cuDeviceGetAttribute\0")
+                .ok()
+                .map(|s| *s),
+        )
+    };
     Ok(DRIVER.get_or_init(|| Driver {
         _lib: lib,
         node_get_type,
+        device_get,
+        device_get_name,
+        device_get_attribute,
     }))
+}
+
+/// Name and compute capability of the CUDA device with this ordinal, from the driver (which
+/// must be initialised: a process that ran CUDA work); `None` when the driver cannot say.
+pub fn device_info(ordinal: u32) -> Option<crate::trace::DeviceInfo> {
+    /// CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR in cuda.h.
+    const CC_MAJOR: c_int = 75;
+    const CC_MINOR: c_int = 76;
+    let d = driver().ok()?;
+    let (get, get_name, get_attribute) =
+        (d.device_get?, d.device_get_name?, d.device_get_attribute?);
+    let mut device: c_int = 0;
+    // SAFETY: `device` is a valid out-pointer; an unknown ordinal is an error code, not UB.
+    if unsafe { get(&mut device, c_int::try_from(ordinal).ok()?) } != 0 {
+        return None;
+    }
+    let mut name = [0 as std::ffi::c_char; 256];
+    // SAFETY: the buffer holds `len` bytes; the driver writes a NUL-terminated name into it.
+    if unsafe { get_name(name.as_mut_ptr(), name.len() as c_int - 1, device) } != 0 {
+        return None;
+    }
+    let bytes: Vec<u8> = name.iter().map(|&c| c as u8).collect();
+    let name = CStr::from_bytes_until_nul(&bytes)
+        .ok()?
+        .to_string_lossy()
+        .into_owned();
+    let attribute = |attribute: c_int| {
+        let mut value: c_int = 0;
+        // SAFETY: `value` is a valid out-pointer; a bad attribute is an error code.
+        (unsafe { get_attribute(&mut value, attribute, device) } == 0).then_some(value)
+    };
+    Some(crate::trace::DeviceInfo {
+        name,
+        index: ordinal,
+        compute_capability: match (attribute(CC_MAJOR), attribute(CC_MINOR)) {
+            (Some(major), Some(minor)) => format!("{major}.{minor}"),
+            _ => String::new(),
+        },
+    })
 }
 
 /// Checks that the CUDA driver (`libcuda.so.1`) can be loaded. Call it before touching cudarc,

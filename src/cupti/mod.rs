@@ -21,7 +21,7 @@ mod recorder;
 pub(crate) mod sys;
 
 pub use error::CuptiError;
-pub use loader::{MIN_CUPTI_API_VERSION, ensure_cuda_driver};
+pub use loader::{MIN_CUPTI_API_VERSION, device_info, ensure_cuda_driver};
 pub use recorder::{ApiCallbacks, MarkerGuard, Recorder, RecorderConfig};
 
 /// Where the CUPTI bindings of this build came from (committed or generated, and from which

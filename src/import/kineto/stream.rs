@@ -1,6 +1,6 @@
 //! The file as it streams by. The few KiB around `traceEvents` are collected for serde (the
 //! [`Skeleton`]); the events are read block by block and each block is parsed by several threads
-//! at once, every thread into its own [`Sink`], appended in file order.
+//! at once, each piece into its own [`Sink`], appended in file order.
 //!
 //! Where a thread starts is a guess (a `{` after `},`, see [`split_point`]): the thread before
 //! it checks the guess by parsing up to it, and its records are only kept when that parse lands
