@@ -363,14 +363,7 @@ pub fn merge(
     let options = AnalysisOptions::default();
     let mut rows = Vec::with_capacity(inputs.len());
     let mut shifted = Vec::with_capacity(inputs.len());
-    let mut combined = Analysis {
-        inputs: Vec::new(),
-        cells: Vec::new(),
-        regime_pairs: Vec::new(),
-        geomean_ratio: None,
-        mode_pairs: Vec::new(),
-        timelines: Vec::new(),
-    };
+    let mut combined = Analysis::default();
     for (i, ((mut s, p), offset)) in inputs.into_iter().zip(offsets).enumerate() {
         shift_in_place(&mut s, offset.offset_ns - base);
         let a = analysis::analyze(std::slice::from_ref(&s), std::slice::from_ref(&p), &options);

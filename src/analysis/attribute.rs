@@ -377,6 +377,11 @@ fn eager_cause(
 struct StepPlan {
     index: usize,
     ops: Vec<usize>,
+    /// Start of the first op, and the latest end of any.
+    start: u64,
+    end: u64,
+    /// The executable graph of the step's ops, if graphed.
+    graph_exec: Option<u32>,
     prev_end: Option<u64>,
     first_launch: bool,
 }
@@ -395,6 +400,9 @@ fn plan_steps(ctx: &mut TraceContext, ops: &[Op], steps: Vec<Vec<usize>>) -> Vec
             let plan = StepPlan {
                 index,
                 ops: step_ops,
+                start,
+                end,
+                graph_exec,
                 prev_end,
                 first_launch: graph_exec.is_some_and(|g| ctx.launched_execs.insert(g)),
             };
@@ -414,13 +422,13 @@ fn build_step(
     let StepPlan {
         index,
         ops: ops_idx,
+        start,
+        end,
+        graph_exec,
         prev_end,
         first_launch,
     } = plan;
     let ops = &timeline.ops;
-    let start = ops[ops_idx[0]].start;
-    let end = ops_idx.iter().map(|&i| ops[i].end).max().unwrap_or(start);
-    let graph_exec = ops_idx.iter().map(|&i| ops[i].graph).find(|&g| g != 0);
     let regime = if graph_exec.is_some() {
         Regime::Graphed
     } else {

@@ -30,14 +30,7 @@ impl Default for AnalysisOptions {
 /// Analyses traces: one [`CellAnalysis`] per cell, and eager ↔ graphed pairs.
 /// `paths` name the traces in reports (same order as `traces`).
 pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) -> Analysis {
-    let mut analysis = Analysis {
-        inputs: Vec::new(),
-        cells: Vec::new(),
-        regime_pairs: Vec::new(),
-        geomean_ratio: None,
-        mode_pairs: Vec::new(),
-        timelines: Vec::new(),
-    };
+    let mut analysis = Analysis::default();
     for (i, trace) in traces.iter().enumerate() {
         analysis.inputs.push(InputSummary {
             path: paths.get(i).cloned().unwrap_or_default(),

@@ -461,7 +461,7 @@ pub struct InputSummary {
 }
 
 /// Everything `analyze` found.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Analysis {
     pub inputs: Vec<InputSummary>,
     pub cells: Vec<CellAnalysis>,

@@ -154,8 +154,7 @@ impl Num<'_> {
     /// decimals, read exactly from the digits; anything else goes through `f64`.
     pub(super) fn to_ns(self, what: &str) -> Result<u64, String> {
         if !self.exponent && self.frac_digits <= 3 && self.int_digits <= 15 && !self.negative {
-            let scale = [1000, 100, 10, 1][self.frac_digits];
-            return Ok(self.int.unwrap_or(0) * 1000 + self.frac * scale);
+            return Ok(exact_ns(self.int.unwrap_or(0), self.frac, self.frac_digits));
         }
         if let Some(us) = self.as_plain_u64() {
             return us
@@ -506,7 +505,7 @@ impl<'a> Scanner<'a> {
             return None;
         }
         self.pos = end;
-        Some(us * 1000 + frac * [1000, 100, 10, 1][frac_len])
+        Some(exact_ns(us, frac, frac_len))
     }
 
     /// `tid`: an integer, or a string (a number, or hashed).
@@ -770,29 +769,19 @@ pub(super) fn is_step_name(name: &[u8]) -> bool {
     name.starts_with(b"ProfilerStep#")
 }
 
-/// Index of the first `"`, `{`, `}`, `[` or `]` in `s`, eight bytes at a time.
+/// Index of the first `"`, `{`, `}`, `[` or `]` in `s`.
 #[inline(always)]
 fn find_structural(s: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
-    let mut i = 0;
-    while let Some(chunk) = s.get(i..i + 8) {
-        let x = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
-        // Setting bit 5 turns `[` `]` into `{` `}` (and no other byte into either).
-        let folded = x | (ONES * 0x20);
-        let hits = zero(x ^ (ONES * u64::from(b'"')))
-            | zero(folded ^ (ONES * u64::from(b'{')))
-            | zero(folded ^ (ONES * u64::from(b'}')));
-        if hits != 0 {
-            return Some(i + (hits.trailing_zeros() / 8) as usize);
-        }
-        i += 8;
-    }
-    s[i..]
-        .iter()
-        .position(|b| matches!(b, b'"' | b'{' | b'}' | b'[' | b']'))
-        .map(|p| i + p)
+    find_first(s, structural_bytes, |b| {
+        matches!(b, b'"' | b'{' | b'}' | b'[' | b']')
+    })
+}
+
+/// `us` microseconds and `frac` written with `frac_digits` (at most 3) decimals, in
+/// nanoseconds: exact, no floating point (`us` has at most 15 digits, so it cannot overflow).
+#[inline(always)]
+fn exact_ns(us: u64, frac: u64, frac_digits: usize) -> u64 {
+    us * 1000 + frac * [1000, 100, 10, 1][frac_digits]
 }
 
 /// The end of the run of digits at `i`, and its value (wrapping past 19 digits).
@@ -810,35 +799,56 @@ fn digits(b: &[u8], mut i: usize) -> (usize, u64) {
     (i, value)
 }
 
-/// High bit set in each byte of `x` (eight bytes, little-endian) that is `"`, `\\` or a control
-/// character (below 0x20). Only the lowest flagged byte is sure (a borrow can flag bytes above
-/// it), which is all the scan uses.
+const ONES: u64 = 0x0101_0101_0101_0101;
+
+/// High bit set in each byte of `x` (eight bytes) below `n` (n <= 0x80). Only the lowest
+/// flagged byte is sure (a borrow can flag bytes above it), which is all the searches use; the
+/// lowest flag over several such masks is the first byte any of them matches.
 #[inline(always)]
-fn special_bytes(x: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let below = |x: u64, n: u8| x.wrapping_sub(ONES * u64::from(n)) & !x & HIGH;
-    below(x ^ (ONES * u64::from(b'"')), 1)
-        | below(x ^ (ONES * u64::from(b'\\')), 1)
-        | below(x, 0x20)
+fn bytes_below(x: u64, n: u8) -> u64 {
+    x.wrapping_sub(ONES * u64::from(n)) & !x & (ONES * 0x80)
 }
 
-/// Index of the first `"`, `\\` or control character in `s`, eight bytes at a time: names and
-/// keys are most of a Kineto file, and this is the scan's inner loop.
+/// The bytes of `x` equal to `b`, flagged as [`bytes_below`] does.
 #[inline(always)]
-fn find_string_special(s: &[u8]) -> Option<usize> {
+fn bytes_equal(x: u64, b: u8) -> u64 {
+    bytes_below(x ^ (ONES * u64::from(b)), 1)
+}
+
+/// `"`, `\\` and control characters (below 0x20): where a string's scan stops.
+#[inline(always)]
+fn special_bytes(x: u64) -> u64 {
+    bytes_equal(x, b'"') | bytes_equal(x, b'\\') | bytes_below(x, 0x20)
+}
+
+/// `"` and the four brackets.
+#[inline(always)]
+fn structural_bytes(x: u64) -> u64 {
+    // Setting bit 5 turns `[` `]` into `{` `}` (and no other byte into either).
+    let folded = x | (ONES * 0x20);
+    bytes_equal(x, b'"') | bytes_equal(folded, b'{') | bytes_equal(folded, b'}')
+}
+
+/// Index of the first byte of `s` that `hits` flags, eight bytes at a time (`is_hit`: the
+/// same test on one byte, for the tail).
+#[inline(always)]
+fn find_first(s: &[u8], hits: impl Fn(u64) -> u64, is_hit: impl Fn(u8) -> bool) -> Option<usize> {
     let mut i = 0;
     while let Some(chunk) = s.get(i..i + 8) {
-        let hits = special_bytes(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])));
-        if hits != 0 {
-            return Some(i + (hits.trailing_zeros() / 8) as usize);
+        let flagged = hits(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])));
+        if flagged != 0 {
+            return Some(i + (flagged.trailing_zeros() / 8) as usize);
         }
         i += 8;
     }
-    s[i..]
-        .iter()
-        .position(|&b| is_string_special(b))
-        .map(|p| i + p)
+    s[i..].iter().position(|&b| is_hit(b)).map(|p| i + p)
+}
+
+/// Index of the first `"`, `\\` or control character in `s`: names and keys are most of a
+/// Kineto file, and this is the scan's inner loop.
+#[inline(always)]
+fn find_string_special(s: &[u8]) -> Option<usize> {
+    find_first(s, special_bytes, is_string_special)
 }
 
 fn is_string_special(b: u8) -> bool {
