@@ -226,3 +226,27 @@ fn torch_writes_json_gz_and_it_imports_as_the_plain_export() {
     let b = analysis::analyze(std::slice::from_ref(&plain), &["json".into()], &opts);
     per_kernel_durations_agree(&a, &b, (".json.gz", ".json"), true);
 }
+
+#[test]
+fn injected_recordings_name_their_device() {
+    // `gapscope record --step-range step -- python3 torch_step.py --steps 50` on the H200.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/torch-step-record-h200.json");
+    let t = trace::read_trace(&path).unwrap();
+    let device = t.metadata.device.as_ref().expect("a device");
+    assert_eq!(
+        (
+            device.name.as_str(),
+            device.index,
+            device.compute_capability.as_str()
+        ),
+        ("NVIDIA H200", 0, "9.0")
+    );
+    let a = analysis::analyze(
+        std::slice::from_ref(&t),
+        &["rec".into()],
+        &AnalysisOptions::default(),
+    );
+    assert_eq!(a.inputs[0].device.as_deref(), Some("NVIDIA H200"));
+    let steps: Vec<usize> = a.cells.iter().map(|c| c.steps.len()).collect();
+    assert_eq!(steps, [50, 50]);
+}
