@@ -247,3 +247,97 @@ fn one_marked_cell_with_both_regimes_is_split_and_paired() {
         Some(Regime::Graphed)
     );
 }
+
+/// A user's program: eager steps in NVTX step ranges, graphs replayed outside them (as vLLM,
+/// SGLang and torch.compile do). `graphed` cells lose their step markers and metadata.
+fn replays_outside_step_ranges(cells: &[SyntheticCell]) -> Trace {
+    let mut t = synthetic::trace(cells, 11);
+    let graphed: Vec<u32> = (0..cells.len() as u32)
+        .filter(|&i| cells[i as usize].graphed)
+        .collect();
+    t.markers
+        .retain(|m| m.kind != MarkerKind::Step || !m.cell.is_some_and(|c| graphed.contains(&c)));
+    for c in &mut t.metadata.cells {
+        c.requested.clear();
+    }
+    t
+}
+
+#[test]
+fn graph_launches_outside_step_ranges_are_steps_grouped_by_what_the_graph_is() {
+    let t = replays_outside_step_ranges(&[
+        SyntheticCell::emu(false, 2, 40),
+        SyntheticCell::emu(true, 2, 40),
+        SyntheticCell::emu(true, 1, 40),
+    ]);
+    let a = analyze(&t);
+    let labels: Vec<&str> = a.cells.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(labels.len(), 3, "{labels:?}");
+    assert_eq!(a.cells[0].observed.regime, Some(Regime::Eager));
+    // Same kernels, different node types (external event nodes): two identities, two cells.
+    let (m2, m1) = (&a.cells[1], &a.cells[2]);
+    assert!(m2.label.starts_with("graph G1 replays"), "{}", m2.label);
+    assert!(m1.label.starts_with("graph G2 replays"), "{}", m1.label);
+    assert_eq!(m2.observed.external_wait_nodes, 1);
+    assert_eq!(m1.observed.external_wait_nodes, 0);
+    assert_eq!(m2.steps.len(), 40);
+    assert!(m2.steps[0].first_launch && !m2.steps[1].first_launch);
+    assert_eq!(m2.period.as_ref().unwrap().n, 39);
+    // Both graphed cells pair with the eager cell through their aligned kernel sequences.
+    assert_eq!(a.regime_pairs.len(), 2);
+    assert!(a.regime_pairs.iter().all(|p| p.base == 0));
+    // The mode-2-like graph is compared with the mode-1-like one as mode 2 with mode 1.
+    assert_eq!(a.mode_pairs.len(), 1);
+    let p = &a.mode_pairs[0];
+    assert_eq!((p.base, p.head), (2, 1));
+    assert_eq!(
+        p.graph_difference.as_deref(),
+        Some("+1 EventRecord (external), +1 EventWait (external)")
+    );
+    assert_eq!(p.gap_growth_by_cause[0].0, CauseKind::ExternalEventWait);
+    assert!(
+        p.gap_growth_by_cause[0].2 > 500.0,
+        "{:?}",
+        p.gap_growth_by_cause
+    );
+}
+
+#[test]
+fn graphs_launched_once_each_share_a_cell_of_first_launches() {
+    let mut t = replays_outside_step_ranges(&[
+        SyntheticCell::emu(false, 1, 30),
+        SyntheticCell::emu(true, 1, 30),
+    ]);
+    // Give every launch its own executable graph id, as a fresh instantiation would.
+    let exec = t.kernels.iter().find(|k| k.graph != 0).unwrap().graph;
+    for k in &mut t.kernels {
+        if k.graph == exec {
+            k.graph = 1000 + k.corr;
+        }
+    }
+    let a = analyze(&t);
+    assert_eq!(a.cells.len(), 2);
+    let fresh = &a.cells[1];
+    assert!(
+        fresh
+            .label
+            .starts_with("graph G1 first launches (30 executable graphs"),
+        "{}",
+        fresh.label
+    );
+    assert!(fresh.steps.iter().all(|s| s.first_launch));
+    assert_eq!(fresh.first_launch_period.as_ref().unwrap().n, 29);
+    assert_eq!(fresh.launch_pattern(), Some("fresh"));
+    assert_eq!(a.regime_pairs.len(), 1);
+}
+
+#[test]
+fn launches_of_graphs_the_step_ranges_also_launch_are_warm_up() {
+    // gapscope's own runner launches each graph once before its marked steps.
+    let mut t = synthetic::trace(&[SyntheticCell::emu(true, 2, 20)], 5);
+    let first_step = t.markers.iter().position(|m| m.kind == MarkerKind::Step);
+    t.markers.remove(first_step.unwrap());
+    let a = analyze(&t);
+    assert_eq!(a.cells.len(), 1);
+    assert_eq!(a.cells[0].steps.len(), 19);
+}

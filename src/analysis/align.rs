@@ -230,7 +230,9 @@ fn requested_mode(cell: &CellAnalysis) -> Option<u64> {
 }
 
 /// Pairs each graphed cell with the eager cell of the same workload (and graph usage mode, when
-/// the eager cells were run per mode).
+/// the eager cells were run per mode). A discovered graph cell (launches outside step markers)
+/// has no requested workload: it pairs with the eager cell of its trace whose op sequence it
+/// aligns with best.
 pub fn pair_regimes(
     cells: &[CellAnalysis],
     _traces: &[Trace],
@@ -241,21 +243,11 @@ pub fn pair_regimes(
         if head.observed.regime != Some(Regime::Graphed) {
             continue;
         }
-        // An eager step has no launch pattern: pair it with every graphed pattern.
-        let key = head.workload_key_without(&["launch"]);
-        let candidates = cells.iter().enumerate().filter(|(_, c)| {
-            c.observed.regime == Some(Regime::Eager) && c.workload_key_without(&["launch"]) == key
-        });
-        let mut best: Option<usize> = None;
-        for (ci, c) in candidates {
-            let same_mode = requested_mode(c) == requested_mode(head);
-            if best.is_none() || same_mode {
-                best = Some(ci);
-                if same_mode {
-                    break;
-                }
-            }
-        }
+        let best = if head.graph_group.is_some() {
+            best_aligned_eager(cells, head)
+        } else {
+            same_workload_eager(cells, head)
+        };
         if let Some(bi) = best {
             pairs.push(compare_cells(bi, hi, &cells[bi], head));
         }
@@ -263,21 +255,79 @@ pub fn pair_regimes(
     pairs
 }
 
+fn same_workload_eager(cells: &[CellAnalysis], head: &CellAnalysis) -> Option<usize> {
+    // An eager step has no launch pattern: pair it with every graphed pattern.
+    let key = head.workload_key_without(&["launch"]);
+    let candidates = cells.iter().enumerate().filter(|(_, c)| {
+        c.observed.regime == Some(Regime::Eager)
+            && c.graph_group.is_none()
+            && c.workload_key_without(&["launch"]) == key
+    });
+    let mut best: Option<usize> = None;
+    for (ci, c) in candidates {
+        let same_mode = requested_mode(c) == requested_mode(head);
+        if best.is_none() || same_mode {
+            best = Some(ci);
+            if same_mode {
+                break;
+            }
+        }
+    }
+    best
+}
+
+/// The eager cell of `head`'s trace whose op names align with most of `head`'s (at least
+/// half of them), first on ties.
+fn best_aligned_eager(cells: &[CellAnalysis], head: &CellAnalysis) -> Option<usize> {
+    let names =
+        |c: &CellAnalysis| -> Vec<String> { c.sequence.iter().map(|e| e.name.clone()).collect() };
+    let head_names = names(head);
+    let mut best: Option<(usize, usize)> = None;
+    for (ci, c) in cells.iter().enumerate() {
+        if c.trace != head.trace || c.observed.regime != Some(Regime::Eager) {
+            continue;
+        }
+        let matched = lcs_pairs(&names(c), &head_names).len();
+        if 2 * matched >= head_names.len().max(1) && best.is_none_or(|(_, m)| matched > m) {
+            best = Some((ci, matched));
+        }
+    }
+    best.map(|(ci, _)| ci)
+}
+
 /// Pairs each graphed mode-2 cell with the graphed mode-1 cell (else mode 0) of the same
 /// workload and launch pattern: base = the mode without mixing, head = mode 2.
+///
+/// Discovered graph cells have no requested mode: there, a cell whose graph has external
+/// event-wait nodes is paired with a cell of the same trace, op sequence and launch pattern
+/// whose graph has none — the mode-2-like graph against the mode-1-like one.
 pub fn pair_modes(cells: &[CellAnalysis]) -> Vec<CellComparison> {
     let graphed = |c: &&CellAnalysis| c.observed.regime == Some(Regime::Graphed);
     let mut pairs = Vec::new();
     for (hi, head) in cells.iter().enumerate().filter(|(_, c)| graphed(c)) {
-        if requested_mode(head) != Some(2) {
-            continue;
-        }
-        let key = head.workload_key();
-        let base = [1, 0].into_iter().find_map(|mode| {
+        let base = if head.graph_group.is_some() {
+            if head.observed.external_wait_nodes == 0 {
+                continue;
+            }
+            let key = head.workload_key();
             cells.iter().enumerate().find(|(_, c)| {
-                graphed(c) && requested_mode(c) == Some(mode) && c.workload_key() == key
+                graphed(c)
+                    && c.graph_group.is_some()
+                    && c.trace == head.trace
+                    && c.observed.external_wait_nodes == 0
+                    && c.workload_key() == key
             })
-        });
+        } else {
+            if requested_mode(head) != Some(2) {
+                continue;
+            }
+            let key = head.workload_key();
+            [1, 0].into_iter().find_map(|mode| {
+                cells.iter().enumerate().find(|(_, c)| {
+                    graphed(c) && requested_mode(c) == Some(mode) && c.workload_key() == key
+                })
+            })
+        };
         if let Some((bi, b)) = base {
             pairs.push(compare_cells(bi, hi, b, head));
         }

@@ -526,7 +526,10 @@ pub fn analyze_cell(
     let sequence = canonical_sequence(ctx, timeline, &with_period);
     let observed = observe(ctx, &steps);
     let mut requested = meta_cell.map(|c| c.requested.clone()).unwrap_or_default();
-    let mut label = meta_cell.map_or_else(|| "all steps".to_owned(), |c| c.label.clone());
+    let mut label = match &cell.graph_group {
+        Some(g) => g.label(),
+        None => meta_cell.map_or_else(|| "all steps".to_owned(), |c| c.label.clone()),
+    };
     if let Some(regime) = cell.regime_split {
         // One marked cell held both regimes; each half is labelled by what was observed.
         label = format!("{label} ({})", regime.label());
@@ -553,6 +556,7 @@ pub fn analyze_cell(
         idle_by_cause,
         sequence,
         reference: meta_cell.map(|c| c.reference.clone()).unwrap_or_default(),
+        graph_group: cell.graph_group,
     }
 }
 
@@ -762,25 +766,12 @@ fn observe(ctx: &TraceContext, steps: &[Step]) -> Observed {
     let typical = per_exec.get(per_exec.len() / 2).copied();
     let has_dag = execs.iter().any(|&g| ctx.dag.by_graph.contains_key(&g));
     // Node types of one executable graph (the first): what a mode comparison can diff.
-    let mut node_counts = std::collections::BTreeMap::new();
-    // Nodes that instantiation adds on its own (no template node) are left out: they are not
-    // part of what the program built.
-    let first_exec: Vec<&crate::trace::GraphNode> = execs
-        .first()
-        .into_iter()
-        .flat_map(|&g| ctx.dag.graph_nodes(trace, g))
-        .collect();
-    let any_clone = first_exec.iter().any(|n| n.cloned_from.is_some());
-    for n in first_exec
-        .into_iter()
-        .filter(|n| !any_clone || n.cloned_from.is_some())
-    {
-        let mut name = format!("{:?}", n.node_type);
-        if n.external && matches!(n.node_type, NodeType::EventWait | NodeType::EventRecord) {
-            name += " (external)";
-        }
-        *node_counts.entry(name).or_insert(0usize) += 1;
-    }
+    let node_counts = super::steps::node_counts(
+        execs
+            .first()
+            .into_iter()
+            .flat_map(|&g| ctx.dag.graph_nodes(trace, g)),
+    );
     let graph_usage_mode = match (regime, typical) {
         (Some(Regime::Graphed), Some((w, _, _, true))) if w > 0 => Some("2 (mixing)".to_owned()),
         (Some(Regime::Graphed), Some((w, _, _, false))) if w > 0 => {

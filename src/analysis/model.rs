@@ -357,6 +357,9 @@ pub struct CellAnalysis {
     pub sequence: Vec<SequenceEntry>,
     /// Figures the workload measured itself (see [`crate::trace::Cell::reference`]).
     pub reference: BTreeMap<String, f64>,
+    /// For a cell of graph launches outside step markers: the graph's identity and how its
+    /// executable graphs were launched (see [`super::steps`]).
+    pub graph_group: Option<super::steps::GraphGroup>,
 }
 
 impl CellAnalysis {
@@ -385,14 +388,29 @@ impl CellAnalysis {
         self.workload_key_without(&[])
     }
 
-    /// [`Self::workload_key`] leaving out `extra` keys too.
+    /// [`Self::workload_key`] leaving out `extra` keys too. A discovered graph cell adds its
+    /// graph's op sequence (`graph`) and launch pattern (`launch`) as keys.
     pub fn workload_key_without(&self, extra: &[&str]) -> String {
+        let discovered = self.graph_group.iter().flat_map(|g| {
+            [
+                ("graph", g.identity.ops_key()),
+                ("launch", format!("\"{}\"", g.launch.label())),
+            ]
+        });
         self.requested
             .iter()
-            .filter(|(k, _)| !IGNORED_IN_KEY.contains(&k.as_str()) && !extra.contains(&k.as_str()))
+            .map(|(k, v)| (k.as_str(), v.to_string()))
+            .chain(discovered)
+            .filter(|(k, _)| !IGNORED_IN_KEY.contains(k) && !extra.contains(k))
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// The launch pattern: requested (`launch`), else that of a discovered graph cell.
+    pub fn launch_pattern(&self) -> Option<&str> {
+        self.requested_str("launch")
+            .or_else(|| self.graph_group.as_ref().map(|g| g.launch.label()))
     }
 }
 

@@ -3,10 +3,19 @@
 //! A step is the device work launched inside one host step marker: an op belongs to the step
 //! whose marker contains the start of its launching API call (joined by correlation id), so
 //! eager launches and graph launches are treated alike and GPU lag behind the host does not
-//! matter. Without step markers, each graph launch is a step.
+//! matter.
+//!
+//! A graph launch that no step marker encloses (real programs replay graphs outside their
+//! NVTX step ranges, as vLLM, SGLang and torch.compile do) is a step of its own, and so is
+//! every graph launch of a trace without step markers. Such steps are grouped into cells by
+//! what the graph is, never by labels: [`GraphIdentity`] (kernel names in launch order and node
+//! types). Replays of one executable graph form a cell; executable graphs of one identity that
+//! are launched once each share a cell of first launches. Launches outside the markers of an
+//! executable graph that the markers also launch are warm-up and left out.
 
 use super::TraceTimeline;
-use crate::trace::{MarkerKind, Trace};
+use crate::trace::{GraphNode, MarkerKind, NodeType, Trace};
+use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// The steps of one cell, before attribution.
@@ -18,6 +27,112 @@ pub struct CellSteps {
     /// Set when one marked cell held both eager steps and graph replays (e.g. one NVTX range
     /// name around both in a user's program): the regime observed, which splits it in two.
     pub regime_split: Option<super::Regime>,
+    /// Set for cells of graph launches outside step markers: what the graph is and how it
+    /// was launched.
+    pub graph_group: Option<GraphGroup>,
+}
+
+/// How the executable graphs of a discovered cell were launched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GraphLaunch {
+    /// One executable graph launched again and again.
+    Replay,
+    /// Executable graphs of one identity, each launched once (instantiated anew).
+    Fresh,
+}
+
+impl GraphLaunch {
+    pub fn label(self) -> &'static str {
+        match self {
+            GraphLaunch::Replay => "replay",
+            GraphLaunch::Fresh => "fresh",
+        }
+    }
+}
+
+/// What a graph is, from the records: the names of the device ops of its first launch in start
+/// order and, when the trace has the DAG, its node types with counts. Two executable graphs
+/// captured from the same code have the same identity.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct GraphIdentity {
+    pub op_names: Vec<String>,
+    pub node_counts: BTreeMap<String, usize>,
+}
+
+impl GraphIdentity {
+    /// A short stable id of the op-name sequence alone (FNV-1a), so that graphs that differ
+    /// only in node types (mode 2 vs mode 1) share it and can be compared, in one trace or
+    /// across trace sets.
+    pub fn ops_key(&self) -> String {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for name in &self.op_names {
+            for b in name.bytes().chain(std::iter::once(0)) {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        format!("{:08x}", h >> 32)
+    }
+}
+
+/// A discovered cell of graph launches.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GraphGroup {
+    /// Position of the identity among the trace's identities, in order of first launch (G1…).
+    pub ordinal: usize,
+    pub identity: GraphIdentity,
+    pub launch: GraphLaunch,
+    /// Executable graph ids of the cell's steps.
+    pub execs: Vec<u32>,
+}
+
+impl GraphGroup {
+    pub fn label(&self) -> String {
+        let kernels = self.identity.op_names.len();
+        match self.launch {
+            GraphLaunch::Replay => match self.execs.first() {
+                Some(&exec) if exec != crate::import::kineto::UNNAMED_GRAPH => format!(
+                    "graph G{} replays (exec {exec}, {kernels} ops)",
+                    self.ordinal
+                ),
+                _ => format!(
+                    "graph G{} launches (graph ids not recorded, {kernels} ops)",
+                    self.ordinal
+                ),
+            },
+            GraphLaunch::Fresh => format!(
+                "graph G{} first launches ({} executable graphs, {kernels} ops)",
+                self.ordinal,
+                self.execs.len()
+            ),
+        }
+    }
+}
+
+/// Node type as reports name it: "EventWait (external)", "Kernel", ...
+pub fn node_type_label(n: &GraphNode) -> String {
+    let mut name = format!("{:?}", n.node_type);
+    if n.external && matches!(n.node_type, NodeType::EventWait | NodeType::EventRecord) {
+        name += " (external)";
+    }
+    name
+}
+
+/// Node types with counts of the nodes the program built into `nodes` (one graph's): nodes
+/// that instantiation adds on its own (no template node) are left out when any node is a
+/// clone.
+pub fn node_counts<'t>(nodes: impl IntoIterator<Item = &'t GraphNode>) -> BTreeMap<String, usize> {
+    let nodes: Vec<&GraphNode> = nodes.into_iter().collect();
+    let any_clone = nodes.iter().any(|n| n.cloned_from.is_some());
+    let mut counts = BTreeMap::new();
+    for n in nodes
+        .into_iter()
+        .filter(|n| !any_clone || n.cloned_from.is_some())
+    {
+        *counts.entry(node_type_label(n)).or_insert(0usize) += 1;
+    }
+    counts
 }
 
 /// Splits cells whose steps mix eager work and graph replays into one cell per regime, so
@@ -39,6 +154,7 @@ pub fn split_mixed_regimes(cells: Vec<CellSteps>, timeline: &TraceTimeline) -> V
                 cell: cell.cell,
                 steps,
                 regime_split: Some(regime),
+                graph_group: None,
             });
         }
     }
@@ -107,18 +223,35 @@ pub fn split_cells(
         .map(|m| (m.start, m.end, m.cell))
         .collect();
     if markers.is_empty() {
-        return vec![steps_from_graph_launches(trace, timeline)];
+        let graphed: Vec<usize> = (0..timeline.ops.len())
+            .filter(|&i| timeline.ops[i].graph != 0)
+            .collect();
+        if graphed.is_empty() {
+            // No graphs and no markers: the whole trace is one eager step.
+            if timeline.ops.is_empty() {
+                return Vec::new();
+            }
+            return vec![CellSteps {
+                cell: (trace.metadata.cells.len() == 1).then_some(0),
+                steps: vec![(0..timeline.ops.len()).collect()],
+                ..Default::default()
+            }];
+        }
+        return group_graph_launches(trace, timeline, &graphed);
     }
     markers.sort_unstable();
     let mut per_marker: Vec<Vec<usize>> = vec![Vec::new(); markers.len()];
+    let mut unmarked_graph_ops = Vec::new();
     for (i, op) in timeline.ops.iter().enumerate() {
-        let Some((launched, _, _)) = launches.call(op.corr) else {
-            continue;
-        };
-        // The last marker starting at or before the launch; it must also contain it.
-        let m = markers.partition_point(|mk| mk.0 <= launched);
-        if m > 0 && launched <= markers[m - 1].1 {
-            per_marker[m - 1].push(i);
+        let marker = launches.call(op.corr).and_then(|(launched, _, _)| {
+            // The last marker starting at or before the launch; it must also contain it.
+            let m = markers.partition_point(|mk| mk.0 <= launched);
+            (m > 0 && launched <= markers[m - 1].1).then(|| m - 1)
+        });
+        match marker {
+            Some(m) => per_marker[m].push(i),
+            None if op.graph != 0 => unmarked_graph_ops.push(i),
+            None => {}
         }
     }
     let mut cells: BTreeMap<Option<u32>, CellSteps> = BTreeMap::new();
@@ -130,33 +263,116 @@ pub fn split_cells(
             .entry(marker.2)
             .or_insert_with(|| CellSteps {
                 cell: marker.2.map(|c| c as usize),
-                steps: Vec::new(),
-                regime_split: None,
+                ..Default::default()
             })
             .steps
             .push(ops);
     }
-    cells.into_values().collect()
+    // Launches outside the markers of an executable graph that the markers also launch are
+    // that step's warm-up (as gapscope's own runner does), not steps of their own.
+    let marked_graphs: rustc_hash::FxHashSet<u32> = cells
+        .values()
+        .flat_map(|c| c.steps.iter().flatten())
+        .map(|&i| timeline.ops[i].graph)
+        .filter(|&g| g != 0)
+        .collect();
+    unmarked_graph_ops.retain(|&i| !marked_graphs.contains(&timeline.ops[i].graph));
+    let mut out: Vec<CellSteps> = cells.into_values().collect();
+    out.extend(group_graph_launches(trace, timeline, &unmarked_graph_ops));
+    out
 }
 
-/// No step markers: each graph launch (ops sharing a graph id and launch correlation id) is a
-/// step; a trace without graphs is one step.
-fn steps_from_graph_launches(trace: &Trace, timeline: &TraceTimeline) -> CellSteps {
-    let cell = (trace.metadata.cells.len() == 1).then_some(0);
-    let mut launches: BTreeMap<(u32, u32), Vec<usize>> = BTreeMap::new();
-    for (i, op) in timeline.ops.iter().enumerate() {
-        if op.graph != 0 {
-            launches.entry((op.corr, op.graph)).or_default().push(i);
+/// Groups graph ops (indices into the timeline, in start order) into launches — ops sharing
+/// a launch correlation id and graph id — and the launches into cells by [`GraphIdentity`]:
+/// one cell per executable graph launched more than once, one cell for the executable graphs
+/// of an identity launched once each.
+fn group_graph_launches(
+    trace: &Trace,
+    timeline: &TraceTimeline,
+    graph_ops: &[usize],
+) -> Vec<CellSteps> {
+    if graph_ops.is_empty() {
+        return Vec::new();
+    }
+    let mut by_launch: BTreeMap<(u32, u32), Vec<usize>> = BTreeMap::new();
+    for &i in graph_ops {
+        let op = &timeline.ops[i];
+        by_launch.entry((op.corr, op.graph)).or_default().push(i);
+    }
+    let mut steps: Vec<(u32, Vec<usize>)> = by_launch
+        .into_iter()
+        .map(|((_, graph), ops)| (graph, ops))
+        .collect();
+    steps.sort_by_key(|(_, ops)| ops[0]);
+
+    let mut nodes_by_graph: BTreeMap<u32, Vec<&GraphNode>> = BTreeMap::new();
+    for n in &trace.graph.nodes {
+        nodes_by_graph.entry(n.graph).or_default().push(n);
+    }
+    // Each executable graph's identity, from its first launch; launches per exec.
+    let mut identity_of: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut identities: Vec<GraphIdentity> = Vec::new();
+    let mut launches_of: BTreeMap<u32, usize> = BTreeMap::new();
+    for (graph, ops) in &steps {
+        *launches_of.entry(*graph).or_default() += 1;
+        if identity_of.contains_key(graph) {
+            continue;
         }
+        let identity = GraphIdentity {
+            op_names: ops
+                .iter()
+                .map(|&i| trace.str(timeline.ops[i].name).to_owned())
+                .collect(),
+            node_counts: node_counts(nodes_by_graph.get(graph).into_iter().flatten().copied()),
+        };
+        let index = identities
+            .iter()
+            .position(|x| *x == identity)
+            .unwrap_or_else(|| {
+                identities.push(identity);
+                identities.len() - 1
+            });
+        identity_of.insert(*graph, index);
     }
-    let mut steps: Vec<Vec<usize>> = launches.into_values().collect();
-    if steps.is_empty() && !timeline.ops.is_empty() {
-        steps.push((0..timeline.ops.len()).collect());
+    // Cells in order of their first launch.
+    let mut cells: Vec<CellSteps> = Vec::new();
+    let mut cell_of: BTreeMap<(usize, GraphLaunch, u32), usize> = BTreeMap::new();
+    for (graph, ops) in steps {
+        let identity = identity_of[&graph];
+        let launch = if launches_of[&graph] > 1 {
+            GraphLaunch::Replay
+        } else {
+            GraphLaunch::Fresh
+        };
+        // Replays: one cell per exec; fresh: one cell per identity.
+        let exec_key = if launch == GraphLaunch::Replay {
+            graph
+        } else {
+            0
+        };
+        let at = *cell_of
+            .entry((identity, launch, exec_key))
+            .or_insert_with(|| {
+                cells.push(CellSteps {
+                    cell: None,
+                    steps: Vec::new(),
+                    regime_split: None,
+                    graph_group: Some(GraphGroup {
+                        ordinal: identity + 1,
+                        identity: identities[identity].clone(),
+                        launch,
+                        execs: Vec::new(),
+                    }),
+                });
+                cells.len() - 1
+            });
+        let cell = &mut cells[at];
+        if let Some(g) = cell.graph_group.as_mut()
+            && g.execs.last() != Some(&graph)
+        {
+            g.execs.push(graph);
+        }
+        cell.steps.push(ops);
     }
-    steps.sort_by_key(|ops| ops[0]);
-    CellSteps {
-        cell,
-        steps,
-        regime_split: None,
-    }
+    cells
 }

@@ -306,6 +306,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             .collect();
         cells.push(CellAnalysis {
             reference: Default::default(),
+            graph_group: None,
             period_runs: None,
             period_block_medians: Vec::new(),
             trace: 0,

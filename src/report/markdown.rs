@@ -616,7 +616,7 @@ fn sweep_section(s: &mut String, a: &Analysis) {
     let mut by_launch: BTreeMap<String, Vec<&CellComparison>> = BTreeMap::new();
     for p in &a.mode_pairs {
         let head = &a.cells[p.head];
-        let launch = head.requested_str("launch").unwrap_or("graph").to_owned();
+        let launch = head.launch_pattern().unwrap_or("graph").to_owned();
         by_launch.entry(launch).or_default().push(p);
     }
     let gap_before_collective = |c: &CellAnalysis| {
