@@ -21,8 +21,12 @@
 //! hung. Since the file is written to a temporary name and renamed, a handler that dies midway
 //! never leaves a half-written trace.
 //!
-//! Not covered: `_exit`/`os._exit`, SIGKILL, and processes forked after CUDA initialised (a
-//! forked child never writes: it would overwrite its parent's file with a copy of its state).
+//! * at `_exit` (Python's `os._exit`, which skips `atexit`): `gapscope record` preloads this
+//!   library (`LD_PRELOAD`), so its [`_exit`] stands in for libc's: it writes the trace, then
+//!   ends the process with the `exit_group` system call, as libc's does.
+//!
+//! Not covered: SIGKILL, and processes forked after CUDA initialised (a forked child never
+//! writes: it would overwrite its parent's file with a copy of its state).
 //!
 //! Environment read at initialisation: `GAPSCOPE_OUT` (folder, default: the current one),
 //! `GAPSCOPE_STEP_RANGE` (NVTX ranges of that name become [`MarkerKind::Step`] markers of cell
@@ -42,6 +46,11 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 pub const OUT_VAR: &str = "GAPSCOPE_OUT";
 /// Environment variable naming the NVTX range that marks one step.
 pub const STEP_RANGE_VAR: &str = "GAPSCOPE_STEP_RANGE";
+/// `all`: an activity record for every CUDA API call, not only those the analysis reads.
+pub const API_RECORDS_VAR: &str = "GAPSCOPE_CUPTI_API";
+/// Which API calls get a CUPTI callback: `off`, `graph-building` (default),
+/// `graph-building-with-launches` or `all` (see [`crate::cupti::ApiCallbacks`]).
+pub const API_CALLBACKS_VAR: &str = "GAPSCOPE_CUPTI_CALLBACKS";
 /// Rank variables, first set (and numeric) wins: torchrun/torch.distributed, torchrun's local
 /// rank, Open MPI, Slurm.
 pub const RANK_VARS: [&str; 4] = ["RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"];
@@ -213,7 +222,17 @@ fn install_panic_hook() {
 
 fn initialize() -> Result<(), String> {
     let config = Config::from_env();
-    let mut recorder = Recorder::start(RecorderConfig::default()).map_err(|e| e.to_string())?;
+    let mut recorder_config = RecorderConfig {
+        all_api_calls: env(API_RECORDS_VAR).is_some_and(|v| v == "all"),
+        ..RecorderConfig::default()
+    };
+    if let Some(v) = env(API_CALLBACKS_VAR) {
+        match v.parse() {
+            Ok(callbacks) => recorder_config.api_callbacks = callbacks,
+            Err(e) => say(&format!("{API_CALLBACKS_VAR}: {e}; using the default")),
+        }
+    }
+    let mut recorder = Recorder::start(recorder_config).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&config.out)
         .map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;
     if let Err(e) = recorder.enable_nvtx_markers() {
@@ -240,6 +259,21 @@ unsafe extern "C" {
 
 extern "C" fn at_exit() {
     let _ = catch_unwind(|| write_trace(None));
+}
+
+/// Stands in for libc's `_exit` when this library is preloaded: a traced process writes its
+/// trace first; any other process (or this library linked into a program) just ends, as
+/// libc's `_exit` would, through `exit_group`.
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+#[unsafe(no_mangle)]
+pub extern "C" fn _exit(status: c_int) -> ! {
+    if CONFIG.get().is_some() {
+        let _ = catch_unwind(|| write_trace(None));
+    }
+    signals::exit_group(status)
 }
 
 /// Stops the recorder and writes the trace (at most once per process). `signal`: the signal
@@ -279,13 +313,6 @@ fn write_trace(signal: Option<c_int>) {
     };
     if let Some(step) = &config.step_range {
         trace.mark_steps(step);
-    }
-    // The device the work ran on, named by the driver (not from a signal handler: the driver
-    // is not async-signal-safe).
-    if signal.is_none()
-        && let Some(first) = trace.kernels.first()
-    {
-        trace.metadata.device = crate::cupti::device_info(first.device);
     }
     // A launcher (torchrun, mpirun) or helper process that initialised CUDA but ran nothing
     // would otherwise leave an empty trace that looks like a rank.
@@ -373,6 +400,22 @@ mod signals {
         fn sigaction(sig: c_int, act: *const SigAction, old: *mut SigAction) -> c_int;
         fn raise(sig: c_int) -> c_int;
         fn alarm(seconds: c_uint) -> c_uint;
+        fn syscall(number: std::ffi::c_long, ...) -> std::ffi::c_long;
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    const SYS_EXIT_GROUP: std::ffi::c_long = 231;
+    #[cfg(target_arch = "aarch64")]
+    const SYS_EXIT_GROUP: std::ffi::c_long = 94;
+
+    /// Ends every thread of the process with `status` (what libc's `_exit` does).
+    pub fn exit_group(status: c_int) -> ! {
+        loop {
+            // SAFETY: exit_group takes one int and does not return.
+            unsafe {
+                syscall(SYS_EXIT_GROUP, status);
+            }
+        }
     }
 
     fn empty(handler: usize, flags: c_int) -> SigAction {

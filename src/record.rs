@@ -101,6 +101,16 @@ fn trace_files(dir: &Path) -> BTreeMap<PathBuf, Option<SystemTime>> {
         .collect()
 }
 
+/// `LD_PRELOAD` with the injection library first and the caller's entries after it.
+fn preload_list(lib: &Path, existing: Option<std::ffi::OsString>) -> std::ffi::OsString {
+    let mut list = lib.as_os_str().to_owned();
+    if let Some(rest) = existing.filter(|v| !v.is_empty()) {
+        list.push(":");
+        list.push(rest);
+    }
+    list
+}
+
 /// Runs `gapscope record`; returns the child's exit status.
 pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().ok();
@@ -127,6 +137,12 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     if let Some(step) = &args.step_range {
         cmd.env(STEP_RANGE_VAR, step);
     }
+    // Preloaded, the library's `_exit` stands in for libc's, so a process that ends with
+    // `os._exit` still writes its trace (see `inject`).
+    cmd.env(
+        "LD_PRELOAD",
+        preload_list(&lib, std::env::var_os("LD_PRELOAD")),
+    );
     if std::env::var_os("NVTX_INJECTION64_PATH").is_none_or(|v| v.is_empty()) {
         match crate::cupti::cupti_library() {
             Ok((path, _)) => {
@@ -192,6 +208,17 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn injection_library_is_preloaded_first_and_the_callers_entries_kept() {
+        let lib = Path::new("/x/libgapscope.so");
+        assert_eq!(preload_list(lib, None), "/x/libgapscope.so");
+        assert_eq!(preload_list(lib, Some("".into())), "/x/libgapscope.so");
+        assert_eq!(
+            preload_list(lib, Some("/a.so:/b.so".into())),
+            "/x/libgapscope.so:/a.so:/b.so"
+        );
+    }
 
     #[test]
     fn candidates_follow_the_executable_then_target_release() {

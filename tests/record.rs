@@ -235,3 +235,51 @@ fn injection_without_cuda_fails_in_one_line_and_only_once() {
     );
     assert!(!dir.path().join("out").exists(), "{err}");
 }
+
+/// `os._exit` skips `atexit`, where a traced process writes its trace; `record` preloads the
+/// injection library so that its `_exit` runs first. In a process that was never traced it
+/// must end exactly as libc's would: the status passes through, nothing else happens.
+#[test]
+fn preloaded_exit_ends_untraced_processes_as_libc_does() {
+    let Some(lib) = built_library() else {
+        eprintln!(
+            "skipped: no libgapscope.so next to the gapscope binary (run `cargo build` first)"
+        );
+        return;
+    };
+    if Command::new("python3").arg("-V").output().is_err() {
+        eprintln!("skipped: no python3");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let o = dir.path().join("t");
+    let run = |script: &str| {
+        Command::new(env!("CARGO_BIN_EXE_gapscope"))
+            .args(["record", "-o", o.to_str().unwrap(), "--", "python3", "-c"])
+            .arg(script)
+            .env("GAPSCOPE_INJECTION_LIB", &lib)
+            .env("LD_PRELOAD", "")
+            .output()
+            .expect("run gapscope")
+    };
+    let out =
+        run("import os, sys; print(os.environ['LD_PRELOAD']); sys.stdout.flush(); os._exit(7)");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(7), "{err}");
+    let preload = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(preload.trim(), lib.to_str().unwrap(), "{err}");
+    assert!(!err.contains("ld.so"), "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.contains(NO_TRACE)).count(),
+        1,
+        "{err}"
+    );
+    // The other ways out are unchanged: exit(), and a signal (128 + N).
+    assert_eq!(run("import sys; sys.exit(5)").status.code(), Some(5));
+    assert_eq!(
+        run("import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+            .status
+            .code(),
+        Some(143)
+    );
+}

@@ -71,7 +71,13 @@ impl<'a> TraceContext<'a> {
                 let mut v: Vec<(u64, u64, u32)> = trace
                     .markers
                     .iter()
-                    .filter(|m| m.kind == crate::trace::MarkerKind::LibraryCall)
+                    .filter(|m| match m.kind {
+                        crate::trace::MarkerKind::LibraryCall => true,
+                        crate::trace::MarkerKind::Range => {
+                            crate::trace::is_library_call_range(trace.str(m.name))
+                        }
+                        _ => false,
+                    })
                     .map(|m| (m.start, m.end, m.name))
                     .collect();
                 v.sort_unstable();

@@ -34,6 +34,9 @@ pub(crate) struct State {
     pub self_corr: HashSet<u32>,
     /// Problems met inside callbacks (message → count); they become trace notes.
     pub problems: BTreeMap<String, u64>,
+    /// The devices and driver version, read when the first CUDA context was created, so a
+    /// trace written from a signal handler (where the driver must not be called) names them.
+    pub devices: Option<(Vec<crate::trace::DeviceInfo>, Option<String>)>,
 }
 
 impl State {
@@ -45,6 +48,7 @@ impl State {
             cells: Vec::new(),
             self_corr: HashSet::new(),
             problems: BTreeMap::new(),
+            devices: None,
         }
     }
 
@@ -445,10 +449,23 @@ struct RawCreation {
     wait_external: bool,
     record_external: bool,
     explicit_add: bool,
+    at: u64,
+    thread: u32,
 }
 
-fn raw_creation() -> RawCreation {
+/// `cuptiGetTimestamp`, 0 ("unknown") on failure.
+fn now(cupti: &Cupti) -> u64 {
+    let mut at = 0u64;
+    // SAFETY: resolved at load; writes one u64 through a valid pointer.
+    let _ = unsafe { cupti.api().cuptiGetTimestamp(&mut at) };
+    at
+}
+
+/// The circumstances of a node made now (`at`, CUPTI clock) on this thread.
+fn raw_creation(at: u64) -> RawCreation {
     let mut raw = RawCreation {
+        at,
+        thread: super::recorder::current_thread_id(),
         outermost: std::ptr::null(),
         library_call: LIBRARY_STACK
             .try_with(|s| s.borrow().last().copied())
@@ -487,6 +504,8 @@ fn intern_creation(state: &mut State, raw: &RawCreation) -> Creation {
         wait_external: raw.wait_external,
         record_external: raw.record_external,
         explicit_add: raw.explicit_add,
+        at: raw.at,
+        thread: raw.thread,
     }
 }
 
@@ -561,6 +580,18 @@ fn driver_node_type(node: sys::CUgraphNode) -> (Result<u32, String>, Vec<u32>) {
 /// # Safety
 /// `data` is null or the `CUpti_ResourceData` CUPTI passed with this resource callback.
 unsafe fn on_resource(cbid: u32, data: *const sys::CUpti_ResourceData) {
+    if cbid == sys::CUPTI_CBID_RESOURCE_CONTEXT_CREATED {
+        if let Some(shared) = active()
+            && lock(&shared.state).devices.is_none()
+        {
+            let devices: Vec<_> = (0..64).map_while(loader::device_info).collect();
+            let version = loader::driver_version();
+            lock(&shared.state)
+                .devices
+                .get_or_insert((devices, version));
+        }
+        return;
+    }
     let graph_event = matches!(
         cbid,
         sys::CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED
@@ -623,7 +654,7 @@ fn node_created(cupti: &Cupti, shared: &Shared, gd: &sys::CUpti_GraphData) -> Re
     let id = node_id(cupti, gd.node)?;
     let graph = graph_id(cupti, gd.graph)?;
     let (ty, corr) = driver_node_type(gd.node);
-    let raw = raw_creation();
+    let raw = raw_creation(now(cupti));
     let mut state = lock(&shared.state);
     state.self_corr.extend(corr);
     let node_type = node_type_or_fallback(&mut state, ty, gd.nodeType);
@@ -642,7 +673,7 @@ fn node_cloned(cupti: &Cupti, shared: &Shared, gd: &sys::CUpti_GraphData) -> Res
     } else {
         driver_node_type(gd.node)
     };
-    let raw = raw_creation();
+    let raw = raw_creation(now(cupti));
     let mut state = lock(&shared.state);
     state.self_corr.extend(corr);
     let fallback = node_type_or_fallback(&mut state, ty, gd.nodeType);
@@ -769,7 +800,7 @@ mod tests {
             di.functionName = inner.as_ptr();
             di.functionParams = &drv_params as *const _ as *const c_void;
             on_api(drv, cbid_drv, &di);
-            let raw = raw_creation();
+            let raw = raw_creation(0);
             assert!(raw.wait_external);
             assert!(!raw.explicit_add);
             assert_eq!(CStr::from_ptr(raw.outermost), outer);
@@ -778,27 +809,27 @@ mod tests {
             d.callbackSite = sys::CUPTI_API_EXIT;
             on_api(rt, cbid_rt, &d);
         }
-        let raw = raw_creation();
+        let raw = raw_creation(0);
         assert!(raw.outermost.is_null());
         assert!(!raw.wait_external);
         // An exit without an enter leaves the (empty) stack alone.
         // SAFETY: as above.
         unsafe { on_api(rt, cbid_rt, &d) };
-        assert!(raw_creation().outermost.is_null());
+        assert!(raw_creation(0).outermost.is_null());
     }
 
     #[test]
     fn library_calls_nest_per_thread() {
         push_library_call(4);
         push_library_call(7);
-        assert_eq!(raw_creation().library_call, Some(7));
+        assert_eq!(raw_creation(0).library_call, Some(7));
         pop_library_call(7);
-        assert_eq!(raw_creation().library_call, Some(4));
-        std::thread::spawn(|| assert_eq!(raw_creation().library_call, None))
+        assert_eq!(raw_creation(0).library_call, Some(4));
+        std::thread::spawn(|| assert_eq!(raw_creation(0).library_call, None))
             .join()
             .unwrap();
         pop_library_call(4);
-        assert_eq!(raw_creation().library_call, None);
+        assert_eq!(raw_creation(0).library_call, None);
     }
 
     #[test]
@@ -812,7 +843,7 @@ mod tests {
         let cbid = sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddEventRecordNode_v11010;
         // SAFETY: callback data outlives the calls; null params are not read.
         unsafe { on_api(sys::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &d) };
-        let raw = raw_creation();
+        let raw = raw_creation(0);
         assert!(raw.explicit_add);
         let mut state = State::new();
         let how = intern_creation(&mut state, &raw);
@@ -825,6 +856,6 @@ mod tests {
         exit.callbackSite = sys::CUPTI_API_EXIT;
         // SAFETY: as above.
         unsafe { on_api(sys::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &exit) };
-        assert!(!raw_creation().explicit_add);
+        assert!(!raw_creation(0).explicit_add);
     }
 }

@@ -17,6 +17,11 @@ pub(crate) struct Creation {
     pub record_external: bool,
     /// An active call adds nodes explicitly (`cudaGraphAdd*`, `cuGraphAdd*`).
     pub explicit_add: bool,
+    /// When (CUPTI clock, ns) and on which thread (system id) the node was made: joined to
+    /// the NVTX ranges of the program's own libraries (e.g. NCCL's `ncclAllGather`) once the
+    /// recording ends, for nodes no library-call marker of ours enclosed.
+    pub at: u64,
+    pub thread: u32,
 }
 
 impl Creation {
@@ -38,11 +43,16 @@ pub(crate) struct GraphTable {
     nodes: HashMap<u64, GraphNode>,
     edges: Vec<GraphEdge>,
     execs: Vec<GraphExec>,
+    /// (time, thread) of creation of nodes made outside any library-call marker of ours.
+    untagged: HashMap<u64, (u64, u32)>,
 }
 
 impl GraphTable {
     /// GRAPHNODE_CREATED. The first report of an id wins.
     pub fn node_created(&mut self, id: u64, graph: u32, node_type: NodeType, how: Creation) {
+        if how.library_call.is_none() && how.at != 0 {
+            self.untagged.entry(id).or_insert((how.at, how.thread));
+        }
         self.nodes.entry(id).or_insert(GraphNode {
             id,
             graph,
@@ -116,7 +126,31 @@ impl GraphTable {
 
     /// The DAG for the trace: nodes sorted by id, edges with at least one known end (edges of
     /// internal graphs whose nodes were never reported are dropped), deduplicated and sorted.
-    pub fn into_dag(self) -> GraphDag {
+    /// Nodes made outside our library-call markers take the innermost of `library_ranges`
+    /// (thread, start, end, name) that encloses their creation on their thread; clones follow
+    /// their templates.
+    pub fn into_dag(mut self, library_ranges: &[(u32, u64, u64, StrId)]) -> GraphDag {
+        let ranges = RangeIndex::new(library_ranges);
+        for (id, (at, thread)) in &self.untagged {
+            if let (Some(node), Some(name)) =
+                (self.nodes.get_mut(id), ranges.innermost(*thread, *at))
+                && node.library_call.is_none()
+            {
+                node.library_call = Some(name);
+            }
+        }
+        let tagged: HashMap<u64, StrId> = self
+            .nodes
+            .values()
+            .filter_map(|n| n.library_call.map(|l| (n.id, l)))
+            .collect();
+        for node in self.nodes.values_mut() {
+            if node.library_call.is_none()
+                && let Some(t) = node.cloned_from
+            {
+                node.library_call = tagged.get(&t).copied();
+            }
+        }
         let mut nodes: Vec<GraphNode> = self.nodes.into_values().collect();
         nodes.sort_by_key(|n| n.id);
         let known: HashSet<u64> = nodes.iter().map(|n| n.id).collect();
@@ -135,6 +169,35 @@ impl GraphTable {
             edges,
             execs,
         }
+    }
+}
+
+/// Host ranges by thread, sorted by start, for "which range encloses this instant".
+struct RangeIndex {
+    by_thread: HashMap<u32, Vec<(u64, u64, StrId)>>,
+}
+
+impl RangeIndex {
+    fn new(ranges: &[(u32, u64, u64, StrId)]) -> RangeIndex {
+        let mut by_thread: HashMap<u32, Vec<(u64, u64, StrId)>> = HashMap::new();
+        for &(thread, start, end, name) in ranges {
+            by_thread
+                .entry(thread)
+                .or_default()
+                .push((start, end, name));
+        }
+        for v in by_thread.values_mut() {
+            v.sort_unstable();
+        }
+        RangeIndex { by_thread }
+    }
+
+    /// The range with the latest start at or before `at` that still encloses it (ranges on
+    /// one thread nest, so that is the innermost).
+    fn innermost(&self, thread: u32, at: u64) -> Option<StrId> {
+        let v = self.by_thread.get(&thread)?;
+        let upto = v.partition_point(|r| r.0 <= at);
+        v[..upto].iter().rev().find(|r| r.1 >= at).map(|r| r.2)
     }
 }
 
@@ -198,7 +261,7 @@ mod tests {
         g.dependency_created(c_kernel, c_wait); // reported twice: kept once
         g.dependency_created(900, 901); // internal graph: both unknown
         g.exec_created(5, 1);
-        let dag = g.into_dag();
+        let dag = g.into_dag(&[]);
         assert_eq!(dag.nodes.len(), 4);
         let clone = dag.nodes.iter().find(|n| n.id == c_wait).unwrap();
         assert_eq!(clone.node_type, NodeType::EventWait);
@@ -224,6 +287,63 @@ mod tests {
     }
 
     #[test]
+    fn nodes_made_inside_a_library_nvtx_range_are_tagged_with_it_and_clones_follow() {
+        let mut g = GraphTable::default();
+        let (wait, kernel, other_thread, ours) = (
+            (1u64 << 32) | 1,
+            (1u64 << 32) | 2,
+            (1u64 << 32) | 3,
+            (1u64 << 32) | 4,
+        );
+        let at = |at, thread| Creation {
+            at,
+            thread,
+            ..Default::default()
+        };
+        g.node_created(wait, 1, NodeType::EventWait, at(150, 7));
+        g.node_created(kernel, 1, NodeType::Kernel, at(500, 7));
+        g.node_created(other_thread, 1, NodeType::Kernel, at(150, 8));
+        // Inside a library-call marker of ours: that tag stays.
+        g.node_created(
+            ours,
+            1,
+            NodeType::Kernel,
+            Creation {
+                library_call: Some(42),
+                ..at(160, 7)
+            },
+        );
+        g.node_cloned(
+            (5u64 << 32) | 1,
+            5,
+            wait,
+            NodeType::Kernel,
+            Creation::default(),
+        );
+        // Thread 7: ncclGroupEnd (10) encloses ncclAllGather (11) around t = 150.
+        let ranges = [(7, 100, 300, 10), (7, 140, 200, 11), (8, 400, 600, 12)];
+        let dag = g.into_dag(&ranges);
+        let tag = |id: u64| dag.nodes.iter().find(|n| n.id == id).unwrap().library_call;
+        assert_eq!(tag(wait), Some(11), "innermost enclosing range");
+        assert_eq!(
+            tag(kernel),
+            None,
+            "made after every range on its thread ended"
+        );
+        assert_eq!(
+            tag(other_thread),
+            None,
+            "ranges of other threads do not count"
+        );
+        assert_eq!(tag(ours), Some(42));
+        assert_eq!(
+            tag((5u64 << 32) | 1),
+            Some(11),
+            "the clone follows its template"
+        );
+    }
+
+    #[test]
     fn clone_of_unknown_template_uses_fallback() {
         let mut g = GraphTable::default();
         g.node_cloned(
@@ -236,7 +356,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        let dag = g.into_dag();
+        let dag = g.into_dag(&[]);
         assert_eq!(dag.nodes[0].node_type, NodeType::Host);
         assert_eq!(dag.nodes[0].cloned_from, Some(77));
         assert_eq!(dag.nodes[0].created_by, Some(1));

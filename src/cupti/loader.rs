@@ -21,6 +21,18 @@ pub struct Cupti {
     lib: sys::CuptiLib,
     path: String,
     version: u32,
+    /// `cuptiActivityEnableRuntimeApi`/`cuptiActivityEnableDriverApi` (CUPTI ≥ 12.5): API
+    /// activity records per call id. Absent from the committed bindings, so resolved here.
+    api_filter: Option<ApiFilter>,
+}
+
+/// `CUptiResult cuptiActivityEnable{Runtime,Driver}Api(CUpti_CallbackId cbid, uint8_t enable)`.
+pub(crate) type EnableApiFn = unsafe extern "C" fn(cbid: u32, enable: u8) -> sys::CUptiResult;
+
+pub(crate) struct ApiFilter {
+    _lib: libloading::Library,
+    pub runtime: EnableApiFn,
+    pub driver: EnableApiFn,
 }
 
 impl std::fmt::Debug for Cupti {
@@ -206,10 +218,39 @@ fn open(file: &Path) -> Result<Cupti, OpenError> {
             needed: MIN_CUPTI_API_VERSION,
         }));
     }
-    Ok(Cupti { lib, path, version })
+    // SAFETY: a second handle on the library just loaded (dlopen counts references); the
+    // function type matches cupti_activity.h's declarations.
+    let api_filter = unsafe {
+        libloading::Library::new(file.as_os_str())
+            .ok()
+            .and_then(|l| {
+                let runtime = *l
+                    .get::<EnableApiFn>(b"cuptiActivityEnableRuntimeApi\0")
+                    .ok()?;
+                let driver = *l
+                    .get::<EnableApiFn>(b"cuptiActivityEnableDriverApi\0")
+                    .ok()?;
+                Some(ApiFilter {
+                    _lib: l,
+                    runtime,
+                    driver,
+                })
+            })
+    };
+    Ok(Cupti {
+        lib,
+        path,
+        version,
+        api_filter,
+    })
 }
 
 impl Cupti {
+    /// Per-call-id API activity switches, when this CUPTI has them.
+    pub(crate) fn api_filter(&self) -> Option<&ApiFilter> {
+        self.api_filter.as_ref()
+    }
+
     /// The raw function table; every function checked by `open` is safe to call through it.
     pub(crate) fn api(&self) -> &sys::CuptiLib {
         &self.lib
@@ -303,7 +344,11 @@ pub(crate) struct Driver {
     device_get: Option<DeviceGetFn>,
     device_get_name: Option<DeviceGetNameFn>,
     device_get_attribute: Option<DeviceGetAttributeFn>,
+    driver_get_version: Option<DriverGetVersionFn>,
 }
+
+/// `CUresult cuDriverGetVersion(int *driverVersion)`.
+type DriverGetVersionFn = unsafe extern "C" fn(version: *mut c_int) -> c_int;
 
 static DRIVER: OnceLock<Driver> = OnceLock::new();
 
@@ -330,13 +375,16 @@ pub(crate) fn driver() -> Result<&'static Driver, CuptiError> {
             reason: format!("no cuGraphNodeGetType: {}", one_line(e)),
         })?;
     // SAFETY: the types match cuda.h's declarations (see the type aliases).
-    let (device_get, device_get_name, device_get_attribute) = unsafe {
+    let (device_get, device_get_name, device_get_attribute, driver_get_version) = unsafe {
         (
             lib.get::<DeviceGetFn>(b"cuDeviceGet\0").ok().map(|s| *s),
             lib.get::<DeviceGetNameFn>(b"cuDeviceGetName\0")
                 .ok()
                 .map(|s| *s),
             lib.get::<DeviceGetAttributeFn>(b"cuDeviceGetAttribute\0")
+                .ok()
+                .map(|s| *s),
+            lib.get::<DriverGetVersionFn>(b"cuDriverGetVersion\0")
                 .ok()
                 .map(|s| *s),
         )
@@ -347,7 +395,17 @@ pub(crate) fn driver() -> Result<&'static Driver, CuptiError> {
         device_get,
         device_get_name,
         device_get_attribute,
+        driver_get_version,
     }))
+}
+
+/// The CUDA version the driver supports, e.g. "CUDA 13.0 driver API" (`cuDriverGetVersion`).
+pub fn driver_version() -> Option<String> {
+    let get = driver().ok()?.driver_get_version?;
+    let mut v: c_int = 0;
+    // SAFETY: `v` is a valid out-pointer.
+    (unsafe { get(&mut v) } == 0 && v > 0)
+        .then(|| format!("CUDA {}.{} driver API", v / 1000, (v % 1000) / 10))
 }
 
 /// Name and compute capability of the CUDA device with this ordinal, from the driver (which

@@ -28,6 +28,30 @@ pub struct RecorderConfig {
     /// Which API calls get a callback (to tag graph nodes with the API and library call that
     /// created them). Every callback costs host time on that call.
     pub api_callbacks: ApiCallbacks,
+    /// Record an activity record for every runtime and driver API call. Off by default: only
+    /// the calls the analysis reads ([`api_record_wanted`]) are recorded, where CUPTI can
+    /// filter by call (≥ 12.5): a program's many small calls (`cudaGetDevice`,
+    /// `cuGetProcAddress`, …) each cost host time when recorded.
+    pub all_api_calls: bool,
+}
+
+/// Runtime and driver API calls whose activity records the analysis reads: launches (kernels,
+/// graphs, host functions), copies and memsets (the launch side of device ops),
+/// synchronisations, stream waits, event records, graph instantiation and stream capture.
+pub fn api_record_wanted(name: &str) -> bool {
+    const WANTED: [&str; 10] = [
+        "Launch",
+        "Memcpy",
+        "Memset",
+        "Synchronize",
+        "WaitEvent",
+        "EventRecord",
+        "GraphInstantiate",
+        "GraphUpload",
+        "BeginCapture",
+        "EndCapture",
+    ];
+    WANTED.iter().any(|w| name.contains(w))
 }
 
 /// API callbacks the recorder enables.
@@ -45,6 +69,22 @@ pub enum ApiCallbacks {
     /// None: graph nodes are not tagged with their creating API (nor external flags read from
     /// API parameters). For measuring what callbacks cost.
     Off,
+}
+
+impl std::str::FromStr for ApiCallbacks {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<ApiCallbacks, String> {
+        match s {
+            "all" => Ok(ApiCallbacks::All),
+            "graph-building" => Ok(ApiCallbacks::GraphBuilding),
+            "graph-building-with-launches" => Ok(ApiCallbacks::GraphBuildingWithLaunches),
+            "off" => Ok(ApiCallbacks::Off),
+            other => Err(format!(
+                "unknown API callback set {other:?} (all, graph-building, graph-building-with-launches, off)"
+            )),
+        }
+    }
 }
 
 /// Kernel launches: with them, captured kernel nodes are tagged with their launch API. They are
@@ -154,6 +194,7 @@ impl Default for RecorderConfig {
             max_buffers: 0,
             event_records: false,
             api_callbacks: ApiCallbacks::default(),
+            all_api_calls: false,
         }
     }
 }
@@ -193,7 +234,11 @@ const KINDS: [(sys::CUpti_ActivityKind, &str); 7] = [
 ];
 
 /// Resource callbacks the recorder enables (GRAPH_CREATED needs no handling but is cheap).
-const RESOURCE_CBIDS: [(u32, &str); 5] = [
+const RESOURCE_CBIDS: [(u32, &str); 6] = [
+    (
+        sys::CUPTI_CBID_RESOURCE_CONTEXT_CREATED,
+        "cuptiEnableCallback(RESOURCE, CONTEXT_CREATED)",
+    ),
     (
         sys::CUPTI_CBID_RESOURCE_GRAPH_CREATED,
         "cuptiEnableCallback(RESOURCE, GRAPH_CREATED)",
@@ -292,7 +337,7 @@ impl Drop for MarkerGuard {
 }
 
 #[cfg(target_os = "linux")]
-fn current_thread_id() -> u32 {
+pub(crate) fn current_thread_id() -> u32 {
     unsafe extern "C" {
         fn gettid() -> i32;
     }
@@ -301,7 +346,7 @@ fn current_thread_id() -> u32 {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn current_thread_id() -> u32 {
+pub(crate) fn current_thread_id() -> u32 {
     0
 }
 
@@ -403,6 +448,9 @@ impl Recorder {
             cupti.check(label, rc)?;
             rec.kinds_enabled.push(kind);
         }
+        if !config.all_api_calls {
+            rec.filter_api_records();
+        }
         let sub = rec.subscriber_handle();
         for (cbid, label) in RESOURCE_CBIDS {
             // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe gave us.
@@ -442,6 +490,63 @@ impl Recorder {
             }
         }
         Ok(rec)
+    }
+
+    /// Leaves only the API calls of [`api_record_wanted`] with activity records; says in the
+    /// trace notes what was left out, or that this CUPTI cannot filter.
+    fn filter_api_records(&self) {
+        let runtime_on = self
+            .kinds_enabled
+            .contains(&sys::CUPTI_ACTIVITY_KIND_RUNTIME);
+        let driver_on = self
+            .kinds_enabled
+            .contains(&sys::CUPTI_ACTIVITY_KIND_DRIVER);
+        if !runtime_on && !driver_on {
+            return;
+        }
+        let Some(filter) = self.cupti.api_filter() else {
+            lock(&self.shared.state).problem(
+                "this CUPTI cannot record API calls selectively (no cuptiActivityEnableRuntimeApi): every API call is recorded, at a higher overhead",
+            );
+            return;
+        };
+        let domains = [
+            (
+                runtime_on,
+                sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+                sys::CUPTI_RUNTIME_TRACE_CBID_SIZE,
+                filter.runtime,
+            ),
+            (
+                driver_on,
+                sys::CUPTI_CB_DOMAIN_DRIVER_API,
+                sys::CUPTI_DRIVER_TRACE_CBID_SIZE,
+                filter.driver,
+            ),
+        ];
+        let mut failed = 0u32;
+        for (on, domain, size, enable) in domains {
+            if !on {
+                continue;
+            }
+            for cbid in 1..size {
+                let Some(name) = self.cupti.callback_name(domain, cbid) else {
+                    continue;
+                };
+                // SAFETY: resolved from this libcupti with the C signature; plain values.
+                let rc = unsafe { enable(cbid, u8::from(api_record_wanted(&name))) };
+                failed += u32::from(rc != sys::CUPTI_SUCCESS);
+            }
+        }
+        let mut state = lock(&self.shared.state);
+        state.problem(
+            "API activity: only launches, copies, memsets, synchronisations, stream waits, event records, graph instantiation and capture calls are recorded (GAPSCOPE_CUPTI_API=all records every call)",
+        );
+        if failed > 0 {
+            state.problem(format!(
+                "cuptiActivityEnable{{Runtime,Driver}}Api failed for {failed} call ids (those stay recorded)"
+            ));
+        }
     }
 
     /// `cuptiActivityEnableCudaEventDeviceTimestamps(1)` where CUPTI has it (13.0+); without it
@@ -755,6 +860,17 @@ impl Recorder {
         }
         let zero = state.records.zero_timestamp_kernels;
         let mut builder = state.records.builder;
+        // Device and driver as read at context creation (never from the driver now: this may
+        // run in a signal handler).
+        if let Some((devices, driver)) = state.devices {
+            if metadata.device.is_none() {
+                let ordinal = builder.trace.kernels.first().map_or(0, |k| k.device);
+                metadata.device = devices.into_iter().find(|d| d.index == ordinal);
+            }
+            if metadata.versions.driver.is_none() {
+                metadata.versions.driver = driver;
+            }
+        }
         builder.trace.metadata = metadata;
         let t = &mut builder.trace;
         let self_corr = state.self_corr;
@@ -762,7 +878,16 @@ impl Recorder {
             .retain(|a| !(a.domain == ApiDomain::Driver && self_corr.contains(&a.corr)));
         // NVTX ranges decoded from MARKER records are already in `t.markers`.
         t.markers.extend(state.markers);
-        t.graph = state.graph.into_dag();
+        // NVTX ranges of NCCL's own API calls tag the nodes NCCL made inside them.
+        let library_ranges: Vec<(u32, u64, u64, StrId)> = t
+            .markers
+            .iter()
+            .filter(|m| {
+                m.kind == MarkerKind::Range && crate::trace::is_library_call_range(t.str(m.name))
+            })
+            .map(|m| (m.thread, m.start, m.end, m.name))
+            .collect();
+        t.graph = state.graph.into_dag(&library_ranges);
         t.dropped_records = dropped + zero;
 
         t.demangle_kernel_names();

@@ -4,6 +4,13 @@ mod schema;
 
 pub use schema::*;
 
+/// Host ranges (NVTX) that name a library call: NCCL's own API ranges (`ncclAllGather`,
+/// `ncclGroupEnd`, …), whichever NCCL the program loaded. Graph nodes made inside one are
+/// tagged with it, and eager ops launched inside one belong to it.
+pub fn is_library_call_range(name: &str) -> bool {
+    name.starts_with("nccl")
+}
+
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
