@@ -19,8 +19,10 @@ import argparse
 import functools
 import json
 import os
+import signal
 import socket
 import statistics
+import sys
 
 import torch
 import torch.distributed as dist
@@ -135,6 +137,9 @@ def main():
     p.add_argument("--all-ranks-print", action="store_true", help="every rank prints its phases")
     p.add_argument("--no-destroy", action="store_true",
                    help="exit without destroy_process_group (as many programs do)")
+    p.add_argument("--exit", choices=("return", "os._exit", "sigterm"), default="return",
+                   help="how the process ends: return from main (default), os._exit(0) "
+                        "(skips atexit handlers), or SIGTERM to itself")
     args = p.parse_args()
     if args.size < SHARD_ROWS:
         p.error(f"--size must be at least {SHARD_ROWS}")
@@ -205,6 +210,12 @@ def main():
     dist.barrier()
     if not args.no_destroy:
         dist.destroy_process_group()
+    if args.exit == "os._exit":
+        sys.stdout.flush()
+        os._exit(0)
+    elif args.exit == "sigterm":
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 if __name__ == "__main__":

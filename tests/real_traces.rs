@@ -250,3 +250,105 @@ fn injected_recordings_name_their_device() {
     let steps: Vec<usize> = a.cells.iter().map(|c| c.steps.len()).collect();
     assert_eq!(steps, [50, 50]);
 }
+
+/// `gapscope record --step-range decode_step -- python examples/torch_graphs.py --eager-steps
+/// 100 --replays 100 --fresh 20` on the H200 (one GPU, world size 1, torch 2.11, NCCL 2.28.9):
+/// eager steps in NVTX ranges; graphs replayed and freshly captured outside them, plain and
+/// with an external event record + wait before the all-gather.
+#[test]
+fn torch_graphs_launched_outside_nvtx_ranges_form_cells_by_what_the_graph_is() {
+    let (t, a) = load("torch-graphs-record-h200.json");
+    let labels: Vec<&str> = a.cells.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(labels.len(), 5, "{labels:?}");
+    assert_eq!(a.cells[0].observed.regime, Some(Regime::Eager));
+    assert_eq!(a.cells[0].steps.len(), 100);
+    let expect = [
+        ("graph G1 replays (exec 2, 6 ops)", 100, 0),
+        (
+            "graph G1 first launches (20 executable graphs, 6 ops)",
+            20,
+            0,
+        ),
+        ("graph G2 replays (exec 65, 6 ops)", 100, 1),
+        (
+            "graph G2 first launches (20 executable graphs, 6 ops)",
+            20,
+            1,
+        ),
+    ];
+    for (label, steps, waits) in expect {
+        let c = cell(&a, label);
+        assert_eq!(c.observed.regime, Some(Regime::Graphed), "{label}");
+        assert_eq!(c.steps.len(), steps, "{label}");
+        assert_eq!(c.observed.external_wait_nodes, waits, "{label}");
+    }
+    // Fresh graphs: every step is a first launch; replays: only the first.
+    let fresh = cell(&a, expect[1].0);
+    assert!(fresh.steps.iter().all(|s| s.first_launch));
+    let replays = cell(&a, expect[0].0);
+    assert_eq!(replays.steps.iter().filter(|s| s.first_launch).count(), 1);
+    // Every graphed cell pairs with the eager cell; each external-event graph is compared with
+    // the plain one of the same launch pattern, and the difference is the external nodes.
+    assert_eq!(a.regime_pairs.len(), 4);
+    assert!(a.regime_pairs.iter().all(|p| p.base == 0));
+    assert_eq!(a.mode_pairs.len(), 2);
+    for p in &a.mode_pairs {
+        assert_eq!(
+            p.graph_difference.as_deref(),
+            Some("+1 EventRecord (external), +1 EventWait (external)")
+        );
+        assert!(p.gap_growth_by_cause.iter().any(|g| {
+            g.0 == CauseKind::ExternalEventWait
+                && g.1.contains("(cudaStreamWaitEvent)")
+                && g.2 > 500.0
+        }));
+    }
+    // NCCL's one-rank all-gather is a copy node; the NVTX range NCCL opened around it tags it.
+    let nccl_nodes: Vec<_> = t
+        .graph
+        .nodes
+        .iter()
+        .filter(|n| n.library_call.is_some_and(|l| t.str(l) == "ncclAllGather"))
+        .collect();
+    assert_eq!(nccl_nodes.len(), 84);
+    assert!(
+        nccl_nodes
+            .iter()
+            .all(|n| n.node_type == trace::NodeType::Memcpy)
+    );
+    // The eager all-gather's copy belongs to ncclAllGather too.
+    assert_eq!(
+        a.cells[0].collective().map(|(_, e)| e.name.as_str()),
+        Some("DtoD")
+    );
+    // Device and driver are read when CUDA creates its context, not at exit.
+    assert_eq!(
+        t.metadata.device.as_ref().map(|d| d.name.as_str()),
+        Some("NVIDIA H200")
+    );
+    assert_eq!(
+        t.metadata.versions.driver.as_deref(),
+        Some("CUDA 13.0 driver API")
+    );
+}
+
+/// The same program under torch.profiler (`--eager-steps 50 --replays 50 --fresh 10 --profile
+/// --profile-out …`): Kineto records no graph ids on CUDA 13 and no DAG, so the 120 graph
+/// launches (replays and first launches of both graphs, same kernels) are one cell, found from
+/// their `cudaGraphLaunch`.
+#[test]
+fn torch_graphs_kineto_graph_launches_are_found_without_step_markers() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/torch-graphs-kineto-h200.json.gz");
+    let t = gapscope::import::read_kineto(&path).unwrap();
+    let a = analysis::analyze(
+        std::slice::from_ref(&t),
+        &["kineto".into()],
+        &AnalysisOptions::default(),
+    );
+    assert_eq!(a.cells.len(), 1);
+    let c = &a.cells[0];
+    assert_eq!(c.label, "graph G1 launches (graph ids not recorded, 6 ops)");
+    assert_eq!(c.observed.regime, Some(Regime::Graphed));
+    assert_eq!(c.steps.len(), 120);
+}

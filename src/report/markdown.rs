@@ -90,6 +90,14 @@ pub fn analysis_markdown(a: &Analysis) -> String {
             );
         }
         let _ = writeln!(s);
+        let traced_first_launches = cells.iter().any(|&ci| {
+            let c = &a.cells[ci];
+            c.first_launch_period.is_some()
+                && a.inputs.get(c.trace).map(|i| i.source) == Some(crate::trace::Source::Cupti)
+        });
+        if traced_first_launches {
+            let _ = writeln!(s, "{FIRST_LAUNCH_INFLATION}\n");
+        }
         for p in a.regime_pairs.iter().filter(|p| cells.contains(&p.head)) {
             let (Some(base), Some(head)) = (a.cells.get(p.base), a.cells.get(p.head)) else {
                 continue;
@@ -299,6 +307,9 @@ fn opt_stat_cell(s: Option<&Stat>) -> String {
         )
     })
 }
+
+/// What CUPTI's kernel tracing adds to first launches, as measured (see the README).
+const FIRST_LAUNCH_INFLATION: &str = "> First launches recorded by CUPTI are inflated by its kernel tracing, which sets up each new executable graph inside its first launch: on an H200 a 6-node graph's first launch measured +12 to +20 µs per launch under `gapscope record` (`benches/record_overhead.py`, 3 runs of n=117; replays +1.5 to +2.8 µs in the median, +12 µs in some processes). Compare first launches with first launches recorded the same way, not with untraced timings.";
 
 fn key_label(key: &str) -> String {
     if key.is_empty() {
