@@ -464,15 +464,53 @@ fn print_summary(analysis: &Analysis, json: bool) {
     }
 }
 
+/// Per-rank traces of one run, by folder (one folder per mode set): each folder with more than
+/// one rank gets a merged report in `<folder>/merged` (a row per rank, the slowest marked).
+fn merge_ranks(recorded: &[(PathBuf, Trace)]) -> Result<(), Failure> {
+    let mut by_set: std::collections::BTreeMap<PathBuf, (Vec<Trace>, Vec<String>)> =
+        Default::default();
+    for (path, trace) in recorded.iter().filter(|(_, t)| t.metadata.world > 1) {
+        let set = by_set
+            .entry(path.parent().unwrap_or(Path::new(".")).to_owned())
+            .or_default();
+        set.0.push(trace.clone());
+        set.1.push(path.display().to_string());
+    }
+    for (dir, (traces, names)) in by_set {
+        let merged = gapscope::merge::merge(traces, names, None).map_err(|e| Failure {
+            code: 1,
+            error: e.into(),
+        })?;
+        let out = dir.join("merged");
+        merged.write_outputs(&out)?;
+        eprintln!(
+            "gapscope: ranks compared in {}/{{report.md,report.json,trace.perfetto.json}}",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
 fn run_experiment(args: RunArgs) -> Result<ExitCode, Failure> {
     let gpu = !args.bundled && gapscope::runner::gpu_available();
     let (traces, names) = if gpu {
         let recorded = gapscope::runner::run_sweep(&args.sweep, &args.output)?;
-        let names = recorded
-            .iter()
-            .map(|(p, _)| p.display().to_string())
+        if args.sweep.rank_process {
+            // A rank started by `gapscope run`: its parent analyses every rank.
+            return Ok(ExitCode::SUCCESS);
+        }
+        merge_ranks(&recorded)?;
+        // The report is rank 0's (every mode set); the merged reports compare the ranks.
+        let rank0: Vec<(PathBuf, Trace)> = recorded
+            .into_iter()
+            .filter(|(_, t)| t.metadata.rank == 0)
             .collect();
-        (recorded.into_iter().map(|(_, t)| t).collect(), names)
+        if rank0.is_empty() {
+            // One rank of several started by a launcher: rank 0 reports on its own trace.
+            return Ok(ExitCode::SUCCESS);
+        }
+        let names = rank0.iter().map(|(p, _)| p.display().to_string()).collect();
+        (rank0.into_iter().map(|(_, t)| t).collect(), names)
     } else {
         eprintln!(
             "gapscope: {}: analysing the bundled traces instead",

@@ -3,6 +3,7 @@ pub mod collective;
 pub mod emulated;
 pub mod htdecode;
 pub mod nccl;
+pub mod ranks;
 pub mod reference;
 pub mod spin;
 mod sweep;

@@ -560,7 +560,7 @@ pub fn nccl_describe(
 ) -> String {
     if info.world == 1 {
         format!(
-            "nccl {version} ({path}), R=1: one-rank shortcut, no strong-stream nodes (graph usage mode {mode} has no effect)"
+            "nccl {version} ({path}), R=1, graph usage mode {mode} via {route}: one-rank shortcut, no strong-stream nodes (graph usage mode {mode} has no effect)"
         )
     } else {
         format!(
@@ -771,6 +771,58 @@ impl RoutingAllGather for NcclAllGather {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_pointer_width = "64")]
+    /// Offsets of `ncclConfig_t`'s fields in nccl.h of NCCL 2.32.3 (`nvidia-nccl-cu13` 2.32.3,
+    /// `offsetof` compiled with gcc on x86_64): the 2.29 prefix we send has not moved, so a
+    /// newer NCCL reading a config of version 22900 finds `graphUsageMode` where we put it.
+    #[test]
+    fn config_layout_matches_the_released_header() {
+        use std::mem::offset_of;
+        let ours = [
+            ("size", offset_of!(NcclConfigV229, size)),
+            ("magic", offset_of!(NcclConfigV229, magic)),
+            ("version", offset_of!(NcclConfigV229, version)),
+            ("blocking", offset_of!(NcclConfigV229, blocking)),
+            (
+                "cgaClusterSize",
+                offset_of!(NcclConfigV229, cga_cluster_size),
+            ),
+            ("minCTAs", offset_of!(NcclConfigV229, min_ctas)),
+            ("maxCTAs", offset_of!(NcclConfigV229, max_ctas)),
+            ("netName", offset_of!(NcclConfigV229, net_name)),
+            ("splitShare", offset_of!(NcclConfigV229, split_share)),
+            ("trafficClass", offset_of!(NcclConfigV229, traffic_class)),
+            ("commName", offset_of!(NcclConfigV229, comm_name)),
+            ("collnetEnable", offset_of!(NcclConfigV229, collnet_enable)),
+            ("CTAPolicy", offset_of!(NcclConfigV229, cta_policy)),
+            ("shrinkShare", offset_of!(NcclConfigV229, shrink_share)),
+            ("nvlsCTAs", offset_of!(NcclConfigV229, nvls_ctas)),
+            (
+                "nChannelsPerNetPeer",
+                offset_of!(NcclConfigV229, n_channels_per_net_peer),
+            ),
+            (
+                "nvlinkCentricSched",
+                offset_of!(NcclConfigV229, nvlink_centric_sched),
+            ),
+            (
+                "graphUsageMode",
+                offset_of!(NcclConfigV229, graph_usage_mode),
+            ),
+            ("numRmaCtx", offset_of!(NcclConfigV229, num_rma_ctx)),
+        ];
+        let header_2_32_3 = [
+            0, 8, 12, 16, 20, 24, 28, 32, 40, 44, 48, 56, 60, 64, 68, 72, 76, 80, 84,
+        ];
+        for ((field, at), expected) in ours.iter().zip(header_2_32_3) {
+            assert_eq!(*at, expected, "{field}");
+        }
+        let cfg = NcclConfigV229::with_graph_usage_mode(GraphUsageMode::One);
+        assert_eq!((cfg.magic, cfg.version), (0xcafe_beef, 22900));
+        assert_eq!(cfg.size, 88);
+        assert_eq!(cfg.graph_usage_mode, 1);
+    }
     use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -935,7 +987,7 @@ mod tests {
                 GraphUsageMode::Two,
                 ModeRoute::select(v, GraphUsageMode::Two)
             ),
-            "nccl 2.28.3 (/usr/lib/x86_64-linux-gnu/libnccl.so.2), R=1: one-rank shortcut, no strong-stream nodes (graph usage mode 2 has no effect)"
+            "nccl 2.28.3 (/usr/lib/x86_64-linux-gnu/libnccl.so.2), R=1, graph usage mode 2 via NCCL_GRAPH_MIXING_SUPPORT=1: one-rank shortcut, no strong-stream nodes (graph usage mode 2 has no effect)"
         );
         let info = RankInfo {
             rank: 2,

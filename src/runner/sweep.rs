@@ -123,6 +123,62 @@ pub struct SweepArgs {
     /// traced/untraced CUDA-event period ratio.
     #[arg(long)]
     pub overhead: bool,
+    /// NCCL ranks, one process and one GPU each, started by gapscope (default: every GPU when
+    /// there are two or more). Under torchrun, srun or mpirun each launched process is one
+    /// rank instead.
+    #[arg(long, value_name = "N")]
+    pub gpus: Option<usize>,
+    /// Seconds a set of rank processes may run before it is stopped.
+    #[arg(long, value_name = "S", default_value_t = 3600)]
+    pub rank_timeout: u64,
+    /// This process is one rank started by `gapscope run`: record and write the trace only.
+    #[arg(long, hide = true)]
+    pub rank_process: bool,
+}
+
+impl SweepArgs {
+    /// The command line that makes a rank process run this sweep for `modes` into `output`.
+    fn rank_command_line(&self, modes: &[u8], output: &Path) -> Vec<String> {
+        fn value(v: &impl clap::ValueEnum) -> String {
+            v.to_possible_value()
+                .map(|p| p.get_name().to_owned())
+                .unwrap_or_default()
+        }
+        let list = |v: Vec<String>| v.join(",");
+        let mut a = vec![
+            "run".to_owned(),
+            "--rank-process".to_owned(),
+            "-o".to_owned(),
+            output.display().to_string(),
+            "--workload".to_owned(),
+            value(&self.workload),
+            "--tokens".to_owned(),
+            list(self.tokens.iter().map(usize::to_string).collect()),
+            "--modes".to_owned(),
+            list(modes.iter().map(u8::to_string).collect()),
+            "--launch".to_owned(),
+            list(self.launch.iter().map(value).collect()),
+            "--steps".to_owned(),
+            self.steps.to_string(),
+            "--warmup".to_owned(),
+            self.warmup.to_string(),
+            "--backend".to_owned(),
+            "nccl".to_owned(),
+            "--cupti-buffer-kib".to_owned(),
+            self.cupti_buffer_kib.to_string(),
+            "--cupti-max-buffers".to_owned(),
+            self.cupti_max_buffers.to_string(),
+            "--cupti-api-callbacks".to_owned(),
+            value(&self.cupti_api_callbacks),
+        ];
+        if self.cupti_event_records {
+            a.push("--cupti-event-records".to_owned());
+        }
+        if self.overhead {
+            a.push("--overhead".to_owned());
+        }
+        a
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -272,6 +328,8 @@ struct Bench {
     kernels: Option<EmuKernels>,
     collective: Collective,
     ranks: usize,
+    /// This process's rank (NCCL backend; one rank otherwise).
+    rank: RankInfo,
 }
 
 impl Bench {
@@ -297,7 +355,7 @@ impl Bench {
             Collective::Nccl(slot) => {
                 if slot.as_ref().is_none_or(|c| c.mode() != mode) {
                     *slot = None;
-                    *slot = Some(NcclAllGather::new(&self.ctx, mode, RankInfo::single())?);
+                    *slot = Some(NcclAllGather::new(&self.ctx, mode, self.rank.clone())?);
                 }
                 slot.as_mut().expect("just created")
             }
@@ -433,7 +491,114 @@ fn metadata(
     }
 }
 
-/// Runs the sweep and writes `output/trace.json`; returns the trace(s) written.
+/// The trace file of rank `rank` of `world`: `trace.json` for one rank, else `trace-<rank>.json`.
+fn rank_trace_name(rank: usize, world: usize) -> String {
+    if world > 1 {
+        format!("trace-{rank}.json")
+    } else {
+        "trace.json".to_owned()
+    }
+}
+
+/// Rank processes per set (one per GPU) and the graph usage modes of each set.
+struct RankSets {
+    gpus: usize,
+    sets: Vec<Vec<u8>>,
+}
+
+/// When the sweep needs rank processes that gapscope starts: the number of ranks (GPUs) and
+/// the mode sets (see [`super::ranks`]). `None`: this process runs the sweep itself (one rank
+/// and one mode set, a rank started by gapscope or by a launcher, or no NCCL).
+fn rank_sets(args: &SweepArgs) -> Result<Option<RankSets>, SweepError> {
+    if args.rank_process || args.workload == Workload::Emu {
+        return Ok(None);
+    }
+    let rank = super::nccl::detect_rank_from_env()?;
+    if rank.world > 1 {
+        return Ok(None);
+    }
+    let devices = CudaContext::device_count().map_or(1, |n| n.max(0) as usize);
+    if !uses_nccl(args, devices, &rank) {
+        return Ok(None);
+    }
+    let gpus = args.gpus.unwrap_or(if devices >= 2 { devices } else { 1 });
+    if gpus == 0 || gpus > devices {
+        return Err(RunnerError::Config(format!(
+            "--gpus {gpus}: this machine has {devices} GPU(s)"
+        ))
+        .into());
+    }
+    let lib = super::nccl::load_nccl()?;
+    let sets = super::ranks::mode_sets(lib.version, &args.modes);
+    Ok((gpus > 1 || sets.len() > 1).then_some(RankSets { gpus, sets }))
+}
+
+/// Runs every mode set as `gpus` rank processes of this program, one set after the other, and
+/// reads back one trace per rank.
+fn run_rank_sets(
+    args: &SweepArgs,
+    output: &Path,
+    gpus: usize,
+    sets: &[Vec<u8>],
+) -> Result<Vec<(PathBuf, Trace)>, SweepError> {
+    let io = |path: &Path, e: std::io::Error| RunnerError::Io {
+        path: path.display().to_string(),
+        detail: e.to_string(),
+    };
+    let program = std::env::current_exe().map_err(|e| io(Path::new("current executable"), e))?;
+    let logs = output.join("logs");
+    std::fs::create_dir_all(&logs).map_err(|e| io(&logs, e))?;
+    let mut traces = Vec::new();
+    for (i, modes) in sets.iter().enumerate() {
+        let list: Vec<String> = modes.iter().map(u8::to_string).collect();
+        let name = format!("modes-{}", list.join("-"));
+        let dir = output.join(&name);
+        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        let id_file = dir.join("nccl-unique-id");
+        let _ = std::fs::remove_file(&id_file);
+        let label = format!(
+            "mode set {}/{} (graph usage mode {})",
+            i + 1,
+            sets.len(),
+            list.join(", ")
+        );
+        eprintln!(
+            "gapscope: {label}: {gpus} rank process(es), logs in {}",
+            logs.display()
+        );
+        let launches: Vec<super::ranks::RankLaunch> = (0..gpus)
+            .map(|r| {
+                super::ranks::RankLaunch::new(
+                    &program,
+                    args.rank_command_line(modes, &dir),
+                    r,
+                    gpus,
+                    &id_file,
+                    logs.join(format!("{name}-rank{r}.log")),
+                )
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        super::ranks::run_set(
+            &launches,
+            std::time::Duration::from_secs(args.rank_timeout),
+            &label,
+        )?;
+        eprintln!(
+            "gapscope: {label}: done in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        for r in 0..gpus {
+            let path = dir.join(rank_trace_name(r, gpus));
+            let trace = crate::trace::read_trace(&path)?;
+            traces.push((path, trace));
+        }
+    }
+    Ok(traces)
+}
+
+/// Runs the sweep and writes `output/trace.json` (`trace-<rank>.json` for one rank of
+/// several); returns the trace(s) written.
 pub fn run_sweep(args: &SweepArgs, output: &Path) -> Result<Vec<(PathBuf, Trace)>, SweepError> {
     if args.steps < 2 {
         return Err(RunnerError::Config("--steps must be at least 2".into()).into());
@@ -442,6 +607,9 @@ pub fn run_sweep(args: &SweepArgs, output: &Path) -> Result<Vec<(PathBuf, Trace)
         path: output.display().to_string(),
         detail: e.to_string(),
     })?;
+    if let Some(RankSets { gpus, sets }) = rank_sets(args)? {
+        return run_rank_sets(args, output, gpus, &sets);
+    }
     let stop = interrupt_flag();
     // CUPTI first: kernels are instrumented when modules load.
     let recorder = Arc::new(Recorder::start(RecorderConfig {
@@ -470,7 +638,10 @@ pub fn run_sweep(args: &SweepArgs, output: &Path) -> Result<Vec<(PathBuf, Trace)
             .notes
             .push("interrupted (Ctrl-C): only the completed cells are in this trace".into());
     }
-    let path = output.join("trace.json");
+    let path = output.join(rank_trace_name(
+        trace.metadata.rank as usize,
+        trace.metadata.world as usize,
+    ));
     crate::trace::write_trace(&path, &trace)?;
     eprintln!(
         "wrote {} ({} kernels, {} cells, {} dropped records)",
@@ -482,17 +653,30 @@ pub fn run_sweep(args: &SweepArgs, output: &Path) -> Result<Vec<(PathBuf, Trace)
     Ok(vec![(path, trace)])
 }
 
-fn open_bench(args: &SweepArgs) -> Result<Bench, SweepError> {
-    let ctx = open_context(args.device)?;
-    let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
-    let devices = CudaContext::device_count().unwrap_or(1);
-    let use_nccl = match args.backend {
+/// Whether the sweep uses real NCCL: `--backend`, or with `auto` two or more GPUs or a
+/// launcher's world of two or more.
+fn uses_nccl(args: &SweepArgs, devices: usize, rank: &RankInfo) -> bool {
+    match args.backend {
         BackendChoice::Nccl => true,
         BackendChoice::Emulated => false,
-        BackendChoice::Auto => devices >= 2 && std::env::var_os("WORLD_SIZE").is_some(),
+        BackendChoice::Auto => devices >= 2 || rank.world >= 2,
+    }
+}
+
+fn open_bench(args: &SweepArgs) -> Result<Bench, SweepError> {
+    let devices = CudaContext::device_count().map_or(1, |n| n.max(0) as usize);
+    let rank = super::nccl::detect_rank_from_env()?;
+    let use_nccl = uses_nccl(args, devices, &rank);
+    // One GPU per rank: a launched rank uses its local rank's device.
+    let device = if use_nccl && rank.world > 1 {
+        rank.local_rank.unwrap_or(args.device)
+    } else {
+        args.device
     };
+    let ctx = open_context(device)?;
+    let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
     let (collective, kernels, ranks) = if use_nccl {
-        (Collective::Nccl(None), None, 1)
+        (Collective::Nccl(None), None, rank.world)
     } else {
         let kernels = EmuKernels::load(&ctx)?;
         let cfg = EmulatedConfig {
@@ -514,6 +698,7 @@ fn open_bench(args: &SweepArgs) -> Result<Bench, SweepError> {
         kernels,
         collective,
         ranks,
+        rank: if use_nccl { rank } else { RankInfo::single() },
     })
 }
 
@@ -566,6 +751,8 @@ fn run_ht_decode(
     workload.insert("top_k".into(), 8.into());
     workload.insert("experts".into(), 256.into());
     let mut meta = metadata(&bench.ctx, &recorder, workload);
+    meta.rank = bench.rank.rank as u32;
+    meta.world = bench.rank.world as u32;
     if let Collective::Nccl(Some(n)) = &bench.collective {
         meta.versions.nccl = Some(format!("{}", n.version()));
         meta.versions.nccl_library = Some(n.library_path().to_owned());
@@ -780,4 +967,83 @@ fn run_emu(
         }
     }
     Ok(trace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Sub,
+    }
+
+    #[derive(clap::Subcommand)]
+    enum Sub {
+        Run {
+            #[arg(short, long)]
+            output: PathBuf,
+            #[command(flatten)]
+            sweep: SweepArgs,
+        },
+    }
+
+    #[test]
+    fn a_rank_process_is_started_with_the_same_sweep_for_its_modes() {
+        use clap::Parser;
+        let parent = Cli::parse_from([
+            "gapscope",
+            "run",
+            "-o",
+            "x",
+            "--tokens",
+            "1,64",
+            "--modes",
+            "0,1,2",
+            "--launch",
+            "fresh",
+            "--steps",
+            "30",
+            "--warmup",
+            "3",
+            "--cupti-buffer-kib",
+            "64",
+            "--cupti-api-callbacks",
+            "graph-building-with-launches",
+            "--overhead",
+            "--gpus",
+            "2",
+        ]);
+        let Sub::Run { sweep: parent, .. } = parent.command;
+        let line = parent.rank_command_line(&[2], Path::new("/out/modes-2"));
+        let child = Cli::parse_from(std::iter::once("gapscope".to_owned()).chain(line));
+        let Sub::Run {
+            output,
+            sweep: child,
+        } = child.command;
+        assert_eq!(output, Path::new("/out/modes-2"));
+        assert!(child.rank_process);
+        assert_eq!(child.modes, [2]);
+        assert_eq!(child.backend, BackendChoice::Nccl);
+        assert_eq!(child.tokens, parent.tokens);
+        assert_eq!(child.launch, parent.launch);
+        assert_eq!((child.steps, child.warmup), (30, 3));
+        assert_eq!(child.cupti_buffer_kib, 64);
+        assert_eq!(
+            child.cupti_api_callbacks,
+            ApiCallbackChoice::GraphBuildingWithLaunches
+        );
+        assert!(child.overhead && !child.cupti_event_records);
+        assert_eq!(
+            child.gpus, None,
+            "a rank process starts no ranks of its own"
+        );
+    }
+
+    #[test]
+    fn traces_are_named_by_rank_when_there_are_several() {
+        assert_eq!(rank_trace_name(0, 1), "trace.json");
+        assert_eq!(rank_trace_name(1, 2), "trace-1.json");
+    }
 }
