@@ -3,11 +3,12 @@
 //! Exit codes: 0 success; 1 runtime failure (GPU, libraries); 2 bad input (usage, unreadable or
 //! malformed trace); 3 `compare` found a slowdown beyond `--threshold`.
 
-use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gapscope::analysis::{self, Analysis, AnalysisOptions};
 use gapscope::report;
+use gapscope::report::output::OutputSet;
 use gapscope::trace::{self, Trace, TraceError};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -115,9 +116,12 @@ struct OutputArgs {
     /// Folder for report.md, report.json, trace.perfetto.json and step.svg.
     #[arg(short, long)]
     output: Option<PathBuf>,
-    /// Print the JSON report on stdout instead of the Markdown summary.
+    /// Print the JSON report on stdout instead of the summary.
     #[arg(long)]
     json: bool,
+    /// Print the whole Markdown report on stdout instead of the summary.
+    #[arg(long)]
+    full: bool,
     /// Perfetto/SVG: put step K of every cell at the same origin.
     #[arg(long)]
     align_step: Option<usize>,
@@ -131,9 +135,12 @@ struct RunArgs {
     /// Output folder.
     #[arg(short, long, default_value = "gapscope-out")]
     output: PathBuf,
-    /// Print the JSON report on stdout instead of the Markdown summary.
+    /// Print the JSON report on stdout instead of the summary.
     #[arg(long)]
     json: bool,
+    /// Print the whole Markdown report on stdout instead of the summary.
+    #[arg(long)]
+    full: bool,
     /// Analyse the bundled traces even when a GPU is present.
     #[arg(long)]
     bundled: bool,
@@ -171,7 +178,10 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     match run(cli) {
         Ok(code) => code,
         Err(f) => {
@@ -193,7 +203,68 @@ fn main() -> ExitCode {
     }
 }
 
+/// Help and version go to stdout (exit 0); a usage error is one line on stderr (exit 2).
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            ExitCode::from(2)
+        }
+        _ => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("gapscope: error: {first} (see --help)");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// On SIGINT, SIGTERM or SIGHUP: remove the temporary files being written, then exit 128 + the
+/// signal's number, so an interrupted command leaves neither temporaries nor a partial output
+/// set (outputs are renamed into place only when all are complete).
+fn remove_temporaries_on_signal() {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            trace::remove_temporaries();
+            std::process::exit(128 + signal);
+        }
+    });
+}
+
+/// Writes `text` and a newline to stdout. A closed pipe (`| head`) ends the output quietly;
+/// another failure (`> /dev/full`) is an error.
+fn print_stdout(text: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Failure {
+            code: 1,
+            error: anyhow::anyhow!("cannot write to standard output: {e}"),
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn bad_input(message: String) -> Failure {
+    Failure {
+        code: 2,
+        error: anyhow::anyhow!(message),
+    }
+}
+
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    if !matches!(cli.command, Command::Run(_) | Command::Record(_)) {
+        remove_temporaries_on_signal();
+    }
     match cli.command {
         Command::Analyze { traces, out } => {
             let mut timer = PhaseTimer::from_env();
@@ -207,7 +278,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             let analysis = analyze(&traces, &names);
             timer.lap("analysis");
             write_outputs(&traces, &analysis, &out)?;
-            print_summary(&analysis, out.json);
+            print_summary(&analysis, &out)?;
             timer.lap("reports");
             Ok(ExitCode::SUCCESS)
         }
@@ -233,15 +304,35 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 analyze(&head_traces, &head_names),
                 threshold,
             );
+            if comparison.cells.is_empty() {
+                // A CI gate must not pass on nothing.
+                return Err(bad_input(format!(
+                    "BASE and HEAD have no cell in common: nothing compared ({})",
+                    comparison.unmatched.join("; ")
+                )));
+            }
             let md = report::markdown::comparison_markdown(&comparison);
             let json = report::json::comparison_json(&comparison);
             if let Some(dir) = &out.output {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("cannot create {}", dir.display()))?;
-                trace::write_atomically(&dir.join("compare.md"), md.as_bytes())?;
-                trace::write_atomically(&dir.join("compare.json"), json.as_bytes())?;
+                let mut set = OutputSet::create(dir)?;
+                set.add("compare.md", |w| w.write_all(md.as_bytes()))?;
+                set.add("compare.json", |w| w.write_all(json.as_bytes()))?;
+                set.commit(&["compare.md", "compare.json"])?;
             }
-            println!("{}", if out.json { json } else { md });
+            let summary = || {
+                let path = out
+                    .output
+                    .as_ref()
+                    .map(|d| d.join("compare.md").display().to_string());
+                report::summary::comparison_summary(&comparison, path.as_deref())
+            };
+            print_stdout(&if out.json {
+                json
+            } else if out.full {
+                md
+            } else {
+                summary()
+            })?;
             Ok(if comparison.breached.is_empty() {
                 ExitCode::SUCCESS
             } else {
@@ -265,7 +356,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             gapscope::cupti::ensure_cuda_driver()?;
             let summary = gapscope::runner::htdecode::run_correctness_check(&tokens)
                 .map_err(|e| anyhow::anyhow!(e))?;
-            println!("{summary}");
+            print_stdout(&summary)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Record(args) => Ok(gapscope::record::run(&args)?),
@@ -292,14 +383,11 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                     dir.display()
                 );
             }
-            println!(
-                "{}",
-                if json {
-                    merged.json()
-                } else {
-                    merged.markdown()
-                }
-            );
+            print_stdout(&if json {
+                merged.json()
+            } else {
+                merged.markdown()
+            })?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -391,23 +479,74 @@ fn load_with_steps(
     ))
 }
 
+/// The files of an `-o DIR` output set.
+const REPORT_SET: [&str; 4] = [
+    "report.md",
+    "report.json",
+    "trace.perfetto.json",
+    "step.svg",
+];
+
 fn write_outputs(traces: &[Trace], analysis: &Analysis, out: &OutputArgs) -> Result<(), Failure> {
     let Some(dir) = &out.output else {
         return Ok(());
     };
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    for (format, name) in [
-        (Format::Markdown, "report.md"),
-        (Format::Json, "report.json"),
-        (Format::Perfetto, "trace.perfetto.json"),
-        (Format::Svg, "step.svg"),
-    ] {
-        export(traces, analysis, format, &dir.join(name), out.align_step)?;
+    check_align_step(analysis, out.align_step)?;
+    let mut set = OutputSet::create(dir)?;
+    set.add("report.md", |w| {
+        w.write_all(report::markdown::analysis_markdown(analysis).as_bytes())
+    })?;
+    set.add("report.json", |w| {
+        w.write_all(report::json::analysis_json(analysis).as_bytes())
+    })?;
+    let opts = report::perfetto::PerfettoOptions {
+        align_steps: out.align_step,
+    };
+    set.add("trace.perfetto.json", |w| {
+        report::perfetto::write_chrome_trace(w, traces, analysis, &opts)
+    })?;
+    match svg_pair(analysis) {
+        Some(pair) => {
+            let step = out.align_step.unwrap_or(1);
+            set.add("step.svg", |w| {
+                w.write_all(report::svg::step_svg(traces, analysis, pair, step).as_bytes())
+            })?;
+        }
+        None => eprintln!("gapscope: note: no eager/graphed pair in the input: no step.svg"),
     }
+    let written = set.commit(&REPORT_SET)?;
     eprintln!(
-        "wrote {}/{{report.md,report.json,trace.perfetto.json,step.svg}} (open the .perfetto.json at https://ui.perfetto.dev)",
-        dir.display()
+        "wrote {}/{{{}}} (open the .perfetto.json at https://ui.perfetto.dev)",
+        dir.display(),
+        written.join(",")
     );
+    Ok(())
+}
+
+/// The pair where the graph loses most against eager: what a reader wants to see in the SVG.
+fn svg_pair(analysis: &Analysis) -> Option<&analysis::CellComparison> {
+    analysis.regime_pairs.iter().max_by(|a, b| {
+        let d = |p: &analysis::CellComparison| p.period_delta.unwrap_or(f64::MIN);
+        d(a).total_cmp(&d(b))
+    })
+}
+
+/// `--align-step K` must name a step some cell has.
+fn check_align_step(analysis: &Analysis, align_step: Option<usize>) -> Result<(), Failure> {
+    let Some(k) = align_step else {
+        return Ok(());
+    };
+    let longest = analysis
+        .cells
+        .iter()
+        .map(|c| c.steps.len())
+        .max()
+        .unwrap_or(0);
+    if k >= longest {
+        return Err(bad_input(format!(
+            "--align-step {k}: no cell has a step {k} (steps count from 0; the longest cell has {longest})"
+        )));
+    }
     Ok(())
 }
 
@@ -418,6 +557,7 @@ fn export(
     output: &Path,
     align_step: Option<usize>,
 ) -> Result<(), Failure> {
+    check_align_step(analysis, align_step)?;
     match format {
         Format::Markdown => trace::write_atomically(
             output,
@@ -435,16 +575,10 @@ fn export(
             })?
         }
         Format::Svg => {
-            // The pair where the graph loses most against eager: what a reader wants to see.
-            let Some(pair) = analysis.regime_pairs.iter().max_by(|a, b| {
-                let d = |p: &analysis::CellComparison| p.period_delta.unwrap_or(f64::MIN);
-                d(a).total_cmp(&d(b))
-            }) else {
-                // Nothing to draw side by side; an SVG of nothing would mislead.
-                if matches!(format, Format::Svg) && output.extension().is_some_and(|e| e == "svg") {
-                    eprintln!("note: no eager/graphed pair in the input: no SVG written");
-                }
-                return Ok(());
+            let Some(pair) = svg_pair(analysis) else {
+                return Err(bad_input(
+                    "no eager/graphed pair in the input: nothing to draw, no SVG written".into(),
+                ));
             };
             let step = align_step.unwrap_or(1);
             trace::write_atomically(
@@ -456,11 +590,22 @@ fn export(
     Ok(())
 }
 
-fn print_summary(analysis: &Analysis, json: bool) {
-    if json {
-        println!("{}", report::json::analysis_json(analysis));
+/// stdout of `analyze` and `run`: the summary (with where the full report is), the whole
+/// Markdown report (`--full`) or the JSON report (`--json`).
+fn print_summary(analysis: &Analysis, out: &OutputArgs) -> Result<(), Failure> {
+    if out.json {
+        print_stdout(&report::json::analysis_json(analysis))
+    } else if out.full {
+        print_stdout(&report::markdown::analysis_markdown(analysis))
     } else {
-        println!("{}", report::markdown::analysis_markdown(analysis));
+        let path = out
+            .output
+            .as_ref()
+            .map(|d| d.join("report.md").display().to_string());
+        print_stdout(&report::summary::analysis_summary(
+            analysis,
+            path.as_deref(),
+        ))
     }
 }
 
@@ -492,7 +637,11 @@ fn merge_ranks(recorded: &[(PathBuf, Trace)]) -> Result<(), Failure> {
 }
 
 fn run_experiment(args: RunArgs) -> Result<ExitCode, Failure> {
+    args.sweep.validate().map_err(bad_input)?;
     let gpu = !args.bundled && gapscope::runner::gpu_available();
+    if !gpu {
+        remove_temporaries_on_signal();
+    }
     let (traces, names) = if gpu {
         let recorded = gapscope::runner::run_sweep(&args.sweep, &args.output)?;
         if args.sweep.rank_process {
@@ -526,10 +675,11 @@ fn run_experiment(args: RunArgs) -> Result<ExitCode, Failure> {
     let out = OutputArgs {
         output: Some(args.output.clone()),
         json: args.json,
+        full: args.full,
         align_step: None,
         step_range: None,
     };
     write_outputs(&traces, &analysis, &out)?;
-    print_summary(&analysis, args.json);
+    print_summary(&analysis, &out)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -43,7 +43,7 @@
 use crate::analysis::stats::{Change, Stat};
 use crate::analysis::{self, Analysis, AnalysisOptions};
 use crate::report::{self, PerfettoOptions, md_cell, ratio, stat_us};
-use crate::trace::{self, Source, Trace, TraceError};
+use crate::trace::{Source, Trace};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -90,7 +90,24 @@ pub enum MergeError {
         reference_path: String,
         hint: &'static str,
     },
+    #[error(
+        "--align collectives: the reference rank {rank} ({path}) has no collective kernel (name starting with \"{COLLECTIVE_PREFIX}\") to align the other ranks on; use --align none"
+    )]
+    ReferenceWithoutCollectives { rank: u32, path: String },
+    #[error(
+        "{path} (rank {rank}): its clock is {seconds:.0} s away from reference rank {reference}'s, more than a day: not traces of the same run"
+    )]
+    ImplausibleOffset {
+        rank: u32,
+        path: String,
+        reference: u32,
+        seconds: f64,
+    },
 }
+
+/// Ranks of one run are recorded within seconds of each other; an offset beyond this is a
+/// wrong input (or a clock value that makes no sense), not a clock difference.
+const MAX_CLOCK_OFFSET_NS: i64 = 86_400 * 1_000_000_000;
 
 /// The offset applied to one rank's clock.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -342,13 +359,31 @@ pub fn merge(
         let offset = match align {
             Align::None => ClockOffset::ZERO,
             Align::Collectives => {
-                clock_offset(&reference.0, t).ok_or_else(|| MergeError::NoAnchors {
-                    rank: t.metadata.rank,
-                    path: p.clone(),
-                    reference: reference_rank,
-                    reference_path: reference.1.clone(),
-                    hint: if i == 0 { "" } else { "; use --align none" },
-                })?
+                let offset = clock_offset(&reference.0, t).ok_or_else(|| {
+                    if i == 0 {
+                        MergeError::ReferenceWithoutCollectives {
+                            rank: t.metadata.rank,
+                            path: p.clone(),
+                        }
+                    } else {
+                        MergeError::NoAnchors {
+                            rank: t.metadata.rank,
+                            path: p.clone(),
+                            reference: reference_rank,
+                            reference_path: reference.1.clone(),
+                            hint: "; use --align none",
+                        }
+                    }
+                })?;
+                if offset.offset_ns.unsigned_abs() > MAX_CLOCK_OFFSET_NS as u64 {
+                    return Err(MergeError::ImplausibleOffset {
+                        rank: t.metadata.rank,
+                        path: p.clone(),
+                        reference: reference_rank,
+                        seconds: offset.offset_ns as f64 / 1e9,
+                    });
+                }
+                offset
             }
         };
         offsets.push(offset);
@@ -695,19 +730,19 @@ impl Merged {
         report::write_chrome_trace(w, &self.traces, &self.analysis, &PerfettoOptions::default())
     }
 
-    /// Writes `report.md`, `report.json` and `trace.perfetto.json` into `dir` (atomically).
-    pub fn write_outputs(&self, dir: &Path) -> Result<Vec<PathBuf>, TraceError> {
-        std::fs::create_dir_all(dir).map_err(|source| TraceError::Write {
-            path: dir.to_owned(),
-            source,
-        })?;
-        let md = dir.join("report.md");
-        let js = dir.join("report.json");
-        let pf = dir.join("trace.perfetto.json");
-        trace::write_atomically(&md, self.markdown().as_bytes())?;
-        trace::write_atomically(&js, self.json().as_bytes())?;
-        trace::write_atomically_with(&pf, |w| self.write_chrome_trace(w))?;
-        Ok(vec![md, js, pf])
+    /// Writes `report.md`, `report.json` and `trace.perfetto.json` into `dir`, all or none
+    /// ([`crate::report::output::OutputSet`]).
+    pub fn write_outputs(
+        &self,
+        dir: &Path,
+    ) -> Result<Vec<PathBuf>, crate::report::output::OutputError> {
+        let names = ["report.md", "report.json", "trace.perfetto.json"];
+        let mut set = crate::report::output::OutputSet::create(dir)?;
+        set.add(names[0], |w| w.write_all(self.markdown().as_bytes()))?;
+        set.add(names[1], |w| w.write_all(self.json().as_bytes()))?;
+        set.add(names[2], |w| self.write_chrome_trace(w))?;
+        let written = set.commit(&names)?;
+        Ok(written.iter().map(|n| dir.join(n)).collect())
     }
 }
 

@@ -156,9 +156,22 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     // Ctrl-C goes to the whole foreground process group: the child decides what to do with it;
     // we wait for it. (Fails only if a handler is already set, which is harmless here.)
     let _ = ctrlc::set_handler(|| {});
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
+    let status = match cmd.status() {
+        Ok(status) => status,
+        // As shells do: 127 for a program not found, 126 for one that cannot be run.
+        Err(e) => {
+            let (code, what) = match e.kind() {
+                std::io::ErrorKind::NotFound => (127, "command not found"),
+                std::io::ErrorKind::PermissionDenied => (126, "not executable"),
+                _ => (126, "cannot be run"),
+            };
+            eprintln!(
+                "gapscope: error: {}: {what} ({e})",
+                program.to_string_lossy()
+            );
+            return Ok(ExitCode::from(code));
+        }
+    };
 
     let written: Vec<PathBuf> = trace_files(&out)
         .into_iter()

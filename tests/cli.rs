@@ -82,9 +82,19 @@ fn analyze_writes_all_outputs() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The terminal gets a summary that says where the full report is.
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("synthetic"), "{stdout}");
     assert!(stdout.contains("NCCL graph usage mode 2"), "{stdout}");
+    assert!(stdout.lines().count() < 40, "{stdout}");
+    let report = out_dir.join("report.md").display().to_string();
+    assert!(
+        stdout
+            .trim_end()
+            .ends_with(&format!("Full report: {report}")),
+        "{stdout}"
+    );
+    let full = gapscope(&["analyze", &p, "--full"]);
+    assert!(String::from_utf8_lossy(&full.stdout).contains("synthetic"));
     for f in [
         "report.md",
         "report.json",
@@ -126,7 +136,10 @@ fn compare_gates_on_threshold() {
         "{}",
         String::from_utf8_lossy(&strict.stdout)
     );
-    assert!(String::from_utf8_lossy(&strict.stdout).contains("external event wait"));
+    let summary = String::from_utf8_lossy(&strict.stdout);
+    assert!(summary.starts_with("gapscope compare: FAIL"), "{summary}");
+    let full = gapscope(&["compare", &base, &head, "--threshold", "1.01", "--full"]);
+    assert!(String::from_utf8_lossy(&full.stdout).contains("external event wait"));
     let loose = gapscope(&["compare", &base, &head, "--threshold", "1.10"]);
     assert_eq!(loose.status.code(), Some(0));
     let same = gapscope(&["compare", &base, &base, "--json"]);

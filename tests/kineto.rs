@@ -566,3 +566,48 @@ fn gzip_files_are_read_as_they_stream() {
     let from_dir: serde_json::Value = serde_json::from_slice(&analyze(dir.path())).unwrap();
     assert_eq!(from_dir["cells"], from_file["cells"]);
 }
+
+/// An event the import does not use, longer than a block, is stepped over as it is read:
+/// strings with escaped quotes and brackets inside them, nested arrays and objects. The trace
+/// is the one read with blocks larger than the whole file; a bracket out of place in such an
+/// event is still an error.
+#[test]
+fn long_unused_events_are_stepped_over_as_they_are_read() {
+    use gapscope::import::kineto::{ImportOptions, import_kineto_with};
+    let filler = "a\\\"]}[{ ".repeat(2_000);
+    let ignored = format!(
+        r#"{{"ph": "s", "cat": "ac2g", "name": "{filler}", "args": {{"x": [1, {{"y": ["{filler}"]}}], "z": "}}"}}}}"#
+    );
+    let kernel = r#"{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.0, "dur": 2.0, "args": {"device": 0, "stream": 7, "correlation": 1}}"#;
+    let doc = format!(r#"{{"traceEvents": [{ignored}, {kernel}, {ignored}]}}"#);
+    let path = Path::new("long.json");
+    let read = |block_bytes: usize| {
+        import_kineto_with(
+            doc.as_bytes(),
+            path,
+            &ImportOptions {
+                block_bytes,
+                threads: 1,
+                parallel_min_bytes: usize::MAX,
+            },
+        )
+    };
+    let whole = read(1 << 24).unwrap();
+    assert_eq!(whole.kernels.len(), 1);
+    for block in [16, 64, 1000, 4096] {
+        assert!(read(block).unwrap() == whole, "{block}-byte blocks");
+    }
+    let broken = doc.replacen(r#""z": "}""#, r#""z": ]"#, 1);
+    let err = import_kineto_with(
+        broken.as_bytes(),
+        path,
+        &ImportOptions {
+            block_bytes: 64,
+            threads: 1,
+            parallel_min_bytes: usize::MAX,
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("mismatched bracket"), "{err}");
+}

@@ -373,6 +373,7 @@ pub fn compare(base: Analysis, head: Analysis, threshold: f64) -> Comparison {
             )
         })
         .collect();
+    let realised = super::remedy::realised(&base, &head, &cells);
     Comparison {
         base,
         head,
@@ -381,6 +382,7 @@ pub fn compare(base: Analysis, head: Analysis, threshold: f64) -> Comparison {
         geomean_ratio: Geomean::of(&ratios),
         threshold,
         breached,
+        realised,
     }
 }
 

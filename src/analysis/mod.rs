@@ -3,6 +3,7 @@
 pub mod align;
 pub mod attribute;
 mod model;
+pub mod remedy;
 pub mod stats;
 pub mod steps;
 pub mod timeline;
@@ -62,5 +63,6 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
         .collect();
     analysis.geomean_ratio = stats::Geomean::of(&ratios);
     analysis.mode_pairs = align::pair_modes(&analysis.cells);
+    analysis.remedies = remedy::remedies(&analysis);
     analysis
 }

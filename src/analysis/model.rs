@@ -466,6 +466,17 @@ pub struct CellComparison {
     pub graph_difference: Option<String>,
 }
 
+impl CellComparison {
+    /// The net gap change attributed to `kind` (ns, head − base).
+    pub fn gap_growth_of(&self, kind: CauseKind) -> f64 {
+        self.gap_growth_by_cause
+            .iter()
+            .filter(|g| g.0 == kind)
+            .map(|g| g.2)
+            .sum()
+    }
+}
+
 /// Per trace: what reports must show about the input.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InputSummary {
@@ -490,6 +501,8 @@ pub struct Analysis {
     /// Graphed graph usage mode 1 (or 0) as base vs graphed mode 2 as head, same workload and
     /// launch pattern: what mode 2 costs and which gaps it comes from.
     pub mode_pairs: Vec<CellComparison>,
+    /// For each cause with a known fix: the fix and its predicted saving, by cell.
+    pub remedies: Vec<super::remedy::Remedy>,
     /// Per input trace, its op timeline (reports draw from it).
     #[serde(skip)]
     pub timelines: Vec<TraceTimeline>,
@@ -511,4 +524,6 @@ pub struct Comparison {
     /// more than the run-to-run spread.
     pub threshold: f64,
     pub breached: Vec<String>,
+    /// Matched cells whose base had a remedy with a predicted saving: predicted vs measured.
+    pub realised: Vec<super::remedy::RemedyCheck>,
 }

@@ -342,6 +342,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
     let geomean_ratio = Geomean::of(&[pair.ratio.unwrap()]);
     let analysis = Analysis {
         mode_pairs: Vec::new(),
+        remedies: Vec::new(),
         inputs: vec![InputSummary {
             path: "runs/ht_decode.trace.json".into(),
             source: Source::Synthetic,
@@ -431,5 +432,6 @@ pub fn comparison(threshold: f64, breached: Vec<String>) -> Comparison {
         unmatched: vec!["graphed mode=2 T=512 (base only)".into()],
         threshold,
         breached,
+        realised: Vec::new(),
     }
 }

@@ -52,6 +52,7 @@ pub fn comparison_json_with(c: &Comparison, opts: &JsonOptions) -> String {
         geomean_ratio: &c.geomean_ratio,
         cells: &c.cells,
         unmatched: &c.unmatched,
+        realised: &c.realised,
         base: AnalysisBody::new(&c.base, opts),
         head: AnalysisBody::new(&c.head, opts),
     })
@@ -97,6 +98,7 @@ struct ComparisonDoc<'a> {
     geomean_ratio: &'a Option<Geomean>,
     cells: &'a [CellComparison],
     unmatched: &'a [String],
+    realised: &'a [crate::analysis::remedy::RemedyCheck],
     base: AnalysisBody<'a>,
     head: AnalysisBody<'a>,
 }
@@ -108,6 +110,7 @@ struct AnalysisBody<'a> {
     regime_pairs: &'a [CellComparison],
     mode_pairs: &'a [CellComparison],
     geomean_ratio: &'a Option<Geomean>,
+    remedies: &'a [crate::analysis::remedy::Remedy],
 }
 
 impl<'a> AnalysisBody<'a> {
@@ -118,6 +121,7 @@ impl<'a> AnalysisBody<'a> {
             regime_pairs: &a.regime_pairs,
             mode_pairs: &a.mode_pairs,
             geomean_ratio: &a.geomean_ratio,
+            remedies: &a.remedies,
         }
     }
 }

@@ -35,6 +35,7 @@ pub fn analysis_markdown(a: &Analysis) -> String {
     }
 
     sweep_section(&mut s, a);
+    let _ = writeln!(s, "{}", super::remedies::remedies_section(a));
     reference_section(&mut s, a);
 
     // One table per workload key, cells in input order.
@@ -153,6 +154,7 @@ pub fn comparison_markdown(c: &Comparison) -> String {
         }
     }
 
+    let _ = writeln!(s, "{}", super::remedies::realised_section(c));
     let _ = writeln!(s, "### What explains the differences\n");
     for m in &c.cells {
         let _ = writeln!(s, "- **{}**: {}", md_cell(&pair_name(m)), explain(m));
@@ -186,7 +188,7 @@ pub fn comparison_markdown(c: &Comparison) -> String {
     s
 }
 
-fn verdict_line(c: &Comparison) -> String {
+pub(crate) fn verdict_line(c: &Comparison) -> String {
     if c.breached.is_empty() {
         format!(
             "PASS: no cell slower than {:.2}× beyond spread ({} cells compared)",
@@ -203,7 +205,7 @@ fn verdict_line(c: &Comparison) -> String {
     }
 }
 
-fn pair_name(m: &CellComparison) -> String {
+pub(crate) fn pair_name(m: &CellComparison) -> String {
     if m.base_label == m.head_label {
         m.base_label.clone()
     } else {
@@ -272,7 +274,7 @@ fn top_gap_deltas(m: &CellComparison, n: usize) -> Vec<String> {
                 .unwrap_or("unattributed");
             format!(
                 "gap before `{}` {} µs ({})",
-                md_cell(&a.name),
+                md_cell(&super::short_op_name(&a.name)),
                 us2_signed(d),
                 md_cell(cause)
             )
@@ -411,17 +413,17 @@ fn pair_section(s: &mut String, p: &CellComparison, base: &CellAnalysis, head: &
     );
     let _ = writeln!(s, "- {}", duration_check(p, base, head));
     let _ = writeln!(s, "- {}", explain(p));
-    let only_head: Vec<&str> = p
+    let only_head: Vec<String> = p
         .aligned
         .iter()
         .filter(|a| a.base.is_none() && a.head.is_some())
-        .map(|a| a.name.as_str())
+        .map(|a| super::short_op_name(&a.name))
         .collect();
-    let only_base: Vec<&str> = p
+    let only_base: Vec<String> = p
         .aligned
         .iter()
         .filter(|a| a.head.is_none() && a.base.is_some())
-        .map(|a| a.name.as_str())
+        .map(|a| super::short_op_name(&a.name))
         .collect();
     if !only_head.is_empty() {
         let _ = writeln!(
@@ -471,7 +473,7 @@ fn pair_section(s: &mut String, p: &CellComparison, base: &CellAnalysis, head: &
         let _ = writeln!(
             s,
             "| {i} | `{}` | {} | {} | {} | {} |",
-            md_cell(&e.name).replace('`', "'"),
+            md_cell(&super::short_op_name(&e.name)).replace('`', "'"),
             stat_us(&e.gap_before),
             base_gap.map_or("— (no aligned op)".to_owned(), |b| stat_us(&b)),
             growth.map_or("—".to_owned(), us2_signed),
@@ -556,7 +558,7 @@ fn duration_check(p: &CellComparison, base: &CellAnalysis, head: &CellAnalysis) 
             };
             format!(
                 "`{}` {} → {} ({} µs{rel})",
-                md_cell(k.name).replace('`', "'"),
+                md_cell(&super::short_op_name(k.name)).replace('`', "'"),
                 stat_us(&k.b),
                 stat_us(&k.h),
                 us2_signed(k.delta)
@@ -669,12 +671,7 @@ fn sweep_section(s: &mut String, a: &Analysis) {
                 (Some(d), _) => us2_signed(d),
                 _ => "—".to_owned(),
             };
-            let external: f64 = p
-                .gap_growth_by_cause
-                .iter()
-                .filter(|g| g.0 == crate::analysis::CauseKind::ExternalEventWait)
-                .map(|g| g.2)
-                .sum();
+            let external = p.gap_growth_of(crate::analysis::CauseKind::ExternalEventWait);
             let others: f64 = p
                 .gap_growth_by_cause
                 .iter()

@@ -8,7 +8,10 @@
 
 pub mod json;
 pub mod markdown;
+pub mod output;
 pub mod perfetto;
+pub mod remedies;
+pub mod summary;
 pub mod svg;
 
 #[cfg(test)]
@@ -89,6 +92,40 @@ pub(crate) fn xml_escape(s: &str) -> String {
 }
 
 /// Escapes text for a Markdown table cell (pipes and line breaks would break the row).
+/// A kernel name as profilers show it in tables: return type dropped, template and argument
+/// lists elided (`at::native::vectorized_elementwise_kernel<…>(…)`), at most 80 characters.
+/// JSON and Perfetto outputs keep the full name.
+pub fn short_op_name(name: &str) -> String {
+    const MAX: usize = 80;
+    let name = name.strip_prefix("void ").unwrap_or(name);
+    let mut out = String::with_capacity(name.len().min(MAX + 8));
+    let (mut angle, mut paren) = (0usize, 0usize);
+    for c in name.chars() {
+        match c {
+            '<' if paren == 0 => {
+                if angle == 0 {
+                    out.push_str("<…>");
+                }
+                angle += 1;
+            }
+            '>' if paren == 0 && angle > 0 => angle -= 1,
+            '(' if angle == 0 => {
+                if paren == 0 {
+                    out.push_str("(…)");
+                }
+                paren += 1;
+            }
+            ')' if angle == 0 && paren > 0 => paren -= 1,
+            _ if angle == 0 && paren == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    if out.chars().count() > MAX {
+        out = out.chars().take(MAX - 1).collect::<String>() + "…";
+    }
+    out
+}
+
 pub(crate) fn md_cell(s: &str) -> String {
     s.replace('|', "\\|").replace(['\n', '\r'], " ")
 }

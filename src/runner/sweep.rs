@@ -136,7 +136,56 @@ pub struct SweepArgs {
     pub rank_process: bool,
 }
 
+/// Largest T (tokens per step) the sweep accepts: decode steps are small; beyond this the
+/// buffers grow past what the experiment is about.
+pub const MAX_TOKENS: usize = 8192;
+/// Most simulated ranks of the emulated all-gather.
+pub const MAX_SIMULATED_RANKS: usize = 1024;
+/// CUDA device ordinals are small.
+pub const MAX_DEVICE: usize = 63;
+
 impl SweepArgs {
+    /// Refuses bad values before any work starts (GPU or not), one line each.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(&t) = self.tokens.iter().find(|&&t| t == 0 || t > MAX_TOKENS) {
+            return Err(format!("--tokens {t}: T must be 1…{MAX_TOKENS}"));
+        }
+        if let Some(&m) = self.modes.iter().find(|&&m| m > 2) {
+            return Err(format!("--modes {m}: graph usage modes are 0, 1 and 2"));
+        }
+        if self.tokens.is_empty() || self.modes.is_empty() || self.launch.is_empty() {
+            return Err("--tokens, --modes and --launch need at least one value each".into());
+        }
+        if self.steps < 2 {
+            return Err(format!(
+                "--steps {}: at least 2 steps are needed for a period",
+                self.steps
+            ));
+        }
+        if self.ranks == 0 || self.ranks > MAX_SIMULATED_RANKS {
+            return Err(format!(
+                "--ranks {}: the emulated all-gather takes 1…{MAX_SIMULATED_RANKS} simulated ranks",
+                self.ranks
+            ));
+        }
+        if self.device > MAX_DEVICE {
+            return Err(format!(
+                "--device {}: CUDA device ordinals are 0…{MAX_DEVICE}",
+                self.device
+            ));
+        }
+        if self.gpus == Some(0) {
+            return Err("--gpus 0: at least one rank is needed".into());
+        }
+        if self.cupti_buffer_kib == 0 {
+            return Err("--cupti-buffer-kib 0: the buffer needs at least 1 KiB".into());
+        }
+        if self.rank_timeout == 0 {
+            return Err("--rank-timeout 0: give the ranks at least a second".into());
+        }
+        Ok(())
+    }
+
     /// The command line that makes a rank process run this sweep for `modes` into `output`.
     fn rank_command_line(&self, modes: &[u8], output: &Path) -> Vec<String> {
         fn value(v: &impl clap::ValueEnum) -> String {

@@ -44,6 +44,10 @@ pub enum TraceError {
 
 /// Parses a trace from bytes. `path` is only used in error messages.
 pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
+    check_start(bytes).map_err(|message| TraceError::Malformed {
+        path: path.to_owned(),
+        message,
+    })?;
     // Check the version before the full parse so a newer schema is refused with the right
     // message rather than with a field error.
     let version = peek_schema_version(bytes).map_err(|message| TraceError::Malformed {
@@ -73,16 +77,62 @@ pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
     Ok(trace)
 }
 
-/// Reads and validates a trace file.
+/// Reads and validates a trace file. Input that does not start like a JSON object is refused
+/// after its first 64 KiB (so `/dev/zero` or a binary file is not read to its end).
 pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
+    let io = |source| TraceError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut reader = BufReader::new(File::open(path).map_err(io)?);
     let mut bytes = Vec::new();
-    File::open(path)
-        .and_then(|f| BufReader::new(f).read_to_end(&mut bytes))
-        .map_err(|source| TraceError::Io {
+    (&mut reader)
+        .take(HEAD_BYTES as u64)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() == HEAD_BYTES || bytes.is_empty() {
+        check_start(&bytes).map_err(|message| TraceError::Malformed {
             path: path.to_owned(),
-            source,
+            message,
         })?;
+    }
+    reader.read_to_end(&mut bytes).map_err(io)?;
     parse_trace(&bytes, path)
+}
+
+/// How much of a file is looked at before it is read whole.
+const HEAD_BYTES: usize = 64 << 10;
+
+/// A trace is a JSON object: say what else the input is, from its first bytes.
+fn check_start(bytes: &[u8]) -> Result<(), String> {
+    let head = &bytes[..bytes.len().min(HEAD_BYTES)];
+    let Some(at) = head.iter().position(|b| !b.is_ascii_whitespace()) else {
+        return Err(if bytes.is_empty() {
+            "the file is empty".into()
+        } else {
+            format!("no JSON value in the first {} bytes", head.len())
+        });
+    };
+    match head[at] {
+        b'{' => {
+            if head.windows(25).any(|w| w == b"\"gapscope_report_version\"") {
+                return Err(
+                    "this is a gapscope report (report.json), not a trace: analyse the trace files it was made from".into(),
+                );
+            }
+            Ok(())
+        }
+        b'[' => Err(
+            "the top level is an array; a gapscope trace is an object with `schema_version` (torch.profiler traces are objects with `traceEvents`)".into(),
+        ),
+        b'n' => Err("the top level is null, not an object".into()),
+        b'"' | b'-' | b'0'..=b'9' | b't' | b'f' => {
+            Err("the top level is a single value, not an object".into())
+        }
+        other => Err(format!(
+            "not JSON: byte {other:#04x} at offset {at} (a gapscope trace is a JSON object)"
+        )),
+    }
 }
 
 /// Finds `schema_version` among the top-level keys without building the whole document.
@@ -143,7 +193,103 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), TraceError> {
     write_atomically_with(path, |w| w.write_all(bytes))
 }
 
-/// Like [`write_atomically`], streaming through `fill`.
+/// Temporary files being written, so that a signal handler can remove them
+/// ([`remove_temporaries`]).
+static TEMPORARIES: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+static TEMPORARY_COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn temporaries() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    TEMPORARIES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Removes every temporary file still being written (from a signal handler: the process is
+/// about to exit).
+pub fn remove_temporaries() {
+    for p in temporaries().drain(..) {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// A temporary file beside `target`, registered for [`remove_temporaries`] until
+/// [`Temporary::keep_as`] renames it or it is dropped (and removed). Its name is short
+/// (`.gapscope-<pid>-<n>.tmp`) whatever the target's, so it never exceeds a file-name limit.
+pub struct Temporary {
+    path: PathBuf,
+}
+
+impl Temporary {
+    pub fn beside(target: &Path) -> Temporary {
+        let dir = match target.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        let n = TEMPORARY_COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = dir.join(format!(".gapscope-{}-{n}.tmp", std::process::id()));
+        temporaries().push(path.clone());
+        Temporary { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes the file through `fill` and syncs it.
+    pub fn fill(
+        &self,
+        fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let mut w = BufWriter::new(File::create(&self.path)?);
+        fill(&mut w)?;
+        w.flush()?;
+        w.into_inner().map_err(|e| e.into_error())?.sync_all()
+    }
+
+    /// Renames the file to `target` (replacing it).
+    pub fn keep_as(self, target: &Path) -> std::io::Result<()> {
+        std::fs::rename(&self.path, target)?;
+        temporaries().retain(|p| p != &self.path);
+        std::mem::forget(self);
+        Ok(())
+    }
+}
+
+impl Drop for Temporary {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        temporaries().retain(|p| p != &self.path);
+    }
+}
+
+/// Where writing to `path` must go: a symlink is followed (to its final target, which may not
+/// exist yet); `in_place` is true for an existing file that is not a regular file (a device
+/// such as /dev/null, a FIFO), which must be written as it is, never replaced.
+pub fn resolve_output(path: &Path) -> std::io::Result<(PathBuf, bool)> {
+    let mut target = path.to_owned();
+    // A chain of links, each relative to its own folder; give up on loops.
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&target) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let next = std::fs::read_link(&target)?;
+                target = match target.parent() {
+                    Some(dir) if next.is_relative() => dir.join(next),
+                    _ => next,
+                };
+            }
+            Ok(m) if m.is_dir() => {
+                return Err(std::io::Error::other("is a folder"));
+            }
+            Ok(m) => return Ok((target, !m.is_file())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((target, false)),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other("too many levels of symbolic links"))
+}
+
+/// Like [`write_atomically`], streaming through `fill`. A symlink is followed; a device or
+/// FIFO is written in place.
 pub fn write_atomically_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
@@ -152,29 +298,18 @@ pub fn write_atomically_with(
         path: path.to_owned(),
         source,
     };
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| err(std::io::Error::other("no file name")))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        file_name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut w = BufWriter::new(File::create(&tmp)?);
-        fill(&mut w)?;
-        w.flush()?;
-        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    let (target, in_place) = resolve_output(path).map_err(err)?;
+    if in_place {
+        let result = (|| {
+            let mut w = BufWriter::new(std::fs::OpenOptions::new().write(true).open(&target)?);
+            fill(&mut w)?;
+            w.flush()
+        })();
+        return result.map_err(err);
     }
-    result.map_err(err)
+    let tmp = Temporary::beside(&target);
+    tmp.fill(fill).map_err(err)?;
+    tmp.keep_as(&target).map_err(err)
 }
 
 /// Writes a trace file atomically (compact JSON).

@@ -13,6 +13,9 @@ const MAX_DEPTH: u32 = 128;
 pub(super) enum ScanError {
     /// The bytes end inside the value.
     Incomplete,
+    /// The bytes end inside an event already known not to be imported: the caller can step
+    /// over the rest of it as it reads, without holding it.
+    IncompleteIgnored,
     /// Not valid here (boxed: results on the hot path stay small).
     Bad(Box<Bad>),
 }
@@ -695,8 +698,10 @@ impl<'a> Scanner<'a> {
                 return Ok(ev);
             }
             if ev.ph == Phase::Other || (cat_seen && !ev.may_be_imported()) {
-                self.skip_object_rest()?;
-                return Ok(ev);
+                return match self.skip_object_rest() {
+                    Err(ScanError::Incomplete) => Err(ScanError::IncompleteIgnored),
+                    other => other.map(|()| ev),
+                };
             }
         }
     }

@@ -120,6 +120,8 @@ enum Stop {
     Split,
     /// The bytes end before the array does.
     Incomplete,
+    /// The bytes end inside an event the import does not use (at `pos`).
+    IncompleteIgnored,
     /// Just after the closing `]`.
     ArrayEnd,
     Bad {
@@ -166,10 +168,98 @@ pub(super) fn events<R: Read>(
             Stop::Incomplete if input.eof => {
                 return Err(EventsError::CutShort { index: sink.events });
             }
-            // An element longer than what is buffered: read more before trying again.
-            Stop::Incomplete if out.pos == 0 => want = input.available().len() + block,
+            // An event the import does not use, longer than what is buffered: stepped over
+            // as it is read, in constant memory.
+            Stop::IncompleteIgnored => {
+                skip_element(input, block, sink.events)?;
+                sink.events += 1;
+                expect = Expect::Next;
+                want = block;
+            }
+            // An element longer than what is buffered: read twice as much before trying again
+            // (doubling keeps the re-scans linear in the element's size).
+            Stop::Incomplete if out.pos == 0 => want = (input.available().len() * 2).max(block),
             // (`Split` is not returned for a whole block; parsing on from there is right.)
             _ => want = block,
+        }
+    }
+}
+
+/// Steps over the element at the start of `input` (a `{`), reading as it goes and keeping at
+/// most one block: strings (with escapes) and the nesting of brackets are checked, nothing is
+/// kept. `index` names the event in errors.
+fn skip_element<R: Read>(
+    input: &mut Input<R>,
+    block: usize,
+    index: u64,
+) -> Result<(), EventsError> {
+    let (mut depth, mut open) = (0u32, 0u64);
+    let (mut in_string, mut escaped) = (false, false);
+    loop {
+        if input.available().is_empty() {
+            input.fill(block).map_err(EventsError::Io)?;
+            if input.available().is_empty() {
+                return Err(EventsError::CutShort { index });
+            }
+        }
+        let data = input.available();
+        let mut bad = None;
+        let mut end = None;
+        for (i, &b) in data.iter().enumerate() {
+            if in_string {
+                if escaped {
+                    escaped = false;
+                } else if b == b'\\' {
+                    escaped = true;
+                } else if b == b'"' {
+                    in_string = false;
+                } else if b < 0x20 {
+                    bad = Some((i, "control character in a string"));
+                    break;
+                }
+                continue;
+            }
+            match b {
+                b'"' => in_string = true,
+                b'{' | b'[' => {
+                    if depth >= 64 {
+                        bad = Some((i, "nested too deeply"));
+                        break;
+                    }
+                    depth += 1;
+                    open = open << 1 | u64::from(b == b'[');
+                }
+                b'}' | b']' => {
+                    if depth == 0 || open & 1 != u64::from(b == b']') {
+                        bad = Some((i, "mismatched bracket"));
+                        break;
+                    }
+                    depth -= 1;
+                    open >>= 1;
+                    if depth == 0 {
+                        end = Some(i + 1);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some((at, message)) = bad {
+            return Err(EventsError::Bad {
+                index,
+                offset: input.offset(at),
+                message: message.into(),
+            });
+        }
+        match end {
+            Some(n) => {
+                input.consume(n);
+                return Ok(());
+            }
+            None => {
+                let n = data.len();
+                input.consume(n);
+            }
         }
     }
 }
@@ -297,6 +387,7 @@ fn run(
                 expect = Expect::Next;
             }
             Err(ScanError::Incomplete) => return stopped(Stop::Incomplete, start),
+            Err(ScanError::IncompleteIgnored) => return stopped(Stop::IncompleteIgnored, start),
             Err(ScanError::Bad(b)) => return bad(b.at, b.message, expect),
         }
     }

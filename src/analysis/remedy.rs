@@ -1,0 +1,627 @@
+//! Remedies: for an idle cause with a known fix, the fix and the saving it predicts, with the
+//! basis of the prediction; and, in `compare BASE HEAD`, whether HEAD realised it.
+//!
+//! The remedies are data: [`REMEDIES`] holds, per [`RemedyKind`], the action and the evidence
+//! a cell must show before the remedy is given. Renderers only print [`Remedy`] values.
+
+use super::stats::Stat;
+use super::{Analysis, Cause, CauseKind, CellAnalysis, CellComparison, Regime, Step};
+use serde::Serialize;
+
+/// A fix gapscope knows for a cause it attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RemedyKind {
+    /// External event-wait nodes created inside an NCCL collective: NCCL graph usage mode 2.
+    GraphUsageMode,
+    /// An eager step whose largest idle cause is the host launching too late.
+    CaptureInGraph,
+    /// First launches of new executable graphs far slower than replays of the same workload.
+    WarmUpFreshGraphs,
+    /// A graphed step whose largest idle cause is the host's graph launch call.
+    LaunchBound,
+}
+
+impl RemedyKind {
+    /// This kind's entry of [`REMEDIES`].
+    pub fn spec(self) -> &'static RemedySpec {
+        REMEDIES
+            .iter()
+            .find(|s| s.kind == self)
+            .expect("REMEDIES has an entry per kind")
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            RemedyKind::GraphUsageMode => "NCCL graph usage mode",
+            RemedyKind::CaptureInGraph => "capture in a CUDA graph",
+            RemedyKind::WarmUpFreshGraphs => "warm up fresh graphs",
+            RemedyKind::LaunchBound => "graph launch-bound",
+        }
+    }
+}
+
+/// One remedy and the evidence a cell must show for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemedySpec {
+    pub kind: RemedyKind,
+    pub action: &'static str,
+    /// Regime of the cells it applies to.
+    pub regime: Regime,
+    /// The idle cause it removes, when it comes from one.
+    pub cause: Option<CauseKind>,
+    /// The cause must be the cell's largest idle cause, not merely present.
+    pub largest_cause_only: bool,
+    /// Needs the graph DAG (which call created each node); Kineto imports have none.
+    pub needs_dag: bool,
+    /// Needs first launches of executable graphs and steady replays of the same workload.
+    pub needs_first_launches: bool,
+}
+
+/// Every remedy gapscope gives, one entry per [`RemedyKind`].
+pub const REMEDIES: [RemedySpec; 4] = [
+    RemedySpec {
+        kind: RemedyKind::GraphUsageMode,
+        action: "create this communicator with `ncclConfig_t.graphUsageMode = 1` (NCCL ≥ 2.29) or `NCCL_GRAPH_MIXING_SUPPORT=0` (older)",
+        regime: Regime::Graphed,
+        cause: Some(CauseKind::ExternalEventWait),
+        largest_cause_only: false,
+        needs_dag: true,
+        needs_first_launches: false,
+    },
+    RemedySpec {
+        kind: RemedyKind::CaptureInGraph,
+        action: "capture the step in a CUDA graph",
+        regime: Regime::Eager,
+        cause: Some(CauseKind::HostLaunchBound),
+        largest_cause_only: true,
+        needs_dag: false,
+        needs_first_launches: false,
+    },
+    RemedySpec {
+        kind: RemedyKind::WarmUpFreshGraphs,
+        action: "instantiate once and replay, or warm up (launch each new executable graph once) before timing",
+        regime: Regime::Graphed,
+        cause: None,
+        largest_cause_only: false,
+        needs_dag: false,
+        needs_first_launches: true,
+    },
+    RemedySpec {
+        kind: RemedyKind::LaunchBound,
+        action: "the host's graph launch call bounds the step: launch from a thread that is not busy, or batch steps into one graph",
+        regime: Regime::Graphed,
+        cause: Some(CauseKind::GraphLaunchHostBound),
+        largest_cause_only: true,
+        needs_dag: false,
+        needs_first_launches: false,
+    },
+];
+
+/// First launches count as far above replays from this ratio and this many ns on.
+const FRESH_GRAPH_MIN_RATIO: f64 = 1.5;
+const FRESH_GRAPH_MIN_EXCESS_NS: f64 = 5_000.0;
+
+/// Sub-100 ns differences are below CUPTI's timestamp resolution for kernels.
+const RESOLUTION_NS: f64 = 100.0;
+
+/// Time saved per step, ns (positive = faster): median, p10–p90 and the steps behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Saving {
+    pub median: f64,
+    pub p10: f64,
+    pub p90: f64,
+    /// Steps behind the figure (for a difference of two cells, the smaller side's).
+    pub n: usize,
+}
+
+impl Saving {
+    /// A per-step sample of saved time, minus a constant (e.g. the latency that would remain).
+    fn from_stat_minus(s: &Stat, remaining: f64) -> Saving {
+        Saving {
+            median: s.median - remaining,
+            p10: s.p10 - remaining,
+            p90: s.p90 - remaining,
+            n: s.n,
+        }
+    }
+
+    /// `from − to`: the median is the difference of the medians. The spread is that of every
+    /// pairwise difference of run-block medians (the run-to-run spread, as
+    /// [`super::stats::Change::from_runs`] judges changes) when both sides have ≥ 2 blocks,
+    /// else the widest per-step one: `from.p10 − to.p90` to `from.p90 − to.p10`.
+    fn difference(from: &Stat, from_runs: &[f64], to: &Stat, to_runs: &[f64]) -> Saving {
+        let mut pairwise: Vec<f64> = from_runs
+            .iter()
+            .flat_map(|f| to_runs.iter().map(move |t| f - t))
+            .collect();
+        let runs = (from_runs.len() >= 2 && to_runs.len() >= 2)
+            .then(|| Stat::of(&mut pairwise))
+            .flatten();
+        let (p10, p90) = match runs {
+            Some(r) => (r.p10, r.p90),
+            None => (from.p10 - to.p90, from.p90 - to.p10),
+        };
+        Saving {
+            median: from.median - to.median,
+            p10,
+            p90,
+            n: from.n.min(to.n),
+        }
+    }
+
+    /// What moving from cell `from` to cell `to` saves a step, from their steady periods.
+    pub fn between_periods(from: &CellAnalysis, to: &CellAnalysis) -> Option<Saving> {
+        Some(Saving::difference(
+            from.period.as_ref()?,
+            &from.period_block_medians,
+            to.period.as_ref()?,
+            &to.period_block_medians,
+        ))
+    }
+
+    pub fn spread(&self) -> f64 {
+        self.p90 - self.p10
+    }
+}
+
+/// A remedy for one cell, with its predicted saving.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Remedy {
+    pub kind: RemedyKind,
+    /// Index into [`Analysis::cells`].
+    pub cell: usize,
+    pub action: String,
+    /// The cause (its label) or figures the remedy was derived from.
+    pub evidence: String,
+    pub predicted_saving_ns: Option<Saving>,
+    /// Where the prediction comes from, or why there is none.
+    pub basis: String,
+}
+
+/// Every remedy whose evidence the analysis shows, by cell, in [`REMEDIES`] order.
+pub fn remedies(a: &Analysis) -> Vec<Remedy> {
+    let mut out = Vec::new();
+    for (index, cell) in a.cells.iter().enumerate() {
+        for spec in &REMEDIES {
+            if !shows_evidence(spec, cell) {
+                continue;
+            }
+            let found = match spec.kind {
+                RemedyKind::GraphUsageMode => graph_usage_mode(a, index, cell),
+                RemedyKind::CaptureInGraph => capture_in_graph(a, index, cell),
+                RemedyKind::WarmUpFreshGraphs => warm_up_fresh_graphs(a, cell),
+                RemedyKind::LaunchBound => launch_bound(cell),
+            };
+            if let Some((evidence, predicted_saving_ns, basis)) = found {
+                out.push(Remedy {
+                    kind: spec.kind,
+                    cell: index,
+                    action: spec.action.to_owned(),
+                    evidence,
+                    predicted_saving_ns,
+                    basis,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The evidence [`RemedySpec`] asks for; kind-specific checks follow in each remedy's function.
+fn shows_evidence(spec: &RemedySpec, cell: &CellAnalysis) -> bool {
+    if cell.observed.regime != Some(spec.regime) || (spec.needs_dag && !has_dag(cell)) {
+        return false;
+    }
+    if spec.needs_first_launches && cell.first_launch_period.is_none() {
+        return false;
+    }
+    match spec.cause {
+        Some(kind) if spec.largest_cause_only => {
+            cell.idle_by_cause.first().is_some_and(|t| t.cause == kind)
+        }
+        Some(kind) => cause_total(cell, kind).is_some(),
+        None => true,
+    }
+}
+
+fn has_dag(cell: &CellAnalysis) -> bool {
+    cell.observed
+        .graph_usage_mode
+        .as_deref()
+        .is_some_and(|m| !m.starts_with("unknown"))
+}
+
+fn cause_total(cell: &CellAnalysis, kind: CauseKind) -> Option<&super::CauseTotal> {
+    cell.idle_by_cause.iter().find(|t| t.cause == kind)
+}
+
+/// The steps behind a cell's figures: steady ones when it has any (as in the analysis).
+fn figure_steps(cell: &CellAnalysis) -> Vec<&Step> {
+    let steady: Vec<&Step> = cell.steps.iter().filter(|s| !s.first_launch).collect();
+    if steady.is_empty() {
+        cell.steps.iter().collect()
+    } else {
+        steady
+    }
+}
+
+fn has_steady_steps(cell: &CellAnalysis) -> bool {
+    cell.steps
+        .iter()
+        .any(|s| !s.first_launch && s.period.is_some())
+}
+
+type Found = Option<(String, Option<Saving>, String)>;
+
+fn graph_usage_mode(a: &Analysis, index: usize, cell: &CellAnalysis) -> Found {
+    // Mode 2 as observed: external event-wait nodes created inside an NCCL call.
+    if !cell
+        .observed
+        .graph_usage_mode
+        .as_deref()
+        .is_some_and(|m| m.starts_with('2'))
+    {
+        return None;
+    }
+    let evidence = cause_total(cell, CauseKind::ExternalEventWait)?
+        .example
+        .clone();
+    if let Some(pair) = a.mode_pairs.iter().find(|p| p.head == index) {
+        let base = &a.cells[pair.base];
+        let mode = base
+            .requested_u64("graph_usage_mode")
+            .map_or("0/1".to_owned(), |m| m.to_string());
+        let basis = format!(
+            "measured mode-{mode} cell `{}` of the same workload",
+            base.label
+        );
+        return Some((evidence, Saving::between_periods(cell, base), basis));
+    }
+    // No mode-1 cell measured: the wait's gap, less the latency any graph edge has.
+    let Some(wait) = cell
+        .sequence
+        .iter()
+        .find(|e| e.gap_cause == CauseKind::ExternalEventWait)
+    else {
+        let basis = "none: no op position is preceded by the external wait in most steps";
+        return Some((evidence, None, basis.to_owned()));
+    };
+    let mut dependency: Vec<f64> = cell
+        .sequence
+        .iter()
+        .filter(|e| e.gap_cause == CauseKind::GraphDependency)
+        .map(|e| e.gap_before.median)
+        .collect();
+    let latency = Stat::of(&mut dependency).map_or(0.0, |s| s.median);
+    let basis = format!(
+        "the gap itself minus the graph's own dependency latency ({:.2} µs)",
+        latency / 1e3
+    );
+    Some((
+        evidence,
+        Some(Saving::from_stat_minus(&wait.gap_before, latency)),
+        basis,
+    ))
+}
+
+fn capture_in_graph(a: &Analysis, index: usize, cell: &CellAnalysis) -> Found {
+    let host_bound = cause_total(cell, CauseKind::HostLaunchBound)?;
+    let evidence = format!(
+        "{}: {:.2} µs idle per step (largest cause)",
+        host_bound.example,
+        host_bound.per_step.median / 1e3
+    );
+    // The graphed cell of the same workload, replays before first launches.
+    let pairs: Vec<&CellComparison> = a.regime_pairs.iter().filter(|p| p.base == index).collect();
+    let graphed = pairs
+        .iter()
+        .find(|p| has_steady_steps(&a.cells[p.head]))
+        .or(pairs.first())
+        .map(|p| &a.cells[p.head]);
+    if let Some(g) = graphed
+        && let Some(saving) = Saving::between_periods(cell, g)
+    {
+        let basis = format!("measured graphed cell `{}`", g.label);
+        return Some((evidence, Some(saving), basis));
+    }
+    Some((
+        evidence,
+        Some(Saving::from_stat_minus(&host_bound.per_step, 0.0)),
+        "the host launch-bound idle time".to_owned(),
+    ))
+}
+
+fn warm_up_fresh_graphs(a: &Analysis, cell: &CellAnalysis) -> Found {
+    let first = cell.first_launch_period.as_ref()?;
+    let (replays, saving, basis) = if has_steady_steps(cell) {
+        let replays = cell.period.as_ref()?;
+        let saving = Saving::difference(first, &[], replays, &cell.period_block_medians);
+        (replays, saving, "measured replays of this cell".to_owned())
+    } else {
+        let other = replay_cell(a, cell)?;
+        // Every step is a first launch: the cell's period and its runs are first launches.
+        let saving = Saving::between_periods(cell, other)?;
+        let basis = format!("measured replays `{}` of the same workload", other.label);
+        (other.period.as_ref()?, saving, basis)
+    };
+    let far_above = first.median >= FRESH_GRAPH_MIN_RATIO * replays.median
+        && first.median - replays.median >= FRESH_GRAPH_MIN_EXCESS_NS;
+    if !far_above {
+        return None;
+    }
+    let evidence = format!(
+        "first launches {:.2} µs vs replays {:.2} µs a step ({:.2}×)",
+        first.median / 1e3,
+        replays.median / 1e3,
+        first.median / replays.median
+    );
+    Some((evidence, Some(saving), basis))
+}
+
+/// A graphed cell of the same workload with steady replays, same observed graph usage mode
+/// first (a mode-2 graph's first launches are not judged against mode-1 replays).
+fn replay_cell<'a>(a: &'a Analysis, cell: &CellAnalysis) -> Option<&'a CellAnalysis> {
+    let key = cell.workload_key_without(&["launch"]);
+    let candidates: Vec<&CellAnalysis> = a
+        .cells
+        .iter()
+        .filter(|c| {
+            c.observed.regime == Some(Regime::Graphed)
+                && has_steady_steps(c)
+                && c.period.is_some()
+                && c.workload_key_without(&["launch"]) == key
+        })
+        .collect();
+    candidates
+        .iter()
+        .find(|c| c.observed.graph_usage_mode == cell.observed.graph_usage_mode)
+        .or(candidates.first())
+        .copied()
+}
+
+fn launch_bound(cell: &CellAnalysis) -> Found {
+    let launch_calls = Stat::of_ns(figure_steps(cell).iter().flat_map(|s| {
+        s.gaps.iter().filter_map(|g| match g.cause {
+            Cause::GraphLaunchHostBound { launch_call_ns, .. } => Some(launch_call_ns),
+            _ => None,
+        })
+    }))?;
+    let evidence = format!(
+        "graph launch host-bound: the launch call ran {:.2} µs [{:.2}–{:.2}] n={}",
+        launch_calls.median / 1e3,
+        launch_calls.p10 / 1e3,
+        launch_calls.p90 / 1e3,
+        launch_calls.n
+    );
+    let basis = "none predicted: the launch call's own duration bounds the step, and how much \
+                 faster the host can issue it is not in the trace"
+        .to_owned();
+    Some((evidence, None, basis))
+}
+
+/// Whether HEAD realised the saving a remedy predicted for BASE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Realisation {
+    Realised,
+    NotRealised,
+    /// A period is missing on either side.
+    Unknown,
+}
+
+impl Realisation {
+    pub fn label(self) -> &'static str {
+        match self {
+            Realisation::Realised => "realised",
+            Realisation::NotRealised => "not realised",
+            Realisation::Unknown => "unknown",
+        }
+    }
+}
+
+/// One matched cell pair of `compare BASE HEAD` whose BASE cell had a predicted saving.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RemedyCheck {
+    pub kind: RemedyKind,
+    /// Indices into the base's and the head's cells.
+    pub base: usize,
+    pub head: usize,
+    pub base_label: String,
+    pub head_label: String,
+    pub predicted_ns: Saving,
+    /// base − head period (positive = saved), spread run to run; `None` without periods.
+    pub measured_ns: Option<Saving>,
+    pub verdict: Realisation,
+    pub why: String,
+}
+
+/// For every matched pair whose BASE cell has a remedy with a predicted saving: predicted vs
+/// measured saving.
+pub fn realised(base: &Analysis, head: &Analysis, matched: &[CellComparison]) -> Vec<RemedyCheck> {
+    let mut checks = Vec::new();
+    for pair in matched {
+        let (b, h) = (&base.cells[pair.base], &head.cells[pair.head]);
+        for remedy in base.remedies.iter().filter(|r| r.cell == pair.base) {
+            let Some(predicted) = remedy.predicted_saving_ns else {
+                continue;
+            };
+            let measured = Saving::between_periods(b, h);
+            let (verdict, why) = judge(&predicted, measured.as_ref());
+            checks.push(RemedyCheck {
+                kind: remedy.kind,
+                base: pair.base,
+                head: pair.head,
+                base_label: b.label.clone(),
+                head_label: h.label.clone(),
+                predicted_ns: predicted,
+                measured_ns: measured,
+                verdict,
+                why,
+            });
+        }
+    }
+    checks
+}
+
+/// Realised when |measured − predicted| is within the combined spread: the predicted p10–p90
+/// width plus the measured saving's run-to-run width (at least the timestamp resolution).
+/// This contains "measured inside the predicted p10–p90 widened by the measured spread".
+pub fn judge(predicted: &Saving, measured: Option<&Saving>) -> (Realisation, String) {
+    let Some(m) = measured else {
+        return (
+            Realisation::Unknown,
+            "no steady period on one side".to_owned(),
+        );
+    };
+    let tolerance = predicted.spread().max(0.0) + m.spread().max(0.0).max(RESOLUTION_NS);
+    let off = m.median - predicted.median;
+    let us = |ns: f64| format!("{:.2} µs", ns / 1e3);
+    if off.abs() <= tolerance {
+        let why = format!(
+            "saved {}, predicted {}: within the combined spread ({})",
+            us(m.median),
+            us(predicted.median),
+            us(tolerance)
+        );
+        (Realisation::Realised, why)
+    } else {
+        let direction = if off < 0.0 { "less" } else { "more" };
+        let why = format!(
+            "saved {}, {} {direction} than the predicted {}, beyond the combined spread ({})",
+            us(m.median),
+            us(off.abs()),
+            us(predicted.median),
+            us(tolerance)
+        );
+        (Realisation::NotRealised, why)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::{AnalysisOptions, analyze};
+    use crate::synthetic::{self, SyntheticCell};
+
+    fn analysis(cells: &[SyntheticCell]) -> Analysis {
+        analyze(
+            &[synthetic::trace(cells, 5)],
+            &["synthetic".to_owned()],
+            &AnalysisOptions::default(),
+        )
+    }
+
+    fn saving(median: f64, p10: f64, p90: f64) -> Saving {
+        Saving {
+            median,
+            p10,
+            p90,
+            n: 50,
+        }
+    }
+
+    #[test]
+    fn table_has_one_entry_per_kind() {
+        for kind in [
+            RemedyKind::GraphUsageMode,
+            RemedyKind::CaptureInGraph,
+            RemedyKind::WarmUpFreshGraphs,
+            RemedyKind::LaunchBound,
+        ] {
+            assert_eq!(REMEDIES.iter().filter(|s| s.kind == kind).count(), 1);
+            assert_eq!(kind.spec().kind, kind);
+        }
+        assert!(RemedyKind::GraphUsageMode.spec().needs_dag);
+        assert!(REMEDIES.iter().filter(|s| s.needs_dag).count() == 1);
+    }
+
+    #[test]
+    fn difference_uses_run_blocks_else_the_widest_per_step_spread() {
+        let from = Stat::of(&mut [10.0, 20.0, 30.0]).unwrap();
+        let to = Stat::of(&mut [1.0, 2.0, 3.0, 4.0]).unwrap();
+        let wide = Saving::difference(&from, &[], &to, &[]);
+        assert_eq!(wide.median, 20.0 - 2.5);
+        assert_eq!((wide.p10, wide.p90), (from.p10 - to.p90, from.p90 - to.p10));
+        assert_eq!(wide.n, 3);
+        let runs = Saving::difference(&from, &[19.0, 21.0], &to, &[2.0, 3.0]);
+        // Pairwise: 16, 17, 18, 19.
+        assert_eq!(runs.median, 17.5);
+        assert!((runs.p10 - 16.3).abs() < 1e-9 && (runs.p90 - 18.7).abs() < 1e-9);
+    }
+
+    #[test]
+    fn judge_accepts_within_combined_spread_only() {
+        let predicted = saving(1_000.0, 900.0, 1_100.0);
+        let close = saving(1_250.0, 1_200.0, 1_300.0);
+        let far = saving(0.0, -50.0, 50.0);
+        assert_eq!(judge(&predicted, Some(&close)).0, Realisation::Realised);
+        let (verdict, why) = judge(&predicted, Some(&far));
+        assert_eq!(verdict, Realisation::NotRealised);
+        assert!(why.contains("1.00 µs less"), "{why}");
+        assert_eq!(judge(&predicted, None).0, Realisation::Unknown);
+    }
+
+    #[test]
+    fn host_launch_bound_idle_that_is_not_the_largest_gets_no_capture_remedy() {
+        let a = analysis(&[
+            SyntheticCell::emu(false, 1, 30),
+            SyntheticCell::emu(true, 1, 30),
+        ]);
+        let causes: Vec<CauseKind> = a.cells[0].idle_by_cause.iter().map(|t| t.cause).collect();
+        // The synthetic host mostly runs ahead of the device: stream-order latency dominates.
+        assert_eq!(causes[0], CauseKind::StreamOrderLatency);
+        assert!(causes.contains(&CauseKind::HostLaunchBound), "{causes:?}");
+        assert!(a.remedies.iter().all(|r| r.cell != 0), "{:?}", a.remedies);
+    }
+
+    /// The graphed cell of `a` copied as a cell of first launches whose periods are `factor`
+    /// times the replays'.
+    fn with_fresh_copy(mut a: Analysis, factor: f64) -> Analysis {
+        let mut fresh = a.cells[0].clone();
+        fresh.label = "graphed fresh".into();
+        fresh.requested.insert("launch".into(), "fresh".into());
+        for s in &mut fresh.steps {
+            s.first_launch = true;
+        }
+        let periods: Vec<f64> = a.cells[0]
+            .steps
+            .iter()
+            .filter_map(|s| s.period.map(|p| p as f64 * factor))
+            .collect();
+        fresh.period = Stat::of(&mut periods.clone());
+        fresh.first_launch_period = fresh.period;
+        fresh.period_block_medians = crate::analysis::stats::block_medians(&periods, 10);
+        a.cells.push(fresh);
+        a.remedies = remedies(&a);
+        a
+    }
+
+    #[test]
+    fn fresh_graphs_far_above_replays_get_warm_up() {
+        let a = with_fresh_copy(analysis(&[SyntheticCell::emu(true, 1, 60)]), 2.0);
+        let warm: Vec<&Remedy> = a
+            .remedies
+            .iter()
+            .filter(|r| r.kind == RemedyKind::WarmUpFreshGraphs)
+            .collect();
+        assert_eq!(warm.len(), 1);
+        assert_eq!(warm[0].cell, 1);
+        assert!(warm[0].basis.contains("`graphed mode=1 T=1 emu`"));
+        let replay = a.cells[0].period.unwrap().median;
+        let saved = warm[0].predicted_saving_ns.unwrap();
+        // First launches at 2× the replays: the saving is about one replay period.
+        assert!((saved.median - replay).abs() < 0.02 * replay, "{saved:?}");
+        assert!(saved.p10 <= saved.median && saved.median <= saved.p90);
+    }
+
+    #[test]
+    fn fresh_graphs_close_to_replays_get_no_warm_up() {
+        let a = with_fresh_copy(analysis(&[SyntheticCell::emu(true, 1, 60)]), 1.3);
+        assert!(
+            a.remedies
+                .iter()
+                .all(|r| r.kind != RemedyKind::WarmUpFreshGraphs)
+        );
+    }
+}

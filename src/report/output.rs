@@ -1,0 +1,227 @@
+//! Writing a set of outputs into one folder (`-o DIR`): all of them or none.
+//!
+//! Every file of the set is written to a temporary file beside its target first; only when all
+//! are complete are they renamed into place, and files of the set that this run did not produce
+//! (a `step.svg` left by an earlier run) are removed. A lock on `DIR/.gapscope.lock` refuses a
+//! second gapscope writing the same folder at the same time, so two runs never mix. Targets
+//! that are symlinks are followed; devices and FIFOs are written in place (they cannot be
+//! replaced) as soon as they are filled.
+
+use crate::trace::{Temporary, TraceError, resolve_output};
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The name of the lock file inside an output folder.
+pub const LOCK_FILE: &str = ".gapscope.lock";
+
+/// Errors of an output set; each displays as one line.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error(
+        "{0}: another gapscope is writing to this folder; wait for it to finish or choose another -o"
+    )]
+    Busy(PathBuf),
+    #[error(transparent)]
+    Write(#[from] TraceError),
+}
+
+/// A set of outputs being written into one folder.
+pub struct OutputSet {
+    dir: PathBuf,
+    /// Held (locked) until the set is committed or dropped.
+    _lock: File,
+    staged: Vec<(Temporary, PathBuf)>,
+    written: Vec<String>,
+}
+
+fn write_error(path: &Path, source: std::io::Error) -> OutputError {
+    OutputError::Write(TraceError::Write {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+impl OutputSet {
+    /// Creates `dir` if needed and takes its lock.
+    pub fn create(dir: &Path) -> Result<OutputSet, OutputError> {
+        std::fs::create_dir_all(dir).map_err(|e| write_error(dir, e))?;
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| write_error(&lock_path, e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(OutputError::Busy(dir.to_owned()));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(write_error(&lock_path, e)),
+        }
+        Ok(OutputSet {
+            dir: dir.to_owned(),
+            _lock: lock,
+            staged: Vec::new(),
+            written: Vec::new(),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Writes `name` of the set through `fill` (to a temporary file until [`Self::commit`]).
+    pub fn add(
+        &mut self,
+        name: &str,
+        fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    ) -> Result<(), OutputError> {
+        let path = self.dir.join(name);
+        let (target, in_place) = resolve_output(&path).map_err(|e| write_error(&path, e))?;
+        if in_place {
+            let mut w = std::io::BufWriter::new(
+                File::options()
+                    .write(true)
+                    .open(&target)
+                    .map_err(|e| write_error(&path, e))?,
+            );
+            fill(&mut w)
+                .and_then(|()| w.flush())
+                .map_err(|e| write_error(&path, e))?;
+        } else {
+            let tmp = Temporary::beside(&target);
+            tmp.fill(fill).map_err(|e| write_error(&path, e))?;
+            self.staged.push((tmp, target));
+        }
+        self.written.push(name.to_owned());
+        Ok(())
+    }
+
+    /// Renames every file into place and removes the files named in `set` that were not
+    /// written this time (regular files only). Returns the names written.
+    pub fn commit(mut self, set: &[&str]) -> Result<Vec<String>, OutputError> {
+        for (tmp, target) in std::mem::take(&mut self.staged) {
+            tmp.keep_as(&target).map_err(|e| write_error(&target, e))?;
+        }
+        for name in set {
+            if self.written.iter().any(|w| w == name) {
+                continue;
+            }
+            let stale = self.dir.join(name);
+            if std::fs::symlink_metadata(&stale).is_ok_and(|m| m.is_file()) {
+                std::fs::remove_file(&stale).map_err(|e| write_error(&stale, e))?;
+            }
+        }
+        Ok(std::mem::take(&mut self.written))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fill(text: &'static str) -> impl FnOnce(&mut dyn Write) -> std::io::Result<()> {
+        move |w| w.write_all(text.as_bytes())
+    }
+
+    fn leftovers(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect()
+    }
+
+    #[test]
+    fn a_set_replaces_the_old_one_and_removes_what_it_no_longer_makes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = OutputSet::create(dir.path()).unwrap();
+        first.add("a.md", fill("old a")).unwrap();
+        first.add("b.svg", fill("old b")).unwrap();
+        first.commit(&["a.md", "b.svg"]).unwrap();
+        let mut second = OutputSet::create(dir.path()).unwrap();
+        second.add("a.md", fill("new a")).unwrap();
+        // Nothing written until the commit.
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.md")).unwrap(),
+            "old a"
+        );
+        second.commit(&["a.md", "b.svg"]).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.md")).unwrap(),
+            "new a"
+        );
+        assert!(!dir.path().join("b.svg").exists(), "stale output removed");
+        assert!(leftovers(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_failing_file_leaves_the_old_set_whole_and_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = OutputSet::create(dir.path()).unwrap();
+        first.add("a.md", fill("old a")).unwrap();
+        first.commit(&["a.md"]).unwrap();
+        let mut second = OutputSet::create(dir.path()).unwrap();
+        second.add("a.md", fill("new a")).unwrap();
+        let failed = second.add("b.json", |_| Err(std::io::Error::other("disk full")));
+        assert!(failed.unwrap_err().to_string().contains("disk full"));
+        drop(second);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.md")).unwrap(),
+            "old a"
+        );
+        assert!(!dir.path().join("b.json").exists());
+        assert!(leftovers(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_second_writer_is_refused_while_the_first_holds_the_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = OutputSet::create(dir.path()).unwrap();
+        let err = OutputSet::create(dir.path()).err().expect("refused");
+        assert!(matches!(err, OutputError::Busy(_)), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlinks_are_followed_and_special_files_written_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.md");
+        std::fs::write(&real, "old").unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("link.md")).unwrap();
+        std::os::unix::fs::symlink("/dev/null", dir.path().join("null.json")).unwrap();
+        let mut set = OutputSet::create(dir.path()).unwrap();
+        set.add("link.md", fill("new")).unwrap();
+        set.add("null.json", fill("discarded")).unwrap();
+        set.commit(&[]).unwrap();
+        assert_eq!(std::fs::read_to_string(&real).unwrap(), "new");
+        assert!(
+            std::fs::symlink_metadata(dir.path().join("link.md"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert!(
+            std::fs::metadata("/dev/null")
+                .map(|m| !m.is_file())
+                .unwrap_or(true),
+            "/dev/null is still a device"
+        );
+        assert!(leftovers(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn temporary_names_stay_short_for_long_targets() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("{}.md", "x".repeat(250));
+        let mut set = OutputSet::create(dir.path()).unwrap();
+        set.add(&name, fill("ok")).unwrap();
+        set.commit(&[]).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(&name)).unwrap(),
+            "ok"
+        );
+    }
+}

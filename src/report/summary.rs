@@ -1,0 +1,286 @@
+//! What the terminal shows: a screen, not a report. The verdict, the mode comparison, the cells
+//! with their periods, the largest gaps with their causes, and where the full report is.
+
+use super::{md_cell, ratio, short_op_name, stat_us, us2, us2_signed};
+use crate::analysis::{Analysis, CellAnalysis, Comparison};
+use std::fmt::Write as _;
+
+/// Cells listed before "… and N more".
+const MAX_CELLS: usize = 12;
+/// Largest gaps listed.
+const MAX_GAPS: usize = 6;
+
+/// The end of a summary: where the full report is, or how to get it.
+fn full_report_line(full_report: Option<&str>) -> String {
+    match full_report {
+        Some(path) => format!("Full report: {path}"),
+        None => {
+            "Full report: add -o DIR (report.md, report.json, Perfetto, SVG), or --full to print it"
+                .to_owned()
+        }
+    }
+}
+
+fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
+    let period = c.period.as_ref().map_or("no period".to_owned(), stat_us);
+    let vs = a
+        .regime_pairs
+        .iter()
+        .find(|p| p.head == i)
+        .and_then(|p| p.ratio.map(|r| format!(", {} of eager", ratio(r))))
+        .unwrap_or_default();
+    let mode = c
+        .observed
+        .graph_usage_mode
+        .as_deref()
+        .map(|m| format!(", mode {m}"))
+        .unwrap_or_default();
+    format!(
+        "  {} — {}{mode}: {period}{vs}",
+        short_label(&c.label),
+        super::regime_label(c.observed.regime)
+    )
+}
+
+/// Labels can be whole command lines; a screen needs the start.
+fn short_label(label: &str) -> String {
+    const MAX: usize = 70;
+    if label.chars().count() > MAX {
+        label.chars().take(MAX - 1).collect::<String>() + "…"
+    } else {
+        label.to_owned()
+    }
+}
+
+/// The largest gaps over every cell: the op each precedes, its size and its cause.
+fn largest_gaps(a: &Analysis, s: &mut String) {
+    let mut gaps: Vec<(&CellAnalysis, &crate::analysis::SequenceEntry)> = a
+        .cells
+        .iter()
+        .flat_map(|c| c.sequence.iter().map(move |e| (c, e)))
+        .filter(|(_, e)| e.gap_before.median > 0.0)
+        .collect();
+    gaps.sort_by(|x, y| y.1.gap_before.median.total_cmp(&x.1.gap_before.median));
+    if gaps.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "Largest gaps (median per step, before the op named):");
+    for (c, e) in gaps.into_iter().take(MAX_GAPS) {
+        let _ = writeln!(
+            s,
+            "  {} before {} in {} — {}",
+            stat_us(&e.gap_before),
+            short_op_name(&e.name),
+            short_label(&c.label),
+            e.gap_cause_label
+        );
+    }
+}
+
+/// The terminal summary of `analyze` and `run`.
+pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
+    let mut s = String::new();
+    let devices: Vec<&str> = a
+        .inputs
+        .iter()
+        .filter_map(|i| i.device.as_deref())
+        .collect();
+    let dropped: u64 = a.inputs.iter().map(|i| i.dropped_records).sum();
+    let _ = writeln!(
+        s,
+        "gapscope: {} cell(s) from {} input(s){}{}",
+        a.cells.len(),
+        a.inputs.len(),
+        devices
+            .first()
+            .map(|d| format!(" on {d}"))
+            .unwrap_or_default(),
+        if dropped > 0 {
+            format!(" — {dropped} records dropped by CUPTI (see the report)")
+        } else {
+            String::new()
+        }
+    );
+    if let Some(g) = &a.geomean_ratio {
+        let _ = writeln!(
+            s,
+            "Graphed/eager period, geomean over {} pair(s): {:.2}× [{:.2}–{:.2}]",
+            g.n, g.value, g.min, g.max
+        );
+    }
+    if !a.mode_pairs.is_empty() {
+        let _ = writeln!(
+            s,
+            "Mode 2 vs mode 1 (graphs with vs without external event nodes):"
+        );
+        for p in &a.mode_pairs {
+            let external = p.gap_growth_of(crate::analysis::CauseKind::ExternalEventWait);
+            let change = p.change.map_or("—".to_owned(), |c| c.label().to_owned());
+            let _ = writeln!(
+                s,
+                "  {}: {} → {} ({}, Δ {} µs; external event wait {} µs)",
+                short_label(&a.cells[p.head].label),
+                a.cells[p.base]
+                    .period
+                    .as_ref()
+                    .map_or("—".into(), |x| us2(x.median)),
+                a.cells[p.head]
+                    .period
+                    .as_ref()
+                    .map_or("—".into(), |x| us2(x.median)),
+                change,
+                p.period_delta.map_or("—".into(), us2_signed),
+                us2_signed(external)
+            );
+        }
+    }
+    if !a.remedies.is_empty() {
+        let _ = writeln!(s, "What to change:");
+        for r in a.remedies.iter().take(MAX_GAPS) {
+            let cell = a
+                .cells
+                .get(r.cell)
+                .map_or("—".to_owned(), |c| short_label(&c.label));
+            let _ = match &r.predicted_saving_ns {
+                Some(v) => writeln!(
+                    s,
+                    "  {cell}: {} — predicted saving {} µs a step ({})",
+                    r.action,
+                    super::remedies::saving(v),
+                    r.basis
+                ),
+                None => writeln!(s, "  {cell}: {} — {}", r.action, r.basis),
+            };
+        }
+    }
+    let _ = writeln!(s, "Cells (step period median [p10–p90] n):");
+    for (i, c) in a.cells.iter().enumerate().take(MAX_CELLS) {
+        let _ = writeln!(s, "{}", cell_line(a, i, c));
+    }
+    if a.cells.len() > MAX_CELLS {
+        let _ = writeln!(s, "  … and {} more cells", a.cells.len() - MAX_CELLS);
+    }
+    largest_gaps(a, &mut s);
+    let _ = write!(s, "{}", full_report_line(full_report));
+    s
+}
+
+/// The terminal summary of `compare`: the verdict first.
+pub fn comparison_summary(c: &Comparison, full_report: Option<&str>) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "gapscope compare: {}", super::markdown::verdict_line(c));
+    if let Some(g) = &c.geomean_ratio {
+        let _ = writeln!(
+            s,
+            "Head/base period, geomean over {} cell(s): {:.2}× [{:.2}–{:.2}]",
+            g.n, g.value, g.min, g.max
+        );
+    }
+    let _ = writeln!(s, "Cells (base → head median µs, head/base, change):");
+    for m in c.cells.iter().take(MAX_CELLS) {
+        let med = |a: &Analysis, i: usize| {
+            a.cells
+                .get(i)
+                .and_then(|x| x.period.as_ref())
+                .map_or("—".to_owned(), |p| us2(p.median))
+        };
+        let top = m
+            .gap_growth_by_cause
+            .first()
+            .map(|g| format!("; largest gap change {} µs: {}", us2_signed(g.2), g.1))
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "  {}: {} → {} ({}, {}){top}",
+            short_label(&super::markdown::pair_name(m)),
+            med(&c.base, m.base),
+            med(&c.head, m.head),
+            m.ratio.map_or("—".to_owned(), ratio),
+            m.change.map_or("—".to_owned(), |x| x.label().to_owned()),
+        );
+    }
+    if c.cells.len() > MAX_CELLS {
+        let _ = writeln!(s, "  … and {} more cells", c.cells.len() - MAX_CELLS);
+    }
+    if !c.realised.is_empty() {
+        let _ = writeln!(s, "Predicted vs realised savings (µs a step):");
+        for r in c.realised.iter().take(MAX_CELLS) {
+            let _ = writeln!(
+                s,
+                "  {}: {} predicted {}, measured {} — {}: {}",
+                short_label(&r.base_label),
+                r.kind.label(),
+                super::remedies::saving(&r.predicted_ns),
+                r.measured_ns
+                    .as_ref()
+                    .map_or("—".to_owned(), super::remedies::saving),
+                r.verdict.label(),
+                r.why
+            );
+        }
+    }
+    if !c.unmatched.is_empty() {
+        let _ = writeln!(
+            s,
+            "Not compared: {}",
+            md_cell(&short_label(&c.unmatched.join("; ")))
+        );
+    }
+    let _ = write!(s, "{}", full_report_line(full_report));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::{self, AnalysisOptions};
+    use crate::synthetic::{self, SyntheticCell};
+
+    fn analyze(t: &crate::trace::Trace) -> Analysis {
+        analysis::analyze(
+            std::slice::from_ref(t),
+            &["t".to_owned()],
+            &AnalysisOptions::default(),
+        )
+    }
+
+    #[test]
+    fn a_summary_is_a_screen_with_the_verdicts_and_the_largest_gaps() {
+        let a = analyze(&synthetic::emu_experiment(40));
+        let s = analysis_summary(&a, Some("out/report.md"));
+        assert!(s.lines().count() < 30, "{s}");
+        assert!(s.contains("Mode 2 vs mode 1"), "{s}");
+        assert!(s.contains("Largest gaps"), "{s}");
+        assert!(s.contains("external event-wait node"), "{s}");
+        assert!(s.ends_with("Full report: out/report.md"), "{s}");
+    }
+
+    #[test]
+    fn a_cell_without_a_partner_still_shows_its_largest_gaps() {
+        let t = synthetic::trace(&[SyntheticCell::emu(true, 2, 20)], 1);
+        let a = analyze(&t);
+        assert!(a.regime_pairs.is_empty());
+        let s = analysis_summary(&a, None);
+        assert!(s.contains("n=19 before coll in graphed mode=2"), "{s}");
+        assert_eq!(
+            a.cells[0].observed.regime,
+            Some(crate::analysis::Regime::Graphed)
+        );
+    }
+
+    #[test]
+    fn kernel_names_are_shortened_as_profilers_do() {
+        assert_eq!(
+            short_op_name(
+                "void at::native::vectorized_elementwise_kernel<8, at::native::AUnaryFunctor<c10::BFloat16>, std::array<char*, 2ul> >(int, at::native::AUnaryFunctor<c10::BFloat16>, std::array<char*, 2ul>)"
+            ),
+            "at::native::vectorized_elementwise_kernel<…>(…)"
+        );
+        assert_eq!(short_op_name("spin"), "spin");
+        assert_eq!(
+            short_op_name("nvjet_sm90_tst_128x64"),
+            "nvjet_sm90_tst_128x64"
+        );
+        assert!(short_op_name(&"k".repeat(300)).chars().count() <= 80);
+    }
+}
