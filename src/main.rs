@@ -54,6 +54,16 @@ enum Command {
         /// Largest allowed head/base period ratio (1.02 = 2 % slower).
         #[arg(long, default_value_t = 1.02)]
         threshold: f64,
+        /// `github`: print the PR table (Markdown for a pull-request comment or
+        /// $GITHUB_STEP_SUMMARY) instead of the summary.
+        #[arg(long, value_enum)]
+        format: Option<CompareFormat>,
+        /// Only the base cells whose request has KEY=VALUE (e.g. graph_usage_mode=2).
+        #[arg(long, value_name = "KEY=VALUE")]
+        base_select: Option<String>,
+        /// Only the head cells whose request has KEY=VALUE (e.g. graph_usage_mode=1).
+        #[arg(long, value_name = "KEY=VALUE")]
+        head_select: Option<String>,
         #[command(flatten)]
         out: OutputArgs,
     },
@@ -146,6 +156,11 @@ struct RunArgs {
     bundled: bool,
     #[command(flatten)]
     sweep: gapscope::runner::SweepArgs,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum CompareFormat {
+    Github,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -286,6 +301,9 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             base,
             head,
             threshold,
+            format,
+            base_select,
+            head_select,
             out,
         } => {
             if !(threshold.is_finite() && threshold > 0.0) {
@@ -297,8 +315,10 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 });
             }
             let steps = out.step_range.as_deref();
-            let (base_traces, base_names) = load_with_steps(&expand(&base)?, steps)?;
-            let (head_traces, head_names) = load_with_steps(&expand(&head)?, steps)?;
+            let (mut base_traces, base_names) = load_with_steps(&expand(&base)?, steps)?;
+            let (mut head_traces, head_names) = load_with_steps(&expand(&head)?, steps)?;
+            select(&mut base_traces, base_select.as_deref(), "--base-select")?;
+            select(&mut head_traces, head_select.as_deref(), "--head-select")?;
             let comparison = analysis::align::compare(
                 analyze(&base_traces, &base_names),
                 analyze(&head_traces, &head_names),
@@ -330,6 +350,8 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 json
             } else if out.full {
                 md
+            } else if format.is_some() {
+                report::markdown::comparison_github(&comparison)
             } else {
                 summary()
             })?;
@@ -477,6 +499,25 @@ fn load_with_steps(
         traces,
         paths.iter().map(|p| p.display().to_string()).collect(),
     ))
+}
+
+/// `KEY=VALUE`: keeps only the cells whose request has it ([`Trace::select_cells`]).
+fn select(traces: &mut [Trace], selection: Option<&str>, flag: &str) -> Result<(), Failure> {
+    let Some(selection) = selection else {
+        return Ok(());
+    };
+    let Some((key, value)) = selection.split_once('=') else {
+        return Err(bad_input(format!(
+            "{flag} {selection}: expected KEY=VALUE, e.g. graph_usage_mode=2"
+        )));
+    };
+    let kept: usize = traces.iter_mut().map(|t| t.select_cells(key, value)).sum();
+    if kept == 0 {
+        return Err(bad_input(format!(
+            "{flag} {selection}: no cell's request has {key}={value}"
+        )));
+    }
+    Ok(())
 }
 
 /// The files of an `-o DIR` output set.

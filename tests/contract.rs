@@ -529,3 +529,34 @@ fn messages_say_what_the_input_is() {
     let line = fails_in_one_line(&out, 2);
     assert!(line.contains("not traces of the same run"), "{line}");
 }
+
+/// The PR table: mode 2 against mode 1 of one bundled sweep, predicted vs realised.
+#[test]
+fn compare_prints_the_pr_table_with_predicted_and_realised_savings() {
+    let t = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/ht-decode-h200.json");
+    let t = t.to_str().unwrap();
+    let out = gapscope(&[
+        "compare",
+        t,
+        t,
+        "--base-select",
+        "graph_usage_mode=2",
+        "--head-select",
+        "graph_usage_mode=1",
+        "--format",
+        "github",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.starts_with("### gapscope: "), "{md}");
+    assert!(
+        md.contains("| graphed mode=2 T=512 fresh → graphed mode=1 T=512 fresh |"),
+        "{md}"
+    );
+    assert!(md.contains("### Predicted vs realised"), "{md}");
+    assert!(md.contains("| realised |"), "{md}");
+    let bad = gapscope(&["compare", t, t, "--base-select", "graph_usage_mode"]);
+    assert!(fails_in_one_line(&bad, 2).contains("KEY=VALUE"));
+    let none = gapscope(&["compare", t, t, "--head-select", "graph_usage_mode=7"]);
+    assert!(fails_in_one_line(&none, 2).contains("no cell"));
+}

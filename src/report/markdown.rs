@@ -107,8 +107,44 @@ pub fn analysis_markdown(a: &Analysis) -> String {
         }
     }
 
+    unpaired_gaps_section(&mut s, a);
     idle_section(&mut s, a);
     s
+}
+
+/// Cells no comparison covers (one trace, one regime) still show their largest gaps: the op
+/// each precedes, its size and its cause.
+fn unpaired_gaps_section(s: &mut String, a: &Analysis) {
+    let paired = |i: usize| {
+        a.regime_pairs
+            .iter()
+            .chain(&a.mode_pairs)
+            .any(|p| p.base == i || p.head == i)
+    };
+    for (_, c) in a.cells.iter().enumerate().filter(|(i, _)| !paired(*i)) {
+        let mut gaps: Vec<&crate::analysis::SequenceEntry> = c
+            .sequence
+            .iter()
+            .filter(|e| e.gap_before.median > 0.0)
+            .collect();
+        if gaps.is_empty() {
+            continue;
+        }
+        gaps.sort_by(|x, y| y.gap_before.median.total_cmp(&x.gap_before.median));
+        let _ = writeln!(s, "#### Largest gaps in {}\n", md_cell(&c.label));
+        let _ = writeln!(s, "| gap before | gap µs | cause |");
+        let _ = writeln!(s, "|---|--:|---|");
+        for e in gaps.into_iter().take(5) {
+            let _ = writeln!(
+                s,
+                "| `{}` | {} | {} |",
+                md_cell(&super::short_op_name(&e.name)).replace('`', "'"),
+                stat_us(&e.gap_before),
+                md_cell(&e.gap_cause_label)
+            );
+        }
+        let _ = writeln!(s);
+    }
 }
 
 /// The report of `compare BASE HEAD`, with the threshold verdict first and last.
@@ -185,6 +221,47 @@ pub fn comparison_markdown(c: &Comparison) -> String {
         let _ = writeln!(s);
     }
     let _ = writeln!(s, "**{verdict}**");
+    s
+}
+
+/// The PR table of `compare --format github`: the verdict, per cell base vs head with n and
+/// spread, the ratio and change, the geomean with its range, the causes that moved most, and
+/// whether the predicted savings were realised. Fit for a PR comment or
+/// `$GITHUB_STEP_SUMMARY`.
+pub fn comparison_github(c: &Comparison) -> String {
+    let mut s = String::new();
+    let icon = if c.breached.is_empty() { "✅" } else { "❌" };
+    let _ = writeln!(s, "### gapscope: {icon} {}\n", verdict_line(c));
+    let _ = writeln!(
+        s,
+        "| cell | base µs | head µs | head/base | change | largest gap change |"
+    );
+    let _ = writeln!(s, "|---|--:|--:|--:|---|---|");
+    for m in &c.cells {
+        let bp = c.base.cells.get(m.base).and_then(|x| x.period.as_ref());
+        let hp = c.head.cells.get(m.head).and_then(|x| x.period.as_ref());
+        let moved = m.gap_growth_by_cause.first().map_or("—".to_owned(), |g| {
+            format!("{} µs {}", us2_signed(g.2), md_cell(g.0.label()))
+        });
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {moved} |",
+            md_cell(&pair_name(m)),
+            opt_stat_cell(bp),
+            opt_stat_cell(hp),
+            m.ratio.map_or("—".to_owned(), ratio),
+            change_label(m.change),
+        );
+    }
+    if let Some(g) = &c.geomean_ratio {
+        let _ = writeln!(s, "\n{}", geomean_line("head/base period", "cell", g));
+    }
+    if !c.realised.is_empty() {
+        let _ = writeln!(s, "\n{}", super::remedies::realised_section(c).trim_end());
+    }
+    if !c.unmatched.is_empty() {
+        let _ = writeln!(s, "\nNot compared: {}", md_cell(&c.unmatched.join("; ")));
+    }
     s
 }
 

@@ -361,6 +361,58 @@ impl Trace {
         marked
     }
 
+    /// Keeps only the cells whose `requested` has `key` = `value` (compared as JSON text, so
+    /// `graph_usage_mode=2` and `launch=replay` both work): the step markers of the other cells
+    /// go, and with them the device work launched inside them and every launch of a graph they
+    /// launched (warm-ups included). Returns how many cells are kept.
+    pub fn select_cells(&mut self, key: &str, value: &str) -> usize {
+        let matches = |c: &Cell| {
+            c.requested.get(key).is_some_and(|v| match v {
+                serde_json::Value::String(s) => s == value,
+                other => format!("{other}") == value,
+            })
+        };
+        let keep: Vec<bool> = self.metadata.cells.iter().map(matches).collect();
+        let dropped_marker = |m: &Marker| {
+            m.kind == MarkerKind::Step
+                && m.cell
+                    .is_some_and(|c| !keep.get(c as usize).copied().unwrap_or(false))
+        };
+        let mut dropped: Vec<(u64, u64)> = self
+            .markers
+            .iter()
+            .filter(|m| dropped_marker(m))
+            .map(|m| (m.start, m.end))
+            .collect();
+        dropped.sort_unstable();
+        let launched_in_dropped = |t: u64| {
+            let i = dropped.partition_point(|r| r.0 <= t);
+            i > 0 && t <= dropped[i - 1].1
+        };
+        let mut gone_corr = std::collections::HashSet::new();
+        for a in &self.api_calls {
+            if launched_in_dropped(a.start) {
+                gone_corr.insert(a.corr);
+            }
+        }
+        let gone_graphs: std::collections::HashSet<u32> = self
+            .kernels
+            .iter()
+            .map(|k| (k.corr, k.graph))
+            .chain(self.memcpys.iter().map(|m| (m.corr, m.graph)))
+            .chain(self.memsets.iter().map(|m| (m.corr, m.graph)))
+            .filter(|(corr, graph)| *graph != 0 && gone_corr.contains(corr))
+            .map(|(_, graph)| graph)
+            .collect();
+        let kept =
+            |corr: u32, graph: u32| !gone_corr.contains(&corr) && !gone_graphs.contains(&graph);
+        self.kernels.retain(|k| kept(k.corr, k.graph));
+        self.memcpys.retain(|m| kept(m.corr, m.graph));
+        self.memsets.retain(|m| kept(m.corr, m.graph));
+        self.markers.retain(|m| !dropped_marker(m));
+        keep.iter().filter(|&&k| k).count()
+    }
+
     /// Replaces mangled C++ kernel names (`_Z…`) by their demangled form, as torch.profiler
     /// shows them, so traces from both sources align by name. Names that fail to demangle
     /// stay as they are.
