@@ -247,16 +247,20 @@ impl Temporary {
     }
 
     /// Renames the file to `target` (replacing it).
-    pub fn keep_as(self, target: &Path) -> std::io::Result<()> {
+    pub fn keep_as(mut self, target: &Path) -> std::io::Result<()> {
         std::fs::rename(&self.path, target)?;
-        temporaries().retain(|p| p != &self.path);
-        std::mem::forget(self);
+        let kept = std::mem::take(&mut self.path);
+        temporaries().retain(|p| p != &kept);
         Ok(())
     }
 }
 
 impl Drop for Temporary {
     fn drop(&mut self) {
+        // Empty once kept: nothing to remove.
+        if self.path.as_os_str().is_empty() {
+            return;
+        }
         let _ = std::fs::remove_file(&self.path);
         temporaries().retain(|p| p != &self.path);
     }
