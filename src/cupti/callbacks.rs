@@ -492,6 +492,59 @@ fn raw_creation(at: u64) -> RawCreation {
     raw
 }
 
+/// `Dl_info` of dlfcn.h.
+#[repr(C)]
+struct DlInfo {
+    file: *const c_char,
+    base: *mut c_void,
+    symbol: *const c_char,
+    symbol_address: *mut c_void,
+}
+
+unsafe extern "C" {
+    /// glibc's execinfo.h: this thread's return addresses, innermost first.
+    fn backtrace(buffer: *mut *mut c_void, size: std::ffi::c_int) -> std::ffi::c_int;
+    fn dladdr(address: *const c_void, info: *mut DlInfo) -> std::ffi::c_int;
+}
+
+/// The NCCL API function this thread is inside, from its return addresses: of the frames in a
+/// library named `libnccl…` (whichever NCCL the program loaded), the outermost — the call the
+/// program made — named by its exported symbol (`pncclAllGather` read as `ncclAllGather`).
+/// Inner frames are NCCL's own static functions, which `dladdr` can only name by a nearby
+/// export, so they are never the answer. `None` outside NCCL, or when unwinding stops early.
+fn calling_nccl_function() -> Option<String> {
+    let mut frames = [std::ptr::null_mut::<c_void>(); 64];
+    // SAFETY: backtrace writes at most `frames.len()` return addresses into the buffer.
+    let n = unsafe { backtrace(frames.as_mut_ptr(), frames.len() as std::ffi::c_int) };
+    let mut outermost = None;
+    for &address in frames.iter().take(n.max(0) as usize) {
+        let mut info = DlInfo {
+            file: std::ptr::null(),
+            base: std::ptr::null_mut(),
+            symbol: std::ptr::null(),
+            symbol_address: std::ptr::null_mut(),
+        };
+        // SAFETY: dladdr only looks `address` up in the loader's tables and fills `info` with
+        // pointers to NUL-terminated strings that live as long as the library stays loaded.
+        if unsafe { dladdr(address, &mut info) } == 0 || info.file.is_null() {
+            continue;
+        }
+        // SAFETY: non-null, NUL-terminated (dladdr's contract).
+        let file = unsafe { CStr::from_ptr(info.file) }.to_bytes();
+        let file_name = file.rsplit(|&b| b == b'/').next().unwrap_or(file);
+        if !file_name.starts_with(b"libnccl") || info.symbol.is_null() {
+            continue;
+        }
+        // SAFETY: as above.
+        let symbol = unsafe { CStr::from_ptr(info.symbol) }.to_string_lossy();
+        let symbol = symbol.strip_prefix('p').unwrap_or(&symbol);
+        if symbol.starts_with("nccl") {
+            outermost = Some(symbol.to_owned());
+        }
+    }
+    outermost
+}
+
 fn intern_creation(state: &mut State, raw: &RawCreation) -> Creation {
     let created_by = (!raw.outermost.is_null()).then(|| {
         // SAFETY: functionName is a NUL-terminated global constant string.
@@ -655,10 +708,20 @@ fn node_created(cupti: &Cupti, shared: &Shared, gd: &sys::CUpti_GraphData) -> Re
     let graph = graph_id(cupti, gd.graph)?;
     let (ty, corr) = driver_node_type(gd.node);
     let raw = raw_creation(now(cupti));
+    // No library-call marker of ours: the program's own NCCL, found on the stack (its NVTX
+    // ranges, when it emits them, are joined when the recording ends).
+    let nccl = raw
+        .library_call
+        .is_none()
+        .then(calling_nccl_function)
+        .flatten();
     let mut state = lock(&shared.state);
     state.self_corr.extend(corr);
     let node_type = node_type_or_fallback(&mut state, ty, gd.nodeType);
-    let how = intern_creation(&mut state, &raw);
+    let mut how = intern_creation(&mut state, &raw);
+    if let Some(name) = nccl {
+        how.library_call = Some(state.records.intern(&name));
+    }
     state.graph.node_created(id, graph, node_type, how);
     Ok(())
 }
