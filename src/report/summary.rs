@@ -118,7 +118,7 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
             let change = p.change.map_or("—".to_owned(), |c| c.label().to_owned());
             let _ = writeln!(
                 s,
-                "  {}: {} → {} ({}, Δ {} µs; external event wait {} µs)",
+                "  {}: mode 1 {} → mode 2 {} µs ({}, Δ {} µs; external event wait {} µs)",
                 short_label(&a.cells[p.head].label),
                 a.cells[p.base]
                     .period
@@ -134,9 +134,20 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
             );
         }
     }
-    if !a.remedies.is_empty() {
+    // A remedy whose measured saving is not positive would not help here: the report keeps it
+    // with its figures, the screen leaves it out.
+    let helpful: Vec<&crate::analysis::remedy::Remedy> = a
+        .remedies
+        .iter()
+        .filter(|r| {
+            r.predicted_saving_ns
+                .as_ref()
+                .is_none_or(|v| v.median > 0.0)
+        })
+        .collect();
+    if !helpful.is_empty() {
         let _ = writeln!(s, "What to change:");
-        for r in a.remedies.iter().take(MAX_GAPS) {
+        for r in helpful.iter().take(MAX_GAPS) {
             let cell = a
                 .cells
                 .get(r.cell)
