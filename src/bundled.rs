@@ -11,6 +11,15 @@ const BUNDLED: &[(&str, &[u8])] = &[
         "ht-decode-h200.json",
         include_bytes!("../traces/ht-decode-h200.json"),
     ),
+    // Real NCCL at R = 2 (rank 0 of each mode set; rank 1 beside it in traces/).
+    (
+        "ht-decode-2rank-h200/mode1-rank0.json",
+        include_bytes!("../traces/ht-decode-2rank-h200/mode1-rank0.json"),
+    ),
+    (
+        "ht-decode-2rank-h200/mode2-rank0.json",
+        include_bytes!("../traces/ht-decode-2rank-h200/mode2-rank0.json"),
+    ),
 ];
 
 /// Parses the bundled traces; when none are bundled, a synthetic emu experiment that says so.

@@ -352,3 +352,152 @@ fn torch_graphs_kineto_graph_launches_are_found_without_step_markers() {
     assert_eq!(c.observed.regime, Some(Regime::Graphed));
     assert_eq!(c.steps.len(), 120);
 }
+
+fn read(rel: &str) -> trace::Trace {
+    trace::read_trace(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("traces")
+            .join(rel),
+    )
+    .unwrap()
+}
+
+fn analyze_one(t: &trace::Trace) -> Analysis {
+    analysis::analyze(
+        std::slice::from_ref(t),
+        &["t".into()],
+        &AnalysisOptions::default(),
+    )
+}
+
+/// `gapscope record --step-range decode_step -- torchrun --nproc-per-node 2
+/// examples/torch_graphs.py --eager-steps 60 --replays 100 --fresh 20` on 2 H200s (torch
+/// 2.11, NCCL 2.28.9), with `NCCL_GRAPH_MIXING_SUPPORT=1` and `=0`: with mixing, NCCL's own
+/// external event-wait node (made by `cudaStreamWaitEvent` inside `ncclAllGather`) sits in
+/// every graph on both ranks, without it none; comparing the two trace sets attributes the
+/// gap growth before the all-gather to that node.
+#[test]
+fn two_rank_torch_recordings_show_ncclallgathers_own_event_nodes_with_mixing_only() {
+    for rank in 0..2 {
+        for (mixing, waits) in [(1, 1), (0, 0)] {
+            let t = read(&format!(
+                "torch-graphs-2rank-h200/mixing-{mixing}/trace-{rank}.json"
+            ));
+            assert_eq!((t.metadata.rank, t.metadata.world), (rank, 2));
+            let a = analyze_one(&t);
+            let graphed: Vec<&CellAnalysis> = a
+                .cells
+                .iter()
+                .filter(|c| c.observed.regime == Some(Regime::Graphed))
+                .collect();
+            assert_eq!(
+                graphed.len(),
+                2,
+                "rank {rank} mixing {mixing}: replays + first launches"
+            );
+            for c in graphed {
+                assert_eq!(c.observed.external_wait_nodes, waits, "{}", c.label);
+                let mode = c.observed.graph_usage_mode.as_deref().unwrap();
+                assert_eq!(mode.starts_with('2'), mixing == 1, "{mode}");
+            }
+            let nccl_waits = t
+                .graph
+                .nodes
+                .iter()
+                .filter(|n| {
+                    n.node_type == trace::NodeType::EventWait
+                        && n.external
+                        && n.library_call.is_some_and(|l| t.str(l) == "ncclAllGather")
+                        && n.created_by
+                            .is_some_and(|c| t.str(c) == "cudaStreamWaitEvent")
+                })
+                .count();
+            assert_eq!(nccl_waits > 0, mixing == 1, "rank {rank} mixing {mixing}");
+        }
+    }
+    let load_set = |mixing: u32| -> (Vec<trace::Trace>, Vec<String>) {
+        let ts: Vec<trace::Trace> = (0..2)
+            .map(|r| {
+                read(&format!(
+                    "torch-graphs-2rank-h200/mixing-{mixing}/trace-{r}.json"
+                ))
+            })
+            .collect();
+        (ts, vec!["r0".into(), "r1".into()])
+    };
+    let (base, bn) = load_set(0);
+    let (head, hn) = load_set(1);
+    let opts = AnalysisOptions::default();
+    let c = analysis::align::compare(
+        analysis::analyze(&base, &bn, &opts),
+        analysis::analyze(&head, &hn, &opts),
+        1.02,
+    );
+    let replays: Vec<_> = c
+        .cells
+        .iter()
+        .filter(|m| m.head_label.starts_with("graph G1 replays"))
+        .collect();
+    assert_eq!(replays.len(), 2, "one replay cell per rank");
+    for m in replays {
+        assert_eq!(
+            m.graph_difference.as_deref(),
+            Some("+1 EventRecord (external), +1 EventWait (external)")
+        );
+        let wait = m
+            .gap_growth_by_cause
+            .iter()
+            .find(|g| g.0 == CauseKind::ExternalEventWait)
+            .expect("the external wait's gap");
+        assert!(
+            wait.1.contains("cudaStreamWaitEvent inside ncclAllGather"),
+            "{}",
+            wait.1
+        );
+        assert!(wait.1.contains("NCCL graph usage mode 2"), "{}", wait.1);
+        assert!(wait.2 > 500.0, "{wait:?}");
+    }
+}
+
+/// `gapscope run --tokens 1 --launch replay,fresh --steps 30 --modes 1,2` on 2 H200s: real
+/// NCCL 2.28.3 at R = 2, each mode in its own pair of rank processes. Mode 2's graphs hold
+/// NCCL's external event-wait node, mode 1's none, and the mode comparison names it.
+#[test]
+fn two_rank_runner_sweep_names_nccls_event_wait_in_mode_2_only() {
+    let mut traces = Vec::new();
+    for mode in [1, 2] {
+        for rank in 0..2 {
+            let t = read(&format!("ht-decode-2rank-h200/mode{mode}-rank{rank}.json"));
+            assert_eq!((t.metadata.rank, t.metadata.world), (rank, 2));
+            assert_eq!(t.metadata.versions.nccl.as_deref(), Some("2.28.3"));
+            assert!(
+                t.metadata.notes[0].contains("R=2"),
+                "{}",
+                t.metadata.notes[0]
+            );
+            traces.push(t);
+        }
+    }
+    let rank0 = [traces[0].clone(), traces[2].clone()];
+    let a = analysis::analyze(
+        &rank0,
+        &["mode1".into(), "mode2".into()],
+        &AnalysisOptions::default(),
+    );
+    let waits = |label: &str| cell(&a, label).observed.external_wait_nodes;
+    assert_eq!(waits("graphed mode=1 T=1 replay"), 0);
+    assert_eq!(waits("graphed mode=2 T=1 replay"), 1);
+    assert_eq!(a.mode_pairs.len(), 2);
+    for p in &a.mode_pairs {
+        let (_, label, grew) = p
+            .gap_growth_by_cause
+            .iter()
+            .find(|g| g.0 == CauseKind::ExternalEventWait)
+            .expect("external wait gap");
+        assert!(
+            label.contains("cudaStreamWaitEvent inside ncclAllGather"),
+            "{label}"
+        );
+        assert!(*grew > 500.0, "{grew}");
+    }
+}

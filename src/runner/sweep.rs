@@ -714,7 +714,10 @@ fn uses_nccl(args: &SweepArgs, devices: usize, rank: &RankInfo) -> bool {
 
 fn open_bench(args: &SweepArgs) -> Result<Bench, SweepError> {
     let devices = CudaContext::device_count().map_or(1, |n| n.max(0) as usize);
-    let rank = super::nccl::detect_rank_from_env()?;
+    let mut rank = super::nccl::detect_rank_from_env()?;
+    if args.rank_process {
+        rank.source = "started by gapscope run";
+    }
     let use_nccl = uses_nccl(args, devices, &rank);
     // One GPU per rank: a launched rank uses its local rank's device.
     let device = if use_nccl && rank.world > 1 {
