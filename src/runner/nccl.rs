@@ -521,6 +521,9 @@ pub fn exchange_unique_id(
     }
 }
 
+/// Communicators this process has created with a shared unique-id file.
+static COMMUNICATORS_MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// NCCL_GRAPH_MIXING_SUPPORT is read once per process: remember what we set.
 static MIXING_ENV_SET: Mutex<Option<&'static str>> = Mutex::new(None);
 
@@ -615,6 +618,11 @@ impl NcclAllGather {
                     info.world
                 ))
             })?;
+            // One id per communicator: every rank creates its communicators in the same order
+            // (one per graph usage mode with NCCL ≥ 2.29), so the k-th meets the others' k-th
+            // and never reads an earlier communicator's id.
+            let k = COMMUNICATORS_MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = if k == 0 { path } else { format!("{path}.{k}") };
             exchange_unique_id(lib, Path::new(&path), info.rank)?
         };
         let mut comm: NcclComm = std::ptr::null_mut();
