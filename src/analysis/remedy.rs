@@ -406,6 +406,8 @@ fn launch_bound(cell: &CellAnalysis) -> Found {
 pub enum Realisation {
     Realised,
     NotRealised,
+    /// HEAD's cell still shows the cause the remedy removes: the fix is not in HEAD.
+    NotApplied,
     /// A period is missing on either side.
     Unknown,
 }
@@ -415,6 +417,7 @@ impl Realisation {
         match self {
             Realisation::Realised => "realised",
             Realisation::NotRealised => "not realised",
+            Realisation::NotApplied => "not applied",
             Realisation::Unknown => "unknown",
         }
     }
@@ -436,8 +439,25 @@ pub struct RemedyCheck {
     pub why: String,
 }
 
+/// Whether HEAD's cell no longer shows the cause `kind` removes: the fix is in HEAD.
+fn applied(kind: RemedyKind, head: &CellAnalysis) -> Result<(), &'static str> {
+    match kind {
+        RemedyKind::GraphUsageMode if head.observed.external_wait_nodes > 0 => {
+            Err("HEAD's graph still holds the external event-wait node")
+        }
+        RemedyKind::CaptureInGraph if head.observed.regime != Some(Regime::Graphed) => {
+            Err("HEAD's step is still eager")
+        }
+        RemedyKind::WarmUpFreshGraphs if !has_steady_steps(head) => {
+            Err("HEAD's steps are still first launches of new graphs")
+        }
+        RemedyKind::LaunchBound => Err("no saving is predicted for it"),
+        _ => Ok(()),
+    }
+}
+
 /// For every matched pair whose BASE cell has a remedy with a predicted saving: predicted vs
-/// measured saving.
+/// measured saving, or `NotApplied` when HEAD's cell still shows the cause.
 pub fn realised(base: &Analysis, head: &Analysis, matched: &[CellComparison]) -> Vec<RemedyCheck> {
     let mut checks = Vec::new();
     for pair in matched {
@@ -447,7 +467,10 @@ pub fn realised(base: &Analysis, head: &Analysis, matched: &[CellComparison]) ->
                 continue;
             };
             let measured = Saving::between_periods(b, h);
-            let (verdict, why) = judge(&predicted, measured.as_ref());
+            let (verdict, why) = match applied(remedy.kind, h) {
+                Ok(()) => judge(&predicted, measured.as_ref()),
+                Err(why) => (Realisation::NotApplied, why.to_owned()),
+            };
             checks.push(RemedyCheck {
                 kind: remedy.kind,
                 base: pair.base,
