@@ -121,7 +121,13 @@ fn unpaired_gaps_section(s: &mut String, a: &Analysis) {
             .chain(&a.mode_pairs)
             .any(|p| p.base == i || p.head == i)
     };
-    for (_, c) in a.cells.iter().enumerate().filter(|(i, _)| !paired(*i)) {
+    let unpaired = a
+        .cells
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| !paired(i))
+        .map(|(_, c)| c);
+    for c in unpaired {
         let mut gaps: Vec<&crate::analysis::SequenceEntry> = c
             .sequence
             .iter()
