@@ -7,7 +7,7 @@
 //! that are symlinks are followed; devices and FIFOs are written in place (they cannot be
 //! replaced) as soon as they are filled.
 
-use crate::trace::{Temporary, TraceError, resolve_output};
+use crate::trace::{StagedOutput, TraceError, stage_output};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -31,7 +31,8 @@ pub struct OutputSet {
     dir: PathBuf,
     /// Held (locked) until the set is committed or dropped.
     _lock: File,
-    staged: Vec<(Temporary, PathBuf)>,
+    /// Each file written so far, with the path errors name.
+    staged: Vec<(PathBuf, StagedOutput)>,
     written: Vec<String>,
 }
 
@@ -79,22 +80,8 @@ impl OutputSet {
         fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
     ) -> Result<(), OutputError> {
         let path = self.dir.join(name);
-        let (target, in_place) = resolve_output(&path).map_err(|e| write_error(&path, e))?;
-        if in_place {
-            let mut w = std::io::BufWriter::new(
-                File::options()
-                    .write(true)
-                    .open(&target)
-                    .map_err(|e| write_error(&path, e))?,
-            );
-            fill(&mut w)
-                .and_then(|()| w.flush())
-                .map_err(|e| write_error(&path, e))?;
-        } else {
-            let tmp = Temporary::beside(&target);
-            tmp.fill(fill).map_err(|e| write_error(&path, e))?;
-            self.staged.push((tmp, target));
-        }
+        let staged = stage_output(&path, fill).map_err(|e| write_error(&path, e))?;
+        self.staged.push((path, staged));
         self.written.push(name.to_owned());
         Ok(())
     }
@@ -102,8 +89,8 @@ impl OutputSet {
     /// Renames every file into place and removes the files named in `set` that were not
     /// written this time (regular files only). Returns the names written.
     pub fn commit(mut self, set: &[&str]) -> Result<Vec<String>, OutputError> {
-        for (tmp, target) in std::mem::take(&mut self.staged) {
-            tmp.keep_as(&target).map_err(|e| write_error(&target, e))?;
+        for (path, staged) in std::mem::take(&mut self.staged) {
+            staged.commit().map_err(|e| write_error(&path, e))?;
         }
         for name in set {
             if self.written.iter().any(|w| w == name) {

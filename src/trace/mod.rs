@@ -215,12 +215,12 @@ pub fn remove_temporaries() {
 /// A temporary file beside `target`, registered for [`remove_temporaries`] until
 /// [`Temporary::keep_as`] renames it or it is dropped (and removed). Its name is short
 /// (`.gapscope-<pid>-<n>.tmp`) whatever the target's, so it never exceeds a file-name limit.
-pub struct Temporary {
+struct Temporary {
     path: PathBuf,
 }
 
 impl Temporary {
-    pub fn beside(target: &Path) -> Temporary {
+    fn beside(target: &Path) -> Temporary {
         let dir = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
             _ => PathBuf::from("."),
@@ -231,12 +231,8 @@ impl Temporary {
         Temporary { path }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Writes the file through `fill` and syncs it.
-    pub fn fill(
+    fn fill(
         &self,
         fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
     ) -> std::io::Result<()> {
@@ -247,7 +243,7 @@ impl Temporary {
     }
 
     /// Renames the file to `target` (replacing it).
-    pub fn keep_as(mut self, target: &Path) -> std::io::Result<()> {
+    fn keep_as(mut self, target: &Path) -> std::io::Result<()> {
         std::fs::rename(&self.path, target)?;
         let kept = std::mem::take(&mut self.path);
         temporaries().retain(|p| p != &kept);
@@ -269,7 +265,7 @@ impl Drop for Temporary {
 /// Where writing to `path` must go: a symlink is followed (to its final target, which may not
 /// exist yet); `in_place` is true for an existing file that is not a regular file (a device
 /// such as /dev/null, a FIFO), which must be written as it is, never replaced.
-pub fn resolve_output(path: &Path) -> std::io::Result<(PathBuf, bool)> {
+fn resolve_output(path: &Path) -> std::io::Result<(PathBuf, bool)> {
     let mut target = path.to_owned();
     // A chain of links, each relative to its own folder; give up on loops.
     for _ in 0..40 {
@@ -292,28 +288,51 @@ pub fn resolve_output(path: &Path) -> std::io::Result<(PathBuf, bool)> {
     Err(std::io::Error::other("too many levels of symbolic links"))
 }
 
+/// A file written through `fill` but not yet in place ([`stage_output`]): a temporary file
+/// beside its target, renamed by [`StagedOutput::commit`]; or nothing left to do, when the
+/// target is a device or FIFO, which was written in place.
+pub struct StagedOutput(Option<(Temporary, PathBuf)>);
+
+impl StagedOutput {
+    /// Renames the temporary file into place.
+    pub fn commit(self) -> std::io::Result<()> {
+        match self.0 {
+            Some((tmp, target)) => tmp.keep_as(&target),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Writes `path`'s content through `fill`: a symlink is followed, a device or FIFO is written
+/// in place, anything else goes to a temporary file until [`StagedOutput::commit`].
+pub fn stage_output(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<StagedOutput> {
+    let (target, in_place) = resolve_output(path)?;
+    if in_place {
+        let mut w = BufWriter::new(std::fs::OpenOptions::new().write(true).open(&target)?);
+        fill(&mut w)?;
+        w.flush()?;
+        return Ok(StagedOutput(None));
+    }
+    let tmp = Temporary::beside(&target);
+    tmp.fill(fill)?;
+    Ok(StagedOutput(Some((tmp, target))))
+}
+
 /// Like [`write_atomically`], streaming through `fill`. A symlink is followed; a device or
 /// FIFO is written in place.
 pub fn write_atomically_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<(), TraceError> {
-    let err = |source| TraceError::Write {
-        path: path.to_owned(),
-        source,
-    };
-    let (target, in_place) = resolve_output(path).map_err(err)?;
-    if in_place {
-        let result = (|| {
-            let mut w = BufWriter::new(std::fs::OpenOptions::new().write(true).open(&target)?);
-            fill(&mut w)?;
-            w.flush()
-        })();
-        return result.map_err(err);
-    }
-    let tmp = Temporary::beside(&target);
-    tmp.fill(fill).map_err(err)?;
-    tmp.keep_as(&target).map_err(err)
+    stage_output(path, fill)
+        .and_then(StagedOutput::commit)
+        .map_err(|source| TraceError::Write {
+            path: path.to_owned(),
+            source,
+        })
 }
 
 /// Writes a trace file atomically (compact JSON).
