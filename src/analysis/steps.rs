@@ -312,6 +312,7 @@ fn group_graph_launches(
     // Each executable graph's identity, from its first launch; launches per exec.
     let mut identity_of: BTreeMap<u32, usize> = BTreeMap::new();
     let mut identities: Vec<GraphIdentity> = Vec::new();
+    let mut index_of: rustc_hash::FxHashMap<GraphIdentity, usize> = Default::default();
     let mut launches_of: BTreeMap<u32, usize> = BTreeMap::new();
     for (graph, ops) in &steps {
         *launches_of.entry(*graph).or_default() += 1;
@@ -325,13 +326,10 @@ fn group_graph_launches(
                 .collect(),
             node_counts: node_counts(nodes_by_graph.get(graph).into_iter().flatten().copied()),
         };
-        let index = identities
-            .iter()
-            .position(|x| *x == identity)
-            .unwrap_or_else(|| {
-                identities.push(identity);
-                identities.len() - 1
-            });
+        let index = *index_of.entry(identity).or_insert_with_key(|identity| {
+            identities.push(identity.clone());
+            identities.len() - 1
+        });
         identity_of.insert(*graph, index);
     }
     // Cells in order of their first launch.
