@@ -227,7 +227,7 @@ fn initialize() -> Result<(), String> {
         ..RecorderConfig::default()
     };
     if let Some(v) = env(API_CALLBACKS_VAR) {
-        match v.parse() {
+        match <crate::cupti::ApiCallbacks as clap::ValueEnum>::from_str(&v, false) {
             Ok(callbacks) => recorder_config.api_callbacks = callbacks,
             Err(e) => say(&format!("{API_CALLBACKS_VAR}: {e}; using the default")),
         }

@@ -54,8 +54,9 @@ pub fn api_record_wanted(name: &str) -> bool {
     WANTED.iter().any(|w| name.contains(w))
 }
 
-/// API callbacks the recorder enables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// API callbacks the recorder enables (also `gapscope run --cupti-api-callbacks` and
+/// `GAPSCOPE_CUPTI_CALLBACKS` under `record`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum ApiCallbacks {
     /// Every runtime and driver API call.
     All,
@@ -64,27 +65,11 @@ pub enum ApiCallbacks {
     /// keep their library-call tag (from markers) but not their launch API name.
     #[default]
     GraphBuilding,
-    /// As `GraphBuilding`, plus kernel launches.
+    /// As graph-building, plus kernel launches.
     GraphBuildingWithLaunches,
     /// None: graph nodes are not tagged with their creating API (nor external flags read from
     /// API parameters). For measuring what callbacks cost.
     Off,
-}
-
-impl std::str::FromStr for ApiCallbacks {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<ApiCallbacks, String> {
-        match s {
-            "all" => Ok(ApiCallbacks::All),
-            "graph-building" => Ok(ApiCallbacks::GraphBuilding),
-            "graph-building-with-launches" => Ok(ApiCallbacks::GraphBuildingWithLaunches),
-            "off" => Ok(ApiCallbacks::Off),
-            other => Err(format!(
-                "unknown API callback set {other:?} (all, graph-building, graph-building-with-launches, off)"
-            )),
-        }
-    }
 }
 
 /// Kernel launches: with them, captured kernel nodes are tagged with their launch API. They are

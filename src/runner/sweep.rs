@@ -14,7 +14,7 @@ use super::emulated::{
 use super::htdecode::{HtDecode, HtDecodeConfig, HtDecodeError};
 use super::nccl::{NcclAllGather, RankInfo};
 use super::spin::EmuKernels;
-use crate::cupti::{CuptiError, Recorder, RecorderConfig};
+use crate::cupti::{ApiCallbacks, CuptiError, Recorder, RecorderConfig};
 use crate::trace::{Cell, DeviceInfo, Metadata, Source, Trace, TraceError, Versions};
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 use std::collections::BTreeMap;
@@ -114,8 +114,8 @@ pub struct SweepArgs {
     #[arg(long, default_value_t = 0)]
     pub cupti_max_buffers: usize,
     /// API calls that get a CUPTI callback: only those that build graphs (default), or all.
-    #[arg(long, value_enum, default_value_t = ApiCallbackChoice::GraphBuilding)]
-    pub cupti_api_callbacks: ApiCallbackChoice,
+    #[arg(long, value_enum, default_value_t = ApiCallbacks::GraphBuilding)]
+    pub cupti_api_callbacks: ApiCallbacks,
     /// Record every executed event record with its device timestamp (CUPTI KIND_CUDA_EVENT).
     #[arg(long)]
     pub cupti_event_records: bool,
@@ -228,16 +228,6 @@ impl SweepArgs {
         }
         a
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ApiCallbackChoice {
-    GraphBuilding,
-    /// Graph building plus kernel launches (kernel nodes tagged with their launch API).
-    GraphBuildingWithLaunches,
-    All,
-    /// No API callbacks (graph nodes lose their creating API and external flags).
-    Off,
 }
 
 /// Steps per CUDA-event timing chunk: each chunk gives one period sample.
@@ -665,14 +655,7 @@ pub fn run_sweep(args: &SweepArgs, output: &Path) -> Result<Vec<(PathBuf, Trace)
         buffer_bytes: args.cupti_buffer_kib.max(1) * 1024,
         max_buffers: args.cupti_max_buffers,
         event_records: args.cupti_event_records,
-        api_callbacks: match args.cupti_api_callbacks {
-            ApiCallbackChoice::GraphBuilding => crate::cupti::ApiCallbacks::GraphBuilding,
-            ApiCallbackChoice::All => crate::cupti::ApiCallbacks::All,
-            ApiCallbackChoice::GraphBuildingWithLaunches => {
-                crate::cupti::ApiCallbacks::GraphBuildingWithLaunches
-            }
-            ApiCallbackChoice::Off => crate::cupti::ApiCallbacks::Off,
-        },
+        api_callbacks: args.cupti_api_callbacks,
         ..RecorderConfig::default()
     })?);
     let (trace, overhead) = match args.workload {
@@ -1084,7 +1067,7 @@ mod tests {
         assert_eq!(child.cupti_buffer_kib, 64);
         assert_eq!(
             child.cupti_api_callbacks,
-            ApiCallbackChoice::GraphBuildingWithLaunches
+            ApiCallbacks::GraphBuildingWithLaunches
         );
         assert!(child.overhead && !child.cupti_event_records);
         assert_eq!(
