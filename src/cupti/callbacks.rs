@@ -516,33 +516,56 @@ fn calling_nccl_function() -> Option<String> {
     let mut frames = [std::ptr::null_mut::<c_void>(); 64];
     // SAFETY: backtrace writes at most `frames.len()` return addresses into the buffer.
     let n = unsafe { backtrace(frames.as_mut_ptr(), frames.len() as std::ffi::c_int) };
-    let mut outermost = None;
-    for &address in frames.iter().take(n.max(0) as usize) {
-        let mut info = DlInfo {
-            file: std::ptr::null(),
-            base: std::ptr::null_mut(),
-            symbol: std::ptr::null(),
-            symbol_address: std::ptr::null_mut(),
-        };
-        // SAFETY: dladdr only looks `address` up in the loader's tables and fills `info` with
-        // pointers to NUL-terminated strings that live as long as the library stays loaded.
-        if unsafe { dladdr(address, &mut info) } == 0 || info.file.is_null() {
-            continue;
-        }
-        // SAFETY: non-null, NUL-terminated (dladdr's contract).
-        let file = unsafe { CStr::from_ptr(info.file) }.to_bytes();
-        let file_name = file.rsplit(|&b| b == b'/').next().unwrap_or(file);
-        if !file_name.starts_with(b"libnccl") || info.symbol.is_null() {
-            continue;
-        }
-        // SAFETY: as above.
-        let symbol = unsafe { CStr::from_ptr(info.symbol) }.to_string_lossy();
-        let symbol = symbol.strip_prefix('p').unwrap_or(&symbol);
-        if symbol.starts_with("nccl") {
-            outermost = Some(symbol.to_owned());
-        }
+    // dladdr scans a library's symbol table: each return address is looked up once per thread
+    // (a capture creates many nodes from the same few call sites).
+    FRAME_NCCL_NAMES
+        .try_with(|names| {
+            let mut names = names.borrow_mut();
+            frames
+                .iter()
+                .take(n.max(0) as usize)
+                .filter_map(|&address| {
+                    names
+                        .entry(address as usize)
+                        .or_insert_with(|| nccl_function_at(address))
+                        .clone()
+                })
+                .last()
+        })
+        .ok()
+        .flatten()
+}
+
+thread_local! {
+    /// Return address → the NCCL API function it lies in (`None`: not in NCCL).
+    static FRAME_NCCL_NAMES: RefCell<std::collections::HashMap<usize, Option<String>>> =
+        RefCell::new(std::collections::HashMap::new());
+}
+
+/// The NCCL API function whose code holds `address`: its library is a `libnccl…` and its
+/// nearest exported symbol an NCCL name.
+fn nccl_function_at(address: *mut c_void) -> Option<String> {
+    let mut info = DlInfo {
+        file: std::ptr::null(),
+        base: std::ptr::null_mut(),
+        symbol: std::ptr::null(),
+        symbol_address: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr only looks `address` up in the loader's tables and fills `info` with
+    // pointers to NUL-terminated strings that live as long as the library stays loaded.
+    if unsafe { dladdr(address, &mut info) } == 0 || info.file.is_null() || info.symbol.is_null() {
+        return None;
     }
-    outermost
+    // SAFETY: non-null, NUL-terminated (dladdr's contract).
+    let file = unsafe { CStr::from_ptr(info.file) }.to_bytes();
+    let file_name = file.rsplit(|&b| b == b'/').next().unwrap_or(file);
+    if !file_name.starts_with(b"libnccl") {
+        return None;
+    }
+    // SAFETY: as above.
+    let symbol = unsafe { CStr::from_ptr(info.symbol) }.to_string_lossy();
+    let symbol = symbol.strip_prefix('p').unwrap_or(&symbol);
+    symbol.starts_with("nccl").then(|| symbol.to_owned())
 }
 
 fn intern_creation(state: &mut State, raw: &RawCreation) -> Creation {
