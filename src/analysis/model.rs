@@ -372,6 +372,21 @@ impl CellAnalysis {
         })
     }
 
+    /// Positions of the canonical sequence with a gap before them, largest median gap first
+    /// (ties in sequence order).
+    pub fn largest_gaps(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.sequence.len())
+            .filter(|&i| self.sequence[i].gap_before.median > 0.0)
+            .collect();
+        order.sort_by(|&x, &y| {
+            self.sequence[y]
+                .gap_before
+                .median
+                .total_cmp(&self.sequence[x].gap_before.median)
+        });
+        order
+    }
+
     pub fn requested_u64(&self, key: &str) -> Option<u64> {
         self.requested.get(key).and_then(|v| v.as_u64())
     }

@@ -128,15 +128,14 @@ fn unpaired_gaps_section(s: &mut String, a: &Analysis) {
         .filter(|&(i, _)| !paired(i))
         .map(|(_, c)| c);
     for c in unpaired {
-        let mut gaps: Vec<&crate::analysis::SequenceEntry> = c
-            .sequence
-            .iter()
-            .filter(|e| e.gap_before.median > 0.0)
+        let gaps: Vec<&crate::analysis::SequenceEntry> = c
+            .largest_gaps()
+            .into_iter()
+            .map(|i| &c.sequence[i])
             .collect();
         if gaps.is_empty() {
             continue;
         }
-        gaps.sort_by(|x, y| y.gap_before.median.total_cmp(&x.gap_before.median));
         let _ = writeln!(s, "#### Largest gaps in {}\n", md_cell(&c.label));
         let _ = writeln!(s, "| gap before | gap µs | cause |");
         let _ = writeln!(s, "|---|--:|---|");
@@ -525,15 +524,7 @@ fn pair_section(s: &mut String, p: &CellComparison, base: &CellAnalysis, head: &
     let _ = writeln!(s);
 
     // Largest median gaps before an op in the head's canonical sequence.
-    let mut order: Vec<usize> = (0..head.sequence.len())
-        .filter(|&i| head.sequence[i].gap_before.median > 0.0)
-        .collect();
-    order.sort_by(|&x, &y| {
-        head.sequence[y]
-            .gap_before
-            .median
-            .total_cmp(&head.sequence[x].gap_before.median)
-    });
+    let order = head.largest_gaps();
     if order.is_empty() {
         let _ = writeln!(s, "No gap in the {hname} sequence.\n");
         return;

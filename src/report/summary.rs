@@ -57,8 +57,11 @@ fn largest_gaps(a: &Analysis, s: &mut String) {
     let mut gaps: Vec<(&CellAnalysis, &crate::analysis::SequenceEntry)> = a
         .cells
         .iter()
-        .flat_map(|c| c.sequence.iter().map(move |e| (c, e)))
-        .filter(|(_, e)| e.gap_before.median > 0.0)
+        .flat_map(|c| {
+            c.largest_gaps()
+                .into_iter()
+                .map(move |i| (c, &c.sequence[i]))
+        })
         .collect();
     gaps.sort_by(|x, y| y.1.gap_before.median.total_cmp(&x.1.gap_before.median));
     if gaps.is_empty() {
