@@ -501,3 +501,34 @@ fn two_rank_runner_sweep_names_nccls_event_wait_in_mode_2_only() {
         assert!(*grew > 500.0, "{grew}");
     }
 }
+
+/// `NCCL_LIB=…/libnccl.so.2 gapscope run --tokens 1,64 --steps 30` on 2 H200s with NCCL 2.32.3
+/// (pip `nvidia-nccl-cu13`): every mode in one pair of rank processes, each communicator's mode
+/// set through `ncclConfig_t.graphUsageMode`; only mode 2's graphs hold NCCL's event-wait node.
+#[test]
+fn nccl_2_32_sets_the_mode_per_communicator_in_one_process() {
+    let t = read("ht-decode-2rank-h200/nccl-2.32.3-rank0.json");
+    assert_eq!(t.metadata.versions.nccl.as_deref(), Some("2.32.3"));
+    assert_eq!((t.metadata.rank, t.metadata.world), (0, 2));
+    assert!(
+        t.metadata.notes[0].contains("via ncclConfig_t.graphUsageMode"),
+        "{}",
+        t.metadata.notes[0]
+    );
+    let a = analyze_one(&t);
+    for mode in 0..=2 {
+        for launch in ["replay", "fresh"] {
+            for tokens in [1, 64] {
+                let c = cell(&a, &format!("graphed mode={mode} T={tokens} {launch}"));
+                let waits = usize::from(mode == 2);
+                assert_eq!(c.observed.external_wait_nodes, waits, "{}", c.label);
+            }
+        }
+    }
+    assert!(a.mode_pairs.iter().all(|p| {
+        p.gap_growth_by_cause.iter().any(|g| {
+            g.0 == CauseKind::ExternalEventWait
+                && g.1.contains("cudaStreamWaitEvent inside ncclAllGather")
+        })
+    }));
+}
