@@ -232,6 +232,15 @@ fn initialize() -> Result<(), String> {
             Err(e) => say(&format!("{API_CALLBACKS_VAR}: {e}; using the default")),
         }
     }
+    // Diagnostics: host activity buffer size in KiB (default 8 MiB).
+    if let Some(v) = env("GAPSCOPE_CUPTI_BUFFER_KIB") {
+        match v.parse::<usize>() {
+            Ok(kib) if kib > 0 => recorder_config.buffer_bytes = kib * 1024,
+            _ => say(&format!(
+                "GAPSCOPE_CUPTI_BUFFER_KIB={v} is not a positive number; using the default"
+            )),
+        }
+    }
     let mut recorder = Recorder::start(recorder_config).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&config.out)
         .map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;

@@ -24,7 +24,20 @@ pub struct Cupti {
     /// `cuptiActivityEnableRuntimeApi`/`cuptiActivityEnableDriverApi` (CUPTI ≥ 12.5): API
     /// activity records per call id. Absent from the committed bindings, so resolved here.
     api_filter: Option<ApiFilter>,
+    /// `cuptiActivitySetAttribute`, likewise resolved here (and kept with its own handle).
+    set_attribute: Option<(libloading::Library, SetAttributeFn)>,
 }
+
+/// `CUptiResult cuptiActivitySetAttribute(CUpti_ActivityAttribute attr, size_t *valueSize,
+/// void *value)`.
+pub(crate) type SetAttributeFn = unsafe extern "C" fn(
+    attr: u32,
+    value_size: *mut usize,
+    value: *mut std::ffi::c_void,
+) -> sys::CUptiResult;
+
+/// `CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER` (value 9 in cupti_activity.h 12.3–13.x).
+pub(crate) const ATTR_PER_THREAD_ACTIVITY_BUFFER: u32 = 9;
 
 /// `CUptiResult cuptiActivityEnable{Runtime,Driver}Api(CUpti_CallbackId cbid, uint8_t enable)`.
 pub(crate) type EnableApiFn = unsafe extern "C" fn(cbid: u32, enable: u8) -> sys::CUptiResult;
@@ -237,11 +250,23 @@ fn open(file: &Path) -> Result<Cupti, OpenError> {
                 })
             })
     };
+    // SAFETY: as above: another counted handle; the type matches cupti_activity.h.
+    let set_attribute = unsafe {
+        libloading::Library::new(file.as_os_str())
+            .ok()
+            .and_then(|l| {
+                let f = *l
+                    .get::<SetAttributeFn>(b"cuptiActivitySetAttribute\0")
+                    .ok()?;
+                Some((l, f))
+            })
+    };
     Ok(Cupti {
         lib,
         path,
         version,
         api_filter,
+        set_attribute,
     })
 }
 
@@ -249,6 +274,17 @@ impl Cupti {
     /// Per-call-id API activity switches, when this CUPTI has them.
     pub(crate) fn api_filter(&self) -> Option<&ApiFilter> {
         self.api_filter.as_ref()
+    }
+
+    /// Sets a one-byte activity attribute (`cuptiActivitySetAttribute`); `None` when this
+    /// CUPTI does not export the call.
+    pub(crate) fn set_attribute_u8(&self, attr: u32, value: u8) -> Option<sys::CUptiResult> {
+        let (_, f) = self.set_attribute.as_ref()?;
+        let mut value = value;
+        let mut size = std::mem::size_of::<u8>();
+        // SAFETY: resolved from this CUPTI with the declared signature; both pointers are to
+        // live locals of the sizes CUPTI is told.
+        Some(unsafe { f(attr, &mut size, (&raw mut value).cast()) })
     }
 
     /// The raw function table; every function checked by `open` is safe to call through it.

@@ -389,6 +389,25 @@ impl Recorder {
         let rc = unsafe { api.cuptiSetThreadIdType(sys::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM) };
         cupti.check("cuptiSetThreadIdType(SYSTEM)", rc)?;
 
+        // Diagnostics: GAPSCOPE_CUPTI_PER_THREAD_BUFFERS=0|1 sets CUPTI's per-thread activity
+        // buffers (default on since 12.3), before the buffer callbacks are registered as CUPTI
+        // requires. Noted in the trace.
+        if let Ok(v) = std::env::var("GAPSCOPE_CUPTI_PER_THREAD_BUFFERS") {
+            let on = v.trim() != "0";
+            let note = match cupti
+                .set_attribute_u8(loader::ATTR_PER_THREAD_ACTIVITY_BUFFER, on.into())
+            {
+                Some(sys::CUPTI_SUCCESS) => format!(
+                    "per-thread activity buffers set to {on} (GAPSCOPE_CUPTI_PER_THREAD_BUFFERS)"
+                ),
+                Some(rc) => format!(
+                    "cuptiActivitySetAttribute(PER_THREAD_ACTIVITY_BUFFER) failed: {}",
+                    cupti.result_name(rc)
+                ),
+                None => "this CUPTI has no cuptiActivitySetAttribute".to_string(),
+            };
+            lock(&rec.shared.state).problem(note);
+        }
         let bytes = config.buffer_bytes.max(1024).next_multiple_of(8);
         callbacks::set_buffer_bytes(bytes, config.max_buffers);
         if !REGISTERED.load(Ordering::Acquire) {
@@ -408,7 +427,11 @@ impl Recorder {
             api.cuptiActivityEnableLatencyTimestamps(u8::from(config.latency_timestamps))
         };
         cupti.check("cuptiActivityEnableLatencyTimestamps", rc)?;
-        rec.enable_event_device_timestamps()?;
+        // Only with CUDA_EVENT records, which are what carry those timestamps: kept off, no
+        // cudaEventRecord (the program's own timing events included) pays for them.
+        if config.event_records {
+            rec.enable_event_device_timestamps()?;
+        }
 
         // Diagnostics: GAPSCOPE_CUPTI_SKIP=DRIVER,RUNTIME leaves those activity kinds off, to
         // measure what each one costs. Every skipped kind is noted in the trace.
@@ -509,6 +532,24 @@ impl Recorder {
                 filter.driver,
             ),
         ];
+        // Diagnostics: GAPSCOPE_CUPTI_API_ONLY=Launch,EventRecord records only the calls whose
+        // names hold one of these, in place of the analysis's list, to measure each one's cost.
+        let only: Option<Vec<String>> = std::env::var("GAPSCOPE_CUPTI_API_ONLY").ok().map(|v| {
+            v.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        });
+        let wanted = |name: &str| match &only {
+            Some(only) => only.iter().any(|w| name.contains(w.as_str())),
+            None => api_record_wanted(name),
+        };
+        if let Some(only) = &only {
+            lock(&self.shared.state).problem(format!(
+                "API activity limited to calls named like {} (GAPSCOPE_CUPTI_API_ONLY)",
+                only.join(", ")
+            ));
+        }
         let mut failed = 0u32;
         for (on, domain, size, enable) in domains {
             if !on {
@@ -519,7 +560,7 @@ impl Recorder {
                     continue;
                 };
                 // SAFETY: resolved from this libcupti with the C signature; plain values.
-                let rc = unsafe { enable(cbid, u8::from(api_record_wanted(&name))) };
+                let rc = unsafe { enable(cbid, u8::from(wanted(&name))) };
                 failed += u32::from(rc != sys::CUPTI_SUCCESS);
             }
         }
