@@ -4,8 +4,8 @@
 //!
 //! `cargo bench --bench kineto_import` (add `-- --kernels N --runs R --threads T`).
 
-use gapscope::import::kineto::{ImportOptions, import_kineto_with};
-use gapscope::synthetic::kineto::write_kineto;
+use gapscope::trace::kineto::{ImportOptions, import_kineto_with};
+use gapscope::trace::synthetic::kineto::write_kineto;
 use std::path::Path;
 use std::time::Instant;
 

@@ -6,8 +6,8 @@
 
 use gapscope::analysis::{self, AnalysisOptions};
 use gapscope::report::perfetto::{PerfettoOptions, write_chrome_trace};
-use gapscope::synthetic::{self, SyntheticCell};
 use gapscope::trace;
+use gapscope::trace::synthetic::{self, SyntheticCell};
 use std::time::Instant;
 
 mod common;

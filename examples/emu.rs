@@ -10,8 +10,8 @@
 //! (first letter 's': one executable graph replayed; 'a': two alternating; else one per step).
 //! Prints one line and exits 1 when there is no GPU, driver or NVRTC.
 
-use gapscope::runner::collective::{GraphUsageMode, RunnerError};
-use gapscope::runner::emulated::{EmuSetup, LaunchPattern, NoObserver, run_emu_cell};
+use gapscope::workload::collective::{GraphUsageMode, RunnerError};
+use gapscope::workload::emulated::{EmuSetup, LaunchPattern, NoObserver, run_emu_cell};
 use std::process::ExitCode;
 
 fn run(iters: usize, pattern: LaunchPattern) -> Result<(), RunnerError> {

@@ -1,6 +1,6 @@
 //! Writes a synthetic single-rank torch.profiler (Kineto) Chrome trace, streamed: N kernels, each
 //! with its `cudaLaunchKernel` runtime event and `ac2g` flow pair, and A `ProfilerStep#k`
-//! annotations spread evenly over them (see [`gapscope::synthetic::kineto::write_kineto`]).
+//! annotations spread evenly over them (see [`gapscope::trace::synthetic::kineto::write_kineto`]).
 //!
 //! ```sh
 //! cargo run --release --example gen_kineto -- --kernels 100000 --annotations 10 -o rank-0.json
@@ -28,7 +28,7 @@ struct Args {
 fn main() -> std::io::Result<()> {
     let args = Args::parse();
     let mut w = BufWriter::with_capacity(1 << 20, File::create(&args.output)?);
-    gapscope::synthetic::kineto::write_kineto(
+    gapscope::trace::synthetic::kineto::write_kineto(
         &mut w,
         args.kernels,
         args.annotations,

@@ -5,11 +5,11 @@
 //! NVRTC and libcupti; without them it prints one line and exits 1).
 
 use gapscope::analysis::{self, AnalysisOptions};
-use gapscope::cupti::{Recorder, RecorderConfig};
-use gapscope::runner::collective::open_context;
-use gapscope::runner::emulated::capture_graph;
-use gapscope::runner::spin::EmuKernels;
+use gapscope::record::cupti::{Recorder, RecorderConfig};
 use gapscope::trace::{Cell, Metadata};
+use gapscope::workload::collective::open_context;
+use gapscope::workload::emulated::capture_graph;
+use gapscope::workload::spin::EmuKernels;
 use std::collections::BTreeMap;
 
 fn main() {
@@ -39,7 +39,7 @@ fn run(steps: usize) -> Result<(), Box<dyn std::error::Error>> {
     let stream = ctx.new_stream()?;
     let stamps = stream.alloc_zeros::<u64>(8)?;
     let (stamp, _guard) = cudarc::driver::DevicePtr::device_ptr(&stamps, &stream);
-    let step = || -> Result<(), gapscope::runner::collective::RunnerError> {
+    let step = || -> Result<(), gapscope::workload::collective::RunnerError> {
         kernels.spin(&stream, 3_000, stamp)?;
         kernels.spin(&stream, 1_000, stamp + 16)?;
         kernels.spin(&stream, 2_000, stamp + 32)

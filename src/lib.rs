@@ -4,16 +4,10 @@
 //! Everything from [`trace`] on is safe Rust and runs without a GPU.
 
 pub mod analysis;
-pub mod bundled;
-pub mod cupti;
-pub mod import;
-pub mod inject;
-pub mod merge;
 pub mod record;
 pub mod report;
-pub mod runner;
-pub mod synthetic;
 pub mod trace;
+pub mod workload;
 
 /// A panic's message as one line, for panic hooks that must not print a multi-line report
 /// (the injection library, examples).

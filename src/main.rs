@@ -99,7 +99,7 @@ enum Command {
     #[command(
         after_help = "Example:\n  gapscope record -o traces --step-range step -- python examples/torch_step.py\n  gapscope analyze traces/trace-*.json"
     )]
-    Record(gapscope::record::RecordArgs),
+    Record(gapscope::record::launch::RecordArgs),
     /// Merge per-rank traces (trace-0.json, trace-1.json…) into one Perfetto trace and one
     /// report with a row per rank, the slowest rank highlighted.
     #[command(
@@ -117,7 +117,7 @@ enum Command {
         json: bool,
         /// Clock alignment; default: collectives when the traces name several hosts, else none.
         #[arg(long, value_enum)]
-        align: Option<gapscope::merge::Align>,
+        align: Option<gapscope::analysis::merge::Align>,
     },
 }
 
@@ -155,7 +155,7 @@ struct RunArgs {
     #[arg(long)]
     bundled: bool,
     #[command(flatten)]
-    sweep: gapscope::runner::SweepArgs,
+    sweep: gapscope::workload::SweepArgs,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -375,13 +375,13 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         }
         Command::Run(args) => run_experiment(args),
         Command::CheckKernels { tokens } => {
-            gapscope::cupti::ensure_cuda_driver()?;
-            let summary = gapscope::runner::htdecode::run_correctness_check(&tokens)
+            gapscope::record::cupti::ensure_cuda_driver()?;
+            let summary = gapscope::workload::htdecode::run_correctness_check(&tokens)
                 .map_err(|e| anyhow::anyhow!(e))?;
             print_stdout(&summary)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Record(args) => Ok(gapscope::record::run(&args)?),
+        Command::Record(args) => Ok(gapscope::record::launch::run(&args)?),
         Command::Merge {
             traces,
             output,
@@ -394,10 +394,11 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 .collect::<Result<Vec<_>, _>>()?
                 .concat();
             let (traces, names) = load(&paths)?;
-            let merged = gapscope::merge::merge(traces, names, align).map_err(|e| Failure {
-                code: 2,
-                error: e.into(),
-            })?;
+            let merged =
+                gapscope::analysis::merge::merge(traces, names, align).map_err(|e| Failure {
+                    code: 2,
+                    error: e.into(),
+                })?;
             if let Some(dir) = &output {
                 merged.write_outputs(dir)?;
                 eprintln!(
@@ -477,9 +478,9 @@ fn load_with_steps(
 ) -> Result<(Vec<Trace>, Vec<String>), Failure> {
     let mut traces = Vec::with_capacity(paths.len());
     for p in paths {
-        if gapscope::import::is_kineto_file(p) {
+        if gapscope::trace::is_kineto_file(p) {
             // torch.profiler (Kineto) Chrome trace: imported; bad input exits 2 as for traces.
-            let imported = gapscope::import::read_kineto(p).map_err(|e| Failure {
+            let imported = gapscope::trace::read_kineto(p).map_err(|e| Failure {
                 code: 2,
                 error: e.into(),
             })?;
@@ -663,10 +664,11 @@ fn merge_ranks(recorded: &[(PathBuf, Trace)]) -> Result<(), Failure> {
         set.1.push(path.display().to_string());
     }
     for (dir, (traces, names)) in by_set {
-        let merged = gapscope::merge::merge(traces, names, None).map_err(|e| Failure {
-            code: 1,
-            error: e.into(),
-        })?;
+        let merged =
+            gapscope::analysis::merge::merge(traces, names, None).map_err(|e| Failure {
+                code: 1,
+                error: e.into(),
+            })?;
         let out = dir.join("merged");
         merged.write_outputs(&out)?;
         eprintln!(
@@ -679,12 +681,12 @@ fn merge_ranks(recorded: &[(PathBuf, Trace)]) -> Result<(), Failure> {
 
 fn run_experiment(args: RunArgs) -> Result<ExitCode, Failure> {
     args.sweep.validate().map_err(bad_input)?;
-    let gpu = !args.bundled && gapscope::runner::gpu_available();
+    let gpu = !args.bundled && gapscope::workload::gpu_available();
     if !gpu {
         remove_temporaries_on_signal();
     }
     let (traces, names) = if gpu {
-        let recorded = gapscope::runner::run_sweep(&args.sweep, &args.output)?;
+        let recorded = gapscope::workload::run_sweep(&args.sweep, &args.output)?;
         if args.sweep.rank_process {
             // A rank started by `gapscope run`: its parent analyses every rank.
             return Ok(ExitCode::SUCCESS);
@@ -710,7 +712,7 @@ fn run_experiment(args: RunArgs) -> Result<ExitCode, Failure> {
                 "no CUDA GPU found"
             }
         );
-        gapscope::bundled::traces()?
+        gapscope::trace::bundled::traces()?
     };
     let analysis = analyze(&traces, &names);
     let out = OutputArgs {

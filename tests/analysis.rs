@@ -1,7 +1,7 @@
 //! Analysis on synthetic traces: attribution, pairing, invariants.
 
 use gapscope::analysis::{self, AnalysisOptions, Cause, CauseKind, Regime};
-use gapscope::synthetic::{self, SyntheticCell};
+use gapscope::trace::synthetic::{self, SyntheticCell};
 use gapscope::trace::{self, Kernel, Marker, MarkerKind, Trace};
 use proptest::prelude::*;
 

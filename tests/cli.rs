@@ -1,7 +1,7 @@
 //! End-to-end tests of the `gapscope` binary.
 
-use gapscope::synthetic::{self, SyntheticCell};
 use gapscope::trace;
+use gapscope::trace::synthetic::{self, SyntheticCell};
 use std::path::Path;
 use std::process::{Command, Output};
 

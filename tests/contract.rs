@@ -2,8 +2,8 @@
 //! 1 runtime failure, 2 bad input with one line, 3 threshold; never a panic; an output set is
 //! written whole or not at all. One test per case of the robustness probe (issue 13).
 
-use gapscope::synthetic::{self, SyntheticCell};
 use gapscope::trace;
+use gapscope::trace::synthetic::{self, SyntheticCell};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

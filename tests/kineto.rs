@@ -2,8 +2,8 @@
 //! import → analysis, malformed inputs (one error line each, never a panic), the CLI.
 
 use gapscope::analysis::{self, AnalysisOptions, Regime};
-use gapscope::import::{ImportError, import_kineto, looks_like_kineto};
 use gapscope::trace::{ApiDomain, MarkerKind, Source, Trace};
+use gapscope::trace::{ImportError, import_kineto, looks_like_kineto};
 use proptest::prelude::*;
 use std::path::Path;
 
@@ -174,7 +174,7 @@ fn graph_launches_without_graph_ids_are_replays() {
     assert!(
         graphed
             .iter()
-            .all(|k| k.graph == gapscope::import::kineto::UNNAMED_GRAPH)
+            .all(|k| k.graph == gapscope::trace::kineto::UNNAMED_GRAPH)
     );
     let a = analyze(&t);
     assert_eq!(a.cells.len(), 2);
@@ -353,7 +353,7 @@ fn stray_commas_and_empty_arrays() {
 fn sniffing_tells_kineto_from_gapscope_traces() {
     assert!(looks_like_kineto(&fixture(MIXED)[..4096]));
     assert!(looks_like_kineto(&fixture(NO_MARKERS)));
-    let ours = serde_json::to_vec(&gapscope::synthetic::emu_experiment(2)).unwrap();
+    let ours = serde_json::to_vec(&gapscope::trace::synthetic::emu_experiment(2)).unwrap();
     assert!(!looks_like_kineto(&ours));
 }
 
@@ -429,7 +429,7 @@ proptest! {
 /// may start).
 fn varied_trace(kernels: u64) -> String {
     let mut bytes = Vec::new();
-    gapscope::synthetic::kineto::write_kineto(&mut bytes, kernels, 17, "varied").unwrap();
+    gapscope::trace::synthetic::kineto::write_kineto(&mut bytes, kernels, 17, "varied").unwrap();
     let text = String::from_utf8(bytes).unwrap();
     let mut out = String::with_capacity(text.len() + text.len() / 8);
     for (i, line) in text.split_inclusive('\n').enumerate() {
@@ -454,7 +454,7 @@ fn varied_trace(kernels: u64) -> String {
 
 #[test]
 fn any_split_of_the_work_gives_the_same_trace() {
-    use gapscope::import::kineto::{ImportOptions, import_kineto_with};
+    use gapscope::trace::kineto::{ImportOptions, import_kineto_with};
     let doc = varied_trace(6_000);
     let path = Path::new("t.json");
     let one = import_kineto_with(
@@ -573,7 +573,7 @@ fn gzip_files_are_read_as_they_stream() {
 /// event is still an error.
 #[test]
 fn long_unused_events_are_stepped_over_as_they_are_read() {
-    use gapscope::import::kineto::{ImportOptions, import_kineto_with};
+    use gapscope::trace::kineto::{ImportOptions, import_kineto_with};
     let filler = "a\\\"]}[{ ".repeat(2_000);
     let ignored = format!(
         r#"{{"ph": "s", "cat": "ac2g", "name": "{filler}", "args": {{"x": [1, {{"y": ["{filler}"]}}], "z": "}}"}}}}"#

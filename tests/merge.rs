@@ -2,15 +2,15 @@
 //! trace and the refusals.
 //!
 //! Fixtures (tests/fixtures/ranks/): made by [`one_node`] and [`two_hosts`] from
-//! `gapscope::synthetic`; regenerate with
+//! `gapscope::trace::synthetic`; regenerate with
 //! `cargo test --test merge -- --ignored regenerate_fixtures`.
 //! - `one-node/trace-{0,1}.json`: no host in the metadata (one clock), rank 1 slower (every
 //!   gap but the collective's 3 µs longer).
 //! - `two-hosts/trace-{0,1}.json`: hosts node-a and node-b; rank 1 is rank 0 with its clock
 //!   1.234 ms ahead (every timestamp + 1 234 000 ns) and ±150 ns of jitter per kernel.
 
-use gapscope::merge::{self, Align};
-use gapscope::synthetic::{self, SyntheticCell};
+use gapscope::analysis::merge::{self, Align};
+use gapscope::trace::synthetic::{self, SyntheticCell};
 use gapscope::trace::{self, Trace};
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -3,8 +3,8 @@
 
 use gapscope::analysis::{self, AnalysisOptions};
 use gapscope::report;
-use gapscope::synthetic;
 use gapscope::trace;
+use gapscope::trace::synthetic;
 use proptest::prelude::*;
 
 fn analyse_and_render(t: &trace::Trace) {

@@ -186,7 +186,7 @@ fn torch_step_kineto_and_injected_recordings_agree_per_kernel() {
     // on the H200): per regime, position by position, the kernel duration medians agree.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces");
     let mut kineto =
-        gapscope::import::read_kineto(&dir.join("torch-step-kineto-h200.json")).unwrap();
+        gapscope::trace::read_kineto(&dir.join("torch-step-kineto-h200.json")).unwrap();
     assert_eq!(kineto.mark_steps("step"), 60);
     let cupti = trace::read_trace(&dir.join("torch-step-h200.json")).unwrap();
     let opts = AnalysisOptions::default();
@@ -210,7 +210,7 @@ fn torch_writes_json_gz_and_it_imports_as_the_plain_export() {
     // A third run of the script on the H200, exported by torch to .json.gz.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces");
     let load = |file: &str| {
-        let mut t = gapscope::import::read_kineto(&dir.join(file)).unwrap();
+        let mut t = gapscope::trace::read_kineto(&dir.join(file)).unwrap();
         assert_eq!(t.mark_steps("step"), 60, "{file}");
         t
     };
@@ -340,7 +340,7 @@ fn torch_graphs_launched_outside_nvtx_ranges_form_cells_by_what_the_graph_is() {
 fn torch_graphs_kineto_graph_launches_are_found_without_step_markers() {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/torch-graphs-kineto-h200.json.gz");
-    let t = gapscope::import::read_kineto(&path).unwrap();
+    let t = gapscope::trace::read_kineto(&path).unwrap();
     let a = analysis::analyze(
         std::slice::from_ref(&t),
         &["kineto".into()],

@@ -3,7 +3,7 @@
 
 use gapscope::analysis::remedy::{Realisation, Remedy, RemedyKind};
 use gapscope::analysis::{self, Analysis, AnalysisOptions, CauseKind, Regime};
-use gapscope::synthetic::{self, SyntheticCell};
+use gapscope::trace::synthetic::{self, SyntheticCell};
 use gapscope::trace::{self, Trace};
 use std::path::Path;
 

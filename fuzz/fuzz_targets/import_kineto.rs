@@ -2,7 +2,7 @@
 //! in 64-byte blocks: never a panic, and the same trace (or the same error line) both ways.
 #![no_main]
 
-use gapscope::import::kineto::{ImportOptions, import_kineto_with};
+use gapscope::trace::kineto::{ImportOptions, import_kineto_with};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

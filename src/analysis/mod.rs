@@ -1,7 +1,8 @@
 //! Timeline → steps → align (graphed ↔ eager) → attribute gaps. Safe Rust, no GPU needed.
 
 pub mod align;
-pub mod attribute;
+pub mod cause;
+pub mod merge;
 mod model;
 pub mod remedy;
 pub mod stats;
@@ -47,11 +48,11 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
         let launches = steps::LaunchIndex::new(trace);
         let cells =
             steps::split_mixed_regimes(steps::split_cells(trace, &timeline, &launches), &timeline);
-        let mut ctx = attribute::TraceContext::new(trace, launches);
+        let mut ctx = cause::TraceContext::new(trace, launches);
         for cell in cells {
-            analysis.cells.push(attribute::analyze_cell(
-                i, &mut ctx, &timeline, cell, options,
-            ));
+            analysis
+                .cells
+                .push(cause::analyze_cell(i, &mut ctx, &timeline, cell, options));
         }
         analysis.timelines.push(timeline);
     }

@@ -525,7 +525,7 @@ pub fn judge(predicted: &Saving, measured: Option<&Saving>) -> (Realisation, Str
 mod tests {
     use super::*;
     use crate::analysis::{AnalysisOptions, analyze};
-    use crate::synthetic::{self, SyntheticCell};
+    use crate::trace::synthetic::{self, SyntheticCell};
 
     fn analysis(cells: &[SyntheticCell]) -> Analysis {
         analyze(

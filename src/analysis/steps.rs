@@ -92,7 +92,7 @@ impl GraphGroup {
         let kernels = self.identity.op_names.len();
         match self.launch {
             GraphLaunch::Replay => match self.execs.first() {
-                Some(&exec) if exec != crate::import::kineto::UNNAMED_GRAPH => format!(
+                Some(&exec) if exec != crate::trace::kineto::UNNAMED_GRAPH => format!(
                     "graph G{} replays (exec {exec}, {kernels} ops)",
                     self.ordinal
                 ),

@@ -198,7 +198,7 @@ mod end_to_end {
 
     #[test]
     fn reports_of_the_emu_experiment() {
-        let traces = vec![crate::synthetic::emu_experiment(40)];
+        let traces = vec![crate::trace::synthetic::emu_experiment(40)];
         let a = analyze(
             &traces,
             &["emu.trace.json".to_owned()],
@@ -240,7 +240,7 @@ mod end_to_end {
     #[test]
     #[ignore]
     fn large_trace_streams() {
-        let traces = vec![crate::synthetic::emu_experiment(62_500)];
+        let traces = vec![crate::trace::synthetic::emu_experiment(62_500)];
         let t = std::time::Instant::now();
         let a = analyze(&traces, &["big".to_owned()], &AnalysisOptions::default());
         let analysed = t.elapsed();

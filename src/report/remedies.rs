@@ -72,7 +72,7 @@ pub(crate) fn saving(v: &Saving) -> String {
 mod tests {
     use super::*;
     use crate::analysis::{self, AnalysisOptions};
-    use crate::synthetic::{self, SyntheticCell};
+    use crate::trace::synthetic::{self, SyntheticCell};
 
     fn graphed(mode: u8) -> Analysis {
         analysis::analyze(

@@ -248,7 +248,7 @@ pub fn comparison_summary(c: &Comparison, full_report: Option<&str>) -> String {
 mod tests {
     use super::*;
     use crate::analysis::{self, AnalysisOptions};
-    use crate::synthetic::{self, SyntheticCell};
+    use crate::trace::synthetic::{self, SyntheticCell};
 
     fn analyze(t: &crate::trace::Trace) -> Analysis {
         analysis::analyze(

@@ -1,8 +1,15 @@
 //! The trace file: schema types, reader (with version check) and atomic writer.
 
+pub mod bundled;
+pub mod kineto;
 mod schema;
+pub mod synthetic;
 
 pub use schema::*;
+
+pub use kineto::{
+    ImportError, assign_step_cells, import_kineto, is_kineto_file, looks_like_kineto, read_kineto,
+};
 
 /// Host ranges (NVTX) that name a library call: NCCL's own API ranges (`ncclAllGather`,
 /// `ncclGroupEnd`, …), whichever NCCL the program loaded. Graph nodes made inside one are

@@ -6,19 +6,22 @@ use std::path::Path;
 
 /// (file name under `traces/`, contents).
 const BUNDLED: &[(&str, &[u8])] = &[
-    ("emu-h200.json", include_bytes!("../traces/emu-h200.json")),
+    (
+        "emu-h200.json",
+        include_bytes!("../../traces/emu-h200.json"),
+    ),
     (
         "ht-decode-h200.json",
-        include_bytes!("../traces/ht-decode-h200.json"),
+        include_bytes!("../../traces/ht-decode-h200.json"),
     ),
     // Real NCCL at R = 2 (rank 0 of each mode set; rank 1 beside it in traces/).
     (
         "ht-decode-2rank-h200/mode1-rank0.json",
-        include_bytes!("../traces/ht-decode-2rank-h200/mode1-rank0.json"),
+        include_bytes!("../../traces/ht-decode-2rank-h200/mode1-rank0.json"),
     ),
     (
         "ht-decode-2rank-h200/mode2-rank0.json",
-        include_bytes!("../traces/ht-decode-2rank-h200/mode2-rank0.json"),
+        include_bytes!("../../traces/ht-decode-2rank-h200/mode2-rank0.json"),
     ),
 ];
 
@@ -26,7 +29,7 @@ const BUNDLED: &[(&str, &[u8])] = &[
 pub fn traces() -> Result<(Vec<Trace>, Vec<String>), TraceError> {
     if BUNDLED.is_empty() {
         return Ok((
-            vec![crate::synthetic::emu_experiment(200)],
+            vec![crate::trace::synthetic::emu_experiment(200)],
             vec!["synthetic emu experiment (no real trace bundled)".to_owned()],
         ));
     }

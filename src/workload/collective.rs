@@ -1,6 +1,6 @@
 //! The routing all-gather of the HT decode step, behind one trait with two backends:
-//! [`crate::runner::emulated`] (one GPU, NCCL's capture topology rebuilt exactly around a local
-//! copy kernel) and [`crate::runner::nccl`] (a real `ncclAllGather`).
+//! [`crate::workload::emulated`] (one GPU, NCCL's capture topology rebuilt exactly around a local
+//! copy kernel) and [`crate::workload::nccl`] (a real `ncclAllGather`).
 //!
 //! Also: the runner layer's error type, CUDA/NVRTC availability checks (cudarc's dynamic
 //! loader panics when a library or symbol is missing, so every entry point checks first), and

@@ -22,7 +22,7 @@
 //! the unique id goes through the file named by `GAPSCOPE_NCCL_ID_FILE` (rank 0 writes it
 //! atomically, the others poll for it).
 
-use crate::runner::collective::{
+use crate::workload::collective::{
     Backend, GraphUsageMode, RoutingAllGather, RunnerError, ScopeHook, open_scope, raw_ptr,
 };
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};

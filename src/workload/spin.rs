@@ -6,7 +6,7 @@
 //! (one launch per kernel). The calling thread must have the context current (cudarc's
 //! constructors make it so; call `CudaContext::bind_to_thread` once on a new thread).
 
-use crate::runner::collective::{RunnerError, check_nvrtc};
+use crate::workload::collective::{RunnerError, check_nvrtc};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use std::ffi::c_void;
 use std::sync::Arc;

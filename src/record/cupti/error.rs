@@ -49,7 +49,7 @@ pub enum CuptiError {
     )]
     MultipleSubscribers { holder: Option<String> },
 
-    /// A gapscope [`crate::cupti::Recorder`] is already recording in this process.
+    /// A gapscope [`crate::record::cupti::Recorder`] is already recording in this process.
     #[error(
         "a gapscope recorder is already active in this process (CUPTI allows one subscriber); finish it before starting another"
     )]

@@ -32,7 +32,7 @@
 //! `GAPSCOPE_STEP_RANGE` (NVTX ranges of that name become [`MarkerKind::Step`] markers of cell
 //! 0), the rank variables of [`rank_name`] and the world-size variables of [`world_size`].
 
-use crate::cupti::{Recorder, RecorderConfig};
+use crate::record::cupti::{Recorder, RecorderConfig};
 use crate::trace::{self, Cell, Metadata, Source, Versions};
 use std::collections::BTreeMap;
 use std::ffi::c_int;
@@ -49,7 +49,7 @@ pub const STEP_RANGE_VAR: &str = "GAPSCOPE_STEP_RANGE";
 /// `all`: an activity record for every CUDA API call, not only those the analysis reads.
 pub const API_RECORDS_VAR: &str = "GAPSCOPE_CUPTI_API";
 /// Which API calls get a CUPTI callback: `off`, `graph-building` (default),
-/// `graph-building-with-launches` or `all` (see [`crate::cupti::ApiCallbacks`]).
+/// `graph-building-with-launches` or `all` (see [`crate::record::cupti::ApiCallbacks`]).
 pub const API_CALLBACKS_VAR: &str = "GAPSCOPE_CUPTI_CALLBACKS";
 /// Rank variables, first set (and numeric) wins: torchrun/torch.distributed, torchrun's local
 /// rank, Open MPI, Slurm.
@@ -227,7 +227,7 @@ fn initialize() -> Result<(), String> {
         ..RecorderConfig::default()
     };
     if let Some(v) = env(API_CALLBACKS_VAR) {
-        match <crate::cupti::ApiCallbacks as clap::ValueEnum>::from_str(&v, false) {
+        match <crate::record::cupti::ApiCallbacks as clap::ValueEnum>::from_str(&v, false) {
             Ok(callbacks) => recorder_config.api_callbacks = callbacks,
             Err(e) => say(&format!("{API_CALLBACKS_VAR}: {e}; using the default")),
         }

@@ -1,5 +1,5 @@
 //! `gapscope record -- CMD [ARGS…]`: runs an unmodified program with gapscope's CUDA injection
-//! library (see [`crate::inject`]) and reports the trace each of its processes wrote.
+//! library (see [`crate::record::inject`]) and reports the trace each of its processes wrote.
 //!
 //! The child gets `CUDA_INJECTION64_PATH` (libgapscope.so), `NVTX_INJECTION64_PATH` (libcupti,
 //! so NVTX ranges reach CUPTI; an existing value is kept), `GAPSCOPE_OUT` and, with
@@ -7,7 +7,7 @@
 //! N killed it). Ctrl-C reaches the child through the terminal (same process group); gapscope
 //! itself ignores it and waits for the child, so the child's trace is still listed.
 
-use crate::inject::{OUT_VAR, STEP_RANGE_VAR};
+use crate::record::inject::{OUT_VAR, STEP_RANGE_VAR};
 use anyhow::{Context, bail};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -144,7 +144,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
         preload_list(&lib, std::env::var_os("LD_PRELOAD")),
     );
     if std::env::var_os("NVTX_INJECTION64_PATH").is_none_or(|v| v.is_empty()) {
-        match crate::cupti::cupti_library() {
+        match crate::record::cupti::cupti_library() {
             Ok((path, _)) => {
                 cmd.env("NVTX_INJECTION64_PATH", path);
             }

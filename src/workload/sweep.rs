@@ -14,7 +14,7 @@ use super::emulated::{
 use super::htdecode::{HtDecode, HtDecodeConfig, HtDecodeError};
 use super::nccl::{NcclAllGather, RankInfo};
 use super::spin::EmuKernels;
-use crate::cupti::{ApiCallbacks, CuptiError, Recorder, RecorderConfig};
+use crate::record::cupti::{ApiCallbacks, CuptiError, Recorder, RecorderConfig};
 use crate::trace::{Cell, DeviceInfo, Metadata, Source, Trace, TraceError, Versions};
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 use std::collections::BTreeMap;
@@ -235,7 +235,7 @@ const CHUNK: usize = 20;
 
 /// True when a CUDA driver and at least one device are present (never panics).
 pub fn gpu_available() -> bool {
-    crate::cupti::ensure_cuda_driver().is_ok()
+    crate::record::cupti::ensure_cuda_driver().is_ok()
         && super::htdecode::cuda_available().is_ok_and(|n| n > 0)
 }
 

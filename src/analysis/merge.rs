@@ -749,7 +749,7 @@ impl Merged {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synthetic::{self, SyntheticCell};
+    use crate::trace::synthetic::{self, SyntheticCell};
 
     #[test]
     fn shift_keeps_zero_timestamps_and_saturates() {

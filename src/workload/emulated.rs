@@ -28,11 +28,11 @@
 //! whole emu.cu cell ([`run_emu_cell`]) so `examples/emu.rs` and a recorder-enabled variant
 //! share them.
 
-use crate::runner::collective::{
+use crate::workload::collective::{
     Backend, GraphUsageMode, RoutingAllGather, RunnerError, ScopeGuard, ScopeHook, ck, open_scope,
     raw_ptr, require_untracked,
 };
-use crate::runner::spin::EmuKernels;
+use crate::workload::spin::EmuKernels;
 use cudarc::driver::sys::{
     self, CUevent_wait_flags, CUgraph, CUgraphExec, CUgraphNode, CUgraphNodeType,
     CUstreamCaptureMode, CUstreamCaptureStatus, CUstreamUpdateCaptureDependencies_flags,
@@ -804,7 +804,7 @@ impl EmuSetup {
         if iters == 0 {
             return Err(RunnerError::Config("iters must be ≥ 1".into()));
         }
-        let ctx = crate::runner::collective::open_context(ordinal)?;
+        let ctx = crate::workload::collective::open_context(ordinal)?;
         let kernels = EmuKernels::load(&ctx)?;
         let origin = ctx
             .new_stream()

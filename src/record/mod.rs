@@ -1,0 +1,9 @@
+//! Recording: CUPTI tracing of a running CUDA process, turned into a [`crate::trace::Trace`].
+//!
+//! * [`cupti`]: CUPTI's FFI floors (sys → loader → decode/graph/callbacks → recorder);
+//! * [`inject`]: the CUDA injection entry point of `libgapscope.so` (one recorder per process);
+//! * [`launch`]: `gapscope record -- CMD`, which runs a program with that library injected.
+
+pub mod cupti;
+pub mod inject;
+pub mod launch;
