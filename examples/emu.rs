@@ -1,4 +1,4 @@
-//! Rust port of `probe/emu.cu`: does the topology NCCL graph usage mode 2 builds around a
+//! Rust port of `examples/probe/emu.cu`: does the topology NCCL graph usage mode 2 builds around a
 //! captured collective cost idle time on one GPU?
 //!
 //! step: spin(5 µs) → all-gather stand-in (copy kernel, emulated 8 ranks × 8 KiB) → spin(10 µs)

@@ -1,5 +1,5 @@
 // Stand-in kernels for gapscope's emulated collective and for examples/emu.rs (NVRTC, extern "C").
-// `spin` and `coll` are exactly those of probe/emu.cu; `coll_gather` is `coll` with the source
+// `spin` and `coll` are exactly those of examples/probe/emu.cu; `coll_gather` is `coll` with the source
 // split in two: slot `rank` of `dst` comes from `local`, every other slot from `peers`
 // (the pre-filled maps of the other simulated ranks), so `dst` is a real all-gather result.
 // Every kernel stamps %globaltimer: stamp[0] = start, stamp[1] = end.

@@ -225,7 +225,7 @@ fn graph_difference(base: &CellAnalysis, head: &CellAnalysis) -> Option<String> 
 
 fn requested_mode(cell: &CellAnalysis) -> Option<u64> {
     cell.requested
-        .get("graph_usage_mode")
+        .get(crate::trace::GRAPH_USAGE_MODE_KEY)
         .and_then(|v| v.as_u64())
 }
 

@@ -812,7 +812,9 @@ fn mismatches(
         out.push(format!("asked for {asked}, observed {seen}"));
     }
     if observed.regime == Some(Regime::Graphed)
-        && let Some(mode) = requested.get("graph_usage_mode").and_then(|v| v.as_u64())
+        && let Some(mode) = requested
+            .get(crate::trace::GRAPH_USAGE_MODE_KEY)
+            .and_then(|v| v.as_u64())
     {
         let mixing = observed.external_wait_nodes > 0;
         let ranks = requested.get("ranks").and_then(|v| v.as_u64()).unwrap_or(2);

@@ -430,7 +430,7 @@ impl CellAnalysis {
 }
 
 /// Request keys that do not distinguish workloads.
-pub const IGNORED_IN_KEY: [&str; 2] = ["graph_usage_mode", "regime"];
+pub const IGNORED_IN_KEY: [&str; 2] = [crate::trace::GRAPH_USAGE_MODE_KEY, "regime"];
 
 /// One position of the eager ↔ graphed alignment.
 #[derive(Debug, Clone, PartialEq, Serialize)]

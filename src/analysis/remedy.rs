@@ -270,7 +270,7 @@ fn graph_usage_mode(a: &Analysis, index: usize, cell: &CellAnalysis) -> Found {
     if let Some(pair) = a.mode_pairs.iter().find(|p| p.head == index) {
         let base = &a.cells[pair.base];
         let mode = base
-            .requested_u64("graph_usage_mode")
+            .requested_u64(crate::trace::GRAPH_USAGE_MODE_KEY)
             .map_or("0/1".to_owned(), |m| m.to_string());
         let basis = format!(
             "measured mode-{mode} cell `{}` of the same workload",

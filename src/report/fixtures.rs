@@ -42,7 +42,10 @@ fn requested(regime: &str, mode: u32) -> BTreeMap<String, serde_json::Value> {
     m.insert("T".to_owned(), serde_json::json!(8));
     m.insert("pattern".to_owned(), serde_json::json!("replay"));
     m.insert("regime".to_owned(), serde_json::json!(regime));
-    m.insert("graph_usage_mode".to_owned(), serde_json::json!(mode));
+    m.insert(
+        crate::trace::GRAPH_USAGE_MODE_KEY.to_owned(),
+        serde_json::json!(mode),
+    );
     m
 }
 

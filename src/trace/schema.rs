@@ -18,6 +18,10 @@ use std::collections::BTreeMap;
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// Key in [`Cell::requested`] for the NCCL graph usage mode the runner asked for (0, 1 or 2):
+/// written by the sweep, read by the alignment, the causes and the remedies.
+pub const GRAPH_USAGE_MODE_KEY: &str = "graph_usage_mode";
+
 /// Index into [`Trace::strings`].
 pub type StrId = u32;
 

@@ -321,7 +321,7 @@ pub fn check_nvrtc() -> Result<(), RunnerError> {
 /// cudarc's event tracking **disabled**: tracking would insert hidden `cuStreamWaitEvent` /
 /// `cuEventRecord` calls around every kernel argument, which changes a captured topology and
 /// can break a capture (waits on events recorded outside it). The runner orders its streams
-/// explicitly, as `probe/emu.cu` does.
+/// explicitly, as `examples/probe/emu.cu` does.
 pub fn open_context(ordinal: usize) -> Result<Arc<CudaContext>, RunnerError> {
     check_cuda_driver()?;
     check_nvrtc()?;

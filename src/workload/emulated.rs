@@ -1,7 +1,7 @@
 //! The emulated routing all-gather: R simulated ranks gathered locally by one copy kernel
 //! (`coll_gather` in `kernels/emu.cu`), wrapped in exactly the capture topology NCCL 2.30.7
 //! builds around a captured collective (`src/misc/strongstream.cc`, `src/enqueue.cc`), as
-//! `probe/emu.cu` reproduces it:
+//! `examples/probe/emu.cu` reproduces it:
 //!
 //! captured (every mode):
 //! 1. `cuEventRecord(scratch, origin)`, `cuStreamWaitEvent(side, scratch)`,
@@ -24,7 +24,7 @@
 //!
 //! Modes 0 and 1 build the same topology (no external nodes), as in NCCL 2.30.7.
 //!
-//! The module also holds the step of `probe/emu.cu` ([`emu_step`]), graph capture helpers and a
+//! The module also holds the step of `examples/probe/emu.cu` ([`emu_step`]), graph capture helpers and a
 //! whole emu.cu cell ([`run_emu_cell`]) so `examples/emu.rs` and a recorder-enabled variant
 //! share them.
 
@@ -588,9 +588,9 @@ where
 }
 
 // ---------------------------------------------------------------------------------------------
-// The step of probe/emu.cu.
+// The step of examples/probe/emu.cu.
 
-/// One step of `probe/emu.cu`: spin 5 µs → routing all-gather (the collective stand-in) → spin
+/// One step of `examples/probe/emu.cu`: spin 5 µs → routing all-gather (the collective stand-in) → spin
 /// 10 µs → spin 5 µs, all on `origin`; when capturing, the backend's side stream is joined back
 /// at the end (emu.cu's placement, before the caller's `cuStreamEndCapture`). `stamps` is the
 /// device address of this step's 8 u64: [spin5 start, end, coll start, end, spin10 start, end,

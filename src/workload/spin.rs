@@ -1,5 +1,5 @@
 //! The stand-in kernels of `kernels/emu.cu` (`spin`, `coll`, `coll_gather`), compiled at run
-//! time with NVRTC, and launchers with exactly `probe/emu.cu`'s launch shapes.
+//! time with NVRTC, and launchers with exactly `examples/probe/emu.cu`'s launch shapes.
 //!
 //! Launches go straight to `cuLaunchKernel` with raw device addresses: no cudarc event
 //! tracking, no context re-binding, so the API calls a recorder sees are the same as emu.cu's

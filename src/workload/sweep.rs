@@ -39,7 +39,7 @@ pub enum SweepError {
 pub enum Workload {
     /// nccl_ep-style HT decode: routing map, routing all-gather, preprocessing, dispatch, combine.
     HtDecode,
-    /// probe/emu.cu's step: spin 5 µs → collective stand-in → spin 10 µs → spin 5 µs.
+    /// examples/probe/emu.cu's step: spin 5 µs → collective stand-in → spin 10 µs → spin 5 µs.
     Emu,
 }
 
@@ -332,7 +332,10 @@ impl CellPlan {
             "eager"
         };
         r.insert("regime".into(), regime.into());
-        r.insert("graph_usage_mode".into(), self.mode.as_u8().into());
+        r.insert(
+            crate::trace::GRAPH_USAGE_MODE_KEY.into(),
+            self.mode.as_u8().into(),
+        );
         r.insert("tokens".into(), self.tokens.into());
         r.insert("backend".into(), backend.into());
         r.insert("ranks".into(), ranks.into());
@@ -919,7 +922,10 @@ fn run_emu(
             let regime = if graphed { "graphed" } else { "eager" };
             let mut requested = BTreeMap::new();
             requested.insert("regime".to_owned(), regime.into());
-            requested.insert("graph_usage_mode".to_owned(), mode.as_u8().into());
+            requested.insert(
+                crate::trace::GRAPH_USAGE_MODE_KEY.to_owned(),
+                mode.as_u8().into(),
+            );
             requested.insert("backend".to_owned(), "emulated".into());
             requested.insert("workload".to_owned(), "emu".into());
             let label = if graphed {

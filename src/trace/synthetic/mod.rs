@@ -2,7 +2,7 @@
 //! no-GPU fallback before real traces exist. Every trace made here says so in its metadata
 //! (`Source::Synthetic` and a note), and reports repeat it.
 //!
-//! The modelled step is `probe/emu.cu`'s: spin 5 µs → collective stand-in → spin 10 µs →
+//! The modelled step is `examples/probe/emu.cu`'s: spin 5 µs → collective stand-in → spin 10 µs →
 //! spin 5 µs on one stream. Graphed cells carry the DAG NCCL builds in graph usage mode 2
 //! (an external event-wait node in front of the collective, an explicit event-record node
 //! after it, both created inside `ncclAllGather`) or mode 1 (neither).
@@ -33,7 +33,7 @@ pub struct SyntheticCell {
 }
 
 impl SyntheticCell {
-    /// The emu.cu step with gaps like those measured on an H200 (DESIGN.md).
+    /// The emu.cu step with gaps like those `examples/probe/emu.cu` measured on an H200.
     pub fn emu(graphed: bool, mode: u8, steps: usize) -> SyntheticCell {
         let gap_before_collective = match (graphed, mode) {
             (false, _) => 1_500,
@@ -93,7 +93,10 @@ pub fn trace(cells: &[SyntheticCell], seed: u64) -> Trace {
                         "regime".to_owned(),
                         (if c.graphed { "graphed" } else { "eager" }).into(),
                     ),
-                    ("graph_usage_mode".to_owned(), u64::from(c.mode).into()),
+                    (
+                        crate::trace::GRAPH_USAGE_MODE_KEY.to_owned(),
+                        u64::from(c.mode).into(),
+                    ),
                     ("tokens".to_owned(), 1u64.into()),
                     ("backend".to_owned(), "emulated".into()),
                 ]),
