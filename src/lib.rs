@@ -1,7 +1,23 @@
 //! gapscope: where did my graphed step lose time, and did the fix remove it?
 //!
-//! Data flows one way: recording (`cupti`, `runner`) → [`trace`] → [`analysis`] → [`report`].
-//! Everything from [`trace`] on is safe Rust and runs without a GPU.
+//! # Where things are
+//!
+//! Data flows one way, and the folders follow it:
+//!
+//! | folder | stage | holds |
+//! |---|---|---|
+//! | `workload/` | make work on the GPU | the HT-decode step (NVRTC kernels from `kernels/`, CPU reference), the emu step, the collectives (emulated, NCCL with its FFI leaf), graph capture, the sweep over cells, rank processes |
+//! | `record/` | trace it | `cupti/` (bindgen `sys` → `loader` → `decode`/`graph`/`callbacks` → `recorder`), `inject` (the CUDA injection entry of `libgapscope.so`), `launch` (`gapscope record -- CMD`) |
+//! | `trace/` | the file between recording and analysis | the versioned schema, reading and atomic writing, the Kineto importer (`kineto/`), synthetic traces for tests and the bundled H200 traces (`bundled`) |
+//! | `analysis/` | answer the question | `steps` (markers and graph launches → steps and cells), `timeline`, `align` (graphed ↔ eager kernels), `cause` (each gap's cause from the DAG and API records), `stats`, `remedy`, `merge` (ranks) |
+//! | `report/` | say it | Markdown, JSON, Perfetto, SVG, the terminal summary, and `output` (the one writer of every output set) |
+//! | `cuda.rs` | | the one libcuda loader and "is CUDA here" check |
+//! | `main.rs`, `cli/` | the command line | every clap struct, and the glue from arguments to the stages |
+//!
+//! Nothing after `trace/` touches the GPU: analysis, import and reports run anywhere. FFI and
+//! `unsafe` live only in FFI leaves (`record/cupti`'s sys, loader, callbacks, decode and
+//! recorder; `record/inject`; `cuda.rs`; the workload's CUDA and NCCL leaves); every other
+//! module says `#![forbid(unsafe_code)]`. `trace/` imports nothing above it.
 
 pub mod analysis;
 pub mod record;

@@ -31,10 +31,7 @@ fn emu_replays_carry_graph_and_node_ids_and_the_dag_shows_mode_2_nodes() {
     let (t, a) = load("emu-h200.json");
     assert_eq!(t.metadata.device.as_ref().unwrap().name, "NVIDIA H200");
     assert_eq!(t.dropped_records, 0);
-    for label in [
-        "graphed mode=2 emu single-exec",
-        "graphed mode=1 emu single-exec",
-    ] {
+    for label in ["graphed mode=2 emu replay", "graphed mode=1 emu replay"] {
         let c = cell(&a, label);
         assert_eq!(c.observed.regime, Some(Regime::Graphed));
         // 100 replays, 4 kernels each, every one with a graph id and a node id.
@@ -47,7 +44,7 @@ fn emu_replays_carry_graph_and_node_ids_and_the_dag_shows_mode_2_nodes() {
             }
         }
     }
-    let m2 = cell(&a, "graphed mode=2 emu single-exec");
+    let m2 = cell(&a, "graphed mode=2 emu replay");
     assert_eq!(
         (
             m2.observed.external_wait_nodes,
@@ -56,7 +53,7 @@ fn emu_replays_carry_graph_and_node_ids_and_the_dag_shows_mode_2_nodes() {
         (1, 1)
     );
     assert_eq!(m2.observed.graph_usage_mode.as_deref(), Some("2 (mixing)"));
-    let m1 = cell(&a, "graphed mode=1 emu single-exec");
+    let m1 = cell(&a, "graphed mode=1 emu replay");
     assert_eq!(
         (
             m1.observed.external_wait_nodes,
@@ -70,8 +67,8 @@ fn emu_replays_carry_graph_and_node_ids_and_the_dag_shows_mode_2_nodes() {
 #[test]
 fn emu_pre_collective_gap_is_named_by_node_and_matches_globaltimer_excess() {
     let (_, a) = load("emu-h200.json");
-    let m2 = cell(&a, "graphed mode=2 emu single-exec");
-    let m1 = cell(&a, "graphed mode=1 emu single-exec");
+    let m2 = cell(&a, "graphed mode=2 emu replay");
+    let m1 = cell(&a, "graphed mode=1 emu replay");
     let (_, coll2) = m2.collective().expect("collective found by library call");
     let (_, coll1) = m1.collective().unwrap();
     assert_eq!(

@@ -3,6 +3,7 @@
 //! Sequences are aligned by a longest common subsequence over op names, so an op present in one
 //! regime only (a memset node, a fill kernel a framework adds before a replay) leaves a one-sided
 //! entry instead of shifting every later pair.
+#![forbid(unsafe_code)]
 
 use super::stats::{Change, Geomean};
 use super::{AlignedOp, Analysis, CauseKind, CellAnalysis, CellComparison, Comparison, Regime};

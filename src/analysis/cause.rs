@@ -7,6 +7,7 @@
 //! a launch issued after the device went idle, stream/event waits, then stream-order latency.
 //! Without evidence a gap is "unattributed". A cause is never read from a kernel's name.
 //! So attributed + unattributed = measured idle time exactly, per step.
+#![forbid(unsafe_code)]
 
 use super::stats::Stat;
 use super::steps::{CellSteps, LaunchIndex};

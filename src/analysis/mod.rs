@@ -1,4 +1,5 @@
 //! Timeline → steps → align (graphed ↔ eager) → attribute gaps. Safe Rust, no GPU needed.
+#![forbid(unsafe_code)]
 
 pub mod align;
 pub mod cause;

@@ -1,4 +1,5 @@
 //! What the analysis produces; reports read only these types (and the traces for raw records).
+#![forbid(unsafe_code)]
 
 use super::stats::{Change, Geomean, Stat};
 use crate::trace::NodeType;

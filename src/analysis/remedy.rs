@@ -3,6 +3,7 @@
 //!
 //! The remedies are data: [`REMEDIES`] holds, per [`RemedyKind`], the action and the evidence
 //! a cell must show before the remedy is given. Renderers only print [`Remedy`] values.
+#![forbid(unsafe_code)]
 
 use super::stats::Stat;
 use super::{Analysis, Cause, CauseKind, CellAnalysis, CellComparison, Regime, Step};

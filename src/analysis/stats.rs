@@ -1,4 +1,5 @@
 //! Robust summary statistics: every figure gapscope reports carries n, the median and a spread.
+#![forbid(unsafe_code)]
 
 use serde::Serialize;
 

@@ -12,6 +12,7 @@
 //! types). Replays of one executable graph form a cell; executable graphs of one identity that
 //! are launched once each share a cell of first launches. Launches outside the markers of an
 //! executable graph that the markers also launch are warm-up and left out.
+#![forbid(unsafe_code)]
 
 use super::TraceTimeline;
 use crate::trace::{GraphNode, MarkerKind, NodeType, Trace};

@@ -1,4 +1,5 @@
 //! The device timeline: kernels, memcpys and memsets of one trace in start order.
+#![forbid(unsafe_code)]
 
 use super::{Op, OpKind, TraceTimeline};
 use crate::trace::Trace;

@@ -255,15 +255,11 @@ fn initialize() -> Result<(), String> {
     let _ = CONFIG.set(config);
     // SAFETY: `at_exit` is an `extern "C" fn()` valid for the life of the process (this
     // library is never unloaded by the driver).
-    if unsafe { atexit(at_exit) } != 0 {
+    if unsafe { libc::atexit(at_exit) } != 0 {
         say("atexit failed: the trace will be written on SIGTERM/SIGINT only");
     }
     install_signal_handlers();
     Ok(())
-}
-
-unsafe extern "C" {
-    fn atexit(cb: extern "C" fn()) -> c_int;
 }
 
 extern "C" fn at_exit() {
@@ -378,7 +374,7 @@ fn metadata(config: &Config, recorder: &Recorder, signal: Option<c_int>) -> Meta
 }
 
 // ---------------------------------------------------------------------------------------------
-// Signals (Linux, glibc/musl layout of `struct sigaction` on x86_64 and aarch64)
+// Signals (Linux, through the libc crate's declarations)
 // ---------------------------------------------------------------------------------------------
 
 #[cfg(all(
@@ -386,76 +382,52 @@ fn metadata(config: &Config, recorder: &Recorder, signal: Option<c_int>) -> Meta
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 mod signals {
-    use std::ffi::{c_int, c_uint};
+    use std::ffi::c_int;
 
-    pub const SIGINT: c_int = 2;
-    pub const SIGABRT: c_int = 6;
-    pub const SIGSEGV: c_int = 11;
-    pub const SIGALRM: c_int = 14;
-    pub const SIGTERM: c_int = 15;
-    const SIG_DFL: usize = 0;
-    const SA_RESETHAND: c_int = 0x8000_0000_u32 as c_int;
-
-    /// `struct sigaction` (handler, 1024-bit mask, flags, restorer).
-    #[repr(C)]
-    struct SigAction {
-        handler: usize,
-        mask: [u64; 16],
-        flags: c_int,
-        restorer: usize,
-    }
-
-    unsafe extern "C" {
-        fn sigaction(sig: c_int, act: *const SigAction, old: *mut SigAction) -> c_int;
-        fn raise(sig: c_int) -> c_int;
-        fn alarm(seconds: c_uint) -> c_uint;
-        fn syscall(number: std::ffi::c_long, ...) -> std::ffi::c_long;
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    const SYS_EXIT_GROUP: std::ffi::c_long = 231;
-    #[cfg(target_arch = "aarch64")]
-    const SYS_EXIT_GROUP: std::ffi::c_long = 94;
+    pub use libc::{SIGABRT, SIGINT, SIGSEGV, SIGTERM};
 
     /// Ends every thread of the process with `status` (what libc's `_exit` does).
     pub fn exit_group(status: c_int) -> ! {
         loop {
             // SAFETY: exit_group takes one int and does not return.
             unsafe {
-                syscall(SYS_EXIT_GROUP, status);
+                libc::syscall(libc::SYS_exit_group, status);
             }
         }
     }
 
-    fn empty(handler: usize, flags: c_int) -> SigAction {
-        SigAction {
-            handler,
-            mask: [0; 16],
-            flags,
-            restorer: 0,
-        }
+    /// A `sigaction` with `handler`, `flags` and an empty mask.
+    fn action(handler: libc::sighandler_t, flags: c_int) -> libc::sigaction {
+        // SAFETY: `sigaction` is plain data (integers, a bit set, a pointer-sized handler),
+        // for which all zeroes is a valid value; the fields that matter are set below.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = handler;
+        act.sa_flags = flags;
+        act
     }
 
     /// Installs `handler` for `sig` (reset to the default on entry) if `sig` is at its default
     /// action; returns whether it did.
     pub fn install_if_default(sig: c_int, handler: extern "C" fn(c_int)) -> bool {
-        let mut old = empty(SIG_DFL, 0);
-        // SAFETY: a null `act` only reads the current action into `old`, a valid SigAction.
-        if unsafe { sigaction(sig, std::ptr::null(), &mut old) } != 0 || old.handler != SIG_DFL {
+        let mut old = action(libc::SIG_DFL, 0);
+        // SAFETY: a null `act` only reads the current action into `old`, a valid sigaction.
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0
+            || old.sa_sigaction != libc::SIG_DFL
+        {
             return false;
         }
-        let act = empty(handler as usize, SA_RESETHAND);
-        // SAFETY: `act` is a valid SigAction whose handler is an `extern "C" fn(c_int)`.
-        unsafe { sigaction(sig, &act, std::ptr::null_mut()) == 0 }
+        let act = action(handler as libc::sighandler_t, libc::SA_RESETHAND);
+        // SAFETY: `act` is a valid sigaction whose handler is an `extern "C" fn(c_int)`.
+        unsafe { libc::sigaction(sig, &act, std::ptr::null_mut()) == 0 }
     }
 
     /// SIGALRM at its default action (terminate) in `seconds`.
     pub fn arm_watchdog(seconds: u32) {
-        let act = empty(SIG_DFL, 0);
-        // SAFETY: both calls are async-signal-safe and take plain values / a valid SigAction.
+        let act = action(libc::SIG_DFL, 0);
+        // SAFETY: both calls are async-signal-safe and take plain values / a valid sigaction.
         unsafe {
-            sigaction(SIGALRM, &act, std::ptr::null_mut());
-            alarm(seconds);
+            libc::sigaction(libc::SIGALRM, &act, std::ptr::null_mut());
+            libc::alarm(seconds);
         }
     }
 
@@ -464,7 +436,7 @@ mod signals {
     pub fn reraise(sig: c_int) {
         // SAFETY: async-signal-safe, no pointers.
         unsafe {
-            raise(sig);
+            libc::raise(sig);
         }
     }
 }

@@ -700,19 +700,28 @@ fn sweep_section(s: &mut String, a: &Analysis) {
     if a.mode_pairs.is_empty() {
         return;
     }
-    let mut by_launch: BTreeMap<String, Vec<&CellComparison>> = BTreeMap::new();
+    let mut by_launch: BTreeMap<(String, Option<String>), Vec<&CellComparison>> = BTreeMap::new();
     for p in &a.mode_pairs {
         let head = &a.cells[p.head];
+        // One table per launch and workload: emu's and HT decode's replays are not one sweep.
         let launch = head.launch_pattern().unwrap_or("graph").to_owned();
-        by_launch.entry(launch).or_default().push(p);
+        let workload = head.requested_str("workload").map(str::to_owned);
+        by_launch.entry((launch, workload)).or_default().push(p);
     }
     let gap_before_collective = |c: &CellAnalysis| {
         c.collective()
             .map_or("—".to_owned(), |(_, e)| us2(e.gap_before.median))
     };
     let _ = writeln!(s, "### Graph usage mode 2 vs mode 1, by T\n");
-    for (launch, pairs) in by_launch {
-        let _ = writeln!(s, "Launch pattern **{}**:\n", md_cell(&launch));
+    // The workload is named only where several share the report.
+    let workloads: std::collections::BTreeSet<_> =
+        by_launch.keys().map(|(_, w)| w.clone()).collect();
+    for ((launch, workload), pairs) in by_launch {
+        let of_workload = match workload {
+            Some(w) if workloads.len() > 1 => format!(" (workload {})", md_cell(&w)),
+            _ => String::new(),
+        };
+        let _ = writeln!(s, "Launch pattern **{}**{of_workload}:\n", md_cell(&launch));
         let _ = writeln!(
             s,
             "| T | eager µs | graphed mode 2 µs | graphed mode 1 µs | mode 2 / eager | mode 1 / eager | mode 2 − mode 1 µs | gap before all-gather µs (eager / mode 2 / mode 1) | explained by the external event nodes |"

@@ -1,5 +1,6 @@
 //! Traces bundled into the binary: the default input of `gapscope run` on a machine without a
 //! GPU, so the main job works anywhere. They are real H200 recordings from `traces/`.
+#![forbid(unsafe_code)]
 
 use crate::trace::{Trace, TraceError, parse_trace};
 use std::path::Path;

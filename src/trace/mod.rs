@@ -1,4 +1,5 @@
 //! The trace file: schema types, reader (with version check) and atomic writer.
+#![forbid(unsafe_code)]
 
 pub mod bundled;
 pub mod kineto;
@@ -81,7 +82,38 @@ pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
     let mut trace = trace;
     // Recordings made before the recorder demangled names align with torch.profiler's too.
     trace.demangle_kernel_names();
+    trace.rename_old_launch_values();
     Ok(trace)
+}
+
+/// Launch values that traces written before the launch names were unified carry (the emu
+/// workload's `single-exec`/`exec-per-step`/`two-execs-alternating`), with today's names.
+pub const OLD_LAUNCH_NAMES: [(&str, &str); 3] = [
+    ("single-exec", "replay"),
+    ("exec-per-step", "fresh"),
+    ("two-execs-alternating", "alternating"),
+];
+
+impl Trace {
+    /// Renames old launch values in cells' `requested["launch"]`, and the same word in those
+    /// cells' labels (gapscope wrote both), so old and new traces read alike.
+    fn rename_old_launch_values(&mut self) {
+        for cell in &mut self.metadata.cells {
+            let Some(serde_json::Value::String(launch)) = cell.requested.get_mut("launch") else {
+                continue;
+            };
+            let Some((old, new)) = OLD_LAUNCH_NAMES.iter().find(|(old, _)| launch == old) else {
+                continue;
+            };
+            *launch = (*new).to_string();
+            cell.label = cell
+                .label
+                .split(' ')
+                .map(|word| if word == *old { *new } else { word })
+                .collect::<Vec<_>>()
+                .join(" ");
+        }
+    }
 }
 
 /// Reads and validates a trace file. Input that does not start like a JSON object is refused
@@ -623,5 +655,42 @@ mod tests {
         );
         assert_eq!(t.str(plain), "coll_gather");
         assert_eq!(t.str(api), "_Znotakernel", "only kernel names change");
+    }
+}
+
+#[cfg(test)]
+mod old_spelling_tests {
+    use super::*;
+
+    #[test]
+    fn old_launch_values_read_as_replay_and_fresh() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/emu-h200.json");
+        let raw: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let old: Vec<&str> = raw["metadata"]["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["requested"]["launch"].as_str())
+            .collect();
+        assert!(old.contains(&"single-exec") && old.contains(&"exec-per-step"));
+
+        let trace = read_trace(&path).unwrap();
+        let mut launches: Vec<(&str, &str)> = trace
+            .metadata
+            .cells
+            .iter()
+            .filter_map(|c| Some((c.requested.get("launch")?.as_str()?, c.label.as_str())))
+            .collect();
+        launches.sort();
+        assert_eq!(
+            launches,
+            [
+                ("fresh", "graphed mode=1 emu fresh"),
+                ("fresh", "graphed mode=2 emu fresh"),
+                ("replay", "graphed mode=1 emu replay"),
+                ("replay", "graphed mode=2 emu replay"),
+            ]
+        );
     }
 }

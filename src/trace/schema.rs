@@ -11,6 +11,7 @@
 //!
 //! The schema is versioned by [`SCHEMA_VERSION`]; a reader refuses any other version
 //! (see [`crate::trace::read_trace`]). Bump it on any change a version-1 reader would misread.
+#![forbid(unsafe_code)]
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

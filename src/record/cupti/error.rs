@@ -1,5 +1,6 @@
 //! The CUPTI layer's error type. Every variant displays as one line that says what failed and
 //! what the user can do about it.
+#![forbid(unsafe_code)]
 
 /// Errors from loading CUPTI / the CUDA driver and from CUPTI calls.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,5 +1,6 @@
 //! The graph DAG as the resource callbacks report it (safe code; the callbacks in
 //! `callbacks.rs` turn CUDA handles into ids and call in here).
+#![forbid(unsafe_code)]
 
 use crate::trace::{GraphDag, GraphEdge, GraphExec, GraphNode, NodeType, StrId};
 use std::collections::{HashMap, HashSet};

@@ -30,7 +30,9 @@
 //!
 //! Step markers go to one cell; when a trace holds both eager steps and graph replays, eager
 //! and graphed steps go to two cells so the analysis pairs them.
+#![forbid(unsafe_code)]
 
+mod bytes;
 mod scan;
 mod stream;
 

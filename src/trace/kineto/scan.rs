@@ -5,6 +5,9 @@
 //! Nothing is allocated per event: keys are matched as bytes, the name stays a slice of the
 //! input, numbers stay digits until the importer needs them. Running off the end of the bytes
 //! is [`ScanError::Incomplete`]: the caller reads more and starts that event again.
+#![forbid(unsafe_code)]
+
+use super::bytes::{find_string_special, find_structural};
 
 /// Deepest nesting accepted inside an event (as serde_json's default limit).
 const MAX_DEPTH: u32 = 128;
@@ -709,8 +712,7 @@ impl<'a> Scanner<'a> {
     /// Steps to just after the `}` that closes the object the scan is in (after a `,`),
     /// checking strings and the nesting of brackets only: members the import does not read.
     fn skip_object_rest(&mut self) -> Result<(), ScanError> {
-        // Open brackets, innermost in the low bit: 1 for `[`, 0 for `{`.
-        let (mut open, mut depth) = (0u64, 1u32);
+        let mut nesting = Nesting::inside_one_object();
         loop {
             let rest = self.bytes.get(self.pos..).unwrap_or_default();
             let Some(p) = find_structural(rest) else {
@@ -722,26 +724,57 @@ impl<'a> Scanner<'a> {
                 self.string()?;
                 continue;
             }
-            let is_array = u64::from(byte & 0x20 == 0);
-            if byte == b'{' || byte == b'[' {
-                if depth >= 64 {
-                    return self.bad("nested too deeply");
-                }
-                open = open << 1 | is_array;
-                depth += 1;
+            let closed_all = if byte == b'{' || byte == b'[' {
+                nesting.push(byte).map(|()| false)
             } else {
-                if open & 1 != is_array {
-                    return self.bad("mismatched bracket");
-                }
-                open >>= 1;
-                depth -= 1;
-                if depth == 0 {
+                nesting.pop(byte)
+            };
+            match closed_all {
+                Err(message) => return self.bad(message),
+                Ok(done) => {
                     self.pos += 1;
-                    return Ok(());
+                    if done {
+                        return Ok(());
+                    }
                 }
             }
-            self.pos += 1;
         }
+    }
+}
+
+/// The brackets open around a skipped member, innermost in the low bit (1 for `[`, 0 for
+/// `{`), at most 64 deep: what both skips (here and in the streaming reader) check of what
+/// they do not read.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Nesting {
+    open: u64,
+    depth: u32,
+}
+
+impl Nesting {
+    /// Inside one `{` already read.
+    pub(super) fn inside_one_object() -> Nesting {
+        Nesting { open: 0, depth: 1 }
+    }
+
+    /// A `{` or `[`.
+    pub(super) fn push(&mut self, byte: u8) -> Result<(), &'static str> {
+        if self.depth >= 64 {
+            return Err("nested too deeply");
+        }
+        self.open = self.open << 1 | u64::from(byte == b'[');
+        self.depth += 1;
+        Ok(())
+    }
+
+    /// A `}` or `]`; true when it closes the outermost bracket.
+    pub(super) fn pop(&mut self, byte: u8) -> Result<bool, &'static str> {
+        if self.depth == 0 || self.open & 1 != u64::from(byte == b']') {
+            return Err("mismatched bracket");
+        }
+        self.open >>= 1;
+        self.depth -= 1;
+        Ok(self.depth == 0)
     }
 }
 
@@ -774,14 +807,6 @@ pub(super) fn is_step_name(name: &[u8]) -> bool {
     name.starts_with(b"ProfilerStep#")
 }
 
-/// Index of the first `"`, `{`, `}`, `[` or `]` in `s`.
-#[inline(always)]
-fn find_structural(s: &[u8]) -> Option<usize> {
-    find_first(s, structural_bytes, |b| {
-        matches!(b, b'"' | b'{' | b'}' | b'[' | b']')
-    })
-}
-
 /// `us` microseconds and `frac` written with `frac_digits` (at most 3) decimals, in
 /// nanoseconds: exact, no floating point (`us` has at most 15 digits, so it cannot overflow).
 #[inline(always)]
@@ -802,62 +827,6 @@ fn digits(b: &[u8], mut i: usize) -> (usize, u64) {
         i += 1;
     }
     (i, value)
-}
-
-const ONES: u64 = 0x0101_0101_0101_0101;
-
-/// High bit set in each byte of `x` (eight bytes) below `n` (n <= 0x80). Only the lowest
-/// flagged byte is sure (a borrow can flag bytes above it), which is all the searches use; the
-/// lowest flag over several such masks is the first byte any of them matches.
-#[inline(always)]
-fn bytes_below(x: u64, n: u8) -> u64 {
-    x.wrapping_sub(ONES * u64::from(n)) & !x & (ONES * 0x80)
-}
-
-/// The bytes of `x` equal to `b`, flagged as [`bytes_below`] does.
-#[inline(always)]
-fn bytes_equal(x: u64, b: u8) -> u64 {
-    bytes_below(x ^ (ONES * u64::from(b)), 1)
-}
-
-/// `"`, `\\` and control characters (below 0x20): where a string's scan stops.
-#[inline(always)]
-fn special_bytes(x: u64) -> u64 {
-    bytes_equal(x, b'"') | bytes_equal(x, b'\\') | bytes_below(x, 0x20)
-}
-
-/// `"` and the four brackets.
-#[inline(always)]
-fn structural_bytes(x: u64) -> u64 {
-    // Setting bit 5 turns `[` `]` into `{` `}` (and no other byte into either).
-    let folded = x | (ONES * 0x20);
-    bytes_equal(x, b'"') | bytes_equal(folded, b'{') | bytes_equal(folded, b'}')
-}
-
-/// Index of the first byte of `s` that `hits` flags, eight bytes at a time (`is_hit`: the
-/// same test on one byte, for the tail).
-#[inline(always)]
-fn find_first(s: &[u8], hits: impl Fn(u64) -> u64, is_hit: impl Fn(u8) -> bool) -> Option<usize> {
-    let mut i = 0;
-    while let Some(chunk) = s.get(i..i + 8) {
-        let flagged = hits(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])));
-        if flagged != 0 {
-            return Some(i + (flagged.trailing_zeros() / 8) as usize);
-        }
-        i += 8;
-    }
-    s[i..].iter().position(|&b| is_hit(b)).map(|p| i + p)
-}
-
-/// Index of the first `"`, `\\` or control character in `s`: names and keys are most of a
-/// Kineto file, and this is the scan's inner loop.
-#[inline(always)]
-fn find_string_special(s: &[u8]) -> Option<usize> {
-    find_first(s, special_bytes, is_string_special)
-}
-
-fn is_string_special(b: u8) -> bool {
-    b == b'"' || b == b'\\' || b < 0x20
 }
 
 /// FNV-1a: a stable 32-bit thread id for a string `tid`.
@@ -1014,27 +983,6 @@ mod tests {
         }
         let deep = format!("{{\"a\":{}{}}}", "[".repeat(200), "]".repeat(200));
         assert!(matches!(event(&deep), Err(ScanError::Bad(b)) if b.message.contains("deep")));
-    }
-
-    #[test]
-    fn finds_string_specials_like_a_byte_loop() {
-        let text = "abcdefgh\"ijklmnop\\qrstuvwxyz0123456789\"é€\tx".as_bytes();
-        for start in 0..text.len() {
-            for end in start..=text.len() {
-                let s = &text[start..end];
-                let want = s.iter().position(|&b| is_string_special(b));
-                assert_eq!(find_string_special(s), want, "{start}..{end}");
-            }
-        }
-        for b in 0..=255u8 {
-            for at in [0, 5, 11] {
-                let mut s = [b'a'; 19];
-                s[at] = b;
-                s[15] = b'"';
-                let want = s.iter().position(|&b| is_string_special(b));
-                assert_eq!(find_string_special(&s), want, "byte {b} at {at}");
-            }
-        }
     }
 
     #[test]

@@ -7,9 +7,10 @@
 //! exactly there, between two elements of the array. Otherwise, or when a thread meets an error,
 //! the rest of the block is parsed in order. The trace is therefore the same, to the byte,
 //! whatever the block size and the number of threads; only the time differs.
+#![forbid(unsafe_code)]
 
 use super::Sink;
-use super::scan::{ScanError, Scanner};
+use super::scan::{Nesting, ScanError, Scanner};
 use std::io::{self, Read};
 
 /// How the events are read and split. The defaults suit files of any size.
@@ -193,7 +194,7 @@ fn skip_element<R: Read>(
     block: usize,
     index: u64,
 ) -> Result<(), EventsError> {
-    let (mut depth, mut open) = (0u32, 0u64);
+    let mut nesting = Nesting::default();
     let (mut in_string, mut escaped) = (false, false);
     loop {
         if input.available().is_empty() {
@@ -222,25 +223,22 @@ fn skip_element<R: Read>(
             match b {
                 b'"' => in_string = true,
                 b'{' | b'[' => {
-                    if depth >= 64 {
-                        bad = Some((i, "nested too deeply"));
+                    if let Err(message) = nesting.push(b) {
+                        bad = Some((i, message));
                         break;
                     }
-                    depth += 1;
-                    open = open << 1 | u64::from(b == b'[');
                 }
-                b'}' | b']' => {
-                    if depth == 0 || open & 1 != u64::from(b == b']') {
-                        bad = Some((i, "mismatched bracket"));
+                b'}' | b']' => match nesting.pop(b) {
+                    Err(message) => {
+                        bad = Some((i, message));
                         break;
                     }
-                    depth -= 1;
-                    open >>= 1;
-                    if depth == 0 {
+                    Ok(true) => {
                         end = Some(i + 1);
                         break;
                     }
-                }
+                    Ok(false) => {}
+                },
                 _ => {}
             }
         }

@@ -1,6 +1,7 @@
 //! A synthetic torch.profiler (Kineto) Chrome trace of any size, streamed to a writer: for the
 //! import benchmarks (`benches/kineto_import.rs`, `benches/hta_compare.sh` through
 //! `examples/gen_kineto.rs`). It is made here, not recorded: never a stand-in for a real trace.
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 

@@ -6,6 +6,7 @@
 //! spin 5 µs on one stream. Graphed cells carry the DAG NCCL builds in graph usage mode 2
 //! (an external event-wait node in front of the collective, an explicit event-record node
 //! after it, both created inside `ncclAllGather`) or mode 1 (neither).
+#![forbid(unsafe_code)]
 
 pub mod kineto;
 
