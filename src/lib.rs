@@ -4,6 +4,7 @@
 //! Everything from [`trace`] on is safe Rust and runs without a GPU.
 
 pub mod analysis;
+pub mod cuda;
 pub mod record;
 pub mod report;
 pub mod trace;
