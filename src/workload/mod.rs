@@ -15,7 +15,6 @@
 
 pub mod capture;
 pub mod collective;
-#[allow(unsafe_code)]
 pub mod cuda;
 pub mod device;
 pub mod emu;

@@ -9,6 +9,7 @@
 //!
 //! Raw calls go straight to the driver (not through cudarc's tracked wrappers) so that the API
 //! calls a recorder sees are exactly the ones the workload means to make.
+#![allow(unsafe_code)]
 
 pub mod graph;
 pub mod nvrtc;

@@ -1,6 +1,7 @@
 //! FFI leaf: NCCL opened with libloading, its raw declarations (`ncclUniqueId`, the 2.29
 //! `ncclConfig_t`, function types), and thin safe wrappers: [`load_nccl`], [`NcclLib`]'s
 //! calls and an owned communicator ([`Comm`]) destroyed on drop.
+#![allow(unsafe_code)]
 
 use super::version::NcclVersion;
 use crate::workload::collective::{GraphUsageMode, RunnerError};

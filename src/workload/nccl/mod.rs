@@ -28,7 +28,6 @@
 #![deny(unsafe_code)]
 
 mod backend;
-#[allow(unsafe_code)]
 pub mod ffi;
 mod rank;
 mod version;
