@@ -10,15 +10,16 @@
 //! (first letter 's': one executable graph replayed; 'a': two alternating; else one per step).
 //! Prints one line and exits 1 when there is no GPU, driver or NVRTC.
 
+use gapscope::workload::capture::Launch;
 use gapscope::workload::collective::{GraphUsageMode, RunnerError};
-use gapscope::workload::emulated::{EmuSetup, LaunchPattern, NoObserver, run_emu_cell};
+use gapscope::workload::emu::{EmuSetup, NoObserver, run_emu_cell};
 use std::process::ExitCode;
 
-fn run(iters: usize, pattern: LaunchPattern) -> Result<(), RunnerError> {
+fn run(iters: usize, launch: Launch) -> Result<(), RunnerError> {
     let mut setup = EmuSetup::new(0, iters)?;
     for mode in [GraphUsageMode::Two, GraphUsageMode::One] {
         for graphed in [false, true] {
-            let r = run_emu_cell(&mut setup, mode, graphed, pattern, &mut NoObserver)?;
+            let r = run_emu_cell(&mut setup, mode, graphed, launch, &mut NoObserver)?;
             if let Some(n) = r.nodes {
                 println!("{}", n.line(mode));
             }
@@ -48,8 +49,8 @@ fn main() -> ExitCode {
             }
         },
     };
-    let pattern = LaunchPattern::from_arg(args.get(2).map(String::as_str));
-    match std::panic::catch_unwind(|| run(iters, pattern)) {
+    let launch = Launch::from_emu_cu_arg(args.get(2).map(String::as_str));
+    match std::panic::catch_unwind(|| run(iters, launch)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) => {
             eprintln!("emu: {e}");

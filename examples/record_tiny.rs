@@ -7,8 +7,8 @@
 use gapscope::analysis::{self, AnalysisOptions};
 use gapscope::record::cupti::{Recorder, RecorderConfig};
 use gapscope::trace::{Cell, Metadata};
-use gapscope::workload::collective::open_context;
-use gapscope::workload::emulated::capture_graph;
+use gapscope::workload::capture::capture_graph;
+use gapscope::workload::device::open_context;
 use gapscope::workload::spin::EmuKernels;
 use std::collections::BTreeMap;
 

@@ -20,6 +20,7 @@
 //! module says `#![forbid(unsafe_code)]`. `trace/` imports nothing above it.
 
 pub mod analysis;
+pub mod cuda;
 pub mod record;
 pub mod report;
 pub mod trace;

@@ -1,14 +1,13 @@
-//! The routing all-gather of the HT decode step, behind one trait with two backends:
-//! [`crate::workload::emulated`] (one GPU, NCCL's capture topology rebuilt exactly around a local
-//! copy kernel) and [`crate::workload::nccl`] (a real `ncclAllGather`).
+//! The routing all-gather of the HT decode step, behind one trait ([`RoutingAllGather`]) with
+//! two backends: [`crate::workload::emulated`] (one GPU, NCCL's capture topology rebuilt
+//! exactly around a local copy kernel) and [`crate::workload::nccl`] (a real `ncclAllGather`).
 //!
-//! Also: the runner layer's error type, CUDA/NVRTC availability checks (cudarc's dynamic
-//! loader panics when a library or symbol is missing, so every entry point checks first), and
-//! the "library call" scope hook through which a recorder tags the graph nodes a collective
-//! creates.
+//! Also: the workload's error type, the graph usage mode, the backend kind, and the
+//! library-call hook through which a recorder tags the graph nodes a collective creates.
+#![forbid(unsafe_code)]
 
 use cudarc::driver::sys::CUresult;
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{CudaSlice, CudaStream};
 use std::any::Any;
 use std::fmt;
 use std::str::FromStr;
@@ -139,22 +138,31 @@ impl fmt::Display for GraphUsageMode {
     }
 }
 
-/// Which all-gather implementation runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// Which all-gather implementation runs (`--backend`). `Auto` is only ever a request: the
+/// sweep resolves it to one of the others, and a running collective reports that one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, clap::ValueEnum)]
 pub enum Backend {
+    /// nccl with ≥ 2 GPUs (or under a launcher), emulated with one.
     #[default]
+    Auto,
     Emulated,
     Nccl,
 }
+
+/// Why "emu" is refused: it names a workload (`--workload emu`), not a backend.
+const EMU_IS_A_WORKLOAD: &str =
+    "\"emu\" is a workload, not a backend: the emulated backend is spelled --backend emulated";
 
 impl FromStr for Backend {
     type Err = RunnerError;
     fn from_str(s: &str) -> Result<Self, RunnerError> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "emulated" | "emu" | "emulation" => Ok(Backend::Emulated),
+            "auto" => Ok(Backend::Auto),
+            "emulated" => Ok(Backend::Emulated),
             "nccl" => Ok(Backend::Nccl),
+            "emu" => Err(RunnerError::Config(EMU_IS_A_WORKLOAD.into())),
             _ => Err(RunnerError::Config(format!(
-                "backend must be \"emulated\" or \"nccl\", not {s:?}"
+                "backend must be \"auto\", \"emulated\" or \"nccl\", not {s:?}"
             ))),
         }
     }
@@ -163,31 +171,71 @@ impl FromStr for Backend {
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Backend::Auto => "auto",
             Backend::Emulated => "emulated",
             Backend::Nccl => "nccl",
         })
     }
 }
 
-/// What a [`ScopeHook`] returns: any value, dropped when the library call ends.
-pub type ScopeGuard = Box<dyn Any>;
+/// clap's parser for `--backend`: the enum's own, except that `emu` gets one line pointing to
+/// `--backend emulated` (clap would list the possible values over several lines).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BackendArg;
 
-/// Opens a "library call" scope named by its argument (e.g. `"ncclAllGather"`) and returns a
-/// guard that closes it on drop. A backend holding a hook calls it around exactly the work a
+impl clap::builder::TypedValueParser for BackendArg {
+    type Value = Backend;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Backend, clap::Error> {
+        if value
+            .to_str()
+            .map(|v| v.trim().to_ascii_lowercase())
+            .as_deref()
+            == Some("emu")
+        {
+            return Err(clap::Error::raw(
+                clap::error::ErrorKind::InvalidValue,
+                format!("--backend emu: {EMU_IS_A_WORKLOAD}\n"),
+            ));
+        }
+        clap::builder::EnumValueParser::<Backend>::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            <Backend as clap::ValueEnum>::value_variants()
+                .iter()
+                .filter_map(clap::ValueEnum::to_possible_value),
+        ))
+    }
+}
+
+/// What a [`LibraryCallHook`] returns: any value, dropped when the library call ends.
+pub type LibraryCallGuard = Box<dyn Any>;
+
+/// Opens a library call named by its argument (e.g. `"ncclAllGather"`) and returns a guard
+/// that closes it on drop. A backend holding a hook calls it around exactly the work a
 /// real library call does, so a recorder can tag every graph node created inside it.
 ///
 /// To plug in the CUPTI recorder (with a `'static` guard type, e.g. one holding an
 /// `Arc<Recorder>` or only ids and a start time):
 /// ```ignore
 /// let rec = recorder.clone(); // Arc<Recorder>
-/// backend.set_scope_hook(Some(Box::new(move |name: &str| -> ScopeGuard {
+/// backend.set_library_call_hook(Some(Box::new(move |name: &str| -> LibraryCallGuard {
 ///     Box::new(rec.library_call(name))
 /// })));
 /// ```
 /// If the recorder's guard borrows the recorder (not `'static`), leave the hook unset and open
-/// the scope around the call yourself, with [`RoutingAllGather::scope_name`]:
-/// `let _g = rec.library_call(ag.scope_name()); ag.all_gather(...)?;`
-pub type ScopeHook = Box<dyn Fn(&str) -> ScopeGuard + Send>;
+/// the library call around the call yourself, with [`RoutingAllGather::library_call_name`]:
+/// `let _g = rec.library_call(ag.library_call_name()); ag.all_gather(...)?;`
+pub type LibraryCallHook = Box<dyn Fn(&str) -> LibraryCallGuard + Send>;
 
 /// The routing all-gather of one HT decode step.
 pub trait RoutingAllGather {
@@ -219,11 +267,11 @@ pub trait RoutingAllGather {
     /// One line, e.g. "emulated (8 simulated ranks, mode-2 topology)".
     fn describe(&self) -> String;
 
-    /// Name of the library-call scope this backend opens (e.g. "ncclAllGather").
-    fn scope_name(&self) -> &'static str;
+    /// Name of the library call this backend opens (e.g. "ncclAllGather").
+    fn library_call_name(&self) -> &'static str;
 
-    /// Install (or remove) the hook that opens the library-call scope; see [`ScopeHook`].
-    fn set_scope_hook(&mut self, hook: Option<ScopeHook>);
+    /// Install (or remove) the hook that opens the library call; see [`LibraryCallHook`].
+    fn set_library_call_hook(&mut self, hook: Option<LibraryCallHook>);
 
     /// Number of ranks in the gathered result.
     fn ranks(&self) -> usize;
@@ -231,138 +279,16 @@ pub trait RoutingAllGather {
     /// The graph usage mode this backend was asked for.
     fn mode(&self) -> GraphUsageMode;
 
+    /// `Emulated` or `Nccl`.
     fn backend(&self) -> Backend;
 }
 
-/// Opens the scope through an optional hook.
-pub(crate) fn open_scope(hook: &Option<ScopeHook>, name: &str) -> Option<ScopeGuard> {
+/// Opens the library call through an optional hook.
+pub(crate) fn open_library_call(
+    hook: &Option<LibraryCallHook>,
+    name: &str,
+) -> Option<LibraryCallGuard> {
     hook.as_ref().map(|h| h(name))
-}
-
-/// Symbols of libcuda the runner layer (and cudarc under it) calls: checked up front because
-/// cudarc's loader panics on a missing symbol.
-const DRIVER_SYMBOLS: &[&str] = &[
-    "cuInit",
-    "cuGetErrorString",
-    "cuGetErrorName",
-    "cuDriverGetVersion",
-    "cuDeviceGet",
-    "cuDeviceGetCount",
-    "cuDevicePrimaryCtxRetain",
-    "cuCtxSetCurrent",
-    "cuCtxGetCurrent",
-    "cuStreamCreate",
-    "cuEventCreate",
-    "cuEventRecord",
-    "cuEventSynchronize",
-    "cuEventElapsedTime_v2",
-    "cuStreamWaitEvent",
-    "cuStreamSynchronize",
-    "cuStreamBeginCapture_v2",
-    "cuStreamEndCapture",
-    "cuStreamGetCaptureInfo_v3",
-    "cuStreamUpdateCaptureDependencies_v2",
-    "cuGraphAddEventRecordNode",
-    "cuGraphAddDependencies_v2",
-    "cuGraphGetNodes",
-    "cuGraphNodeGetType",
-    "cuGraphInstantiateWithFlags",
-    "cuGraphLaunch",
-    "cuGraphDestroy",
-    "cuGraphExecDestroy",
-    "cuModuleLoadData",
-    "cuModuleGetFunction",
-    "cuLaunchKernel",
-];
-
-/// Checks that libcuda opens and has every symbol gapscope's runner uses, without letting
-/// cudarc panic. Returns the driver version (e.g. 13000) on success.
-pub fn check_cuda_driver() -> Result<i32, RunnerError> {
-    // SAFETY: loading libcuda runs its initialisers, which is what any CUDA program does.
-    let lib = unsafe { libloading::Library::new("libcuda.so.1") }
-        .map_err(|e| RunnerError::Unavailable(format!("cannot load libcuda.so.1 ({e})")))?;
-    for sym in DRIVER_SYMBOLS {
-        // SAFETY: only the symbol's presence is checked; it is never called through this pointer.
-        let found = unsafe { lib.get::<*const std::ffi::c_void>(sym.as_bytes()) }.is_ok();
-        if !found {
-            return Err(RunnerError::Unavailable(format!(
-                "libcuda.so.1 lacks {sym}: driver too old for gapscope (needs CUDA 12.8+ driver)"
-            )));
-        }
-    }
-    // SAFETY: cudarc's own presence check, same candidate list its loader uses.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(RunnerError::Unavailable(
-            "cudarc cannot find libcuda under any of its candidate names".into(),
-        ));
-    }
-    let mut v = 0i32;
-    // SAFETY: cudarc's loader has a library (checked above) with this symbol (checked above).
-    ck(
-        unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) },
-        "cuDriverGetVersion",
-    )?;
-    Ok(v)
-}
-
-/// Checks that NVRTC can be loaded by cudarc (it panics otherwise).
-pub fn check_nvrtc() -> Result<(), RunnerError> {
-    // SAFETY: tries to dlopen NVRTC under cudarc's candidate names.
-    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(RunnerError::Unavailable(
-            "cannot load NVRTC (libnvrtc.so / libnvrtc.so.13 / .12 ...): add the CUDA lib64 directory to LD_LIBRARY_PATH".into(),
-        ))
-    }
-}
-
-/// Checks the driver, NVRTC and a GPU, then retains device `ordinal`'s primary context with
-/// cudarc's event tracking **disabled**: tracking would insert hidden `cuStreamWaitEvent` /
-/// `cuEventRecord` calls around every kernel argument, which changes a captured topology and
-/// can break a capture (waits on events recorded outside it). The runner orders its streams
-/// explicitly, as `examples/probe/emu.cu` does.
-pub fn open_context(ordinal: usize) -> Result<Arc<CudaContext>, RunnerError> {
-    check_cuda_driver()?;
-    check_nvrtc()?;
-    let n = CudaContext::device_count().map_err(|e| {
-        RunnerError::Unavailable(format!("cuInit/cuDeviceGetCount: {e:?}").replace('\n', " "))
-    })?;
-    if n <= 0 {
-        return Err(RunnerError::Unavailable(
-            "the CUDA driver reports no device".into(),
-        ));
-    }
-    if ordinal >= n as usize {
-        return Err(RunnerError::Config(format!(
-            "device {ordinal} requested, {n} present"
-        )));
-    }
-    let ctx =
-        CudaContext::new(ordinal).map_err(|e| RunnerError::cuda("cuDevicePrimaryCtxRetain", e))?;
-    // SAFETY: every stream ordering in the runner is explicit (events / captures); see above.
-    unsafe { ctx.disable_event_tracking() };
-    Ok(ctx)
-}
-
-/// Refuses contexts where cudarc manages stream synchronisation (see [`open_context`]).
-pub(crate) fn require_untracked(ctx: &CudaContext) -> Result<(), RunnerError> {
-    if ctx.is_managing_stream_synchronization() {
-        Err(RunnerError::Config(
-            "cudarc event tracking is on for this context: call CudaContext::disable_event_tracking() (or use runner::collective::open_context) before creating streams and buffers, or its hidden event waits change the captured topology".into(),
-        ))
-    } else {
-        Ok(())
-    }
-}
-
-/// The raw device address of a slice. With event tracking off (checked), cudarc's
-/// `device_ptr` enqueues nothing.
-pub(crate) fn raw_ptr<T>(slice: &CudaSlice<T>, stream: &CudaStream) -> Result<u64, RunnerError> {
-    require_untracked(stream.context())?;
-    let (ptr, guard) = slice.device_ptr(stream);
-    drop(guard);
-    Ok(ptr)
 }
 
 #[cfg(test)]
@@ -414,7 +340,13 @@ mod tests {
     fn backend_parsing() {
         assert_eq!("nccl".parse::<Backend>().unwrap(), Backend::Nccl);
         assert_eq!("Emulated".parse::<Backend>().unwrap(), Backend::Emulated);
+        assert_eq!("auto".parse::<Backend>().unwrap(), Backend::Auto);
         assert!("mpi".parse::<Backend>().is_err());
+        let emu = "emu".parse::<Backend>().unwrap_err().to_string();
+        assert!(
+            emu.contains("--backend emulated") && !emu.contains('\n'),
+            "{emu}"
+        );
         assert_eq!(Backend::Nccl.to_string(), "nccl");
         assert_eq!(Backend::Emulated.to_string(), "emulated");
     }
@@ -437,7 +369,7 @@ mod tests {
     }
 
     #[test]
-    fn scope_hook_guard_dropped_at_end() {
+    fn library_call_guard_dropped_at_end() {
         use std::sync::Mutex;
         let log = Arc::new(Mutex::new(Vec::<String>::new()));
         struct G(Arc<Mutex<Vec<String>>>, String);
@@ -447,18 +379,18 @@ mod tests {
             }
         }
         let l2 = log.clone();
-        let hook: Option<ScopeHook> = Some(Box::new(move |name: &str| -> ScopeGuard {
+        let hook: Option<LibraryCallHook> = Some(Box::new(move |name: &str| -> LibraryCallGuard {
             l2.lock().unwrap().push(format!("open {name}"));
             Box::new(G(l2.clone(), name.to_string()))
         }));
         {
-            let _g = open_scope(&hook, "ncclAllGather");
+            let _g = open_library_call(&hook, "ncclAllGather");
             log.lock().unwrap().push("work".into());
         }
         assert_eq!(
             *log.lock().unwrap(),
             ["open ncclAllGather", "work", "close ncclAllGather"]
         );
-        assert!(open_scope(&None, "x").is_none());
+        assert!(open_library_call(&None, "x").is_none());
     }
 }

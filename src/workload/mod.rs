@@ -1,10 +1,29 @@
-//! The instrumented HT-decode runner.
+//! What runs on the GPU while gapscope records: the HT-decode workload and emu.cu's step, the
+//! routing all-gather they call (emulated or real NCCL), and the sweep of `gapscope run`.
+//!
+//! Files, roughly in the order the pipeline uses them:
+//! * `cuda/` and `nccl/ffi.rs`: the FFI leaves, the only files with `unsafe` (each allows it
+//!   itself; every other file forbids it);
+//! * [`device`]: driver / NVRTC checks and the device context; [`spin`]: emu.cu's kernels;
+//! * [`collective`]: the all-gather trait, graph usage mode, backend kind, errors;
+//!   [`emulated`] and [`nccl`]: its two backends;
+//! * [`capture`]: graph capture and launches; [`htdecode`]: the HT-decode step and its CPU
+//!   reference; [`emu`]: emu.cu's experiment;
+//! * [`sweep`](run_sweep): `gapscope run`; [`ranks`]: its rank processes.
+// The FFI leaves allow `unsafe` themselves; everything else here forbids it.
+#![deny(unsafe_code)]
+
+pub mod capture;
 pub mod collective;
+pub mod cuda;
+pub mod device;
+pub mod emu;
 pub mod emulated;
 pub mod htdecode;
 pub mod nccl;
 pub mod ranks;
-pub mod reference;
 pub mod spin;
 mod sweep;
-pub use sweep::{SweepArgs, SweepError, gpu_available, run_sweep};
+
+pub use device::gpu_available;
+pub use sweep::{SweepArgs, SweepError, run_sweep};

@@ -7,6 +7,7 @@
 //! itself — the same binary, one process per GPU, the ranks meeting through a unique-id file —
 //! and collects one trace per rank. A rank that fails or runs past the timeout stops its set
 //! and the run, with one line naming it.
+#![forbid(unsafe_code)]
 
 use super::collective::{GraphUsageMode, RunnerError};
 use super::nccl::{ID_FILE_ENV, ModeRoute, NcclVersion};

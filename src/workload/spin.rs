@@ -1,14 +1,17 @@
 //! The stand-in kernels of `kernels/emu.cu` (`spin`, `coll`, `coll_gather`), compiled at run
 //! time with NVRTC, and launchers with exactly `examples/probe/emu.cu`'s launch shapes.
 //!
-//! Launches go straight to `cuLaunchKernel` with raw device addresses: no cudarc event
-//! tracking, no context re-binding, so the API calls a recorder sees are the same as emu.cu's
-//! (one launch per kernel). The calling thread must have the context current (cudarc's
-//! constructors make it so; call `CudaContext::bind_to_thread` once on a new thread).
+//! Launches go straight to `cuLaunchKernel` ([`crate::workload::cuda::launch_kernel`]) with
+//! raw device addresses: no cudarc event tracking, no context re-binding, so the API calls a
+//! recorder sees are the same as emu.cu's (one launch per kernel). The calling thread must have
+//! the context current (cudarc's constructors make it so; call `CudaContext::bind_to_thread`
+//! once on a new thread).
+#![forbid(unsafe_code)]
 
-use crate::workload::collective::{RunnerError, check_nvrtc};
+use crate::workload::collective::RunnerError;
+use crate::workload::cuda::{KernelArg, launch_kernel};
+use crate::workload::device::check_nvrtc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
-use std::ffi::c_void;
 use std::sync::Arc;
 
 /// Source of `kernels/emu.cu`.
@@ -66,12 +69,9 @@ impl EmuKernels {
     /// `spin<<<1, 32, 0, stream>>>(ns, stamp)`: busy-waits `ns` nanoseconds of %globaltimer and
     /// writes its start and end stamps to `stamp[0..2]` (a device address of two u64).
     pub fn spin(&self, stream: &CudaStream, ns: u64, stamp: u64) -> Result<(), RunnerError> {
-        let (mut a, mut b) = (ns, stamp);
-        let mut params: [*mut c_void; 2] = [
-            (&mut a) as *mut u64 as *mut c_void,
-            (&mut b) as *mut u64 as *mut c_void,
-        ];
-        launch(&self.spin, SPIN_GRID, SPIN_BLOCK, stream, &mut params)
+        // spin(unsigned long long ns, unsigned long long* stamp)
+        let args = [KernelArg::U64(ns), KernelArg::U64(stamp)];
+        launch(&self.spin, SPIN_GRID, SPIN_BLOCK, stream, &args)
     }
 
     /// `coll<<<8, 256, 0, stream>>>(src, dst, n, stamp)`: copies `n` int4 from `src` to `dst`.
@@ -83,14 +83,14 @@ impl EmuKernels {
         n: i32,
         stamp: u64,
     ) -> Result<(), RunnerError> {
-        let (mut s, mut d, mut n, mut st) = (src, dst, n, stamp);
-        let mut params: [*mut c_void; 4] = [
-            (&mut s) as *mut u64 as *mut c_void,
-            (&mut d) as *mut u64 as *mut c_void,
-            (&mut n) as *mut i32 as *mut c_void,
-            (&mut st) as *mut u64 as *mut c_void,
+        // coll(const int4* src, int4* dst, int n, unsigned long long* stamp)
+        let args = [
+            KernelArg::U64(src),
+            KernelArg::U64(dst),
+            KernelArg::I32(n),
+            KernelArg::U64(stamp),
         ];
-        launch(&self.coll, COLL_GRID, COLL_BLOCK, stream, &mut params)
+        launch(&self.coll, COLL_GRID, COLL_BLOCK, stream, &args)
     }
 
     /// `coll_gather<<<8, 256, 0, stream>>>`: `dst[slot rank] = local`, every other slot from
@@ -107,24 +107,18 @@ impl EmuKernels {
         rank: i32,
         stamp: u64,
     ) -> Result<(), RunnerError> {
-        let (mut l, mut p, mut d) = (local, peers, dst);
-        let (mut n, mut r, mut k, mut st) = (n_per_rank, ranks, rank, stamp);
-        let mut params: [*mut c_void; 7] = [
-            (&mut l) as *mut u64 as *mut c_void,
-            (&mut p) as *mut u64 as *mut c_void,
-            (&mut d) as *mut u64 as *mut c_void,
-            (&mut n) as *mut i32 as *mut c_void,
-            (&mut r) as *mut i32 as *mut c_void,
-            (&mut k) as *mut i32 as *mut c_void,
-            (&mut st) as *mut u64 as *mut c_void,
+        // coll_gather(const int4* local, const int4* peers, int4* dst, int n_per_rank,
+        //             int ranks, int rank, unsigned long long* stamp)
+        let args = [
+            KernelArg::U64(local),
+            KernelArg::U64(peers),
+            KernelArg::U64(dst),
+            KernelArg::I32(n_per_rank),
+            KernelArg::I32(ranks),
+            KernelArg::I32(rank),
+            KernelArg::U64(stamp),
         ];
-        launch(
-            &self.coll_gather,
-            COLL_GRID,
-            COLL_BLOCK,
-            stream,
-            &mut params,
-        )
+        launch(&self.coll_gather, COLL_GRID, COLL_BLOCK, stream, &args)
     }
 }
 
@@ -133,22 +127,9 @@ fn launch(
     grid: (u32, u32, u32),
     block: (u32, u32, u32),
     stream: &CudaStream,
-    params: &mut [*mut c_void],
+    args: &[KernelArg],
 ) -> Result<(), RunnerError> {
-    // SAFETY: `params` points at locals of the caller that outlive this call (cuLaunchKernel
-    // copies the values), their types match the kernel signatures in kernels/emu.cu, and the
-    // function belongs to a module kept alive by `EmuKernels`.
-    unsafe {
-        cudarc::driver::result::launch_kernel(
-            f.cu_function(),
-            grid,
-            block,
-            0,
-            stream.cu_stream(),
-            params,
-        )
-    }
-    .map_err(|e| RunnerError::cuda("cuLaunchKernel", e))
+    launch_kernel(f, grid, block, stream, args).map_err(|e| RunnerError::cuda("cuLaunchKernel", e))
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! Loading libcupti and libcuda at run time, and turning CUPTI status codes into `Result`.
+//! Loading libcupti at run time, resolving the few libcuda functions the recorder calls (from
+//! the driver library [`crate::cuda`] opens), and turning CUPTI status codes into `Result`.
 //!
 //! Nothing here is linked: analysis and export never need CUDA installed. Both libraries are
 //! loaded once per process and never unloaded (CUPTI may call back into us at any time).
@@ -374,7 +375,6 @@ type DeviceGetAttributeFn =
 
 /// The few driver functions the recorder calls itself.
 pub(crate) struct Driver {
-    _lib: libloading::Library,
     pub node_get_type: NodeGetTypeFn,
     /// For naming the device in traces; optional (a trace without a device name is usable).
     device_get: Option<DeviceGetFn>,
@@ -388,7 +388,8 @@ type DriverGetVersionFn = unsafe extern "C" fn(version: *mut c_int) -> c_int;
 
 static DRIVER: OnceLock<Driver> = OnceLock::new();
 
-/// Loads libcuda.so.1 (once) and resolves `cuGraphNodeGetType`.
+/// Resolves `cuGraphNodeGetType` (and the optional device queries) once, from the driver
+/// library [`crate::cuda::library`] opens.
 pub(crate) fn driver() -> Result<&'static Driver, CuptiError> {
     if let Some(d) = DRIVER.get() {
         return Ok(d);
@@ -397,11 +398,8 @@ pub(crate) fn driver() -> Result<&'static Driver, CuptiError> {
     if let Some(d) = DRIVER.get() {
         return Ok(d);
     }
-    // SAFETY: loading the NVIDIA driver library runs its initialisers only.
-    let lib = unsafe { libloading::Library::new("libcuda.so.1") }.map_err(|e| {
-        CuptiError::CudaDriverNotFound {
-            reason: one_line(e),
-        }
+    let lib = crate::cuda::library().map_err(|e| CuptiError::CudaDriverNotFound {
+        reason: one_line(e),
     })?;
     // SAFETY: the type matches `CUresult cuGraphNodeGetType(CUgraphNode, CUgraphNodeType*)`
     // from cuda.h (CUresult and CUgraphNodeType are C enums, int-sized).
@@ -425,8 +423,8 @@ pub(crate) fn driver() -> Result<&'static Driver, CuptiError> {
                 .map(|s| *s),
         )
     };
+    // The function pointers stay valid: crate::cuda never unloads the library.
     Ok(DRIVER.get_or_init(|| Driver {
-        _lib: lib,
         node_get_type,
         device_get,
         device_get_name,
@@ -483,8 +481,9 @@ pub fn device_info(ordinal: u32) -> Option<crate::trace::DeviceInfo> {
     })
 }
 
-/// Checks that the CUDA driver (`libcuda.so.1`) can be loaded. Call it before touching cudarc,
-/// whose dynamic loader panics when the library is missing.
+/// Checks that the CUDA driver (`libcuda.so.1`, opened by [`crate::cuda`]) can be loaded and
+/// has what the recorder calls. Call it before touching cudarc, whose dynamic loader panics
+/// when the library is missing.
 pub fn ensure_cuda_driver() -> Result<(), CuptiError> {
     driver().map(|_| ())
 }

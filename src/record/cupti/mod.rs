@@ -1,8 +1,9 @@
-//! CUPTI recorder (the only place with FFI and `unsafe`).
+//! CUPTI recorder (FFI and `unsafe` of recording live here).
 //!
 //! Floors, each using only the one below:
 //! * [`sys`]: raw bindgen output over the CUPTI headers (see `build.rs`);
-//! * `loader`: finds libcupti / libcuda at run time, checks symbols, turns status codes into
+//! * `loader`: finds libcupti at run time, resolves libcuda's functions from the library
+//!   [`crate::cuda`] opens, checks symbols, turns status codes into
 //!   [`CuptiError`];
 //! * `decode`, `graph`, `callbacks`: what CUPTI calls into (activity buffers, API and graph
 //!   callbacks), decoding records into [`crate::trace`] types;

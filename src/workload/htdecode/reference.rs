@@ -4,15 +4,13 @@
 //! party (the emulated all-gather backend, a checker) can rebuild every rank's routing map
 //! ([`reference_all_gather`]) from the shared base seed alone. [`compare`] turns a step's
 //! downloaded device buffers into a [`CheckReport`].
+#![forbid(unsafe_code)]
 
-use super::htdecode::HtDecodeConfig;
+use super::config::HtDecodeConfig;
+pub use super::config::{BlockLayout, HEADER_INTS};
 
 /// Relative L2 error allowed between the device and reference combine outputs (bf16 output).
 pub const COMBINE_REL_L2_TOLERANCE: f64 = 1e-2;
-
-/// Number of ints before `counts` in the preprocessing block:
-/// `[done-block counter, local_total, recv_total, total]`.
-pub const HEADER_INTS: usize = 4;
 
 // ---------------------------------------------------------------------------------------------
 // bf16 and RNG
@@ -197,41 +195,6 @@ pub struct Metadata {
     pub recv_total: i32,
     /// Pairs routed over all ranks (`offsets[E]`).
     pub total: i32,
-}
-
-/// Offsets (in ints) of each part of the device preprocessing block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlockLayout {
-    pub counts: usize,
-    pub offsets: usize,
-    pub local_counts: usize,
-    pub local_offsets: usize,
-    pub rank_counts: usize,
-    pub rank_prefix: usize,
-    /// Total length in ints.
-    pub len: usize,
-}
-
-impl BlockLayout {
-    /// The layout for `experts` experts and `ranks` ranks.
-    pub fn new(experts: usize, ranks: usize) -> Self {
-        let counts = HEADER_INTS;
-        let offsets = counts + experts;
-        let local_counts = offsets + experts + 1;
-        let local_offsets = local_counts + experts;
-        let rank_counts = local_offsets + experts + 1;
-        let rank_prefix = rank_counts + ranks * experts;
-        let len = rank_prefix + ranks * experts;
-        BlockLayout {
-            counts,
-            offsets,
-            local_counts,
-            local_offsets,
-            rank_counts,
-            rank_prefix,
-            len,
-        }
-    }
 }
 
 impl Metadata {
