@@ -146,11 +146,52 @@ pub enum KernelArg {
     U64(u64),
 }
 
-/// `cuLaunchKernel(f, grid, block, 0 bytes shared, stream, args)`.
-///
-/// `args` must follow the kernel's C parameter list (count, order and width): the launchers in
-/// `spin.rs` and `htdecode/step.rs` each mirror one `extern "C" __global__` declaration of
-/// `kernels/*.cu`, which their tests check.
+impl KernelArg {
+    fn width(self) -> usize {
+        match self {
+            KernelArg::I32(_) => 4,
+            KernelArg::U64(_) => 8,
+        }
+    }
+}
+
+/// Kernels whose parameter list matched an argument list: (function handle, widths).
+static CHECKED_SIGNATURES: std::sync::Mutex<Vec<(usize, Vec<usize>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Checks `args` against the kernel's own parameter list (`cuFuncGetParamInfo`: count and the
+/// width of each), once per kernel and argument list, so a launcher that drifts from its
+/// `.cu` declaration fails with an error instead of handing the driver a wrong layout.
+fn check_signature(f: sys::CUfunction, args: &[KernelArg]) -> Result<(), DriverError> {
+    let widths: Vec<usize> = args.iter().map(|a| a.width()).collect();
+    let mut checked = CHECKED_SIGNATURES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if checked
+        .iter()
+        .any(|(g, w)| *g == f as usize && *w == widths)
+    {
+        return Ok(());
+    }
+    let mismatch = DriverError(sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE);
+    for i in 0..=widths.len() {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: `f` is a loaded kernel; both out-pointers are to live locals.
+        let rc = unsafe { sys::cuFuncGetParamInfo(f, i, &mut offset, &mut size) };
+        match (widths.get(i), rc) {
+            (Some(&w), sys::cudaError_enum::CUDA_SUCCESS) if w == size => {}
+            // One past the last argument must be past the kernel's last parameter too.
+            (None, sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE) => {}
+            _ => return Err(mismatch),
+        }
+    }
+    checked.push((f as usize, widths));
+    Ok(())
+}
+
+/// `cuLaunchKernel(f, grid, block, 0 bytes shared, stream, args)`, after checking `args`
+/// against the kernel's parameter list (count and widths; CUDA_ERROR_INVALID_VALUE when they
+/// differ).
 pub fn launch_kernel(
     f: &cudarc::driver::CudaFunction,
     grid: (u32, u32, u32),
@@ -158,6 +199,7 @@ pub fn launch_kernel(
     stream: &CudaStream,
     args: &[KernelArg],
 ) -> Result<(), DriverError> {
+    check_signature(f.cu_function(), args)?;
     let mut values = args.to_vec();
     let mut params: Vec<*mut c_void> = values
         .iter_mut()
@@ -167,8 +209,8 @@ pub fn launch_kernel(
         })
         .collect();
     // SAFETY: every parameter points into `values`, alive until after the call (the driver
-    // copies the values at launch); their count and widths follow the kernel's declaration
-    // (see above); the function belongs to a module its owner keeps loaded.
+    // copies the values at launch); their count and widths match the kernel's parameter list
+    // (checked above); the function belongs to a module its owner keeps loaded.
     unsafe {
         cudarc::driver::result::launch_kernel(
             f.cu_function(),
