@@ -161,3 +161,26 @@ fn run_without_gpu_analyses_bundled_traces() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("bundled"));
     assert!(out_dir.join("report.md").exists());
 }
+
+/// `--origin-step` (was `--align-step`, still accepted) names itself in its refusal, and
+/// `merge --clock` (was `--align`) is what the help shows.
+#[test]
+fn renamed_flags_and_their_old_spellings() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "t.json", &synthetic::emu_experiment(5));
+    let o = dir.path().join("out");
+    for flag in ["--origin-step", "--align-step"] {
+        let out = gapscope(&["analyze", &p, flag, "1000000", "-o", o.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(one_error_line(&out).contains(&format!("{flag} 1000000")));
+        assert!(!o.exists(), "{flag}: output written");
+    }
+    let help = gapscope(&["merge", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--clock <CLOCK>"), "{help}");
+    assert!(!help.contains("--align"), "{help}");
+    let help = gapscope(&["analyze", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--origin-step <ORIGIN_STEP>"), "{help}");
+    assert!(!help.contains("--align-step"), "{help}");
+}

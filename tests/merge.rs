@@ -9,7 +9,7 @@
 //! - `two-hosts/trace-{0,1}.json`: hosts node-a and node-b; rank 1 is rank 0 with its clock
 //!   1.234 ms ahead (every timestamp + 1 234 000 ns) and ±150 ns of jitter per kernel.
 
-use gapscope::analysis::merge::{self, Align};
+use gapscope::analysis::merge::{self, ClockAlignment};
 use gapscope::trace::synthetic::{self, SyntheticCell};
 use gapscope::trace::{self, Trace};
 use serde_json::Value;
@@ -130,8 +130,12 @@ fn fixtures_are_readable_ranks() {
 #[test]
 fn recovers_a_known_clock_offset_within_1us() {
     let merged = merge::merge(two_hosts().to_vec(), paths(2), None).unwrap();
-    assert_eq!(merged.align, Align::Collectives, "hosts differ: aligned");
-    assert!(merged.align_reason.contains("node-a, node-b"));
+    assert_eq!(
+        merged.clock_alignment,
+        ClockAlignment::Collectives,
+        "hosts differ: aligned"
+    );
+    assert!(merged.clock_alignment_reason.contains("node-a, node-b"));
     assert_eq!(merged.reference_rank, 0);
     assert_eq!(merged.ranks[0].clock.offset_ns, 0);
     let clock = &merged.ranks[1].clock;
@@ -164,16 +168,21 @@ fn recovers_a_known_clock_offset_within_1us() {
 #[test]
 fn one_host_is_not_aligned_unless_asked() {
     let merged = merge::merge(one_node().to_vec(), paths(2), None).unwrap();
-    assert_eq!(merged.align, Align::None);
+    assert_eq!(merged.clock_alignment, ClockAlignment::None);
     assert!(merged.ranks.iter().all(|r| r.clock.offset_ns == 0));
     // Forced: offsets are computed (the slow rank's collectives end later on one clock, so
     // they drift, and the spread says so).
-    let forced = merge::merge(one_node().to_vec(), paths(2), Some(Align::Collectives)).unwrap();
-    assert_eq!(forced.align, Align::Collectives);
+    let forced = merge::merge(
+        one_node().to_vec(),
+        paths(2),
+        Some(ClockAlignment::Collectives),
+    )
+    .unwrap();
+    assert_eq!(forced.clock_alignment, ClockAlignment::Collectives);
     assert!(forced.ranks[1].clock.per_instance.unwrap().spread() > 5_000.0);
     assert!(forced.warnings.iter().any(|w| w.contains("varies by")));
-    // --align none across hosts: kept as recorded, with a warning.
-    let none = merge::merge(two_hosts().to_vec(), paths(2), Some(Align::None)).unwrap();
+    // --clock none across hosts: kept as recorded, with a warning.
+    let none = merge::merge(two_hosts().to_vec(), paths(2), Some(ClockAlignment::None)).unwrap();
     assert_eq!(none.ranks[1].clock.offset_ns, 0);
     assert!(none.warnings.iter().any(|w| w.contains("several hosts")));
 }
@@ -351,7 +360,7 @@ fn aligning_without_collectives_exits_2() {
         trace::write_trace(&p, &t).unwrap();
         files.push(p.display().to_string());
     }
-    let out = gapscope(&["merge", &files[0], &files[1], "--align", "collectives"]);
+    let out = gapscope(&["merge", &files[0], &files[1], "--clock", "collectives"]);
     assert_eq!(out.status.code(), Some(2));
     let line = one_error_line(&out);
     assert!(line.contains("no collective kernel"), "{line}");

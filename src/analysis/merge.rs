@@ -1,7 +1,9 @@
-//! `gapscope merge`: per-rank traces (one file per process, e.g. `trace-0.json` and
-//! `trace-1.json` written by `gapscope record` under torchrun) into one Perfetto trace with a
-//! process per (rank, cell), and one report with a row per rank and the slowest rank of each
-//! cell highlighted.
+#![forbid(unsafe_code)]
+//! The rank merge behind `gapscope merge`: per-rank traces (one file per process, e.g.
+//! `trace-0.json` and `trace-1.json` written by `gapscope record` under torchrun) put on one
+//! clock ([`ClockAlignment`]), analysed rank by rank, with a row per rank and the slowest rank
+//! of each cell marked ([`Merged`]). Its report (Markdown, JSON, the merged Perfetto trace) is
+//! rendered by [`crate::report::merge`] and written by [`crate::report::output`].
 //!
 //! # Per-rank figures
 //!
@@ -34,7 +36,7 @@
 //! (minus the smallest offset of all ranks, a common shift that keeps every timestamp
 //! non-negative and changes nothing relative).
 //!
-//! `--align collectives|none` overrides the choice; the default is `collectives` when the
+//! `--clock collectives|none` ([`ClockAlignment`]) overrides the choice; the default is `collectives` when the
 //! traces name more than one host, else `none`. Aligning on collectives needs at least one
 //! matched collective per rank (else the merge is refused: exit 2). The k-th-instance matching
 //! assumes every trace starts at the same collective: traces whose collective counts differ
@@ -42,14 +44,11 @@
 
 use crate::analysis::stats::{Change, Stat};
 use crate::analysis::{self, Analysis, AnalysisOptions};
-use crate::report::{self, PerfettoOptions, md_cell, ratio, stat_us};
+use crate::report;
 use crate::trace::{Source, Trace};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
-use std::io;
-use std::path::{Path, PathBuf};
 
 /// Kernel names starting with this are collective kernels: alignment anchors only.
 pub const COLLECTIVE_PREFIX: &str = "nccl";
@@ -57,10 +56,11 @@ pub const COLLECTIVE_PREFIX: &str = "nccl";
 /// A spread of the per-instance offset estimates above this (p10–p90, ns) gets a warning.
 const OFFSET_SPREAD_WARN_NS: f64 = 5_000.0;
 
-/// How rank clocks are put on one time base.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+/// How rank clocks are put on one time base (`merge --clock`; the report's JSON key is
+/// `align`, kept for its readers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Align {
+pub enum ClockAlignment {
     /// Shift each rank so its collective kernels end when the reference rank's do.
     Collectives,
     /// Use the recorded timestamps (ranks on one host share CLOCK_REALTIME).
@@ -91,7 +91,7 @@ pub enum MergeError {
         hint: &'static str,
     },
     #[error(
-        "--align collectives: the reference rank {rank} ({path}) has no collective kernel (name starting with \"{COLLECTIVE_PREFIX}\") to align the other ranks on; use --align none"
+        "--clock collectives: the reference rank {rank} ({path}) has no collective kernel (name starting with \"{COLLECTIVE_PREFIX}\") to align the other ranks on; use --clock none"
     )]
     ReferenceWithoutCollectives { rank: u32, path: String },
     #[error(
@@ -172,9 +172,12 @@ pub struct CellAcrossRanks {
 /// The merged traces and their report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Merged {
-    /// The alignment applied, and why.
-    pub align: Align,
-    pub align_reason: String,
+    /// The clock alignment applied, and why (JSON keys `align`, `align_reason`, as before the
+    /// option was renamed).
+    #[serde(rename = "align")]
+    pub clock_alignment: ClockAlignment,
+    #[serde(rename = "align_reason")]
+    pub clock_alignment_reason: String,
     /// The rank whose clock the others are put on.
     pub reference_rank: u32,
     /// One per trace, by rank.
@@ -285,12 +288,12 @@ pub fn shift_in_place(t: &mut Trace, by: i64) {
     }
 }
 
-/// Merges per-rank traces (`paths` name them in reports). `align`: `None` picks
-/// [`Align::Collectives`] when the traces name more than one host, else [`Align::None`].
+/// Merges per-rank traces (`paths` name them in reports). `clock`: `None` picks
+/// [`ClockAlignment::Collectives`] when the traces name more than one host, else [`ClockAlignment::None`].
 pub fn merge(
     traces: Vec<Trace>,
     paths: Vec<String>,
-    align: Option<Align>,
+    clock: Option<ClockAlignment>,
 ) -> Result<Merged, MergeError> {
     if traces.is_empty() {
         return Err(MergeError::Empty);
@@ -327,38 +330,41 @@ pub fn merge(
     }
     rank_warnings(&inputs, &mut warnings);
 
-    // Alignment.
+    // Clock alignment.
     let hosts: BTreeSet<&str> = inputs.iter().filter_map(|(t, _)| host(t)).collect();
     let host_list = hosts.iter().copied().collect::<Vec<_>>().join(", ");
-    let (align, align_reason) = match align {
-        Some(Align::Collectives) => (Align::Collectives, "--align collectives".to_owned()),
-        Some(Align::None) => {
+    let (clock_alignment, clock_alignment_reason) = match clock {
+        Some(ClockAlignment::Collectives) => (
+            ClockAlignment::Collectives,
+            "--clock collectives".to_owned(),
+        ),
+        Some(ClockAlignment::None) => {
             if hosts.len() > 1 {
                 warnings.push(format!(
-                    "--align none with traces from several hosts ({host_list}): timestamps of different hosts are as recorded, not aligned"
+                    "--clock none with traces from several hosts ({host_list}): timestamps of different hosts are as recorded, not aligned"
                 ));
             }
-            (Align::None, "--align none".to_owned())
+            (ClockAlignment::None, "--clock none".to_owned())
         }
         None if hosts.len() > 1 => (
-            Align::Collectives,
+            ClockAlignment::Collectives,
             format!("traces from {} hosts: {host_list}", hosts.len()),
         ),
         None if hosts.is_empty() => (
-            Align::None,
+            ClockAlignment::None,
             "no host in the traces' metadata: assumed one host, one clock".to_owned(),
         ),
         None => (
-            Align::None,
+            ClockAlignment::None,
             format!("one host ({host_list}): ranks share its clock"),
         ),
     };
     let reference = &inputs[0];
     let mut offsets = Vec::with_capacity(inputs.len());
     for (i, (t, p)) in inputs.iter().enumerate() {
-        let offset = match align {
-            Align::None => ClockOffset::ZERO,
-            Align::Collectives => {
+        let offset = match clock_alignment {
+            ClockAlignment::None => ClockOffset::ZERO,
+            ClockAlignment::Collectives => {
                 let offset = clock_offset(&reference.0, t).ok_or_else(|| {
                     if i == 0 {
                         MergeError::ReferenceWithoutCollectives {
@@ -371,7 +377,7 @@ pub fn merge(
                             path: p.clone(),
                             reference: reference_rank,
                             reference_path: reference.1.clone(),
-                            hint: "; use --align none",
+                            hint: "; use --clock none",
                         }
                     }
                 })?;
@@ -388,7 +394,7 @@ pub fn merge(
         };
         offsets.push(offset);
     }
-    if align == Align::Collectives {
+    if clock_alignment == ClockAlignment::Collectives {
         collective_warnings(&inputs, &offsets, &mut warnings);
     }
 
@@ -434,8 +440,8 @@ pub fn merge(
     }
     let cells = compare_ranks(&mut rows);
     Ok(Merged {
-        align,
-        align_reason,
+        clock_alignment,
+        clock_alignment_reason,
         reference_rank,
         ranks: rows,
         cells,
@@ -577,173 +583,6 @@ fn compare_ranks(rows: &mut [RankRow]) -> Vec<CellAcrossRanks> {
         out.push(summary);
     }
     out
-}
-
-/// Offset in µs with three decimals and a sign ("+1234.000", "−0.125").
-fn us3_signed(ns: f64) -> String {
-    let s = format!("{:+.3}", ns / 1000.0);
-    s.replacen('-', "−", 1)
-}
-
-impl Merged {
-    /// The report as Markdown (a PR comment).
-    pub fn markdown(&self) -> String {
-        let mut s = String::new();
-        let _ = writeln!(s, "## gapscope merge: {} ranks\n", self.ranks.len());
-        if self.ranks.iter().any(|r| r.source == Source::Synthetic) {
-            let _ = writeln!(
-                s,
-                "> **Synthetic input**: some traces were generated, not recorded on a GPU.\n"
-            );
-        }
-        let _ = writeln!(
-            s,
-            "Clock alignment: **{}**: {}; reference rank {}.{}\n",
-            match self.align {
-                Align::Collectives => "collectives",
-                Align::None => "none",
-            },
-            md_cell(&self.align_reason),
-            self.reference_rank,
-            match self.align {
-                Align::Collectives => format!(
-                    " Each rank's offset (added to its timestamps) is the median over matched \
-                     collective kernels (`{COLLECTIVE_PREFIX}*`, k-th vs the reference's k-th) \
-                     of reference end − rank end; [p10–p90] and n are over those instances."
-                ),
-                Align::None => String::new(),
-            }
-        );
-
-        // Columns: one per cell label.
-        let labels: Vec<&str> = self.cells.iter().map(|c| c.label.as_str()).collect();
-        let _ = write!(
-            s,
-            "| rank | trace | host | clock offset µs | dropped records | cells |"
-        );
-        for l in &labels {
-            let _ = write!(s, " {} period |", md_cell(l));
-        }
-        let _ = write!(s, "\n|--:|---|---|--:|--:|--:|");
-        for _ in &labels {
-            let _ = write!(s, "--:|");
-        }
-        s.push('\n');
-        for r in &self.ranks {
-            let offset = match (&r.clock.per_instance, r.rank == self.reference_rank) {
-                (_, true) if self.align == Align::Collectives => "reference".to_owned(),
-                (Some(p), _) => format!(
-                    "{} [{}–{}] n={}",
-                    us3_signed(r.clock.offset_ns as f64),
-                    us3_signed(p.p10),
-                    us3_signed(p.p90),
-                    p.n
-                ),
-                (None, _) => "0 (not aligned)".to_owned(),
-            };
-            let _ = write!(
-                s,
-                "| {} | `{}` | {} | {} | {} | {} |",
-                r.rank,
-                md_cell(&r.path),
-                r.host.as_deref().map_or("—".to_owned(), md_cell),
-                offset,
-                r.dropped_records,
-                r.cells.len()
-            );
-            for l in &labels {
-                let cell = r.cells.iter().find(|c| c.label == *l);
-                let text = match cell {
-                    None => "—".to_owned(),
-                    Some(c) => match (&c.period, c.slowest) {
-                        (None, _) => "no period".to_owned(),
-                        (Some(p), true) => format!("**{} slowest**", stat_us(p)),
-                        (Some(p), false) => stat_us(p),
-                    },
-                };
-                let _ = write!(s, " {text} |");
-            }
-            s.push('\n');
-        }
-        s.push('\n');
-
-        let _ = writeln!(s, "### Spread across ranks\n");
-        let _ = writeln!(
-            s,
-            "| cell | ranks | slowest | fastest | max/min period | slowest vs fastest |"
-        );
-        let _ = writeln!(s, "|---|--:|--:|--:|--:|---|");
-        for c in &self.cells {
-            let rank = |r: Option<u32>| r.map_or("—".to_owned(), |r| format!("rank {r}"));
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {} | {} |",
-                md_cell(&c.label),
-                c.ranks,
-                rank(c.slowest_rank),
-                rank(c.fastest_rank),
-                c.max_over_min.map_or("—".to_owned(), ratio),
-                match c.change {
-                    Some(Change::NoChange) => "inside the run-to-run spread",
-                    Some(Change::Slower) => "slower beyond the run-to-run spread",
-                    Some(Change::Faster) => "inconsistent: block medians disagree with the medians",
-                    None => "—",
-                }
-            );
-        }
-        s.push('\n');
-        if !self.warnings.is_empty() {
-            let _ = writeln!(s, "### Warnings\n");
-            for w in &self.warnings {
-                let _ = writeln!(s, "- {}", md_cell(w));
-            }
-        }
-        s.truncate(s.trim_end().len());
-        s.push('\n');
-        s
-    }
-
-    /// The report as pretty JSON: `{"gapscope_report_version", "kind": "merge", ...}`.
-    pub fn json(&self) -> String {
-        let mut doc = serde_json::Map::new();
-        doc.insert(
-            "gapscope_report_version".into(),
-            json!(report::json::REPORT_VERSION),
-        );
-        doc.insert("kind".into(), json!("merge"));
-        doc.insert(
-            "tool".into(),
-            json!(format!("gapscope {}", env!("CARGO_PKG_VERSION"))),
-        );
-        if let Ok(Value::Object(body)) = serde_json::to_value(self) {
-            doc.extend(body);
-        }
-        let mut s =
-            serde_json::to_string_pretty(&Value::Object(doc)).unwrap_or_else(|_| "null".to_owned());
-        s.push('\n');
-        s
-    }
-
-    /// The merged Chrome trace (Perfetto): one process per (rank, cell), named
-    /// "rank R: <cell label> …", every rank on the reference clock.
-    pub fn write_chrome_trace(&self, w: &mut dyn io::Write) -> io::Result<()> {
-        report::write_chrome_trace(w, &self.traces, &self.analysis, &PerfettoOptions::default())
-    }
-
-    /// Writes `report.md`, `report.json` and `trace.perfetto.json` into `dir`, all or none
-    /// ([`crate::report::output::OutputSet`]).
-    pub fn write_outputs(
-        &self,
-        dir: &Path,
-    ) -> Result<Vec<PathBuf>, crate::report::output::OutputError> {
-        let names = ["report.md", "report.json", "trace.perfetto.json"];
-        let mut set = crate::report::output::OutputSet::create(dir)?;
-        set.add(names[0], |w| w.write_all(self.markdown().as_bytes()))?;
-        set.add(names[1], |w| w.write_all(self.json().as_bytes()))?;
-        set.add(names[2], |w| self.write_chrome_trace(w))?;
-        let written = set.commit(&names)?;
-        Ok(written.iter().map(|n| dir.join(n)).collect())
-    }
 }
 
 #[cfg(test)]

@@ -1,3 +1,4 @@
+#![forbid(unsafe_code)]
 //! `gapscope record -- CMD [ARGS…]`: runs an unmodified program with gapscope's CUDA injection
 //! library (see [`crate::record::inject`]) and reports the trace each of its processes wrote.
 //!
@@ -23,17 +24,15 @@ pub const INJECTION_LIB_VAR: &str = "GAPSCOPE_INJECTION_LIB";
 /// Said when no process wrote a trace.
 pub const NO_TRACE: &str = "no trace written: the program did not initialise CUDA (or the injection library was not loaded)";
 
-/// Arguments of `gapscope record`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct RecordArgs {
+/// What `gapscope record` runs and where its traces go (the command line's `record` arguments
+/// convert into this).
+#[derive(Debug, Clone)]
+pub struct RecordOptions {
     /// Folder for the traces (one `trace-<rank>.json` per process).
-    #[arg(short, long, default_value = "gapscope-out")]
     pub output: PathBuf,
     /// NVTX range that marks one step (e.g. `step` for `torch.cuda.nvtx.range("step")`).
-    #[arg(long, value_name = "NAME")]
     pub step_range: Option<String>,
-    /// The program to trace and its arguments (after `--`).
-    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    /// The program to trace and its arguments.
     pub command: Vec<OsString>,
 }
 
@@ -112,7 +111,7 @@ fn preload_list(lib: &Path, existing: Option<std::ffi::OsString>) -> std::ffi::O
 }
 
 /// Runs `gapscope record`; returns the child's exit status.
-pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().ok();
     let cwd = std::env::current_dir().ok();
     let lib = find_injection_library(

@@ -1,3 +1,4 @@
+#![forbid(unsafe_code)]
 //! Hand-built traces and analysis results for the report tests (no analysis code involved).
 
 use crate::analysis::stats::{Change, Geomean, Stat};
@@ -40,7 +41,7 @@ const SHAPE: [(&str, OpKind, u32, u64, u64); 5] = [
 fn requested(regime: &str, mode: u32) -> BTreeMap<String, serde_json::Value> {
     let mut m = BTreeMap::new();
     m.insert("T".to_owned(), serde_json::json!(8));
-    m.insert("pattern".to_owned(), serde_json::json!("replay"));
+    m.insert("launch".to_owned(), serde_json::json!("replay"));
     m.insert("regime".to_owned(), serde_json::json!(regime));
     m.insert(
         crate::trace::GRAPH_USAGE_MODE_KEY.to_owned(),

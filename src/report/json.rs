@@ -1,3 +1,4 @@
+#![forbid(unsafe_code)]
 //! JSON summary: the analysis model (it derives `Serialize`) wrapped in
 //! `{"gapscope_report_version": 1, "kind": ..., ...}`.
 //!

@@ -1,13 +1,18 @@
+#![forbid(unsafe_code)]
 //! Outputs: Perfetto (Chrome trace JSON), Markdown (a PR comment), JSON summary, SVG of one
-//! aligned step.
+//! aligned step, the rank-merge report ([`merge`]), stdout summaries ([`summary`]) and the one
+//! writer of output sets ([`output`]).
 //!
-//! Every function here is pure: it reads the traces and the analysis results
-//! ([`crate::analysis::Analysis`], [`crate::analysis::Comparison`]) and returns a `String` or
-//! writes to a `&mut dyn std::io::Write`. Writing files (atomically) is the caller's job, through
-//! [`crate::trace::write_atomically`] / [`crate::trace::write_atomically_with`].
+//! Every renderer is pure: it reads the traces and the analysis results
+//! ([`crate::analysis::Analysis`], [`crate::analysis::Comparison`],
+//! [`crate::analysis::merge::Merged`]) and returns a `String` or writes to a
+//! `&mut dyn std::io::Write`. Files are written only by [`output`]: every `-o DIR` set (analyze,
+//! run, compare, merge) all or nothing through [`output::OutputSet`]; `export`'s single file
+//! goes through [`crate::trace::write_atomically`].
 
 pub mod json;
 pub mod markdown;
+pub mod merge;
 pub mod output;
 pub mod perfetto;
 pub mod remedies;
@@ -210,7 +215,7 @@ mod end_to_end {
         let json: serde_json::Value = serde_json::from_str(&analysis_json(&a)).unwrap();
         assert_eq!(json["gapscope_report_version"], 1);
         for align in [None, Some(1)] {
-            let chrome = chrome_trace(&traces, &a, &PerfettoOptions { align_steps: align });
+            let chrome = chrome_trace(&traces, &a, &PerfettoOptions { origin_step: align });
             let v: serde_json::Value = serde_json::from_str(&chrome).unwrap();
             assert!(v["traceEvents"].as_array().unwrap().len() > 100);
         }
@@ -226,7 +231,7 @@ mod end_to_end {
                 &traces,
                 &a,
                 &PerfettoOptions {
-                    align_steps: Some(1),
+                    origin_step: Some(1),
                 },
             );
             std::fs::write(dir.join("e2e.perfetto.json"), chrome).unwrap();

@@ -1,4 +1,7 @@
-//! Writing a set of outputs into one folder (`-o DIR`): all of them or none.
+#![forbid(unsafe_code)]
+//! The one writer of output sets (`-o DIR`): all of them or none. [`write_analysis_set`]
+//! (analyze, run), [`write_comparison_set`] (compare) and [`write_merge_set`] (merge, and run's
+//! per-rank merges) render their files and write them through [`OutputSet`].
 //!
 //! Every file of the set is written to a temporary file beside its target first; only when all
 //! are complete are they renamed into place, and files of the set that this run did not produce
@@ -7,7 +10,9 @@
 //! that are symlinks are followed; devices and FIFOs are written in place (they cannot be
 //! replaced) as soon as they are filled.
 
-use crate::trace::{StagedOutput, TraceError, stage_output};
+use crate::analysis::merge::Merged;
+use crate::analysis::{Analysis, Comparison};
+use crate::trace::{StagedOutput, Trace, TraceError, stage_output};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -103,6 +108,82 @@ impl OutputSet {
         }
         Ok(std::mem::take(&mut self.written))
     }
+}
+
+/// The files of an analysis set (`analyze -o`, `run`); `step.svg` only with an eager/graphed
+/// pair to draw (a stale one is removed).
+pub const ANALYSIS_SET: [&str; 4] = [
+    "report.md",
+    "report.json",
+    "trace.perfetto.json",
+    "step.svg",
+];
+
+/// The files of a comparison set (`compare -o`).
+pub const COMPARISON_SET: [&str; 2] = ["compare.md", "compare.json"];
+
+/// The files of a rank-merge set (`merge -o`, `run`'s `merged/` folders).
+pub const MERGE_SET: [&str; 3] = ["report.md", "report.json", "trace.perfetto.json"];
+
+/// Writes the analysis set into `dir`: the Markdown and JSON reports, the Perfetto trace and,
+/// when the analysis has an eager/graphed pair, `step.svg` of [`super::svg::worst_pair`].
+/// `origin_step`: the step put at one origin in the Perfetto trace, and the step drawn (else
+/// step 1). Returns the names written.
+pub fn write_analysis_set(
+    dir: &Path,
+    traces: &[Trace],
+    analysis: &Analysis,
+    origin_step: Option<usize>,
+) -> Result<Vec<String>, OutputError> {
+    let mut set = OutputSet::create(dir)?;
+    set.add("report.md", |w| {
+        w.write_all(super::markdown::analysis_markdown(analysis).as_bytes())
+    })?;
+    set.add("report.json", |w| {
+        w.write_all(super::json::analysis_json(analysis).as_bytes())
+    })?;
+    let opts = super::perfetto::PerfettoOptions { origin_step };
+    set.add("trace.perfetto.json", |w| {
+        super::perfetto::write_chrome_trace(w, traces, analysis, &opts)
+    })?;
+    if let Some(pair) = super::svg::worst_pair(analysis) {
+        let step = origin_step.unwrap_or(1);
+        set.add("step.svg", |w| {
+            w.write_all(super::svg::step_svg(traces, analysis, pair, step).as_bytes())
+        })?;
+    }
+    set.commit(&ANALYSIS_SET)
+}
+
+/// Writes `compare.md` and `compare.json` into `dir`. Returns the names written.
+pub fn write_comparison_set(
+    dir: &Path,
+    comparison: &Comparison,
+) -> Result<Vec<String>, OutputError> {
+    let mut set = OutputSet::create(dir)?;
+    set.add("compare.md", |w| {
+        w.write_all(super::markdown::comparison_markdown(comparison).as_bytes())
+    })?;
+    set.add("compare.json", |w| {
+        w.write_all(super::json::comparison_json(comparison).as_bytes())
+    })?;
+    set.commit(&COMPARISON_SET)
+}
+
+/// Writes the rank-merge report (`report.md`, `report.json`) and the merged Perfetto trace into
+/// `dir`. Returns the names written.
+pub fn write_merge_set(dir: &Path, merged: &Merged) -> Result<Vec<String>, OutputError> {
+    let mut set = OutputSet::create(dir)?;
+    set.add("report.md", |w| {
+        w.write_all(super::merge::merge_markdown(merged).as_bytes())
+    })?;
+    set.add("report.json", |w| {
+        w.write_all(super::merge::merge_json(merged).as_bytes())
+    })?;
+    set.add("trace.perfetto.json", |w| {
+        super::merge::write_merge_chrome_trace(merged, w)
+    })?;
+    set.commit(&MERGE_SET)
 }
 
 #[cfg(test)]

@@ -1,3 +1,4 @@
+#![forbid(unsafe_code)]
 //! Markdown for remedies: "What to change" (an analysis) and "Predicted vs realised" (a
 //! comparison). The remedies themselves are data in [`crate::analysis::remedy`].
 

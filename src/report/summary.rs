@@ -1,3 +1,4 @@
+#![forbid(unsafe_code)]
 //! What the terminal shows: a screen, not a report. The verdict, the mode comparison, the cells
 //! with their periods, the largest gaps with their causes, and where the full report is.
 

@@ -1,3 +1,4 @@
+#![forbid(unsafe_code)]
 //! A standalone SVG of one aligned step: base (eager) on top, head (graphed) below, one row per
 //! stream, gaps coloured by cause with a legend, and dashed lines joining aligned ops.
 //!
@@ -19,6 +20,15 @@ const TITLE_H: f64 = 22.0;
 const AXIS_H: f64 = 30.0;
 const PANEL_GAP: f64 = 26.0;
 const CHAR_W: f64 = 6.2;
+
+/// The pair `step.svg` draws: the one where the graph loses most against eager, what a reader
+/// wants to see. `None` without an eager/graphed pair.
+pub fn worst_pair(analysis: &Analysis) -> Option<&CellComparison> {
+    analysis.regime_pairs.iter().max_by(|a, b| {
+        let d = |p: &CellComparison| p.period_delta.unwrap_or(f64::MIN);
+        d(a).total_cmp(&d(b))
+    })
+}
 
 /// One aligned step of a regime pair of `analysis` (`pair.base`, `pair.head` index
 /// `analysis.cells`); `step` indexes each cell's steps.

@@ -1,16 +1,24 @@
-//! Markdown reports, shaped as a PR comment: inputs (with dropped records and a loud note for
-//! synthetic traces), per-workload tables of the step period, the geomean with its range, the
-//! largest gaps and their causes, idle time by cause, the kernel-duration check and warnings.
+#![forbid(unsafe_code)]
+//! Markdown reports, shaped as a PR comment. Here the analysis report (`report.md`): inputs
+//! (with dropped records and a loud note for synthetic traces), per-workload tables of the step
+//! period, the geomean with its range, the largest gaps and their causes, idle time by cause,
+//! the kernel-duration check and warnings; and the sections the comparison shares with it.
+//! The `compare` reports are in [`comparison`].
 //!
 //! Every time is in µs with two decimals; every figure carries n, the median and the p10–p90
 //! spread. A difference inside the run-to-run spread reads "no change".
 
 use super::{md_cell, ratio, stat_us, us2, us2_signed};
 use crate::analysis::stats::{Change, Geomean, Stat};
-use crate::analysis::{Analysis, CellAnalysis, CellComparison, Comparison, OpKind, Regime};
+use crate::analysis::{Analysis, CellAnalysis, CellComparison, OpKind, Regime};
 use crate::trace::Source;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+
+mod comparison;
+
+pub use comparison::{comparison_github, comparison_markdown};
+pub(crate) use comparison::{pair_name, verdict_line};
 
 /// How many gaps the "largest gaps" tables list.
 const TOP_GAPS: usize = 5;
@@ -152,149 +160,6 @@ fn unpaired_gaps_section(s: &mut String, a: &Analysis) {
     }
 }
 
-/// The report of `compare BASE HEAD`, with the threshold verdict first and last.
-pub fn comparison_markdown(c: &Comparison) -> String {
-    let mut s = String::new();
-    let verdict = verdict_line(c);
-    let _ = writeln!(s, "## gapscope compare: base vs head\n");
-    let _ = writeln!(s, "**{verdict}**\n");
-    inputs_section(&mut s, &c.base, Some("Base inputs"));
-    inputs_section(&mut s, &c.head, Some("Head inputs"));
-    warnings_section(&mut s, &[("base ", &c.base), ("head ", &c.head)]);
-
-    let _ = writeln!(s, "### Step period, base → head\n");
-    let _ = writeln!(
-        s,
-        "| cell (base → head) | base period µs | head period µs | head/base | change | Δ median µs |"
-    );
-    let _ = writeln!(s, "|---|--:|--:|--:|---|--:|");
-    for m in &c.cells {
-        let bp = c.base.cells.get(m.base).and_then(|x| x.period.as_ref());
-        let hp = c.head.cells.get(m.head).and_then(|x| x.period.as_ref());
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {} |",
-            md_cell(&pair_name(m)),
-            opt_stat_cell(bp),
-            opt_stat_cell(hp),
-            m.ratio.map_or("—".to_owned(), ratio),
-            change_label(m.change),
-            m.period_delta.map_or("—".to_owned(), us2_signed),
-        );
-    }
-    let _ = writeln!(s);
-    match &c.geomean_ratio {
-        Some(g) => {
-            let _ = writeln!(s, "{}\n", geomean_line("head/base period", "cell", g));
-        }
-        None => {
-            let _ = writeln!(
-                s,
-                "No matched cell with periods on both sides: no geomean.\n"
-            );
-        }
-    }
-
-    let _ = writeln!(s, "{}", super::remedies::realised_section(c));
-    let _ = writeln!(s, "### What explains the differences\n");
-    for m in &c.cells {
-        let _ = writeln!(s, "- **{}**: {}", md_cell(&pair_name(m)), explain(m));
-        for op in top_gap_deltas(m, 3) {
-            let _ = writeln!(s, "  - {op}");
-        }
-    }
-    let _ = writeln!(s);
-    let _ = writeln!(s, "### Kernel durations, base → head\n");
-    for m in &c.cells {
-        let (Some(b), Some(h)) = (c.base.cells.get(m.base), c.head.cells.get(m.head)) else {
-            continue;
-        };
-        let _ = writeln!(
-            s,
-            "- {}: {}",
-            md_cell(&pair_name(m)),
-            duration_check(m, b, h)
-        );
-    }
-    let _ = writeln!(s);
-
-    if !c.unmatched.is_empty() {
-        let _ = writeln!(s, "### Unmatched cells (not compared)\n");
-        for u in &c.unmatched {
-            let _ = writeln!(s, "- {}", md_cell(u));
-        }
-        let _ = writeln!(s);
-    }
-    let _ = writeln!(s, "**{verdict}**");
-    s
-}
-
-/// The PR table of `compare --format github`: the verdict, per cell base vs head with n and
-/// spread, the ratio and change, the geomean with its range, the causes that moved most, and
-/// whether the predicted savings were realised. Fit for a PR comment or
-/// `$GITHUB_STEP_SUMMARY`.
-pub fn comparison_github(c: &Comparison) -> String {
-    let mut s = String::new();
-    let icon = if c.breached.is_empty() { "✅" } else { "❌" };
-    let _ = writeln!(s, "### gapscope: {icon} {}\n", verdict_line(c));
-    let _ = writeln!(
-        s,
-        "| cell | base µs | head µs | head/base | change | largest gap change |"
-    );
-    let _ = writeln!(s, "|---|--:|--:|--:|---|---|");
-    for m in &c.cells {
-        let bp = c.base.cells.get(m.base).and_then(|x| x.period.as_ref());
-        let hp = c.head.cells.get(m.head).and_then(|x| x.period.as_ref());
-        let moved = m.gap_growth_by_cause.first().map_or("—".to_owned(), |g| {
-            format!("{} µs {}", us2_signed(g.2), md_cell(g.0.label()))
-        });
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {moved} |",
-            md_cell(&pair_name(m)),
-            opt_stat_cell(bp),
-            opt_stat_cell(hp),
-            m.ratio.map_or("—".to_owned(), ratio),
-            change_label(m.change),
-        );
-    }
-    if let Some(g) = &c.geomean_ratio {
-        let _ = writeln!(s, "\n{}", geomean_line("head/base period", "cell", g));
-    }
-    if !c.realised.is_empty() {
-        let _ = writeln!(s, "\n{}", super::remedies::realised_section(c).trim_end());
-    }
-    if !c.unmatched.is_empty() {
-        let _ = writeln!(s, "\nNot compared: {}", md_cell(&c.unmatched.join("; ")));
-    }
-    s
-}
-
-pub(crate) fn verdict_line(c: &Comparison) -> String {
-    if c.breached.is_empty() {
-        format!(
-            "PASS: no cell slower than {:.2}× beyond spread ({} cells compared)",
-            c.threshold,
-            c.cells.len()
-        )
-    } else {
-        format!(
-            "FAIL: {} cell(s) slower than {:.2}× beyond spread: {}",
-            c.breached.len(),
-            c.threshold,
-            c.breached.join("; ")
-        )
-    }
-}
-
-pub(crate) fn pair_name(m: &CellComparison) -> String {
-    if m.base_label == m.head_label {
-        m.base_label.clone()
-    } else {
-        format!("{} → {}", m.base_label, m.head_label)
-    }
-}
-
 /// "external event wait +1.00 µs (100 % of the period delta), ..." for one matched pair.
 fn explain(m: &CellComparison) -> String {
     let Some(delta) = m.period_delta else {
@@ -335,33 +200,6 @@ fn explain(m: &CellComparison) -> String {
         s += &format!(". The graphs differ by: {}", md_cell(d));
     }
     s
-}
-
-/// The aligned positions whose gap before changed most, as lines.
-fn top_gap_deltas(m: &CellComparison, n: usize) -> Vec<String> {
-    let mut v: Vec<_> = m
-        .aligned
-        .iter()
-        .filter_map(|a| Some((a, a.gap_before_delta.filter(|d| d.is_finite())?)))
-        .filter(|(_, d)| d.abs() >= 5.0)
-        .collect();
-    v.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()));
-    v.into_iter()
-        .take(n)
-        .map(|(a, d)| {
-            let cause = a
-                .head_gap_cause
-                .as_deref()
-                .or(a.base_gap_cause.as_deref())
-                .unwrap_or("unattributed");
-            format!(
-                "gap before `{}` {} µs ({})",
-                md_cell(&super::short_op_name(&a.name)),
-                us2_signed(d),
-                md_cell(cause)
-            )
-        })
-        .collect()
 }
 
 fn change_label(c: Option<Change>) -> String {
@@ -885,7 +723,7 @@ mod tests {
             "{md}"
         );
         // The period table: graphed row with ratio and change, eager row as base.
-        assert!(md.contains("### Workload `T=8,pattern=\"replay\"`"), "{md}");
+        assert!(md.contains("### Workload `T=8,launch=\"replay\"`"), "{md}");
         assert!(
             md.contains("| graphed mode=2 T=8 | graphed | 2 (mixing) | 3 | 28.00 | 28.00–28.00 | — | 28.00 [27.92–28.08] n=2 | 1.04× | slower |"),
             "{md}"

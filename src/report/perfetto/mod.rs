@@ -1,3 +1,4 @@
+#![forbid(unsafe_code)]
 //! Chrome trace JSON (`{"traceEvents":[...],"displayTimeUnit":"ns"}`) that ui.perfetto.dev and
 //! chrome://tracing load, showing every cell one above the other with its gaps named by cause.
 //!
@@ -21,23 +22,29 @@
 //! records overlap on one stream (clock jitter between records) or one host thread (nested
 //! runtime/driver calls), the later slice goes to an overflow track named "stream N
 //! (overflow k)". Slices that merely touch (one ends where the next starts) share a track.
+//!
+//! This file lays the events out (processes, tracks, lanes, origins); [`events`] encodes them.
 
 use crate::analysis::{Analysis, CellAnalysis, Op, OpKind};
 use crate::trace::{ApiCall, Source, Trace};
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::io::{self, Write};
+
+mod events;
+
+pub use events::fmt_us;
+use events::{EventWriter, NameCache, json_str};
 
 /// Options of the Chrome trace export.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PerfettoOptions {
-    /// When `Some(k)`: each process is shifted so that the window of its step `k` (the cell's
+    /// `--origin-step`: when `Some(k)`, each process is shifted so that the window of its step `k` (the cell's
     /// last step when it has fewer) starts at the same instant in every process, so regimes line
     /// up. That instant is the smallest one that keeps every timestamp non-negative (it is 0
     /// when nothing precedes step `k`'s window, e.g. `k = 0` without launch calls before it).
     /// When `None`: recorded times, minus one origin common to all traces (the earliest
     /// timestamp written), so numbers stay small.
-    pub align_steps: Option<usize>,
+    pub origin_step: Option<usize>,
 }
 
 /// The Chrome trace as one string. Prefer [`write_chrome_trace`] for large traces.
@@ -150,7 +157,7 @@ fn shifts(
     earliest: &[Option<u64>],
     opts: &PerfettoOptions,
 ) -> Vec<Option<Shift>> {
-    match opts.align_steps {
+    match opts.origin_step {
         None => {
             let origin = earliest.iter().flatten().copied().min().unwrap_or(0);
             earliest
@@ -453,8 +460,7 @@ fn write_cell(
                     a.num("corr", u64::from(op.corr));
                     a.num("graph", u64::from(op.graph));
                     // As hex text: node ids exceed the 2^53 a JavaScript number holds exactly.
-                    a.key("node");
-                    let _ = write!(a.0, "\"{:#x}\"", op.node);
+                    a.hex("node", op.node);
                     a.num("duration_ns", op.end.saturating_sub(op.start));
                     a.num("step", step as u64);
                 })?;
@@ -500,224 +506,6 @@ fn write_cell(
 /// the slice may not be open yet in the importer's order).
 fn mid(e: &Ev) -> u64 {
     e.start + (e.end - e.start) / 2
-}
-
-/// `ns` as microseconds with exactly three decimals, from integers: 1234567 → "1234.567".
-pub fn fmt_us(ns: u64) -> String {
-    let mut s = String::new();
-    push_us(&mut s, ns);
-    s
-}
-
-fn push_us(s: &mut String, ns: u64) {
-    push_u64(s, ns / 1000);
-    let r = ns % 1000;
-    s.push('.');
-    for d in [r / 100, r / 10 % 10, r % 10] {
-        s.push(char::from(b'0' + d as u8));
-    }
-}
-
-/// Decimal digits of `v`, without `core::fmt` (the export writes millions of numbers).
-fn push_u64(s: &mut String, mut v: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    s.push_str(std::str::from_utf8(&digits[i..]).expect("ASCII digits"));
-}
-
-fn json_str(s: &str) -> String {
-    serde_json::to_string(s).expect("a str always serialises")
-}
-
-/// JSON-escaped trace strings, escaped once each.
-struct NameCache<'t> {
-    trace: Option<&'t Trace>,
-    escaped: Vec<Option<Box<str>>>,
-}
-
-impl<'t> NameCache<'t> {
-    fn new(trace: Option<&'t Trace>) -> NameCache<'t> {
-        NameCache {
-            trace,
-            escaped: vec![None; trace.map_or(0, |t| t.strings.len())],
-        }
-    }
-
-    /// The JSON string literal (quotes included) of string `id`.
-    fn get(&mut self, id: u32) -> &str {
-        match self.escaped.get_mut(id as usize) {
-            Some(slot) => slot.get_or_insert_with(|| {
-                json_str(self.trace.map_or("?", |t| t.str(id))).into_boxed_str()
-            }),
-            None => "\"?\"",
-        }
-    }
-}
-
-/// The `args` object of an event, appended to the event's buffer (keys are fixed identifiers).
-struct Args<'b>(&'b mut String, bool);
-
-impl Args<'_> {
-    fn key(&mut self, k: &str) {
-        if self.1 {
-            self.0.push(',');
-        }
-        self.1 = true;
-        self.0.push('"');
-        self.0.push_str(k);
-        self.0.push_str("\":");
-    }
-    fn num(&mut self, k: &str, v: u64) {
-        self.key(k);
-        push_u64(self.0, v);
-    }
-    fn bool(&mut self, k: &str, v: bool) {
-        self.key(k);
-        self.0.push_str(if v { "true" } else { "false" });
-    }
-    fn str(&mut self, k: &str, v: &str) {
-        self.key(k);
-        self.0.push_str(&json_str(v));
-    }
-    /// `v` is already JSON.
-    fn raw(&mut self, k: &str, v: &str) {
-        self.key(k);
-        self.0.push_str(v);
-    }
-}
-
-/// Writes the `traceEvents` array one event per line, commas between; each event is built in
-/// one reusable buffer and written with one call.
-struct EventWriter<'a> {
-    w: &'a mut dyn Write,
-    first: bool,
-    buf: String,
-}
-
-impl<'a> EventWriter<'a> {
-    fn new(w: &'a mut dyn Write) -> io::Result<EventWriter<'a>> {
-        w.write_all(b"{\"traceEvents\":[\n")?;
-        Ok(EventWriter {
-            w,
-            first: true,
-            buf: String::with_capacity(512),
-        })
-    }
-
-    /// Starts an event: clears the buffer and puts the separator.
-    fn begin(&mut self) -> &mut String {
-        self.buf.clear();
-        if !self.first {
-            self.buf.push_str(",\n");
-        }
-        self.first = false;
-        &mut self.buf
-    }
-
-    fn end(&mut self) -> io::Result<()> {
-        self.w.write_all(self.buf.as_bytes())
-    }
-
-    fn meta_process(&mut self, pid: u64, name: &str, sort_index: usize) -> io::Result<()> {
-        let b = self.begin();
-        let _ = write!(
-            b,
-            "{{\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"name\":\"process_name\",\"args\":{{\"name\":{}}}}}",
-            json_str(name)
-        );
-        self.end()?;
-        let b = self.begin();
-        let _ = write!(
-            b,
-            "{{\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"name\":\"process_sort_index\",\"args\":{{\"sort_index\":{sort_index}}}}}"
-        );
-        self.end()
-    }
-
-    fn meta_thread(&mut self, pid: u64, tid: u64, name: &str) -> io::Result<()> {
-        let b = self.begin();
-        let _ = write!(
-            b,
-            "{{\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"name\":\"thread_name\",\"args\":{{\"name\":{}}}}}",
-            json_str(name)
-        );
-        self.end()?;
-        let b = self.begin();
-        let _ = write!(
-            b,
-            "{{\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"name\":\"thread_sort_index\",\"args\":{{\"sort_index\":{tid}}}}}"
-        );
-        self.end()
-    }
-
-    /// A complete ("X") slice; `name` is a JSON string literal; `args` fills the args object.
-    #[allow(clippy::too_many_arguments)]
-    fn slice(
-        &mut self,
-        pid: u64,
-        tid: u64,
-        ts: u64,
-        dur: u64,
-        name: &str,
-        cat: &str,
-        args: impl FnOnce(&mut Args<'_>),
-    ) -> io::Result<()> {
-        let b = self.begin();
-        b.push_str("{\"ph\":\"X\",\"pid\":");
-        push_u64(b, pid);
-        b.push_str(",\"tid\":");
-        push_u64(b, tid);
-        b.push_str(",\"ts\":");
-        push_us(b, ts);
-        b.push_str(",\"dur\":");
-        push_us(b, dur);
-        b.push_str(",\"name\":");
-        b.push_str(name);
-        b.push_str(",\"cat\":\"");
-        b.push_str(cat);
-        b.push_str("\",\"args\":{");
-        args(&mut Args(b, false));
-        b.push_str("}}");
-        self.end()
-    }
-
-    /// Flow start ("s", bound to the enclosing launch call) or end ("f", bound to the enclosing
-    /// op: `"bp":"e"`); both are placed mid-slice.
-    fn flow(&mut self, pid: u64, tid: u64, ts: u64, id: u64, end: bool) -> io::Result<()> {
-        let (ph, bp) = if end {
-            ("f", ",\"bp\":\"e\"")
-        } else {
-            ("s", "")
-        };
-        let b = self.begin();
-        b.push_str("{\"ph\":\"");
-        b.push_str(ph);
-        b.push_str("\",\"pid\":");
-        push_u64(b, pid);
-        b.push_str(",\"tid\":");
-        push_u64(b, tid);
-        b.push_str(",\"ts\":");
-        push_us(b, ts);
-        b.push_str(",\"id\":");
-        push_u64(b, id);
-        b.push_str(",\"name\":\"launch\",\"cat\":\"launch\"");
-        b.push_str(bp);
-        b.push('}');
-        self.end()
-    }
-
-    fn finish(self) -> io::Result<()> {
-        self.w.write_all(b"\n],\"displayTimeUnit\":\"ns\"}\n")?;
-        self.w.flush()
-    }
 }
 
 #[cfg(test)]
@@ -882,7 +670,7 @@ mod tests {
                 &traces,
                 &a,
                 &PerfettoOptions {
-                    align_steps: Some(k),
+                    origin_step: Some(k),
                 },
             ));
             let starts: Vec<u64> = events(&v)

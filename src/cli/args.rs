@@ -1,0 +1,214 @@
+#![forbid(unsafe_code)]
+//! Every clap struct of the command line, and their conversions into the library's plain
+//! types ([`RecordArgs`] → [`RecordOptions`], [`ClockArg`] → [`ClockAlignment`]).
+//!
+//! Renamed flags keep their old spelling as a hidden alias, so scripts do not break:
+//! `--origin-step` (was `--align-step`) and `merge --clock` (was `merge --align`).
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use gapscope::analysis::merge::ClockAlignment;
+use gapscope::record::launch::RecordOptions;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "gapscope",
+    version,
+    about = "Where did my graphed CUDA step lose time, and did the fix remove it?",
+    long_about = "gapscope records a step eagerly and as a replayed CUDA graph under CUPTI, aligns the two \
+kernel timelines, attributes every idle gap to a cause from the graph DAG and API records \
+(e.g. the external event wait NCCL graph usage mode 2 puts in front of a captured ncclAllGather), \
+and writes Perfetto, Markdown, JSON and SVG outputs.",
+    after_help = "Examples:\n  gapscope run                      # record on the GPU, or analyse the bundled H200 traces\n  gapscope analyze traces/*.json -o out\n  gapscope compare mode2.json mode1.json --threshold 1.02"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Analyse trace files: steps, eager ↔ graphed alignment, gaps by cause.
+    #[command(
+        after_help = "Example:\n  gapscope analyze traces/emu-h200.json -o out   # writes out/report.md, report.json, trace.perfetto.json, step.svg"
+    )]
+    Analyze {
+        /// Trace files (gapscope JSON).
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Compare BASE with HEAD (e.g. mode 2 vs mode 1, or main vs a PR); exit 3 when HEAD is
+    /// slower than --threshold beyond the run-to-run spread.
+    #[command(
+        after_help = "Example:\n  gapscope compare main.json pr.json --threshold 1.02 || echo 'graphed step regressed'"
+    )]
+    Compare {
+        /// Trace file or folder of trace files (*.json) for the base.
+        base: PathBuf,
+        /// Trace file or folder of trace files for the head.
+        head: PathBuf,
+        /// Largest allowed head/base period ratio (1.02 = 2 % slower).
+        #[arg(long, default_value_t = 1.02)]
+        threshold: f64,
+        /// `github`: print the PR table (Markdown for a pull-request comment or
+        /// $GITHUB_STEP_SUMMARY) instead of the summary.
+        #[arg(long, value_enum)]
+        format: Option<CompareFormat>,
+        /// Only the base cells whose request has KEY=VALUE (e.g. graph_usage_mode=2).
+        #[arg(long, value_name = "KEY=VALUE")]
+        base_select: Option<String>,
+        /// Only the head cells whose request has KEY=VALUE (e.g. graph_usage_mode=1).
+        #[arg(long, value_name = "KEY=VALUE")]
+        head_select: Option<String>,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Export one output format of an analysis to a file.
+    #[command(
+        after_help = "Example:\n  gapscope export traces/emu-h200.json --format perfetto -o emu.perfetto.json --origin-step 5"
+    )]
+    Export {
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value_t = Format::Perfetto)]
+        format: Format,
+        /// Output file.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Perfetto/SVG: put step K of every cell at the same origin.
+        #[arg(long, alias = "align-step")]
+        origin_step: Option<usize>,
+    },
+    /// Run the HT-decode experiment on the GPU (eager and graphed, graph usage modes, T sweep)
+    /// and analyse it; without a GPU, analyse the bundled H200 traces instead.
+    #[command(
+        after_help = "Example:\n  gapscope run -o out            # GPU: records live; no GPU: bundled traces\n  gapscope run --tokens 1,8,64 --modes 1,2 --steps 300"
+    )]
+    Run(RunArgs),
+    /// Check the HT-decode kernels against the CPU reference on the GPU.
+    #[command(after_help = "Example:\n  gapscope check-kernels --tokens 1,8,512")]
+    CheckKernels {
+        #[arg(long, value_delimiter = ',', default_value = "1,8,512")]
+        tokens: Vec<usize>,
+    },
+    /// Trace an unmodified CUDA program through CUDA injection: one trace per process.
+    #[command(
+        after_help = "Example:\n  gapscope record -o traces --step-range step -- python examples/torch_step.py\n  gapscope analyze traces/trace-*.json"
+    )]
+    Record(RecordArgs),
+    /// Merge per-rank traces (trace-0.json, trace-1.json…) into one Perfetto trace and one
+    /// report with a row per rank, the slowest rank highlighted.
+    #[command(
+        after_help = "Example:\n  gapscope merge traces/trace-*.json -o out   # out/report.md, report.json, trace.perfetto.json"
+    )]
+    Merge {
+        /// Per-rank trace files, or folders of them (*.json).
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        /// Folder for report.md, report.json and trace.perfetto.json.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Print the JSON report on stdout instead of the Markdown summary.
+        #[arg(long)]
+        json: bool,
+        /// Clock alignment; default: collectives when the traces name several hosts, else none.
+        #[arg(long, value_enum, alias = "align")]
+        clock: Option<ClockArg>,
+    },
+}
+
+#[derive(Args, Clone)]
+pub struct OutputArgs {
+    /// Folder for report.md, report.json, trace.perfetto.json and step.svg.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Print the JSON report on stdout instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Print the whole Markdown report on stdout instead of the summary.
+    #[arg(long)]
+    pub full: bool,
+    /// Perfetto/SVG: put step K of every cell at the same origin.
+    #[arg(long, alias = "align-step")]
+    pub origin_step: Option<usize>,
+    /// Use the host ranges of this name (NVTX ranges, torch record_function) as the steps.
+    #[arg(long, value_name = "NAME")]
+    pub step_range: Option<String>,
+}
+
+#[derive(Args, Clone)]
+pub struct RunArgs {
+    /// Output folder.
+    #[arg(short, long, default_value = "gapscope-out")]
+    pub output: PathBuf,
+    /// Print the JSON report on stdout instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Print the whole Markdown report on stdout instead of the summary.
+    #[arg(long)]
+    pub full: bool,
+    /// Analyse the bundled traces even when a GPU is present.
+    #[arg(long)]
+    pub bundled: bool,
+    // The sweep's own clap struct still lives in the library (src/workload/sweep.rs).
+    #[command(flatten)]
+    pub sweep: gapscope::workload::SweepArgs,
+}
+
+/// Arguments of `gapscope record`.
+#[derive(Debug, Clone, Args)]
+pub struct RecordArgs {
+    /// Folder for the traces (one `trace-<rank>.json` per process).
+    #[arg(short, long, default_value = "gapscope-out")]
+    pub output: PathBuf,
+    /// NVTX range that marks one step (e.g. `step` for `torch.cuda.nvtx.range("step")`).
+    #[arg(long, value_name = "NAME")]
+    pub step_range: Option<String>,
+    /// The program to trace and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+impl From<RecordArgs> for RecordOptions {
+    fn from(a: RecordArgs) -> RecordOptions {
+        RecordOptions {
+            output: a.output,
+            step_range: a.step_range,
+            command: a.command,
+        }
+    }
+}
+
+/// `merge --clock`: how rank clocks are put on one time base.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ClockArg {
+    /// Shift each rank so its collective kernels end when the reference rank's do.
+    Collectives,
+    /// Use the recorded timestamps (ranks on one host share CLOCK_REALTIME).
+    None,
+}
+
+impl From<ClockArg> for ClockAlignment {
+    fn from(c: ClockArg) -> ClockAlignment {
+        match c {
+            ClockArg::Collectives => ClockAlignment::Collectives,
+            ClockArg::None => ClockAlignment::None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum CompareFormat {
+    Github,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Format {
+    Perfetto,
+    Markdown,
+    Json,
+    Svg,
+}

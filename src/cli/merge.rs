@@ -1,0 +1,38 @@
+#![forbid(unsafe_code)]
+//! `gapscope merge TRACE…`: per-rank traces into one report and one Perfetto trace.
+
+use super::args::ClockArg;
+use super::inputs::{expand_all, load};
+use super::{Failure, print_stdout};
+use gapscope::analysis::merge;
+use gapscope::report;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+pub fn command(
+    traces: &[PathBuf],
+    output: Option<&Path>,
+    json: bool,
+    clock: Option<ClockArg>,
+) -> Result<ExitCode, Failure> {
+    let paths = expand_all(traces)?;
+    let (traces, names) = load(&paths)?;
+    // A refused merge is bad input (exit 2).
+    let merged = merge::merge(traces, names, clock.map(Into::into)).map_err(|e| Failure {
+        code: 2,
+        error: e.into(),
+    })?;
+    if let Some(dir) = output {
+        report::output::write_merge_set(dir, &merged)?;
+        eprintln!(
+            "wrote {}/{{report.md,report.json,trace.perfetto.json}}",
+            dir.display()
+        );
+    }
+    print_stdout(&if json {
+        report::merge::merge_json(&merged)
+    } else {
+        report::merge::merge_markdown(&merged)
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

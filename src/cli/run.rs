@@ -1,0 +1,90 @@
+#![forbid(unsafe_code)]
+//! `gapscope run`: the sweep on the GPU (recorded by [`gapscope::workload`]), or the bundled
+//! traces without one; then the analysis set, and a merged report per multi-rank folder.
+
+use super::analyze::{print_summary, write_outputs};
+use super::args::{OutputArgs, RunArgs};
+use super::inputs::analyze;
+use super::{Failure, bad_input, remove_temporaries_on_signal};
+use gapscope::analysis::merge;
+use gapscope::report;
+use gapscope::trace::Trace;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+pub fn command(args: RunArgs) -> Result<ExitCode, Failure> {
+    args.sweep.validate().map_err(bad_input)?;
+    let gpu = !args.bundled && gapscope::workload::gpu_available();
+    if !gpu {
+        remove_temporaries_on_signal();
+    }
+    let (traces, names) = if gpu {
+        // The sweep writes its own per-cell traces (src/workload/sweep.rs).
+        let recorded = gapscope::workload::run_sweep(&args.sweep, &args.output)?;
+        if args.sweep.rank_process {
+            // A rank started by `gapscope run`: its parent analyses every rank.
+            return Ok(ExitCode::SUCCESS);
+        }
+        merge_ranks(&recorded)?;
+        // The report is rank 0's (every mode set); the merged reports compare the ranks.
+        let rank0: Vec<(PathBuf, Trace)> = recorded
+            .into_iter()
+            .filter(|(_, t)| t.metadata.rank == 0)
+            .collect();
+        if rank0.is_empty() {
+            // One rank of several started by a launcher: rank 0 reports on its own trace.
+            return Ok(ExitCode::SUCCESS);
+        }
+        let names = rank0.iter().map(|(p, _)| p.display().to_string()).collect();
+        (rank0.into_iter().map(|(_, t)| t).collect(), names)
+    } else {
+        eprintln!(
+            "gapscope: {}: analysing the bundled traces instead",
+            if args.bundled {
+                "--bundled"
+            } else {
+                "no CUDA GPU found"
+            }
+        );
+        gapscope::trace::bundled::traces()?
+    };
+    let analysis = analyze(&traces, &names);
+    let out = OutputArgs {
+        output: Some(args.output.clone()),
+        json: args.json,
+        full: args.full,
+        origin_step: None,
+        step_range: None,
+    };
+    write_outputs(&traces, &analysis, &out)?;
+    print_summary(&analysis, &out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Per-rank traces of one run, by folder (one folder per mode set): each folder with more than
+/// one rank gets a merged report in `<folder>/merged` (a row per rank, the slowest marked).
+fn merge_ranks(recorded: &[(PathBuf, Trace)]) -> Result<(), Failure> {
+    let mut by_set: std::collections::BTreeMap<PathBuf, (Vec<Trace>, Vec<String>)> =
+        Default::default();
+    for (path, trace) in recorded.iter().filter(|(_, t)| t.metadata.world > 1) {
+        let set = by_set
+            .entry(path.parent().unwrap_or(Path::new(".")).to_owned())
+            .or_default();
+        set.0.push(trace.clone());
+        set.1.push(path.display().to_string());
+    }
+    for (dir, (traces, names)) in by_set {
+        // Our own recordings failing to merge is a runtime failure (exit 1), not bad input.
+        let merged = merge::merge(traces, names, None).map_err(|e| Failure {
+            code: 1,
+            error: e.into(),
+        })?;
+        let out = dir.join("merged");
+        report::output::write_merge_set(&out, &merged)?;
+        eprintln!(
+            "gapscope: ranks compared in {}/{{report.md,report.json,trace.perfetto.json}}",
+            out.display()
+        );
+    }
+    Ok(())
+}

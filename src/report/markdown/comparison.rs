@@ -1,0 +1,184 @@
+#![forbid(unsafe_code)]
+//! Markdown of `gapscope compare`: the full comparison report (`compare.md`) and the PR table
+//! of `--format github`, both led by the threshold verdict.
+
+use super::{
+    change_label, duration_check, explain, geomean_line, inputs_section, opt_stat_cell,
+    warnings_section,
+};
+use crate::analysis::{CellComparison, Comparison};
+use crate::report::{md_cell, ratio, us2_signed};
+use std::fmt::Write as _;
+
+/// The report of `compare BASE HEAD`, with the threshold verdict first and last.
+pub fn comparison_markdown(c: &Comparison) -> String {
+    let mut s = String::new();
+    let verdict = verdict_line(c);
+    let _ = writeln!(s, "## gapscope compare: base vs head\n");
+    let _ = writeln!(s, "**{verdict}**\n");
+    inputs_section(&mut s, &c.base, Some("Base inputs"));
+    inputs_section(&mut s, &c.head, Some("Head inputs"));
+    warnings_section(&mut s, &[("base ", &c.base), ("head ", &c.head)]);
+
+    let _ = writeln!(s, "### Step period, base → head\n");
+    let _ = writeln!(
+        s,
+        "| cell (base → head) | base period µs | head period µs | head/base | change | Δ median µs |"
+    );
+    let _ = writeln!(s, "|---|--:|--:|--:|---|--:|");
+    for m in &c.cells {
+        let _ = writeln!(
+            s,
+            "| {} | {} |",
+            period_cells(c, m),
+            m.period_delta.map_or("—".to_owned(), us2_signed),
+        );
+    }
+    let _ = writeln!(s);
+    match &c.geomean_ratio {
+        Some(g) => {
+            let _ = writeln!(s, "{}\n", geomean_line("head/base period", "cell", g));
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "No matched cell with periods on both sides: no geomean.\n"
+            );
+        }
+    }
+
+    let _ = writeln!(s, "{}", crate::report::remedies::realised_section(c));
+    let _ = writeln!(s, "### What explains the differences\n");
+    for m in &c.cells {
+        let _ = writeln!(s, "- **{}**: {}", md_cell(&pair_name(m)), explain(m));
+        for op in top_gap_deltas(m, 3) {
+            let _ = writeln!(s, "  - {op}");
+        }
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(s, "### Kernel durations, base → head\n");
+    for m in &c.cells {
+        let (Some(b), Some(h)) = (c.base.cells.get(m.base), c.head.cells.get(m.head)) else {
+            continue;
+        };
+        let _ = writeln!(
+            s,
+            "- {}: {}",
+            md_cell(&pair_name(m)),
+            duration_check(m, b, h)
+        );
+    }
+    let _ = writeln!(s);
+
+    if !c.unmatched.is_empty() {
+        let _ = writeln!(s, "### Unmatched cells (not compared)\n");
+        for u in &c.unmatched {
+            let _ = writeln!(s, "- {}", md_cell(u));
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(s, "**{verdict}**");
+    s
+}
+
+/// The PR table of `compare --format github`: the verdict, per cell base vs head with n and
+/// spread, the ratio and change, the geomean with its range, the causes that moved most, and
+/// whether the predicted savings were realised. Fit for a PR comment or
+/// `$GITHUB_STEP_SUMMARY`.
+pub fn comparison_github(c: &Comparison) -> String {
+    let mut s = String::new();
+    let icon = if c.breached.is_empty() { "✅" } else { "❌" };
+    let _ = writeln!(s, "### gapscope: {icon} {}\n", verdict_line(c));
+    let _ = writeln!(
+        s,
+        "| cell | base µs | head µs | head/base | change | largest gap change |"
+    );
+    let _ = writeln!(s, "|---|--:|--:|--:|---|---|");
+    for m in &c.cells {
+        let moved = m.gap_growth_by_cause.first().map_or("—".to_owned(), |g| {
+            format!("{} µs {}", us2_signed(g.2), md_cell(g.0.label()))
+        });
+        let _ = writeln!(s, "| {} | {moved} |", period_cells(c, m));
+    }
+    if let Some(g) = &c.geomean_ratio {
+        let _ = writeln!(s, "\n{}", geomean_line("head/base period", "cell", g));
+    }
+    if !c.realised.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n{}",
+            crate::report::remedies::realised_section(c).trim_end()
+        );
+    }
+    if !c.unmatched.is_empty() {
+        let _ = writeln!(s, "\nNot compared: {}", md_cell(&c.unmatched.join("; ")));
+    }
+    s
+}
+
+pub(crate) fn verdict_line(c: &Comparison) -> String {
+    if c.breached.is_empty() {
+        format!(
+            "PASS: no cell slower than {:.2}× beyond spread ({} cells compared)",
+            c.threshold,
+            c.cells.len()
+        )
+    } else {
+        format!(
+            "FAIL: {} cell(s) slower than {:.2}× beyond spread: {}",
+            c.breached.len(),
+            c.threshold,
+            c.breached.join("; ")
+        )
+    }
+}
+
+pub(crate) fn pair_name(m: &CellComparison) -> String {
+    if m.base_label == m.head_label {
+        m.base_label.clone()
+    } else {
+        format!("{} → {}", m.base_label, m.head_label)
+    }
+}
+
+/// The aligned positions whose gap before changed most, as lines.
+fn top_gap_deltas(m: &CellComparison, n: usize) -> Vec<String> {
+    let mut v: Vec<_> = m
+        .aligned
+        .iter()
+        .filter_map(|a| Some((a, a.gap_before_delta.filter(|d| d.is_finite())?)))
+        .filter(|(_, d)| d.abs() >= 5.0)
+        .collect();
+    v.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()));
+    v.into_iter()
+        .take(n)
+        .map(|(a, d)| {
+            let cause = a
+                .head_gap_cause
+                .as_deref()
+                .or(a.base_gap_cause.as_deref())
+                .unwrap_or("unattributed");
+            format!(
+                "gap before `{}` {} µs ({})",
+                md_cell(&crate::report::short_op_name(&a.name)),
+                us2_signed(d),
+                md_cell(cause)
+            )
+        })
+        .collect()
+}
+
+/// The first five cells of a period row, shared by both comparison tables: "pair | base |
+/// head | head/base | change" (without the outer pipes).
+fn period_cells(c: &Comparison, m: &CellComparison) -> String {
+    let bp = c.base.cells.get(m.base).and_then(|x| x.period.as_ref());
+    let hp = c.head.cells.get(m.head).and_then(|x| x.period.as_ref());
+    format!(
+        "{} | {} | {} | {} | {}",
+        md_cell(&pair_name(m)),
+        opt_stat_cell(bp),
+        opt_stat_cell(hp),
+        m.ratio.map_or("—".to_owned(), ratio),
+        change_label(m.change),
+    )
+}

@@ -1,0 +1,169 @@
+#![forbid(unsafe_code)]
+//! The report of `gapscope merge` ([`Merged`]): Markdown with a row per rank and the spread
+//! across ranks, the JSON report (`"kind": "merge"`), and the merged Perfetto trace (a process
+//! per rank and cell, every rank on the reference clock).
+
+use super::{PerfettoOptions, md_cell, ratio, stat_us};
+use crate::analysis::merge::{COLLECTIVE_PREFIX, ClockAlignment, Merged};
+use crate::analysis::stats::Change;
+use crate::trace::Source;
+use serde_json::{Value, json};
+use std::fmt::Write as _;
+use std::io;
+
+/// Offset in µs with three decimals and a sign ("+1234.000", "−0.125").
+fn us3_signed(ns: f64) -> String {
+    let s = format!("{:+.3}", ns / 1000.0);
+    s.replacen('-', "−", 1)
+}
+
+/// The report as Markdown (a PR comment).
+pub fn merge_markdown(merged: &Merged) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "## gapscope merge: {} ranks\n", merged.ranks.len());
+    if merged.ranks.iter().any(|r| r.source == Source::Synthetic) {
+        let _ = writeln!(
+            s,
+            "> **Synthetic input**: some traces were generated, not recorded on a GPU.\n"
+        );
+    }
+    let _ = writeln!(
+        s,
+        "Clock alignment: **{}**: {}; reference rank {}.{}\n",
+        match merged.clock_alignment {
+            ClockAlignment::Collectives => "collectives",
+            ClockAlignment::None => "none",
+        },
+        md_cell(&merged.clock_alignment_reason),
+        merged.reference_rank,
+        match merged.clock_alignment {
+            ClockAlignment::Collectives => format!(
+                " Each rank's offset (added to its timestamps) is the median over matched \
+                 collective kernels (`{COLLECTIVE_PREFIX}*`, k-th vs the reference's k-th) \
+                 of reference end − rank end; [p10–p90] and n are over those instances."
+            ),
+            ClockAlignment::None => String::new(),
+        }
+    );
+
+    // Columns: one per cell label.
+    let labels: Vec<&str> = merged.cells.iter().map(|c| c.label.as_str()).collect();
+    let _ = write!(
+        s,
+        "| rank | trace | host | clock offset µs | dropped records | cells |"
+    );
+    for l in &labels {
+        let _ = write!(s, " {} period |", md_cell(l));
+    }
+    let _ = write!(s, "\n|--:|---|---|--:|--:|--:|");
+    for _ in &labels {
+        let _ = write!(s, "--:|");
+    }
+    s.push('\n');
+    for r in &merged.ranks {
+        let offset = match (&r.clock.per_instance, r.rank == merged.reference_rank) {
+            (_, true) if merged.clock_alignment == ClockAlignment::Collectives => {
+                "reference".to_owned()
+            }
+            (Some(p), _) => format!(
+                "{} [{}–{}] n={}",
+                us3_signed(r.clock.offset_ns as f64),
+                us3_signed(p.p10),
+                us3_signed(p.p90),
+                p.n
+            ),
+            (None, _) => "0 (not aligned)".to_owned(),
+        };
+        let _ = write!(
+            s,
+            "| {} | `{}` | {} | {} | {} | {} |",
+            r.rank,
+            md_cell(&r.path),
+            r.host.as_deref().map_or("—".to_owned(), md_cell),
+            offset,
+            r.dropped_records,
+            r.cells.len()
+        );
+        for l in &labels {
+            let cell = r.cells.iter().find(|c| c.label == *l);
+            let text = match cell {
+                None => "—".to_owned(),
+                Some(c) => match (&c.period, c.slowest) {
+                    (None, _) => "no period".to_owned(),
+                    (Some(p), true) => format!("**{} slowest**", stat_us(p)),
+                    (Some(p), false) => stat_us(p),
+                },
+            };
+            let _ = write!(s, " {text} |");
+        }
+        s.push('\n');
+    }
+    s.push('\n');
+
+    let _ = writeln!(s, "### Spread across ranks\n");
+    let _ = writeln!(
+        s,
+        "| cell | ranks | slowest | fastest | max/min period | slowest vs fastest |"
+    );
+    let _ = writeln!(s, "|---|--:|--:|--:|--:|---|");
+    for c in &merged.cells {
+        let rank = |r: Option<u32>| r.map_or("—".to_owned(), |r| format!("rank {r}"));
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            md_cell(&c.label),
+            c.ranks,
+            rank(c.slowest_rank),
+            rank(c.fastest_rank),
+            c.max_over_min.map_or("—".to_owned(), ratio),
+            match c.change {
+                Some(Change::NoChange) => "inside the run-to-run spread",
+                Some(Change::Slower) => "slower beyond the run-to-run spread",
+                Some(Change::Faster) => "inconsistent: block medians disagree with the medians",
+                None => "—",
+            }
+        );
+    }
+    s.push('\n');
+    if !merged.warnings.is_empty() {
+        let _ = writeln!(s, "### Warnings\n");
+        for w in &merged.warnings {
+            let _ = writeln!(s, "- {}", md_cell(w));
+        }
+    }
+    s.truncate(s.trim_end().len());
+    s.push('\n');
+    s
+}
+
+/// The report as pretty JSON: `{"gapscope_report_version", "kind": "merge", ...}`.
+pub fn merge_json(merged: &Merged) -> String {
+    let mut doc = serde_json::Map::new();
+    doc.insert(
+        "gapscope_report_version".into(),
+        json!(super::json::REPORT_VERSION),
+    );
+    doc.insert("kind".into(), json!("merge"));
+    doc.insert(
+        "tool".into(),
+        json!(format!("gapscope {}", env!("CARGO_PKG_VERSION"))),
+    );
+    if let Ok(Value::Object(body)) = serde_json::to_value(merged) {
+        doc.extend(body);
+    }
+    let mut s =
+        serde_json::to_string_pretty(&Value::Object(doc)).unwrap_or_else(|_| "null".to_owned());
+    s.push('\n');
+    s
+}
+
+/// The merged Chrome trace (Perfetto): one process per (rank, cell), named
+/// "rank R: <cell label> …", every rank on the reference clock.
+pub fn write_merge_chrome_trace(merged: &Merged, w: &mut dyn io::Write) -> io::Result<()> {
+    super::write_chrome_trace(
+        w,
+        &merged.traces,
+        &merged.analysis,
+        &PerfettoOptions::default(),
+    )
+}
