@@ -44,7 +44,6 @@
 
 use crate::analysis::stats::{Change, Stat};
 use crate::analysis::{self, Analysis, AnalysisOptions};
-use crate::report;
 use crate::trace::{Source, Trace};
 use serde::Serialize;
 use serde_json::Value;
@@ -518,7 +517,7 @@ fn collective_warnings(
         {
             warnings.push(format!(
                 "rank {rank}: the clock offset varies by {} µs (p10–p90) over {} collective instances: clock drift, or instances matched wrongly",
-                report::us2(s.spread()),
+                format_args!("{:.2}", s.spread() / 1000.0),
                 s.n
             ));
         }

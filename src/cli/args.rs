@@ -7,7 +7,11 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gapscope::analysis::merge::ClockAlignment;
+use gapscope::record::cupti::ApiCallbacks;
 use gapscope::record::launch::RecordOptions;
+use gapscope::workload::capture::Launch;
+use gapscope::workload::collective::{Backend, EMU_IS_A_WORKLOAD};
+use gapscope::workload::{SweepOptions, Workload};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -153,9 +157,8 @@ pub struct RunArgs {
     /// Analyse the bundled traces even when a GPU is present.
     #[arg(long)]
     pub bundled: bool,
-    // The sweep's own clap struct still lives in the library (src/workload/sweep.rs).
     #[command(flatten)]
-    pub sweep: gapscope::workload::SweepArgs,
+    pub sweep: SweepArgs,
 }
 
 /// Arguments of `gapscope record`.
@@ -211,4 +214,198 @@ pub enum Format {
     Markdown,
     Json,
     Svg,
+}
+
+/// What `gapscope run` sweeps.
+#[derive(Debug, Clone, Args)]
+pub struct SweepArgs {
+    #[arg(long, value_enum, default_value_t = Workload::HtDecode)]
+    pub workload: Workload,
+    /// Tokens per step (T), comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,4,8,16,32,64,128,256,512"
+    )]
+    pub tokens: Vec<usize>,
+    /// Graph usage modes, comma-separated (0, 1, 2).
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
+    pub modes: Vec<u8>,
+    /// Graph launch patterns, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "replay,fresh"
+    )]
+    pub launch: Vec<Launch>,
+    /// Timed steps per cell.
+    #[arg(long, default_value_t = 200)]
+    pub steps: usize,
+    /// Untimed eager steps before timing (graph replays are all recorded: the report shows
+    /// first launches apart).
+    #[arg(long, default_value_t = 20)]
+    pub warmup: usize,
+    #[arg(long, value_parser = BackendArg, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+    /// Simulated ranks of the emulated all-gather.
+    #[arg(long, default_value_t = 8)]
+    pub ranks: usize,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+    /// CUPTI activity buffer size in KiB (tiny values provoke dropped records).
+    #[arg(long, default_value_t = 8192)]
+    pub cupti_buffer_kib: usize,
+    /// Most CUPTI activity buffers at once (0: no limit); with tiny buffers this provokes
+    /// dropped records, which every report then shows.
+    #[arg(long, default_value_t = 0)]
+    pub cupti_max_buffers: usize,
+    /// API calls that get a CUPTI callback: only those that build graphs (default), or all.
+    #[arg(long, value_enum, default_value_t = ApiCallbacks::GraphBuilding)]
+    pub cupti_api_callbacks: ApiCallbacks,
+    /// Record every executed event record with its device timestamp (CUPTI KIND_CUDA_EVENT).
+    #[arg(long)]
+    pub cupti_event_records: bool,
+    /// After recording, run every cell again untraced in the same process and report the
+    /// traced/untraced CUDA-event period ratio.
+    #[arg(long)]
+    pub overhead: bool,
+    /// NCCL ranks, one process and one GPU each, started by gapscope (default: every GPU when
+    /// there are two or more). Under torchrun, srun or mpirun each launched process is one
+    /// rank instead.
+    #[arg(long, value_name = "N")]
+    pub gpus: Option<usize>,
+    /// Seconds a set of rank processes may run before it is stopped.
+    #[arg(long, value_name = "S", default_value_t = 3600)]
+    pub rank_timeout: u64,
+    /// This process is one rank started by `gapscope run`: record and write the trace only.
+    #[arg(long, hide = true)]
+    pub rank_process: bool,
+}
+
+impl From<SweepArgs> for SweepOptions {
+    fn from(a: SweepArgs) -> SweepOptions {
+        SweepOptions {
+            workload: a.workload,
+            tokens: a.tokens,
+            modes: a.modes,
+            launch: a.launch,
+            steps: a.steps,
+            warmup: a.warmup,
+            backend: a.backend,
+            ranks: a.ranks,
+            device: a.device,
+            cupti_buffer_kib: a.cupti_buffer_kib,
+            cupti_max_buffers: a.cupti_max_buffers,
+            cupti_api_callbacks: a.cupti_api_callbacks,
+            cupti_event_records: a.cupti_event_records,
+            overhead: a.overhead,
+            gpus: a.gpus,
+            rank_timeout: a.rank_timeout,
+            rank_process: a.rank_process,
+        }
+    }
+}
+
+/// clap's parser for `--backend`: the enum's own, except that `emu` gets one line pointing to
+/// `--backend emulated` (clap would list the possible values over several lines).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BackendArg;
+
+impl clap::builder::TypedValueParser for BackendArg {
+    type Value = Backend;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Backend, clap::Error> {
+        if value
+            .to_str()
+            .map(|v| v.trim().to_ascii_lowercase())
+            .as_deref()
+            == Some("emu")
+        {
+            return Err(clap::Error::raw(
+                clap::error::ErrorKind::InvalidValue,
+                format!("--backend emu: {EMU_IS_A_WORKLOAD}\n"),
+            ));
+        }
+        clap::builder::EnumValueParser::<Backend>::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            <Backend as clap::ValueEnum>::value_variants()
+                .iter()
+                .filter_map(clap::ValueEnum::to_possible_value),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// `gapscope run`'s output folder and sweep, parsed as the real command line does.
+    fn parse_run(args: impl IntoIterator<Item = String>) -> (PathBuf, SweepOptions) {
+        let cli = Cli::parse_from(std::iter::once("gapscope".to_owned()).chain(args));
+        match cli.command {
+            Command::Run(run) => (run.output, run.sweep.into()),
+            _ => panic!("not a run command"),
+        }
+    }
+
+    #[test]
+    fn a_rank_process_is_started_with_the_same_sweep_for_its_modes() {
+        let (_, parent) = parse_run(
+            [
+                "run",
+                "-o",
+                "x",
+                "--tokens",
+                "1,64",
+                "--modes",
+                "0,1,2",
+                "--launch",
+                "fresh",
+                "--steps",
+                "30",
+                "--warmup",
+                "3",
+                "--cupti-buffer-kib",
+                "64",
+                "--cupti-api-callbacks",
+                "graph-building-with-launches",
+                "--overhead",
+                "--gpus",
+                "2",
+            ]
+            .map(str::to_owned),
+        );
+        let line = parent.rank_command_line(&[2], Path::new("/out/modes-2"));
+        let (output, child) = parse_run(line);
+        assert_eq!(output, Path::new("/out/modes-2"));
+        assert!(child.rank_process);
+        assert_eq!(child.modes, [2]);
+        assert_eq!(child.backend, Backend::Nccl);
+        assert_eq!(child.tokens, parent.tokens);
+        assert_eq!(child.launch, parent.launch);
+        assert_eq!((child.steps, child.warmup), (30, 3));
+        assert_eq!(child.cupti_buffer_kib, 64);
+        assert_eq!(
+            child.cupti_api_callbacks,
+            ApiCallbacks::GraphBuildingWithLaunches
+        );
+        assert!(child.overhead && !child.cupti_event_records);
+        assert_eq!(
+            child.gpus, None,
+            "a rank process starts no ranks of its own"
+        );
+    }
 }

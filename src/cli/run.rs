@@ -13,15 +13,16 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 pub fn command(args: RunArgs) -> Result<ExitCode, Failure> {
-    args.sweep.validate().map_err(bad_input)?;
+    let sweep: gapscope::workload::SweepOptions = args.sweep.clone().into();
+    sweep.validate().map_err(bad_input)?;
     let gpu = !args.bundled && gapscope::workload::gpu_available();
     if !gpu {
         remove_temporaries_on_signal();
     }
     let (traces, names) = if gpu {
-        // The sweep writes its own per-cell traces (src/workload/sweep.rs).
-        let recorded = gapscope::workload::run_sweep(&args.sweep, &args.output)?;
-        if args.sweep.rank_process {
+        // The sweep writes its own per-cell traces (src/workload/sweep/).
+        let recorded = gapscope::workload::run_sweep(&sweep, &args.output)?;
+        if sweep.rank_process {
             // A rank started by `gapscope run`: its parent analyses every rank.
             return Ok(ExitCode::SUCCESS);
         }

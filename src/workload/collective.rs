@@ -150,7 +150,7 @@ pub enum Backend {
 }
 
 /// Why "emu" is refused: it names a workload (`--workload emu`), not a backend.
-const EMU_IS_A_WORKLOAD: &str =
+pub const EMU_IS_A_WORKLOAD: &str =
     "\"emu\" is a workload, not a backend: the emulated backend is spelled --backend emulated";
 
 impl FromStr for Backend {
@@ -175,45 +175,6 @@ impl fmt::Display for Backend {
             Backend::Emulated => "emulated",
             Backend::Nccl => "nccl",
         })
-    }
-}
-
-/// clap's parser for `--backend`: the enum's own, except that `emu` gets one line pointing to
-/// `--backend emulated` (clap would list the possible values over several lines).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BackendArg;
-
-impl clap::builder::TypedValueParser for BackendArg {
-    type Value = Backend;
-
-    fn parse_ref(
-        &self,
-        cmd: &clap::Command,
-        arg: Option<&clap::Arg>,
-        value: &std::ffi::OsStr,
-    ) -> Result<Backend, clap::Error> {
-        if value
-            .to_str()
-            .map(|v| v.trim().to_ascii_lowercase())
-            .as_deref()
-            == Some("emu")
-        {
-            return Err(clap::Error::raw(
-                clap::error::ErrorKind::InvalidValue,
-                format!("--backend emu: {EMU_IS_A_WORKLOAD}\n"),
-            ));
-        }
-        clap::builder::EnumValueParser::<Backend>::new().parse_ref(cmd, arg, value)
-    }
-
-    fn possible_values(
-        &self,
-    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
-        Some(Box::new(
-            <Backend as clap::ValueEnum>::value_variants()
-                .iter()
-                .filter_map(clap::ValueEnum::to_possible_value),
-        ))
     }
 }
 

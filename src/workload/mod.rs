@@ -26,4 +26,4 @@ pub mod spin;
 mod sweep;
 
 pub use device::gpu_available;
-pub use sweep::{SweepArgs, SweepError, run_sweep};
+pub use sweep::{SweepError, SweepOptions, Workload, run_sweep};

@@ -3,7 +3,7 @@
 //! recorder traces them; and the untraced re-run that measures tracing overhead.
 #![forbid(unsafe_code)]
 
-use super::plan::{CellPlan, SweepArgs, SweepError, plans, uses_nccl};
+use super::plan::{CellPlan, SweepError, SweepOptions, plans, uses_nccl};
 use crate::record::cupti::Recorder;
 use crate::trace::{Cell, DeviceInfo, Metadata, Source, Trace, Versions};
 use crate::workload::capture::{Launch, capture_graph};
@@ -238,7 +238,7 @@ fn metadata(
     }
 }
 
-fn open_bench(args: &SweepArgs) -> Result<Bench, SweepError> {
+fn open_bench(args: &SweepOptions) -> Result<Bench, SweepError> {
     let devices = crate::cuda::device_count().unwrap_or(1);
     let mut rank = crate::workload::nccl::detect_rank_from_env()?;
     if args.rank_process {
@@ -281,7 +281,7 @@ fn open_bench(args: &SweepArgs) -> Result<Bench, SweepError> {
 }
 
 pub(super) fn run_ht_decode(
-    args: &SweepArgs,
+    args: &SweepOptions,
     recorder: Arc<Recorder>,
     stop: &AtomicBool,
 ) -> Result<(Trace, Vec<String>), SweepError> {
@@ -401,7 +401,7 @@ fn ht_for<'a>(
 /// Re-runs each recorded cell untraced (CUPTI finished: no subscriber, no activity kinds) and
 /// compares CUDA-event periods.
 fn measure_overhead(
-    args: &SweepArgs,
+    args: &SweepOptions,
     bench: &mut Bench,
     current: &mut Option<(usize, HtDecode)>,
     recorded: &[(CellPlan, Vec<f64>)],
@@ -443,7 +443,7 @@ fn measure_overhead(
 /// emu.cu's experiment under the recorder: its %globaltimer figures become each cell's
 /// `reference`, beside the figures gapscope derives from the trace.
 pub(super) fn run_emu(
-    args: &SweepArgs,
+    args: &SweepOptions,
     recorder: Arc<Recorder>,
     stop: &AtomicBool,
 ) -> Result<Trace, SweepError> {

@@ -13,8 +13,7 @@
 mod cells;
 mod plan;
 
-use plan::Workload;
-pub use plan::{SweepArgs, SweepError};
+pub use plan::{SweepError, SweepOptions, Workload};
 
 use crate::record::cupti::{Recorder, RecorderConfig};
 use crate::trace::Trace;
@@ -50,7 +49,7 @@ struct RankSets {
 /// When the sweep needs rank processes that gapscope starts: the number of ranks (GPUs) and
 /// the mode sets (see [`crate::workload::ranks`]). `None`: this process runs the sweep itself (one rank
 /// and one mode set, a rank started by gapscope or by a launcher, or no NCCL).
-fn rank_sets(args: &SweepArgs) -> Result<Option<RankSets>, SweepError> {
+fn rank_sets(args: &SweepOptions) -> Result<Option<RankSets>, SweepError> {
     if args.rank_process || args.workload == Workload::Emu {
         return Ok(None);
     }
@@ -77,7 +76,7 @@ fn rank_sets(args: &SweepArgs) -> Result<Option<RankSets>, SweepError> {
 /// Runs every mode set as `gpus` rank processes of this program, one set after the other, and
 /// reads back one trace per rank.
 fn run_rank_sets(
-    args: &SweepArgs,
+    args: &SweepOptions,
     output: &Path,
     gpus: usize,
     sets: &[Vec<u8>],
@@ -140,7 +139,7 @@ fn run_rank_sets(
 
 /// Runs the sweep and writes `output/trace.json` (`trace-<rank>.json` for one rank of
 /// several); returns the trace(s) written.
-pub fn run_sweep(args: &SweepArgs, output: &Path) -> Result<Vec<(PathBuf, Trace)>, SweepError> {
+pub fn run_sweep(args: &SweepOptions, output: &Path) -> Result<Vec<(PathBuf, Trace)>, SweepError> {
     if args.steps < 2 {
         return Err(RunnerError::Config("--steps must be at least 2".into()).into());
     }

@@ -1,4 +1,4 @@
-//! What `gapscope run` is asked ([`SweepArgs`], validated), and the cells it plans from that
+//! What `gapscope run` is asked ([`SweepOptions`], validated), and the cells it plans from that
 //! ([`CellPlan`]: T × mode × eager / each launch), with the labels and requested values each
 //! cell writes into the trace.
 #![forbid(unsafe_code)]
@@ -6,7 +6,7 @@
 use crate::record::cupti::{ApiCallbacks, CuptiError};
 use crate::trace::TraceError;
 use crate::workload::capture::Launch;
-use crate::workload::collective::{Backend, BackendArg, GraphUsageMode, RunnerError};
+use crate::workload::collective::{Backend, GraphUsageMode, RunnerError};
 use crate::workload::htdecode::HtDecodeError;
 use crate::workload::nccl::RankInfo;
 use std::collections::BTreeMap;
@@ -33,71 +33,38 @@ pub enum Workload {
     Emu,
 }
 
-/// What `gapscope run` sweeps.
-#[derive(Debug, Clone, clap::Args)]
-pub struct SweepArgs {
-    #[arg(long, value_enum, default_value_t = Workload::HtDecode)]
+/// What `gapscope run` sweeps (the command line's `SweepOptions` in `cli/`, converted; the
+/// help text there says what each field does).
+#[derive(Debug, Clone)]
+pub struct SweepOptions {
     pub workload: Workload,
-    /// Tokens per step (T), comma-separated.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "1,2,4,8,16,32,64,128,256,512"
-    )]
+    /// Tokens per step (T).
     pub tokens: Vec<usize>,
-    /// Graph usage modes, comma-separated (0, 1, 2).
-    #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
+    /// Graph usage modes (0, 1, 2).
     pub modes: Vec<u8>,
-    /// Graph launch patterns, comma-separated.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "replay,fresh"
-    )]
     pub launch: Vec<Launch>,
     /// Timed steps per cell.
-    #[arg(long, default_value_t = 200)]
     pub steps: usize,
-    /// Untimed eager steps before timing (graph replays are all recorded: the report shows
-    /// first launches apart).
-    #[arg(long, default_value_t = 20)]
+    /// Untimed eager steps before timing.
     pub warmup: usize,
-    #[arg(long, value_parser = BackendArg, default_value_t = Backend::Auto)]
     pub backend: Backend,
     /// Simulated ranks of the emulated all-gather.
-    #[arg(long, default_value_t = 8)]
     pub ranks: usize,
     /// CUDA device ordinal.
-    #[arg(long, default_value_t = 0)]
     pub device: usize,
-    /// CUPTI activity buffer size in KiB (tiny values provoke dropped records).
-    #[arg(long, default_value_t = 8192)]
     pub cupti_buffer_kib: usize,
-    /// Most CUPTI activity buffers at once (0: no limit); with tiny buffers this provokes
-    /// dropped records, which every report then shows.
-    #[arg(long, default_value_t = 0)]
+    /// Most CUPTI activity buffers at once (0: no limit).
     pub cupti_max_buffers: usize,
-    /// API calls that get a CUPTI callback: only those that build graphs (default), or all.
-    #[arg(long, value_enum, default_value_t = ApiCallbacks::GraphBuilding)]
     pub cupti_api_callbacks: ApiCallbacks,
-    /// Record every executed event record with its device timestamp (CUPTI KIND_CUDA_EVENT).
-    #[arg(long)]
+    /// Record CUPTI KIND_CUDA_EVENT.
     pub cupti_event_records: bool,
-    /// After recording, run every cell again untraced in the same process and report the
-    /// traced/untraced CUDA-event period ratio.
-    #[arg(long)]
+    /// Run every cell again untraced and report the traced/untraced period ratio.
     pub overhead: bool,
-    /// NCCL ranks, one process and one GPU each, started by gapscope (default: every GPU when
-    /// there are two or more). Under torchrun, srun or mpirun each launched process is one
-    /// rank instead.
-    #[arg(long, value_name = "N")]
+    /// NCCL ranks started by gapscope (None: every GPU when there are two or more).
     pub gpus: Option<usize>,
     /// Seconds a set of rank processes may run before it is stopped.
-    #[arg(long, value_name = "S", default_value_t = 3600)]
     pub rank_timeout: u64,
-    /// This process is one rank started by `gapscope run`: record and write the trace only.
-    #[arg(long, hide = true)]
+    /// This process is one rank started by `gapscope run`.
     pub rank_process: bool,
 }
 
@@ -109,7 +76,7 @@ pub const MAX_SIMULATED_RANKS: usize = 1024;
 /// CUDA device ordinals are small.
 pub const MAX_DEVICE: usize = 63;
 
-impl SweepArgs {
+impl SweepOptions {
     /// Refuses bad values before any work starts (GPU or not), one line each.
     pub fn validate(&self) -> Result<(), String> {
         if let Some(&t) = self.tokens.iter().find(|&&t| t == 0 || t > MAX_TOKENS) {
@@ -152,7 +119,7 @@ impl SweepArgs {
     }
 
     /// The command line that makes a rank process run this sweep for `modes` into `output`.
-    pub(super) fn rank_command_line(&self, modes: &[u8], output: &Path) -> Vec<String> {
+    pub fn rank_command_line(&self, modes: &[u8], output: &Path) -> Vec<String> {
         fn value(v: &impl clap::ValueEnum) -> String {
             v.to_possible_value()
                 .map(|p| p.get_name().to_owned())
@@ -238,7 +205,7 @@ impl CellPlan {
     }
 }
 
-pub(super) fn plans(args: &SweepArgs) -> Result<Vec<CellPlan>, SweepError> {
+pub(super) fn plans(args: &SweepOptions) -> Result<Vec<CellPlan>, SweepError> {
     let mut out = Vec::new();
     for &t in &args.tokens {
         for &m in &args.modes {
@@ -264,84 +231,10 @@ pub(super) fn plans(args: &SweepArgs) -> Result<Vec<CellPlan>, SweepError> {
 
 /// Whether the sweep uses real NCCL: `--backend`, or with `auto` two or more GPUs or a
 /// launcher's world of two or more.
-pub(super) fn uses_nccl(args: &SweepArgs, devices: usize, rank: &RankInfo) -> bool {
+pub(super) fn uses_nccl(args: &SweepOptions, devices: usize, rank: &RankInfo) -> bool {
     match args.backend {
         Backend::Nccl => true,
         Backend::Emulated => false,
         Backend::Auto => devices >= 2 || rank.world >= 2,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::PathBuf;
-
-    #[derive(clap::Parser)]
-    struct Cli {
-        #[command(subcommand)]
-        command: Sub,
-    }
-
-    #[derive(clap::Subcommand)]
-    enum Sub {
-        Run {
-            #[arg(short, long)]
-            output: PathBuf,
-            #[command(flatten)]
-            sweep: SweepArgs,
-        },
-    }
-
-    #[test]
-    fn a_rank_process_is_started_with_the_same_sweep_for_its_modes() {
-        use clap::Parser;
-        let parent = Cli::parse_from([
-            "gapscope",
-            "run",
-            "-o",
-            "x",
-            "--tokens",
-            "1,64",
-            "--modes",
-            "0,1,2",
-            "--launch",
-            "fresh",
-            "--steps",
-            "30",
-            "--warmup",
-            "3",
-            "--cupti-buffer-kib",
-            "64",
-            "--cupti-api-callbacks",
-            "graph-building-with-launches",
-            "--overhead",
-            "--gpus",
-            "2",
-        ]);
-        let Sub::Run { sweep: parent, .. } = parent.command;
-        let line = parent.rank_command_line(&[2], Path::new("/out/modes-2"));
-        let child = Cli::parse_from(std::iter::once("gapscope".to_owned()).chain(line));
-        let Sub::Run {
-            output,
-            sweep: child,
-        } = child.command;
-        assert_eq!(output, Path::new("/out/modes-2"));
-        assert!(child.rank_process);
-        assert_eq!(child.modes, [2]);
-        assert_eq!(child.backend, Backend::Nccl);
-        assert_eq!(child.tokens, parent.tokens);
-        assert_eq!(child.launch, parent.launch);
-        assert_eq!((child.steps, child.warmup), (30, 3));
-        assert_eq!(child.cupti_buffer_kib, 64);
-        assert_eq!(
-            child.cupti_api_callbacks,
-            ApiCallbacks::GraphBuildingWithLaunches
-        );
-        assert!(child.overhead && !child.cupti_event_records);
-        assert_eq!(
-            child.gpus, None,
-            "a rank process starts no ranks of its own"
-        );
     }
 }
