@@ -5,13 +5,15 @@
 //! * `loader`: finds libcupti at run time, resolves libcuda's functions from the library
 //!   [`crate::cuda`] opens, checks symbols, turns status codes into
 //!   [`CuptiError`];
-//! * `decode`, `graph`, `callbacks`: what CUPTI calls into (activity buffers, API and graph
-//!   callbacks), decoding records into [`crate::trace`] types;
-//! * [`Recorder`]: the public face.
+//! * `decode`, `graph`, `buffers`, `callbacks`: what CUPTI calls into (activity buffers, API
+//!   and graph callbacks), decoding records into [`crate::trace`] types;
+//! * `config` ([`RecorderConfig`]: what is enabled) and [`Recorder`]: the public face.
 //!
 //! Nothing here links against CUDA: analysis and export run where no CUDA is installed.
 
+mod buffers;
 mod callbacks;
+mod config;
 mod decode;
 mod error;
 #[cfg(test)]
@@ -21,9 +23,10 @@ mod loader;
 mod recorder;
 pub(crate) mod sys;
 
+pub use config::{ApiCallbacks, RecorderConfig, api_record_wanted};
 pub use error::CuptiError;
 pub use loader::{MIN_CUPTI_API_VERSION, device_info, ensure_cuda_driver};
-pub use recorder::{ApiCallbacks, MarkerGuard, Recorder, RecorderConfig};
+pub use recorder::{MarkerGuard, Recorder};
 
 /// Where the CUPTI bindings of this build came from (committed or generated, and from which
 /// headers).

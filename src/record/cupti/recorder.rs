@@ -1,6 +1,11 @@
 //! The recorder: CUPTI activity tracing plus graph callbacks, turned into a [`Trace`].
 
+use super::buffers;
 use super::callbacks::{self, ACTIVE, PANICS, Shared, State, lock};
+use super::config::{
+    API_DOMAINS, ApiCallbacks, GRAPH_BUILDING_CBIDS, KINDS, LAUNCH_CBIDS, RESOURCE_CBIDS,
+    RecorderConfig, api_record_wanted,
+};
 use super::error::CuptiError;
 use super::loader::{self, Cupti};
 use super::sys;
@@ -8,254 +13,6 @@ use crate::trace::{ApiDomain, Cell, Marker, MarkerKind, Metadata, StrId, Trace};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// Recorder settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecorderConfig {
-    /// Size of each host activity buffer handed to CUPTI (default 8 MiB). Rounded up to a
-    /// multiple of 8 and to at least 1 KiB. Small values (e.g. 4 KiB) provoke dropped records.
-    pub buffer_bytes: usize,
-    /// `cuptiActivityEnableLatencyTimestamps(1)`: CUPTI fills kernel queued/submitted times
-    /// (more overhead; the trace schema does not carry them yet).
-    pub latency_timestamps: bool,
-    /// Most activity buffers allocated at once (0: no limit). With tiny buffers, a small limit
-    /// makes CUPTI drop records — the way to check that drops are reported, not hidden.
-    pub max_buffers: usize,
-    /// KIND_CUDA_EVENT: one record per executed event record (graph event-record nodes
-    /// included) with its device timestamp. Off by default: the analysis does not need it and
-    /// it costs host time on every cuEventRecord.
-    pub event_records: bool,
-    /// Which API calls get a callback (to tag graph nodes with the API and library call that
-    /// created them). Every callback costs host time on that call.
-    pub api_callbacks: ApiCallbacks,
-    /// Record an activity record for every runtime and driver API call. Off by default: only
-    /// the calls the analysis reads ([`api_record_wanted`]) are recorded, where CUPTI can
-    /// filter by call (≥ 12.5): a program's many small calls (`cudaGetDevice`,
-    /// `cuGetProcAddress`, …) each cost host time when recorded.
-    pub all_api_calls: bool,
-}
-
-/// Runtime and driver API calls whose activity records the analysis reads: launches (kernels,
-/// graphs, host functions), copies and memsets (the launch side of device ops),
-/// synchronisations, stream waits, event records, graph instantiation and stream capture.
-pub fn api_record_wanted(name: &str) -> bool {
-    const WANTED: [&str; 10] = [
-        "Launch",
-        "Memcpy",
-        "Memset",
-        "Synchronize",
-        "WaitEvent",
-        "EventRecord",
-        "GraphInstantiate",
-        "GraphUpload",
-        "BeginCapture",
-        "EndCapture",
-    ];
-    WANTED.iter().any(|w| name.contains(w))
-}
-
-/// API callbacks the recorder enables (also `gapscope run --cupti-api-callbacks` and
-/// `GAPSCOPE_CUPTI_CALLBACKS` under `record`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum ApiCallbacks {
-    /// Every runtime and driver API call.
-    All,
-    /// Only the calls that create non-kernel graph nodes or instantiate graphs (event waits and
-    /// records, memsets/memcpys, host functions, cudaGraphAdd*, instantiation). Kernel nodes
-    /// keep their library-call tag (from markers) but not their launch API name.
-    #[default]
-    GraphBuilding,
-    /// As graph-building, plus kernel launches.
-    GraphBuildingWithLaunches,
-    /// None: graph nodes are not tagged with their creating API (nor external flags read from
-    /// API parameters). For measuring what callbacks cost.
-    Off,
-}
-
-/// Kernel launches: with them, captured kernel nodes are tagged with their launch API. They are
-/// the hottest calls of an eager step, so only [`ApiCallbacks::All`] and
-/// [`ApiCallbacks::GraphBuildingWithLaunches`] enable them.
-const LAUNCH_CBIDS: &[(sys::CUpti_CallbackDomain, u32)] = {
-    use sys::CUPTI_CB_DOMAIN_DRIVER_API as D;
-    use sys::CUPTI_CB_DOMAIN_RUNTIME_API as R;
-    &[
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060),
-        (
-            R,
-            sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
-        ),
-    ]
-};
-
-/// Driver and runtime API calls that create non-kernel graph nodes (during capture or
-/// explicitly), or set their external flags, or instantiate graphs.
-const GRAPH_BUILDING_CBIDS: &[(sys::CUpti_CallbackDomain, u32)] = {
-    use sys::CUPTI_CB_DOMAIN_DRIVER_API as D;
-    use sys::CUPTI_CB_DOMAIN_RUNTIME_API as R;
-    &[
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecord),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecordWithFlags),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddEventRecordNode),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddEventWaitNode),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddKernelNode),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddKernelNode_v2),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddHostNode),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemsetNode),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemcpyNode),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddEmptyNode),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddChildGraphNode),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams),
-        // The recorder's own type queries, so their records can be filtered out.
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphNodeGetType),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecord_v3020),
-        (
-            R,
-            sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecordWithFlags_v11010,
-        ),
-        (
-            R,
-            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddEventRecordNode_v11010,
-        ),
-        (
-            R,
-            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddEventWaitNode_v11010,
-        ),
-        (
-            R,
-            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddKernelNode_v10000,
-        ),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddHostNode_v10000),
-        (
-            R,
-            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddMemsetNode_v10000,
-        ),
-        (
-            R,
-            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddMemcpyNode_v10000,
-        ),
-        (
-            R,
-            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddEmptyNode_v10000,
-        ),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddNode_v12020),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_v10000),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiate_v10000),
-        (
-            R,
-            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiateWithFlags_v11040,
-        ),
-        (
-            R,
-            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiateWithParams_v12000,
-        ),
-    ]
-};
-
-impl Default for RecorderConfig {
-    fn default() -> Self {
-        RecorderConfig {
-            buffer_bytes: 8 << 20,
-            latency_timestamps: false,
-            max_buffers: 0,
-            event_records: false,
-            api_callbacks: ApiCallbacks::default(),
-            all_api_calls: false,
-        }
-    }
-}
-
-/// Activity kinds the recorder enables, with the label used in error messages.
-/// GRAPH_TRACE is deliberately absent: it suppresses per-kernel records of graph launches.
-/// KIND_KERNEL is absent too: it serialises kernels.
-const KINDS: [(sys::CUpti_ActivityKind, &str); 7] = [
-    (
-        sys::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-        "cuptiActivityEnable(CONCURRENT_KERNEL)",
-    ),
-    (
-        sys::CUPTI_ACTIVITY_KIND_MEMCPY,
-        "cuptiActivityEnable(MEMCPY)",
-    ),
-    (
-        sys::CUPTI_ACTIVITY_KIND_MEMSET,
-        "cuptiActivityEnable(MEMSET)",
-    ),
-    (
-        sys::CUPTI_ACTIVITY_KIND_RUNTIME,
-        "cuptiActivityEnable(RUNTIME)",
-    ),
-    (
-        sys::CUPTI_ACTIVITY_KIND_DRIVER,
-        "cuptiActivityEnable(DRIVER)",
-    ),
-    (
-        sys::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
-        "cuptiActivityEnable(SYNCHRONIZATION)",
-    ),
-    (
-        sys::CUPTI_ACTIVITY_KIND_CUDA_EVENT,
-        "cuptiActivityEnable(CUDA_EVENT)",
-    ),
-];
-
-/// Resource callbacks the recorder enables (GRAPH_CREATED needs no handling but is cheap).
-const RESOURCE_CBIDS: [(u32, &str); 6] = [
-    (
-        sys::CUPTI_CBID_RESOURCE_CONTEXT_CREATED,
-        "cuptiEnableCallback(RESOURCE, CONTEXT_CREATED)",
-    ),
-    (
-        sys::CUPTI_CBID_RESOURCE_GRAPH_CREATED,
-        "cuptiEnableCallback(RESOURCE, GRAPH_CREATED)",
-    ),
-    (
-        sys::CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED,
-        "cuptiEnableCallback(RESOURCE, GRAPHNODE_CREATED)",
-    ),
-    (
-        sys::CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
-        "cuptiEnableCallback(RESOURCE, GRAPHNODE_CLONED)",
-    ),
-    (
-        sys::CUPTI_CBID_RESOURCE_GRAPHNODE_DEPENDENCY_CREATED,
-        "cuptiEnableCallback(RESOURCE, GRAPHNODE_DEPENDENCY_CREATED)",
-    ),
-    (
-        sys::CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED,
-        "cuptiEnableCallback(RESOURCE, GRAPHEXEC_CREATED)",
-    ),
-];
-
-const API_DOMAINS: [(sys::CUpti_CallbackDomain, &str); 2] = [
-    (
-        sys::CUPTI_CB_DOMAIN_RUNTIME_API,
-        "cuptiEnableDomain(RUNTIME_API)",
-    ),
-    (
-        sys::CUPTI_CB_DOMAIN_DRIVER_API,
-        "cuptiEnableDomain(DRIVER_API)",
-    ),
-];
 
 /// Set while a Recorder exists (CUPTI allows one subscriber per process).
 static CLAIMED: AtomicBool = AtomicBool::new(false);
@@ -409,14 +166,14 @@ impl Recorder {
             lock(&rec.shared.state).problem(note);
         }
         let bytes = config.buffer_bytes.max(1024).next_multiple_of(8);
-        callbacks::set_buffer_bytes(bytes, config.max_buffers);
+        buffers::set_buffer_bytes(bytes, config.max_buffers);
         if !REGISTERED.load(Ordering::Acquire) {
             // SAFETY: resolved at load; both callbacks are `extern "C"` functions with the
             // signatures CUPTI expects, valid for the whole process.
             let rc = unsafe {
                 api.cuptiActivityRegisterCallbacks(
-                    Some(callbacks::buffer_requested),
-                    Some(callbacks::buffer_completed),
+                    Some(buffers::buffer_requested),
+                    Some(buffers::buffer_completed),
                 )
             };
             cupti.check("cuptiActivityRegisterCallbacks", rc)?;
@@ -832,7 +589,7 @@ impl Recorder {
                 *active = None;
             }
         }
-        callbacks::release_free_buffers();
+        buffers::release_free_buffers();
         CLAIMED.store(false, Ordering::Release);
         self.teardown_problems.extend(notes);
         flushed
