@@ -11,11 +11,11 @@
 //! Prints one line and exits 1 when there is no GPU, driver or NVRTC.
 
 use gapscope::workload::capture::Launch;
-use gapscope::workload::collective::{GraphUsageMode, RunnerError};
+use gapscope::workload::collective::{GraphUsageMode, WorkloadError};
 use gapscope::workload::emu::{EmuSetup, NoObserver, run_emu_cell};
 use std::process::ExitCode;
 
-fn run(iters: usize, launch: Launch) -> Result<(), RunnerError> {
+fn run(iters: usize, launch: Launch) -> Result<(), WorkloadError> {
     let mut setup = EmuSetup::new(0, iters)?;
     for mode in [GraphUsageMode::Two, GraphUsageMode::One] {
         for graphed in [false, true] {

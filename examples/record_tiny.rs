@@ -39,7 +39,7 @@ fn run(steps: usize) -> Result<(), Box<dyn std::error::Error>> {
     let stream = ctx.new_stream()?;
     let stamps = stream.alloc_zeros::<u64>(8)?;
     let (stamp, _guard) = cudarc::driver::DevicePtr::device_ptr(&stamps, &stream);
-    let step = || -> Result<(), gapscope::workload::collective::RunnerError> {
+    let step = || -> Result<(), gapscope::workload::collective::WorkloadError> {
         kernels.spin(&stream, 3_000, stamp)?;
         kernels.spin(&stream, 1_000, stamp + 16)?;
         kernels.spin(&stream, 2_000, stamp + 32)

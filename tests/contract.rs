@@ -492,7 +492,8 @@ fn messages_say_what_the_input_is() {
     let out = gapscope(&["analyze", o.join("report.json").to_str().unwrap()]);
     assert!(fails_in_one_line(&out, 2).contains("gapscope report"));
 
-    // merge --align collectives without collective kernels names the reference rank's lack.
+    // merge --align collectives (the old spelling of --clock) without collective kernels names
+    // the reference rank's lack.
     let mut ranks = Vec::new();
     for rank in 0..2 {
         let mut t = synthetic::emu_experiment(3);

@@ -1,4 +1,7 @@
-//! Timeline → steps → align (graphed ↔ eager) → attribute gaps. Safe Rust, no GPU needed.
+//! `timeline` → `steps` (markers and graph launches → steps and cells) → `align` (graphed ↔
+//! eager kernels) → `cause` (each gap's cause) → `stats`; `remedy` turns causes into changes to
+//! make, `merge` compares ranks. The types every stage shares are in `model`. Safe Rust, no GPU
+//! needed.
 #![forbid(unsafe_code)]
 
 pub mod align;

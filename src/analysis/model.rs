@@ -350,7 +350,7 @@ pub struct CellAnalysis {
     /// per-step spread.
     pub period_runs: Option<Stat>,
     pub period_block_medians: Vec<f64>,
-    /// Period from CUDA events, measured by the runner independently of the trace.
+    /// Period from CUDA events, measured by the workload independently of the trace.
     pub event_period: Option<Stat>,
     pub busy: Option<Stat>,
     pub idle: Option<Stat>,

@@ -270,7 +270,7 @@ pub fn split_cells(
             .push(ops);
     }
     // Launches outside the markers of an executable graph that the markers also launch are
-    // that step's warm-up (as gapscope's own runner does), not steps of their own.
+    // that step's warm-up (as `gapscope run` does), not steps of their own.
     let marked_graphs: rustc_hash::FxHashSet<u32> = cells
         .values()
         .flat_map(|c| c.steps.iter().flatten())

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// Key in [`Cell::requested`] for the NCCL graph usage mode the runner asked for (0, 1 or 2):
+/// Key in [`Cell::requested`] for the NCCL graph usage mode the workload asked for (0, 1 or 2):
 /// written by the sweep, read by the alignment, the causes and the remedies.
 pub const GRAPH_USAGE_MODE_KEY: &str = "graph_usage_mode";
 
@@ -95,7 +95,7 @@ fn one() -> u32 {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
-    /// gapscope's CUPTI recorder (runner or injection).
+    /// gapscope's CUPTI recorder (`gapscope run` or injection).
     #[default]
     Cupti,
     /// Imported from a torch.profiler (Kineto) Chrome trace: no graph DAG.
@@ -130,14 +130,14 @@ pub struct Versions {
 }
 
 /// One configuration of work inside a trace (e.g. "graphed, mode 2, T=8, replay").
-/// `requested` is what the runner asked for; the analysis derives the observed regime and
+/// `requested` is what the workload asked for; the analysis derives the observed regime and
 /// mode from the records and the DAG, and reports any mismatch.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Cell {
     pub label: String,
     #[serde(default)]
     pub requested: BTreeMap<String, serde_json::Value>,
-    /// Step periods measured by the runner with CUDA events (ns per step, one value per timed
+    /// Step periods measured by the workload with CUDA events (ns per step, one value per timed
     /// run of steps), independent of tracing; shown beside the trace-derived period.
     #[serde(default)]
     pub event_periods_ns: Vec<f64>,

@@ -2,7 +2,7 @@
 //! node counts emu.cu prints, and how graphed steps are launched ([`Launch`]).
 #![forbid(unsafe_code)]
 
-use crate::workload::collective::RunnerError;
+use crate::workload::collective::WorkloadError;
 use crate::workload::cuda::graph::{self, NodeType};
 use cudarc::driver::CudaStream;
 
@@ -108,9 +108,9 @@ impl GraphNodeCounts {
 pub fn capture_graph<F>(
     origin: &CudaStream,
     body: F,
-) -> Result<(GraphExec, GraphNodeCounts), RunnerError>
+) -> Result<(GraphExec, GraphNodeCounts), WorkloadError>
 where
-    F: FnOnce() -> Result<(), RunnerError>,
+    F: FnOnce() -> Result<(), WorkloadError>,
 {
     graph::begin_capture(origin)?;
     let body_result = body();
@@ -120,7 +120,7 @@ where
     body_result?;
     ended?;
     let template = template
-        .ok_or_else(|| RunnerError::Config("cuStreamEndCapture returned no graph".into()))?;
+        .ok_or_else(|| WorkloadError::Config("cuStreamEndCapture returned no graph".into()))?;
     let exec = template.instantiate()?;
     let counts = template.node_types().map(|t| GraphNodeCounts::of(&t));
     drop(template);

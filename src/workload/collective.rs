@@ -13,9 +13,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-/// Errors of the runner layer. Display is one line.
+/// Errors of the workload layer. Display is one line.
 #[derive(Debug, thiserror::Error)]
-pub enum RunnerError {
+pub enum WorkloadError {
     /// No usable CUDA driver, NVRTC or GPU: the one line to print before exiting.
     #[error("no GPU available: {0}")]
     Unavailable(String),
@@ -39,17 +39,17 @@ pub enum RunnerError {
         detail: String,
     },
     /// Bad sizes, arguments or environment.
-    #[error("invalid runner configuration: {0}")]
+    #[error("invalid workload configuration: {0}")]
     Config(String),
     /// File I/O (e.g. the NCCL unique-id file).
     #[error("I/O error on {path}: {detail}")]
     Io { path: String, detail: String },
 }
 
-impl RunnerError {
-    pub(crate) fn cuda(call: &'static str, err: impl fmt::Debug) -> RunnerError {
+impl WorkloadError {
+    pub(crate) fn cuda(call: &'static str, err: impl fmt::Debug) -> WorkloadError {
         // cudarc's DriverError Debug reads "DriverError(CUDA_ERROR_X, \"description\")".
-        RunnerError::Cuda {
+        WorkloadError::Cuda {
             call,
             detail: format!("{err:?}").replace('\n', " "),
         }
@@ -57,8 +57,8 @@ impl RunnerError {
 }
 
 /// Checks a raw driver result.
-pub(crate) fn ck(res: CUresult, call: &'static str) -> Result<(), RunnerError> {
-    res.result().map_err(|e| RunnerError::cuda(call, e))
+pub(crate) fn ck(res: CUresult, call: &'static str) -> Result<(), WorkloadError> {
+    res.result().map_err(|e| WorkloadError::cuda(call, e))
 }
 
 /// NCCL's graph usage mode (`ncclConfig_t::graphUsageMode`, NCCL ≥ 2.29).
@@ -105,18 +105,18 @@ impl GraphUsageMode {
 }
 
 impl TryFrom<u8> for GraphUsageMode {
-    type Error = RunnerError;
-    fn try_from(v: u8) -> Result<Self, RunnerError> {
+    type Error = WorkloadError;
+    fn try_from(v: u8) -> Result<Self, WorkloadError> {
         GraphUsageMode::from_u8(v).ok_or_else(|| {
-            RunnerError::Config(format!("graph usage mode must be 0, 1 or 2, not {v}"))
+            WorkloadError::Config(format!("graph usage mode must be 0, 1 or 2, not {v}"))
         })
     }
 }
 
 impl FromStr for GraphUsageMode {
-    type Err = RunnerError;
+    type Err = WorkloadError;
     /// Accepts "0", "1", "2", optionally prefixed by "mode" / "mode-" / "mode=".
-    fn from_str(s: &str) -> Result<Self, RunnerError> {
+    fn from_str(s: &str) -> Result<Self, WorkloadError> {
         let t = s.trim().to_ascii_lowercase();
         let t = t
             .strip_prefix("mode")
@@ -126,7 +126,7 @@ impl FromStr for GraphUsageMode {
             .ok()
             .and_then(GraphUsageMode::from_u8)
             .ok_or_else(|| {
-                RunnerError::Config(format!("graph usage mode must be 0, 1 or 2, not {s:?}"))
+                WorkloadError::Config(format!("graph usage mode must be 0, 1 or 2, not {s:?}"))
             })
     }
 }
@@ -154,14 +154,14 @@ pub const EMU_IS_A_WORKLOAD: &str =
     "\"emu\" is a workload, not a backend: the emulated backend is spelled --backend emulated";
 
 impl FromStr for Backend {
-    type Err = RunnerError;
-    fn from_str(s: &str) -> Result<Self, RunnerError> {
+    type Err = WorkloadError;
+    fn from_str(s: &str) -> Result<Self, WorkloadError> {
         match s.trim().to_ascii_lowercase().as_str() {
             "auto" => Ok(Backend::Auto),
             "emulated" => Ok(Backend::Emulated),
             "nccl" => Ok(Backend::Nccl),
-            "emu" => Err(RunnerError::Config(EMU_IS_A_WORKLOAD.into())),
-            _ => Err(RunnerError::Config(format!(
+            "emu" => Err(WorkloadError::Config(EMU_IS_A_WORKLOAD.into())),
+            _ => Err(WorkloadError::Config(format!(
                 "backend must be \"auto\", \"emulated\" or \"nccl\", not {s:?}"
             ))),
         }
@@ -210,13 +210,13 @@ pub trait RoutingAllGather {
         send: &CudaSlice<u8>,
         recv: &mut CudaSlice<u8>,
         capturing: bool,
-    ) -> Result<(), RunnerError>;
+    ) -> Result<(), WorkloadError>;
 
     /// Call once per captured step, after the step's last kernel and before
     /// `cuStreamEndCapture` on `origin`: joins any side stream the backend forked into the
     /// capture back into `origin` (the capture cannot end with unjoined work). No-op for
     /// backends that join inside the call, and when no captured all-gather is pending.
-    fn end_of_capture_join(&mut self, _origin: &Arc<CudaStream>) -> Result<(), RunnerError> {
+    fn end_of_capture_join(&mut self, _origin: &Arc<CudaStream>) -> Result<(), WorkloadError> {
         Ok(())
     }
 
@@ -315,10 +315,10 @@ mod tests {
     #[test]
     fn errors_are_one_line() {
         let errs = [
-            RunnerError::Unavailable("x".into()),
-            RunnerError::cuda("cuLaunchKernel", "DriverError(CUDA_ERROR_X,\n \"y\")"),
-            RunnerError::Config("bad".into()),
-            RunnerError::Nccl {
+            WorkloadError::Unavailable("x".into()),
+            WorkloadError::cuda("cuLaunchKernel", "DriverError(CUDA_ERROR_X,\n \"y\")"),
+            WorkloadError::Config("bad".into()),
+            WorkloadError::Nccl {
                 call: "ncclAllGather",
                 code: 5,
                 detail: "invalid usage".into(),

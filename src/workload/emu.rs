@@ -6,7 +6,7 @@
 
 use crate::workload::capture::{GraphExec, GraphNodeCounts, Launch, capture_graph};
 use crate::workload::collective::{
-    GraphUsageMode, LibraryCallGuard, RoutingAllGather, RunnerError,
+    GraphUsageMode, LibraryCallGuard, RoutingAllGather, WorkloadError,
 };
 use crate::workload::cuda;
 use crate::workload::device::raw_ptr;
@@ -30,7 +30,7 @@ pub fn emu_step(
     recv: &mut CudaSlice<u8>,
     capturing: bool,
     stamps: u64,
-) -> Result<(), RunnerError> {
+) -> Result<(), WorkloadError> {
     kernels.spin(origin, 5000, stamps)?;
     ag.set_kernel_stamp(Some(stamps + 16));
     ag.all_gather(origin, send, recv, capturing)?;
@@ -177,15 +177,15 @@ pub fn emu_map_byte(r: usize, j: usize) -> u8 {
 impl EmuSetup {
     /// Opens device `ordinal` (no panic when there is no GPU: an `Unavailable` error), compiles
     /// the kernels and allocates emu.cu's buffers for `iters` steps.
-    pub fn new(ordinal: usize, iters: usize) -> Result<EmuSetup, RunnerError> {
+    pub fn new(ordinal: usize, iters: usize) -> Result<EmuSetup, WorkloadError> {
         if iters == 0 {
-            return Err(RunnerError::Config("iters must be ≥ 1".into()));
+            return Err(WorkloadError::Config("iters must be ≥ 1".into()));
         }
         let ctx = crate::workload::device::open_context(ordinal)?;
         let kernels = EmuKernels::load(&ctx)?;
         let origin = ctx
             .new_stream()
-            .map_err(|e| RunnerError::cuda("cuStreamCreate", e))?;
+            .map_err(|e| WorkloadError::cuda("cuStreamCreate", e))?;
         let cfg = EmulatedConfig {
             ranks: EMU_RANKS,
             rank: 0,
@@ -200,23 +200,23 @@ impl EmuSetup {
         ag.set_peer_maps(&expected)?;
         let send = origin
             .clone_htod(&expected[0..EMU_BYTES_PER_RANK])
-            .map_err(|e| RunnerError::cuda("cuMemcpyHtoDAsync", e))?;
+            .map_err(|e| WorkloadError::cuda("cuMemcpyHtoDAsync", e))?;
         let recv = origin
             .alloc_zeros::<u8>(total)
-            .map_err(|e| RunnerError::cuda("cuMemAlloc", e))?;
+            .map_err(|e| WorkloadError::cuda("cuMemAlloc", e))?;
         let stamps = origin
             .alloc_zeros::<u64>(8 * iters)
-            .map_err(|e| RunnerError::cuda("cuMemAlloc", e))?;
+            .map_err(|e| WorkloadError::cuda("cuMemAlloc", e))?;
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let ev_a = ctx
             .new_event(timing)
-            .map_err(|e| RunnerError::cuda("cuEventCreate", e))?;
+            .map_err(|e| WorkloadError::cuda("cuEventCreate", e))?;
         let ev_b = ctx
             .new_event(timing)
-            .map_err(|e| RunnerError::cuda("cuEventCreate", e))?;
+            .map_err(|e| WorkloadError::cuda("cuEventCreate", e))?;
         origin
             .synchronize()
-            .map_err(|e| RunnerError::cuda("cuStreamSynchronize", e))?;
+            .map_err(|e| WorkloadError::cuda("cuStreamSynchronize", e))?;
         Ok(EmuSetup {
             ctx,
             origin,
@@ -233,12 +233,12 @@ impl EmuSetup {
     }
 
     /// Device address of step slot `i`'s 8 stamps.
-    pub fn stamp_addr(&self, i: usize) -> Result<u64, RunnerError> {
+    pub fn stamp_addr(&self, i: usize) -> Result<u64, WorkloadError> {
         Ok(raw_ptr(&self.stamps, &self.origin)? + 64 * i as u64)
     }
 
     /// One emu.cu step with the emulated backend, stamping slot `slot`.
-    pub fn step(&mut self, capturing: bool, slot: usize) -> Result<(), RunnerError> {
+    pub fn step(&mut self, capturing: bool, slot: usize) -> Result<(), WorkloadError> {
         let st = self.stamp_addr(slot)?;
         emu_step(
             &self.kernels,
@@ -252,17 +252,17 @@ impl EmuSetup {
     }
 
     /// Checks the gathered buffer against the expected all-gather result.
-    pub fn verify_gather(&self) -> Result<(), RunnerError> {
+    pub fn verify_gather(&self) -> Result<(), WorkloadError> {
         let got = self
             .origin
             .clone_dtoh(&self.recv)
-            .map_err(|e| RunnerError::cuda("cuMemcpyDtoHAsync", e))?;
+            .map_err(|e| WorkloadError::cuda("cuMemcpyDtoHAsync", e))?;
         self.origin
             .synchronize()
-            .map_err(|e| RunnerError::cuda("cuStreamSynchronize", e))?;
+            .map_err(|e| WorkloadError::cuda("cuStreamSynchronize", e))?;
         match got.iter().zip(&self.expected).position(|(a, b)| a != b) {
             None => Ok(()),
-            Some(i) => Err(RunnerError::Config(format!(
+            Some(i) => Err(WorkloadError::Config(format!(
                 "emulated all-gather result wrong at byte {i} (rank slot {}): got {}, expected {}",
                 i / EMU_BYTES_PER_RANK,
                 got[i],
@@ -280,7 +280,7 @@ pub fn run_emu_cell(
     graphed: bool,
     launch: Launch,
     obs: &mut dyn EmuObserver,
-) -> Result<EmuCellResult, RunnerError> {
+) -> Result<EmuCellResult, WorkloadError> {
     let iters = setup.iters;
     setup.ag.set_mode(mode);
     obs.cell_begin(mode, graphed, launch);
@@ -323,11 +323,11 @@ pub fn run_emu_cell(
     let h = setup
         .origin
         .clone_dtoh(&setup.stamps)
-        .map_err(|e| RunnerError::cuda("cuMemcpyDtoHAsync", e))?;
+        .map_err(|e| WorkloadError::cuda("cuMemcpyDtoHAsync", e))?;
     setup
         .origin
         .synchronize()
-        .map_err(|e| RunnerError::cuda("cuStreamSynchronize", e))?;
+        .map_err(|e| WorkloadError::cuda("cuStreamSynchronize", e))?;
     let slot0_only = graphed && launch != Launch::Fresh;
     let result = EmuCellResult {
         launch,

@@ -29,7 +29,7 @@
 #![forbid(unsafe_code)]
 
 use crate::workload::collective::{
-    Backend, GraphUsageMode, LibraryCallHook, RoutingAllGather, RunnerError, open_library_call,
+    Backend, GraphUsageMode, LibraryCallHook, RoutingAllGather, WorkloadError, open_library_call,
 };
 use crate::workload::cuda;
 use crate::workload::device::{raw_ptr, require_untracked};
@@ -56,15 +56,15 @@ pub struct EmulatedConfig {
 }
 
 impl EmulatedConfig {
-    pub fn validate(&self) -> Result<(), RunnerError> {
+    pub fn validate(&self) -> Result<(), WorkloadError> {
         if self.ranks == 0 || self.rank >= self.ranks {
-            return Err(RunnerError::Config(format!(
+            return Err(WorkloadError::Config(format!(
                 "emulated all-gather: rank {} of {} ranks",
                 self.rank, self.ranks
             )));
         }
         if self.bytes_per_rank == 0 || !self.bytes_per_rank.is_multiple_of(16) {
-            return Err(RunnerError::Config(format!(
+            return Err(WorkloadError::Config(format!(
                 "emulated all-gather: bytes per rank must be a positive multiple of 16, not {}",
                 self.bytes_per_rank
             )));
@@ -73,7 +73,7 @@ impl EmulatedConfig {
             .checked_mul(self.ranks)
             .is_none_or(|n| n > i32::MAX as usize)
         {
-            return Err(RunnerError::Config(
+            return Err(WorkloadError::Config(
                 "emulated all-gather: buffer too large for the copy kernel".into(),
             ));
         }
@@ -121,34 +121,34 @@ impl EmulatedAllGather {
         ctx: &Arc<CudaContext>,
         kernels: &EmuKernels,
         cfg: EmulatedConfig,
-    ) -> Result<EmulatedAllGather, RunnerError> {
+    ) -> Result<EmulatedAllGather, WorkloadError> {
         cfg.validate()?;
         if ctx.is_event_tracking() {
-            return Err(RunnerError::Config(
+            return Err(WorkloadError::Config(
                 "cudarc event tracking is on: call CudaContext::disable_event_tracking() (or use workload::device::open_context) before creating the emulated all-gather".into(),
             ));
         }
         require_untracked(ctx)?;
         let side = ctx
             .new_stream()
-            .map_err(|e| RunnerError::cuda("cuStreamCreate", e))?;
+            .map_err(|e| WorkloadError::cuda("cuStreamCreate", e))?;
         let serial = ctx
             .new_event(None)
-            .map_err(|e| RunnerError::cuda("cuEventCreate", e))?;
+            .map_err(|e| WorkloadError::cuda("cuEventCreate", e))?;
         let scratch = ctx
             .new_event(None)
-            .map_err(|e| RunnerError::cuda("cuEventCreate", e))?;
+            .map_err(|e| WorkloadError::cuda("cuEventCreate", e))?;
         let peers = side
             .alloc_zeros::<u8>(cfg.ranks * cfg.bytes_per_rank)
-            .map_err(|e| RunnerError::cuda("cuMemAlloc", e))?;
+            .map_err(|e| WorkloadError::cuda("cuMemAlloc", e))?;
         let own_stamp = side
             .alloc_zeros::<u64>(2)
-            .map_err(|e| RunnerError::cuda("cuMemAlloc", e))?;
+            .map_err(|e| WorkloadError::cuda("cuMemAlloc", e))?;
         serial
             .record(&side)
-            .map_err(|e| RunnerError::cuda("cuEventRecord", e))?;
+            .map_err(|e| WorkloadError::cuda("cuEventRecord", e))?;
         side.synchronize()
-            .map_err(|e| RunnerError::cuda("cuStreamSynchronize", e))?;
+            .map_err(|e| WorkloadError::cuda("cuStreamSynchronize", e))?;
         Ok(EmulatedAllGather {
             ctx: ctx.clone(),
             kernels: kernels.clone(),
@@ -176,9 +176,9 @@ impl EmulatedAllGather {
 
     /// Fills the other simulated ranks' maps: `maps` is R × bytes_per_rank in gathered layout;
     /// slot `rank` is ignored (it comes from `send` at every call). Eager and synchronous.
-    pub fn set_peer_maps(&mut self, maps: &[u8]) -> Result<(), RunnerError> {
+    pub fn set_peer_maps(&mut self, maps: &[u8]) -> Result<(), WorkloadError> {
         if maps.len() != self.peers.len() {
-            return Err(RunnerError::Config(format!(
+            return Err(WorkloadError::Config(format!(
                 "peer maps: {} bytes given, {} expected (ranks × bytes per rank)",
                 maps.len(),
                 self.peers.len()
@@ -186,10 +186,10 @@ impl EmulatedAllGather {
         }
         self.side
             .memcpy_htod(maps, &mut self.peers)
-            .map_err(|e| RunnerError::cuda("cuMemcpyHtoDAsync", e))?;
+            .map_err(|e| WorkloadError::cuda("cuMemcpyHtoDAsync", e))?;
         self.side
             .synchronize()
-            .map_err(|e| RunnerError::cuda("cuStreamSynchronize", e))
+            .map_err(|e| WorkloadError::cuda("cuStreamSynchronize", e))
     }
 
     /// Device address of two u64 where the copy kernel writes its %globaltimer start and end
@@ -219,7 +219,7 @@ impl EmulatedAllGather {
         self.join_pending = false;
     }
 
-    fn launch_copy(&self, origin: &CudaStream, send: u64, recv: u64) -> Result<(), RunnerError> {
+    fn launch_copy(&self, origin: &CudaStream, send: u64, recv: u64) -> Result<(), WorkloadError> {
         let own = raw_ptr(&self.own_stamp, origin)?;
         let peers = raw_ptr(&self.peers, origin)?;
         self.kernels.coll_gather(
@@ -234,7 +234,7 @@ impl EmulatedAllGather {
         )
     }
 
-    fn captured(&mut self, origin: &CudaStream, send: u64, recv: u64) -> Result<(), RunnerError> {
+    fn captured(&mut self, origin: &CudaStream, send: u64, recv: u64) -> Result<(), WorkloadError> {
         let mixing = self.cfg.mode.is_mixing();
         // ncclStrongStreamAcquire: side stream joined with no dependencies.
         self.order(origin, &self.side)?;
@@ -258,12 +258,12 @@ impl EmulatedAllGather {
 
     /// `after` waits for the work queued on `before` so far (record `scratch`, then wait on
     /// it): the join NCCL's strong streams make, an edge when capturing.
-    fn order(&self, before: &CudaStream, after: &CudaStream) -> Result<(), RunnerError> {
+    fn order(&self, before: &CudaStream, after: &CudaStream) -> Result<(), WorkloadError> {
         cuda::record_event(&self.scratch, before)?;
         cuda::wait_event(after, &self.scratch, false)
     }
 
-    fn eager(&mut self, origin: &CudaStream, send: u64, recv: u64) -> Result<(), RunnerError> {
+    fn eager(&mut self, origin: &CudaStream, send: u64, recv: u64) -> Result<(), WorkloadError> {
         let mixing = self.cfg.mode.is_mixing();
         if mixing {
             cuda::wait_event(origin, &self.serial, false)?;
@@ -283,15 +283,15 @@ impl RoutingAllGather for EmulatedAllGather {
         send: &CudaSlice<u8>,
         recv: &mut CudaSlice<u8>,
         capturing: bool,
-    ) -> Result<(), RunnerError> {
+    ) -> Result<(), WorkloadError> {
         if stream.context() != &self.ctx {
-            return Err(RunnerError::Config(
+            return Err(WorkloadError::Config(
                 "emulated all-gather: stream belongs to another context".into(),
             ));
         }
         let bytes = self.cfg.bytes_per_rank;
         if send.len() != bytes || recv.len() < bytes * self.cfg.ranks {
-            return Err(RunnerError::Config(format!(
+            return Err(WorkloadError::Config(format!(
                 "emulated all-gather: send {} bytes (expected {bytes}), recv {} bytes (expected ≥ {})",
                 send.len(),
                 recv.len(),
@@ -308,7 +308,7 @@ impl RoutingAllGather for EmulatedAllGather {
         }
     }
 
-    fn end_of_capture_join(&mut self, origin: &Arc<CudaStream>) -> Result<(), RunnerError> {
+    fn end_of_capture_join(&mut self, origin: &Arc<CudaStream>) -> Result<(), WorkloadError> {
         if !self.join_pending {
             return Ok(());
         }

@@ -9,7 +9,7 @@
 //! and the run, with one line naming it.
 #![forbid(unsafe_code)]
 
-use super::collective::{GraphUsageMode, RunnerError};
+use super::collective::{GraphUsageMode, WorkloadError};
 use super::nccl::{ID_FILE_ENV, ModeRoute, NcclVersion};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -93,14 +93,14 @@ fn stop(children: &mut [(usize, Child)]) {
 /// Starts every rank of a set and waits for all of them. When one exits unsuccessfully, or
 /// `timeout` passes, the others are stopped (a rank waiting on a dead peer would otherwise
 /// wait for ever) and the error names the rank and the last line it printed.
-pub fn run_set(launches: &[RankLaunch], timeout: Duration, set: &str) -> Result<(), RunnerError> {
+pub fn run_set(launches: &[RankLaunch], timeout: Duration, set: &str) -> Result<(), WorkloadError> {
     let mut children: Vec<(usize, Child)> = Vec::with_capacity(launches.len());
     for l in launches {
-        let log = std::fs::File::create(&l.log).map_err(|e| RunnerError::Io {
+        let log = std::fs::File::create(&l.log).map_err(|e| WorkloadError::Io {
             path: l.log.display().to_string(),
             detail: e.to_string(),
         })?;
-        let err = log.try_clone().map_err(|e| RunnerError::Io {
+        let err = log.try_clone().map_err(|e| WorkloadError::Io {
             path: l.log.display().to_string(),
             detail: e.to_string(),
         })?;
@@ -115,7 +115,7 @@ pub fn run_set(launches: &[RankLaunch], timeout: Duration, set: &str) -> Result<
             Ok(c) => children.push((l.rank, c)),
             Err(e) => {
                 stop(&mut children);
-                return Err(RunnerError::Config(format!(
+                return Err(WorkloadError::Config(format!(
                     "{set}: cannot start rank {}: {e}",
                     l.rank
                 )));
@@ -142,7 +142,7 @@ pub fn run_set(launches: &[RankLaunch], timeout: Duration, set: &str) -> Result<
                             || "was killed by a signal".to_owned(),
                             |c| format!("exited with {c}"),
                         );
-                        return Err(RunnerError::Config(format!(
+                        return Err(WorkloadError::Config(format!(
                             "{set}: rank {rank} {how}: {} (log: {})",
                             last_line(log),
                             log.display()
@@ -154,7 +154,7 @@ pub fn run_set(launches: &[RankLaunch], timeout: Duration, set: &str) -> Result<
                 Err(e) => {
                     let rank = running[i].0;
                     stop(&mut running);
-                    return Err(RunnerError::Config(format!(
+                    return Err(WorkloadError::Config(format!(
                         "{set}: cannot wait for rank {rank}: {e}"
                     )));
                 }
@@ -163,7 +163,7 @@ pub fn run_set(launches: &[RankLaunch], timeout: Duration, set: &str) -> Result<
         if !running.is_empty() && started.elapsed() > timeout {
             let waiting: Vec<String> = running.iter().map(|(r, _)| r.to_string()).collect();
             stop(&mut running);
-            return Err(RunnerError::Config(format!(
+            return Err(WorkloadError::Config(format!(
                 "{set}: rank(s) {} still running after {} s (ranks {} finished); stopped. Raise --rank-timeout if the sweep needs longer",
                 waiting.join(", "),
                 timeout.as_secs(),

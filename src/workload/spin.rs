@@ -8,7 +8,7 @@
 //! once on a new thread).
 #![forbid(unsafe_code)]
 
-use crate::workload::collective::RunnerError;
+use crate::workload::collective::WorkloadError;
 use crate::workload::cuda::{KernelArg, launch_kernel};
 use crate::workload::device::check_nvrtc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
@@ -35,28 +35,29 @@ pub struct EmuKernels {
 
 impl EmuKernels {
     /// Compiles `kernels/emu.cu` for the context's device and loads it.
-    pub fn load(ctx: &Arc<CudaContext>) -> Result<EmuKernels, RunnerError> {
+    pub fn load(ctx: &Arc<CudaContext>) -> Result<EmuKernels, WorkloadError> {
         check_nvrtc()?;
         let (major, minor) = ctx
             .compute_capability()
-            .map_err(|e| RunnerError::cuda("cuDeviceGetAttribute", e))?;
+            .map_err(|e| WorkloadError::cuda("cuDeviceGetAttribute", e))?;
         let opts = cudarc::nvrtc::CompileOptions {
             options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
             name: Some("emu.cu".into()),
             ..Default::default()
         };
-        let ptx =
-            cudarc::nvrtc::compile_ptx_with_opts(EMU_CU, opts).map_err(|e| RunnerError::Nvrtc {
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(EMU_CU, opts).map_err(|e| {
+            WorkloadError::Nvrtc {
                 source_name: "kernels/emu.cu",
                 detail: format!("{e:?}").replace('\n', " "),
-            })?;
+            }
+        })?;
         let module = ctx
             .load_module(ptx)
-            .map_err(|e| RunnerError::cuda("cuModuleLoadData", e))?;
+            .map_err(|e| WorkloadError::cuda("cuModuleLoadData", e))?;
         let get = |name: &str| {
             module
                 .load_function(name)
-                .map_err(|e| RunnerError::cuda("cuModuleGetFunction", e))
+                .map_err(|e| WorkloadError::cuda("cuModuleGetFunction", e))
         };
         Ok(EmuKernels {
             spin: get("spin")?,
@@ -68,7 +69,7 @@ impl EmuKernels {
 
     /// `spin<<<1, 32, 0, stream>>>(ns, stamp)`: busy-waits `ns` nanoseconds of %globaltimer and
     /// writes its start and end stamps to `stamp[0..2]` (a device address of two u64).
-    pub fn spin(&self, stream: &CudaStream, ns: u64, stamp: u64) -> Result<(), RunnerError> {
+    pub fn spin(&self, stream: &CudaStream, ns: u64, stamp: u64) -> Result<(), WorkloadError> {
         // spin(unsigned long long ns, unsigned long long* stamp)
         let args = [KernelArg::U64(ns), KernelArg::U64(stamp)];
         launch(&self.spin, SPIN_GRID, SPIN_BLOCK, stream, &args)
@@ -82,7 +83,7 @@ impl EmuKernels {
         dst: u64,
         n: i32,
         stamp: u64,
-    ) -> Result<(), RunnerError> {
+    ) -> Result<(), WorkloadError> {
         // coll(const int4* src, int4* dst, int n, unsigned long long* stamp)
         let args = [
             KernelArg::U64(src),
@@ -106,7 +107,7 @@ impl EmuKernels {
         ranks: i32,
         rank: i32,
         stamp: u64,
-    ) -> Result<(), RunnerError> {
+    ) -> Result<(), WorkloadError> {
         // coll_gather(const int4* local, const int4* peers, int4* dst, int n_per_rank,
         //             int ranks, int rank, unsigned long long* stamp)
         let args = [
@@ -128,8 +129,9 @@ fn launch(
     block: (u32, u32, u32),
     stream: &CudaStream,
     args: &[KernelArg],
-) -> Result<(), RunnerError> {
-    launch_kernel(f, grid, block, stream, args).map_err(|e| RunnerError::cuda("cuLaunchKernel", e))
+) -> Result<(), WorkloadError> {
+    launch_kernel(f, grid, block, stream, args)
+        .map_err(|e| WorkloadError::cuda("cuLaunchKernel", e))
 }
 
 #[cfg(test)]

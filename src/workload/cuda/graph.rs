@@ -1,7 +1,7 @@
 //! FFI leaf: stream capture, template graphs ([`Graph`]) and executable graphs ([`GraphExec`])
 //! as owned handles, destroyed on drop.
 
-use crate::workload::collective::{RunnerError, ck};
+use crate::workload::collective::{WorkloadError, ck};
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::{self, CUgraph, CUgraphExec, CUgraphNode, CUgraphNodeType};
 use std::ptr::null_mut;
@@ -9,7 +9,7 @@ use std::ptr::null_mut;
 pub use cudarc::driver::sys::CUgraphNodeType as NodeType;
 
 /// `cuStreamBeginCapture(stream, THREAD_LOCAL)`.
-pub fn begin_capture(stream: &CudaStream) -> Result<(), RunnerError> {
+pub fn begin_capture(stream: &CudaStream) -> Result<(), WorkloadError> {
     // SAFETY: live stream.
     ck(
         unsafe {
@@ -24,7 +24,7 @@ pub fn begin_capture(stream: &CudaStream) -> Result<(), RunnerError> {
 
 /// `cuStreamEndCapture(stream)`: the call's result and the template graph it returned, if any
 /// (a graph can come back with an error, and is then still ours to destroy).
-pub fn end_capture(stream: &CudaStream) -> (Result<(), RunnerError>, Option<Graph>) {
+pub fn end_capture(stream: &CudaStream) -> (Result<(), WorkloadError>, Option<Graph>) {
     let mut graph: CUgraph = null_mut();
     // SAFETY: live stream; an out-pointer to a local.
     let rc = unsafe { sys::cuStreamEndCapture(stream.cu_stream(), &mut graph) };
@@ -40,7 +40,7 @@ pub struct Graph {
 
 impl Graph {
     /// `cuGraphInstantiateWithFlags(graph, 0)`.
-    pub fn instantiate(&self) -> Result<GraphExec, RunnerError> {
+    pub fn instantiate(&self) -> Result<GraphExec, WorkloadError> {
         let mut exec: CUgraphExec = null_mut();
         // SAFETY: live template graph; an out-pointer to a local.
         ck(
@@ -51,7 +51,7 @@ impl Graph {
     }
 
     /// The type of every node (`cuGraphGetNodes`, `cuGraphNodeGetType`).
-    pub fn node_types(&self) -> Result<Vec<NodeType>, RunnerError> {
+    pub fn node_types(&self) -> Result<Vec<NodeType>, WorkloadError> {
         let mut n: usize = 0;
         // SAFETY: live graph owned by `self`; out-pointers to locals and to a buffer of `n`
         // nodes.
@@ -97,7 +97,7 @@ unsafe impl Send for GraphExec {}
 
 impl GraphExec {
     /// `cuGraphLaunch(exec, stream)`.
-    pub fn launch(&self, stream: &CudaStream) -> Result<(), RunnerError> {
+    pub fn launch(&self, stream: &CudaStream) -> Result<(), WorkloadError> {
         // SAFETY: live exec and stream.
         ck(
             unsafe { sys::cuGraphLaunch(self.exec, stream.cu_stream()) },

@@ -14,7 +14,7 @@
 pub mod graph;
 pub mod nvrtc;
 
-use crate::workload::collective::{RunnerError, ck};
+use crate::workload::collective::{WorkloadError, ck};
 use cudarc::driver::sys::{
     self, CUevent_wait_flags, CUgraph, CUgraphNode, CUstreamCaptureStatus,
     CUstreamUpdateCaptureDependencies_flags,
@@ -37,7 +37,7 @@ pub fn cudarc_finds_driver() -> bool {
 
 /// `cuDriverGetVersion` through cudarc. Call only after [`cudarc_finds_driver`] and a check
 /// that libcuda has the symbol (cudarc panics on a missing one).
-pub fn driver_version() -> Result<i32, RunnerError> {
+pub fn driver_version() -> Result<i32, WorkloadError> {
     let mut v = 0i32;
     // SAFETY: an out-pointer to a local; the library and symbol are checked by the caller.
     ck(
@@ -224,7 +224,7 @@ pub fn launch_kernel(
 }
 
 /// `cuEventRecord(event, stream)`.
-pub fn record_event(event: &CudaEvent, stream: &CudaStream) -> Result<(), RunnerError> {
+pub fn record_event(event: &CudaEvent, stream: &CudaStream) -> Result<(), WorkloadError> {
     // SAFETY: live event and stream (borrowed for the call).
     ck(
         unsafe { sys::cuEventRecord(event.cu_event(), stream.cu_stream()) },
@@ -238,7 +238,7 @@ pub fn wait_event(
     stream: &CudaStream,
     event: &CudaEvent,
     external: bool,
-) -> Result<(), RunnerError> {
+) -> Result<(), WorkloadError> {
     let flags = if external {
         WAIT_EXTERNAL
     } else {
@@ -252,7 +252,7 @@ pub fn wait_event(
 }
 
 /// `cuStreamSynchronize(stream)`.
-pub fn synchronize(stream: &CudaStream) -> Result<(), RunnerError> {
+pub fn synchronize(stream: &CudaStream) -> Result<(), WorkloadError> {
     // SAFETY: live stream.
     ck(
         unsafe { sys::cuStreamSynchronize(stream.cu_stream()) },
@@ -261,7 +261,7 @@ pub fn synchronize(stream: &CudaStream) -> Result<(), RunnerError> {
 }
 
 /// `cuEventSynchronize(event)`.
-pub fn synchronize_event(event: &CudaEvent) -> Result<(), RunnerError> {
+pub fn synchronize_event(event: &CudaEvent) -> Result<(), WorkloadError> {
     // SAFETY: live event.
     ck(
         unsafe { sys::cuEventSynchronize(event.cu_event()) },
@@ -270,7 +270,7 @@ pub fn synchronize_event(event: &CudaEvent) -> Result<(), RunnerError> {
 }
 
 /// `cuEventElapsedTime(start, end)` in ms.
-pub fn elapsed_ms(start: &CudaEvent, end: &CudaEvent) -> Result<f32, RunnerError> {
+pub fn elapsed_ms(start: &CudaEvent, end: &CudaEvent) -> Result<f32, WorkloadError> {
     let mut ms: f32 = 0.0;
     // SAFETY: live events; an out-pointer to a local.
     ck(
@@ -282,7 +282,7 @@ pub fn elapsed_ms(start: &CudaEvent, end: &CudaEvent) -> Result<f32, RunnerError
 
 /// `cuStreamUpdateCaptureDependencies(stream, NULL, 0, SET)`: a capturing stream continues with
 /// no dependencies (NCCL's strong-stream acquire).
-pub fn clear_capture_dependencies(stream: &CudaStream) -> Result<(), RunnerError> {
+pub fn clear_capture_dependencies(stream: &CudaStream) -> Result<(), WorkloadError> {
     // SAFETY: live stream; an empty dependency list.
     ck(
         unsafe {
@@ -301,7 +301,10 @@ pub fn clear_capture_dependencies(stream: &CudaStream) -> Result<(), RunnerError
 /// NCCL's recordEventOnStream inside a capture: an explicit event-record node on `event` after
 /// `stream`'s current capture dependencies, then `stream` advanced to that node. Errors when
 /// `stream` is not capturing.
-pub fn append_event_record_node(stream: &CudaStream, event: &CudaEvent) -> Result<(), RunnerError> {
+pub fn append_event_record_node(
+    stream: &CudaStream,
+    event: &CudaEvent,
+) -> Result<(), WorkloadError> {
     let c = stream.cu_stream();
     let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     let mut graph: CUgraph = null_mut();
@@ -322,7 +325,7 @@ pub fn append_event_record_node(stream: &CudaStream, event: &CudaEvent) -> Resul
             "cuStreamGetCaptureInfo",
         )?;
         if status != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || graph.is_null() {
-            return Err(RunnerError::Config(format!(
+            return Err(WorkloadError::Config(format!(
                 "emulated all-gather called with capturing=true but the side stream is not capturing ({status:?})"
             )));
         }

@@ -6,7 +6,7 @@ use super::ffi::{self, Comm, load_nccl};
 use super::rank::{ID_FILE_ENV, RankInfo, detect_rank_from_env, exchange_unique_id};
 use super::version::{ModeRoute, NcclVersion};
 use crate::workload::collective::{
-    Backend, GraphUsageMode, LibraryCallHook, RoutingAllGather, RunnerError, open_library_call,
+    Backend, GraphUsageMode, LibraryCallHook, RoutingAllGather, WorkloadError, open_library_call,
 };
 use crate::workload::device::raw_ptr;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
@@ -25,14 +25,14 @@ static MIXING_ENV_SET: Mutex<Option<&'static str>> = Mutex::new(None);
 /// Applies the route's environment assignment; returns a note when it replaced a different
 /// value the user had set. Errors when this process already set another value (NCCL has
 /// cached the first one).
-fn apply_env_route(route: ModeRoute) -> Result<Option<String>, RunnerError> {
+fn apply_env_route(route: ModeRoute) -> Result<Option<String>, WorkloadError> {
     let Some((name, value)) = route.env_assignment() else {
         return Ok(None);
     };
     let mut set = MIXING_ENV_SET.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(prev) = *set {
         if prev != value {
-            return Err(RunnerError::Config(format!(
+            return Err(WorkloadError::Config(format!(
                 "{name} was already set to {prev} in this process and NCCL reads it once: create communicators of different graph usage modes in separate processes"
             )));
         }
@@ -89,7 +89,7 @@ impl NcclAllGather {
         ctx: &Arc<CudaContext>,
         mode: GraphUsageMode,
         info: RankInfo,
-    ) -> Result<NcclAllGather, RunnerError> {
+    ) -> Result<NcclAllGather, WorkloadError> {
         let lib = load_nccl()?;
         let mut route = ModeRoute::select(lib.version, mode);
         if matches!(route, ModeRoute::ConfigField(_)) && !lib.has_init_rank_config() {
@@ -98,12 +98,12 @@ impl NcclAllGather {
         // Before any NCCL call that may initialise NCCL's parameters.
         let env_note = apply_env_route(route)?;
         ctx.bind_to_thread()
-            .map_err(|e| RunnerError::cuda("cuCtxSetCurrent", e))?;
+            .map_err(|e| WorkloadError::cuda("cuCtxSetCurrent", e))?;
         let id = if info.world == 1 {
             lib.unique_id()?
         } else {
             let path = std::env::var(ID_FILE_ENV).map_err(|_| {
-                RunnerError::Config(format!(
+                WorkloadError::Config(format!(
                     "{} ranks: set {ID_FILE_ENV} to a fresh path on a filesystem all ranks share",
                     info.world
                 ))
@@ -136,7 +136,7 @@ impl NcclAllGather {
     pub fn from_env(
         ctx: &Arc<CudaContext>,
         mode: GraphUsageMode,
-    ) -> Result<NcclAllGather, RunnerError> {
+    ) -> Result<NcclAllGather, WorkloadError> {
         let info = detect_rank_from_env()?;
         NcclAllGather::new(ctx, mode, info)
     }
@@ -172,10 +172,10 @@ impl RoutingAllGather for NcclAllGather {
         send: &CudaSlice<u8>,
         recv: &mut CudaSlice<u8>,
         _capturing: bool,
-    ) -> Result<(), RunnerError> {
+    ) -> Result<(), WorkloadError> {
         let bytes = send.len();
         if recv.len() < bytes * self.info.world {
-            return Err(RunnerError::Config(format!(
+            return Err(WorkloadError::Config(format!(
                 "ncclAllGather: recv {} bytes, needs ≥ {} ({} ranks × {bytes})",
                 recv.len(),
                 bytes * self.info.world,

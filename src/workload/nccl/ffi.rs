@@ -4,7 +4,7 @@
 #![allow(unsafe_code)]
 
 use super::version::NcclVersion;
-use crate::workload::collective::{GraphUsageMode, RunnerError};
+use crate::workload::collective::{GraphUsageMode, WorkloadError};
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::fmt;
 use std::path::Path;
@@ -197,15 +197,15 @@ fn load_nccl_uncached() -> Result<NcclLib, String> {
 }
 
 /// Loads NCCL once per process (see the module documentation for the search order).
-pub fn load_nccl() -> Result<&'static NcclLib, RunnerError> {
+pub fn load_nccl() -> Result<&'static NcclLib, WorkloadError> {
     static LIB: OnceLock<Result<NcclLib, String>> = OnceLock::new();
     LIB.get_or_init(load_nccl_uncached)
         .as_ref()
-        .map_err(|e| RunnerError::NcclUnavailable(e.clone()))
+        .map_err(|e| WorkloadError::NcclUnavailable(e.clone()))
 }
 
 impl NcclLib {
-    fn error(&self, call: &'static str, code: c_int, comm: Option<NcclComm>) -> RunnerError {
+    fn error(&self, call: &'static str, code: c_int, comm: Option<NcclComm>) -> WorkloadError {
         // SAFETY: NCCL returns static strings (or null).
         let mut detail = unsafe { cstr((self.get_error_string)(code)) };
         if let (Some(f), Some(c)) = (self.get_last_error, comm) {
@@ -214,7 +214,7 @@ impl NcclLib {
                 detail = format!("{detail}: {last}");
             }
         }
-        RunnerError::Nccl {
+        WorkloadError::Nccl {
             call,
             code,
             detail: detail.replace('\n', " "),
@@ -226,10 +226,10 @@ impl NcclLib {
         call: &'static str,
         rc: c_int,
         comm: Option<NcclComm>,
-    ) -> Result<(), RunnerError> {
+    ) -> Result<(), WorkloadError> {
         match rc {
             0 => Ok(()),
-            NCCL_IN_PROGRESS => Err(RunnerError::Nccl {
+            NCCL_IN_PROGRESS => Err(WorkloadError::Nccl {
                 call,
                 code: rc,
                 detail: "in progress: non-blocking communicators are not supported (unset NCCL_COMM_BLOCKING=0)".into(),
@@ -239,7 +239,7 @@ impl NcclLib {
     }
 
     /// `ncclGetUniqueId`.
-    pub fn unique_id(&self) -> Result<NcclUniqueId, RunnerError> {
+    pub fn unique_id(&self) -> Result<NcclUniqueId, WorkloadError> {
         let mut id = NcclUniqueId { internal: [0; 128] };
         // SAFETY: out-pointer to a local of the declared type.
         let rc = unsafe { (self.get_unique_id)(&mut id) };
@@ -284,7 +284,7 @@ impl NcclLib {
         id: NcclUniqueId,
         rank: usize,
         mode: Option<GraphUsageMode>,
-    ) -> Result<Comm, RunnerError> {
+    ) -> Result<Comm, WorkloadError> {
         let mut comm: NcclComm = std::ptr::null_mut();
         let (call, rc) = match (mode, self.comm_init_rank_config) {
             (Some(m), Some(init)) => {
@@ -302,7 +302,7 @@ impl NcclLib {
         };
         self.check(call, rc, None)?;
         if comm.is_null() {
-            return Err(RunnerError::Nccl {
+            return Err(WorkloadError::Nccl {
                 call,
                 code: 0,
                 detail: "returned a null communicator".into(),
@@ -321,7 +321,7 @@ impl Comm {
         recv: u64,
         bytes: usize,
         stream: &cudarc::driver::CudaStream,
-    ) -> Result<(), RunnerError> {
+    ) -> Result<(), WorkloadError> {
         // SAFETY: device addresses of buffers the caller checked, a live communicator and a
         // live stream; NCCL only enqueues work on the stream.
         let rc = unsafe {

@@ -3,7 +3,7 @@
 #![forbid(unsafe_code)]
 
 use super::ffi::{NcclLib, NcclUniqueId};
-use crate::workload::collective::RunnerError;
+use crate::workload::collective::WorkloadError;
 use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -41,7 +41,7 @@ impl RankInfo {
 }
 
 /// Detects rank and world size from launcher variables, read through `get` (testable).
-pub fn detect_rank(get: &dyn Fn(&str) -> Option<String>) -> Result<RankInfo, RunnerError> {
+pub fn detect_rank(get: &dyn Fn(&str) -> Option<String>) -> Result<RankInfo, WorkloadError> {
     const SOURCES: &[(&str, &str, &str, &str)] = &[
         ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
         (
@@ -53,10 +53,10 @@ pub fn detect_rank(get: &dyn Fn(&str) -> Option<String>) -> Result<RankInfo, Run
         ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
         ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
     ];
-    let parse = |name: &str, v: String| -> Result<usize, RunnerError> {
-        v.trim()
-            .parse::<usize>()
-            .map_err(|_| RunnerError::Config(format!("{name}={v:?} is not a non-negative integer")))
+    let parse = |name: &str, v: String| -> Result<usize, WorkloadError> {
+        v.trim().parse::<usize>().map_err(|_| {
+            WorkloadError::Config(format!("{name}={v:?} is not a non-negative integer"))
+        })
     };
     for &(source, rk, wk, lk) in SOURCES {
         let (Some(r), Some(w)) = (get(rk), get(wk)) else {
@@ -65,7 +65,7 @@ pub fn detect_rank(get: &dyn Fn(&str) -> Option<String>) -> Result<RankInfo, Run
         let rank = parse(rk, r)?;
         let world = parse(wk, w)?;
         if world == 0 || rank >= world {
-            return Err(RunnerError::Config(format!(
+            return Err(WorkloadError::Config(format!(
                 "{rk}={rank} is not below {wk}={world}"
             )));
         }
@@ -84,19 +84,19 @@ pub fn detect_rank(get: &dyn Fn(&str) -> Option<String>) -> Result<RankInfo, Run
 }
 
 /// [`detect_rank`] on the process environment.
-pub fn detect_rank_from_env() -> Result<RankInfo, RunnerError> {
+pub fn detect_rank_from_env() -> Result<RankInfo, WorkloadError> {
     detect_rank(&|k| std::env::var(k).ok())
 }
 
-fn io_err(path: &Path, e: impl fmt::Display) -> RunnerError {
-    RunnerError::Io {
+fn io_err(path: &Path, e: impl fmt::Display) -> WorkloadError {
+    WorkloadError::Io {
         path: path.display().to_string(),
         detail: e.to_string(),
     }
 }
 
 /// Rank 0: writes `id` to `path` atomically (temporary file, fsync, rename).
-pub fn write_id_file(path: &Path, id: &NcclUniqueId) -> Result<(), RunnerError> {
+pub fn write_id_file(path: &Path, id: &NcclUniqueId) -> Result<(), WorkloadError> {
     let tmp = PathBuf::from(format!("{}.tmp.{}", path.display(), std::process::id()));
     let mut f = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
     f.write_all(ID_MAGIC).map_err(|e| io_err(&tmp, e))?;
@@ -121,12 +121,12 @@ pub fn read_id_file(path: &Path, not_before: SystemTime) -> Option<NcclUniqueId>
     Some(id)
 }
 
-fn env_secs(name: &str, default: u64) -> Result<u64, RunnerError> {
+fn env_secs(name: &str, default: u64) -> Result<u64, WorkloadError> {
     match std::env::var(name) {
         Ok(v) => v
             .trim()
             .parse()
-            .map_err(|_| RunnerError::Config(format!("{name}={v:?} is not a number of seconds"))),
+            .map_err(|_| WorkloadError::Config(format!("{name}={v:?} is not a number of seconds"))),
         Err(_) => Ok(default),
     }
 }
@@ -136,7 +136,7 @@ pub fn exchange_unique_id(
     lib: &NcclLib,
     path: &Path,
     rank: usize,
-) -> Result<NcclUniqueId, RunnerError> {
+) -> Result<NcclUniqueId, WorkloadError> {
     if rank == 0 {
         let _ = std::fs::remove_file(path);
         let id = lib.unique_id()?;
@@ -154,7 +154,7 @@ pub fn exchange_unique_id(
             return Ok(id);
         }
         if t0.elapsed() > timeout {
-            return Err(RunnerError::Io {
+            return Err(WorkloadError::Io {
                 path: path.display().to_string(),
                 detail: format!(
                     "rank {rank}: no fresh NCCL unique id after {} s (is rank 0 running, and does {ID_FILE_ENV} name the same path on a shared filesystem?)",

@@ -8,7 +8,7 @@ use crate::record::cupti::Recorder;
 use crate::trace::{Cell, DeviceInfo, Metadata, Source, Trace, Versions};
 use crate::workload::capture::{Launch, capture_graph};
 use crate::workload::collective::{
-    GraphUsageMode, LibraryCallGuard, LibraryCallHook, RoutingAllGather, RunnerError,
+    GraphUsageMode, LibraryCallGuard, LibraryCallHook, RoutingAllGather, WorkloadError,
 };
 use crate::workload::device::open_context;
 use crate::workload::emu::{EmuCellResult, EmuObserver, EmuSetup, run_emu_cell};
@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Steps per CUDA-event timing chunk: each chunk gives one period sample.
 const CHUNK: usize = 20;
 
-fn cuda(call: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> RunnerError {
-    move |e| RunnerError::cuda(call, e)
+fn cuda(call: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> WorkloadError {
+    move |e| WorkloadError::cuda(call, e)
 }
 
 /// CUDA-event period samples (ns per step) over chunks of a timed loop.
@@ -35,7 +35,7 @@ struct ChunkTimer {
 }
 
 impl ChunkTimer {
-    fn new(ctx: &Arc<CudaContext>, steps: usize) -> Result<ChunkTimer, RunnerError> {
+    fn new(ctx: &Arc<CudaContext>, steps: usize) -> Result<ChunkTimer, WorkloadError> {
         let chunks = steps.div_ceil(CHUNK).max(1);
         let events = (0..=chunks)
             .map(|_| ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)))
@@ -48,7 +48,7 @@ impl ChunkTimer {
     }
 
     /// Records a boundary before timed step `i` (every CHUNK steps) — no host sync.
-    fn boundary(&mut self, stream: &CudaStream, i: usize) -> Result<(), RunnerError> {
+    fn boundary(&mut self, stream: &CudaStream, i: usize) -> Result<(), WorkloadError> {
         if i.is_multiple_of(CHUNK) {
             let k = i / CHUNK;
             self.events[k]
@@ -59,7 +59,7 @@ impl ChunkTimer {
         Ok(())
     }
 
-    fn finish(mut self, stream: &CudaStream, total: usize) -> Result<Vec<f64>, RunnerError> {
+    fn finish(mut self, stream: &CudaStream, total: usize) -> Result<Vec<f64>, WorkloadError> {
         let k = self.steps.len();
         self.events[k]
             .record(stream)
@@ -88,12 +88,12 @@ fn ht_step(
     ag: &mut dyn RoutingAllGather,
     stream: &Arc<CudaStream>,
     capturing: bool,
-) -> Result<(), RunnerError> {
-    let as_runner = |e: HtDecodeError| RunnerError::Config(e.to_string());
-    ht.prepare(stream).map_err(as_runner)?;
+) -> Result<(), WorkloadError> {
+    let as_workload_error = |e: HtDecodeError| WorkloadError::Config(e.to_string());
+    ht.prepare(stream).map_err(as_workload_error)?;
     let (send, recv) = ht.gather_buffers();
     ag.all_gather(stream, send, recv, capturing)?;
-    ht.after_gather(stream).map_err(as_runner)?;
+    ht.after_gather(stream).map_err(as_workload_error)?;
     if capturing {
         ag.end_of_capture_join(stream)?;
     }
@@ -347,8 +347,9 @@ pub(super) fn run_ht_decode(
     if let Collective::Nccl(Some(n)) = &mut bench.collective {
         n.set_library_call_hook(None);
     }
-    let recorder = Arc::try_unwrap(recorder)
-        .map_err(|_| RunnerError::Config("recorder still shared at the end of the sweep".into()))?;
+    let recorder = Arc::try_unwrap(recorder).map_err(|_| {
+        WorkloadError::Config("recorder still shared at the end of the sweep".into())
+    })?;
     let mut trace = recorder.finish(meta)?;
     for (cell, (_, periods)) in trace.metadata.cells.iter_mut().zip(&recorded) {
         cell.event_periods_ns = periods.clone();
@@ -494,7 +495,7 @@ pub(super) fn run_emu(
     let mut cells = Vec::new();
     for &m in &args.modes {
         let mode = GraphUsageMode::from_u8(m)
-            .ok_or_else(|| RunnerError::Config(format!("graph usage mode {m}: use 0, 1 or 2")))?;
+            .ok_or_else(|| WorkloadError::Config(format!("graph usage mode {m}: use 0, 1 or 2")))?;
         cells.push((mode, false, Launch::Replay));
         for &l in &args.launch {
             cells.push((mode, true, l));
@@ -518,8 +519,9 @@ pub(super) fn run_emu(
     setup.ag.set_library_call_hook(None);
     let results = std::mem::take(&mut obs.results);
     drop(obs);
-    let recorder = Arc::try_unwrap(recorder)
-        .map_err(|_| RunnerError::Config("recorder still shared at the end of the sweep".into()))?;
+    let recorder = Arc::try_unwrap(recorder).map_err(|_| {
+        WorkloadError::Config("recorder still shared at the end of the sweep".into())
+    })?;
     let mut trace = recorder.finish(meta)?;
     for (cell, r) in results {
         if let Some(c) = trace.metadata.cells.get_mut(cell as usize) {

@@ -17,7 +17,7 @@ pub use plan::{SweepError, SweepOptions, Workload};
 
 use crate::record::cupti::{Recorder, RecorderConfig};
 use crate::trace::Trace;
-use crate::workload::collective::RunnerError;
+use crate::workload::collective::WorkloadError;
 use plan::uses_nccl;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -63,7 +63,7 @@ fn rank_sets(args: &SweepOptions) -> Result<Option<RankSets>, SweepError> {
     }
     let gpus = args.gpus.unwrap_or(if devices >= 2 { devices } else { 1 });
     if gpus == 0 || gpus > devices {
-        return Err(RunnerError::Config(format!(
+        return Err(WorkloadError::Config(format!(
             "--gpus {gpus}: this machine has {devices} GPU(s)"
         ))
         .into());
@@ -81,7 +81,7 @@ fn run_rank_sets(
     gpus: usize,
     sets: &[Vec<u8>],
 ) -> Result<Vec<(PathBuf, Trace)>, SweepError> {
-    let io = |path: &Path, e: std::io::Error| RunnerError::Io {
+    let io = |path: &Path, e: std::io::Error| WorkloadError::Io {
         path: path.display().to_string(),
         detail: e.to_string(),
     };
@@ -141,9 +141,9 @@ fn run_rank_sets(
 /// several); returns the trace(s) written.
 pub fn run_sweep(args: &SweepOptions, output: &Path) -> Result<Vec<(PathBuf, Trace)>, SweepError> {
     if args.steps < 2 {
-        return Err(RunnerError::Config("--steps must be at least 2".into()).into());
+        return Err(WorkloadError::Config("--steps must be at least 2".into()).into());
     }
-    std::fs::create_dir_all(output).map_err(|e| RunnerError::Io {
+    std::fs::create_dir_all(output).map_err(|e| WorkloadError::Io {
         path: output.display().to_string(),
         detail: e.to_string(),
     })?;

@@ -6,7 +6,7 @@
 use crate::record::cupti::{ApiCallbacks, CuptiError};
 use crate::trace::TraceError;
 use crate::workload::capture::Launch;
-use crate::workload::collective::{Backend, GraphUsageMode, RunnerError};
+use crate::workload::collective::{Backend, GraphUsageMode, WorkloadError};
 use crate::workload::htdecode::HtDecodeError;
 use crate::workload::nccl::RankInfo;
 use std::collections::BTreeMap;
@@ -16,7 +16,7 @@ use std::path::Path;
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
     #[error(transparent)]
-    Runner(#[from] RunnerError),
+    Runner(#[from] WorkloadError),
     #[error("CUPTI: {0}")]
     Recorder(#[from] CuptiError),
     #[error("HT decode: {0}")]
@@ -210,7 +210,7 @@ pub(super) fn plans(args: &SweepOptions) -> Result<Vec<CellPlan>, SweepError> {
     for &t in &args.tokens {
         for &m in &args.modes {
             let mode = GraphUsageMode::from_u8(m).ok_or_else(|| {
-                RunnerError::Config(format!("graph usage mode {m}: use 0, 1 or 2"))
+                WorkloadError::Config(format!("graph usage mode {m}: use 0, 1 or 2"))
             })?;
             out.push(CellPlan {
                 tokens: t,
