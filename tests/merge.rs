@@ -231,7 +231,7 @@ fn slowest_rank_is_highlighted_in_markdown_and_json() {
     assert_eq!(out.status.code(), Some(0));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["kind"], "merge");
-    assert_eq!(v["align"], "none");
+    assert_eq!(v["clock"], "none");
     assert_eq!(v["ranks"][0]["rank"], 0);
     assert_eq!(v["ranks"][1]["cells"][0]["slowest"], true);
     for c in v["cells"].as_array().unwrap() {
@@ -262,7 +262,7 @@ fn cli_reports_the_offset_and_writes_one_perfetto_file() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["align"], "collectives");
+    assert_eq!(v["clock"], "collectives");
     let offset = v["ranks"][1]["clock"]["offset_ns"].as_i64().unwrap();
     assert!((offset + CLOCK_AHEAD_NS).abs() <= 1_000, "{offset}");
     assert_eq!(v["ranks"][1]["clock"]["per_instance"]["n"], 2 * STEPS);

@@ -171,11 +171,10 @@ pub struct CellAcrossRanks {
 /// The merged traces and their report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Merged {
-    /// The clock alignment applied, and why (JSON keys `align`, `align_reason`, as before the
-    /// option was renamed).
-    #[serde(rename = "align")]
+    /// The clock alignment applied (`--clock`), and why (JSON keys `clock`, `clock_reason`).
+    #[serde(rename = "clock")]
     pub clock_alignment: ClockAlignment,
-    #[serde(rename = "align_reason")]
+    #[serde(rename = "clock_reason")]
     pub clock_alignment_reason: String,
     /// The rank whose clock the others are put on.
     pub reference_rank: u32,
