@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 const LCS_MAX_CELLS: usize = 4_000_000;
 
 /// Matched index pairs (i in `a`, j in `b`) of a longest common subsequence, in order (exact
-/// up to [`LCS_MAX_CELLS`], greedy beyond).
+/// up to `LCS_MAX_CELLS`, greedy beyond).
 pub fn lcs_pairs<T: PartialEq>(a: &[T], b: &[T]) -> Vec<(usize, usize)> {
     let (n, m) = (a.len(), b.len());
     if n.saturating_mul(m) > LCS_MAX_CELLS {

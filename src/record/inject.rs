@@ -29,7 +29,7 @@
 //! writes: it would overwrite its parent's file with a copy of its state).
 //!
 //! Environment read at initialisation: `GAPSCOPE_OUT` (folder, default: the current one),
-//! `GAPSCOPE_STEP_RANGE` (NVTX ranges of that name become [`MarkerKind::Step`] markers of cell
+//! `GAPSCOPE_STEP_RANGE` (NVTX ranges of that name become [`crate::trace::MarkerKind::Step`] markers of cell
 //! 0), the rank variables of [`rank_name`] and the world-size variables of [`world_size`].
 
 use crate::record::cupti::{Recorder, RecorderConfig};

@@ -158,7 +158,7 @@ pub fn merge_json(merged: &Merged) -> String {
 }
 
 /// The merged Chrome trace (Perfetto): one process per (rank, cell), named
-/// "rank R: <cell label> …", every rank on the reference clock.
+/// "rank R: `<cell label>` …", every rank on the reference clock.
 pub fn write_merge_chrome_trace(merged: &Merged, w: &mut dyn io::Write) -> io::Result<()> {
     super::write_chrome_trace(
         w,

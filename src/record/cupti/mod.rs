@@ -1,7 +1,7 @@
 //! CUPTI recorder (FFI and `unsafe` of recording live here).
 //!
 //! Floors, each using only the one below:
-//! * [`sys`]: raw bindgen output over the CUPTI headers (see `build.rs`);
+//! * `sys`: raw bindgen output over the CUPTI headers (see `build.rs`);
 //! * `loader`: finds libcupti at run time, resolves libcuda's functions from the library
 //!   [`crate::cuda`] opens, checks symbols, turns status codes into
 //!   [`CuptiError`];

@@ -3,7 +3,7 @@
 //! (with dropped records and a loud note for synthetic traces), per-workload tables of the step
 //! period, the geomean with its range, the largest gaps and their causes, idle time by cause,
 //! the kernel-duration check and warnings; and the sections the comparison shares with it.
-//! The `compare` reports are in [`comparison`].
+//! The `compare` reports are in `comparison`.
 //!
 //! Every time is in µs with two decimals; every figure carries n, the median and the p10–p90
 //! spread. A difference inside the run-to-run spread reads "no change".

@@ -8,7 +8,7 @@
 //!   above graphed;
 //! - per process, tracks (tids) in this order: "steps" (one slice per step, from its window
 //!   start to its end), "host thread N" (the launch API calls of the step's ops), "stream N"
-//!   (kernels, memcpys, memsets), "gaps" (one slice per gap, named by [`Cause::label`]);
+//!   (kernels, memcpys, memsets), "gaps" (one slice per gap, named by [`crate::analysis::Cause::label`]);
 //! - flow arrows from each launch API call to the first op it launched (a graph launch gets one
 //!   arrow, to the first op of the replay, not one per kernel);
 //! - timestamps in µs with exactly three decimals, written from integer nanoseconds (no float
@@ -23,7 +23,7 @@
 //! runtime/driver calls), the later slice goes to an overflow track named "stream N
 //! (overflow k)". Slices that merely touch (one ends where the next starts) share a track.
 //!
-//! This file lays the events out (processes, tracks, lanes, origins); [`events`] encodes them.
+//! This file lays the events out (processes, tracks, lanes, origins); `events` encodes them.
 
 use crate::analysis::{Analysis, CellAnalysis, Op, OpKind};
 use crate::trace::{ApiCall, Source, Trace};

@@ -2,7 +2,7 @@
 //!
 //! The document is never built in memory. The input is read in blocks; the elements of the
 //! top-level `traceEvents` array are parsed straight from the block's bytes by a small reader
-//! that knows the keys the import uses ([`scan`]), on several threads at once ([`stream`]), and
+//! that knows the keys the import uses (`scan`), on several threads at once (`stream`), and
 //! become compact records at once (names interned, looked up by their bytes before anything is
 //! allocated). The rest of the document (metadata, a few KiB) is parsed by serde after, with
 //! `traceEvents` left empty. Memory is bounded by the imported records plus a block or two,

@@ -25,7 +25,7 @@
 //! [`run_correctness_check`] from the release binary (no Rust toolchain needed).
 //!
 //! Files, each using only those above it: `config` (shape, block layout, errors) →
-//! [`reference`] (the CPU reference) → `step` (the device step) → `check` (device against
+//! [`reference`](mod@reference) (the CPU reference) → `step` (the device step) → `check` (device against
 //! reference).
 #![forbid(unsafe_code)]
 

@@ -132,7 +132,7 @@ impl NcclAllGather {
         })
     }
 
-    /// [`Self::new`] with rank and world from the launcher's environment ([`detect_rank`]).
+    /// [`Self::new`] with rank and world from the launcher's environment ([`super::rank::detect_rank`]).
     pub fn from_env(
         ctx: &Arc<CudaContext>,
         mode: GraphUsageMode,
