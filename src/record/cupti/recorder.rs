@@ -213,6 +213,20 @@ impl Recorder {
             cupti.check(label, rc)?;
             rec.kinds_enabled.push(kind);
         }
+        // Diagnostics: GAPSCOPE_CUPTI_GRAPH_TRACE=1 adds graph-level records (one per graph
+        // launch; CUPTI refuses them beside CONCURRENT_KERNEL, so skip that kind too), to measure
+        // what graph-level tracing costs. The analysis does not read them yet.
+        if std::env::var("GAPSCOPE_CUPTI_GRAPH_TRACE").is_ok_and(|v| v.trim() == "1") {
+            let label = "cuptiActivityEnable(GRAPH_TRACE)";
+            // SAFETY: resolved at load; a CUpti_ActivityKind from the headers.
+            let rc = unsafe { api.cuptiActivityEnable(sys::CUPTI_ACTIVITY_KIND_GRAPH_TRACE) };
+            match cupti.check(label, rc) {
+                Ok(()) => rec.kinds_enabled.push(sys::CUPTI_ACTIVITY_KIND_GRAPH_TRACE),
+                Err(e) => {
+                    lock(&rec.shared.state).problem(format!("GAPSCOPE_CUPTI_GRAPH_TRACE: {e}"))
+                }
+            }
+        }
         if !config.all_api_calls {
             rec.filter_api_records();
         }
