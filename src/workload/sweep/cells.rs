@@ -290,7 +290,7 @@ pub(super) fn run_ht_decode(
     let bar = progress(plans.len(), "recording");
     let mut recorded: Vec<(CellPlan, Vec<f64>)> = Vec::new();
     let mut current: Option<(usize, HtDecode)> = None;
-    let mut describe = String::new();
+    let mut described: Vec<String> = Vec::new();
     for plan in &plans {
         if stop.load(Ordering::SeqCst) {
             break;
@@ -310,18 +310,24 @@ pub(super) fn run_ht_decode(
             args.warmup,
             Some((&recorder, cell)),
         )?;
-        describe = match &bench.collective {
+        // One description per distinct mode, in cell order: a process that runs several graph
+        // usage modes (NCCL >= 2.29, one communicator each) names every one, not the last.
+        let this = match &bench.collective {
             Collective::Emulated(e) => format!(
                 "emulated ({} simulated ranks; each cell in the capture topology of its graph usage mode)",
                 e.config().ranks
             ),
             Collective::Nccl(_) => bench.all_gather(ht, plan.mode, None)?.describe(),
         };
+        if !described.contains(&this) {
+            described.push(this);
+        }
         recorder.flush()?;
         recorded.push((plan.clone(), periods));
         bar.inc(1);
     }
     bar.finish_and_clear();
+    let describe = described.join("; ");
     let mut workload = BTreeMap::new();
     workload.insert("name".into(), "ht_decode".into());
     workload.insert("collective".into(), describe.clone().into());
