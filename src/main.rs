@@ -65,23 +65,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
     }
     match cli.command {
         Command::Analyze { traces, out } => cli::analyze::command(&traces, &out),
-        Command::Compare {
-            base,
-            head,
-            threshold,
-            format,
-            base_select,
-            head_select,
-            out,
-        } => cli::compare::command(cli::compare::CompareArgs {
-            base: &base,
-            head: &head,
-            threshold,
-            format,
-            base_select: base_select.as_deref(),
-            head_select: head_select.as_deref(),
-            out: &out,
-        }),
+        Command::Compare(args) => cli::compare::command(&args),
         Command::Export {
             traces,
             format,

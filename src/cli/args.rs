@@ -49,27 +49,7 @@ pub enum Command {
     #[command(
         after_help = "Example:\n  gapscope compare main.json pr.json --threshold 1.02 || echo 'graphed step regressed'"
     )]
-    Compare {
-        /// Trace file or folder of trace files (*.json) for the base.
-        base: PathBuf,
-        /// Trace file or folder of trace files for the head.
-        head: PathBuf,
-        /// Largest allowed head/base period ratio (1.02 = 2 % slower).
-        #[arg(long, default_value_t = 1.02)]
-        threshold: f64,
-        /// `github`: print the PR table (Markdown for a pull-request comment or
-        /// $GITHUB_STEP_SUMMARY) instead of the summary.
-        #[arg(long, value_enum)]
-        format: Option<CompareFormat>,
-        /// Only the base cells whose request has KEY=VALUE (e.g. graph_usage_mode=2).
-        #[arg(long, value_name = "KEY=VALUE")]
-        base_select: Option<String>,
-        /// Only the head cells whose request has KEY=VALUE (e.g. graph_usage_mode=1).
-        #[arg(long, value_name = "KEY=VALUE")]
-        head_select: Option<String>,
-        #[command(flatten)]
-        out: OutputArgs,
-    },
+    Compare(CompareArgs),
     /// Export one output format of an analysis to a file.
     #[command(
         after_help = "Example:\n  gapscope export traces/emu-h200.json --format perfetto -o emu.perfetto.json --origin-step 5"
@@ -159,6 +139,30 @@ pub struct RunArgs {
     pub bundled: bool,
     #[command(flatten)]
     pub sweep: SweepArgs,
+}
+
+/// Arguments of `gapscope compare`.
+#[derive(Args)]
+pub struct CompareArgs {
+    /// Trace file or folder of trace files (*.json) for the base.
+    pub base: PathBuf,
+    /// Trace file or folder of trace files for the head.
+    pub head: PathBuf,
+    /// Largest allowed head/base period ratio (1.02 = 2 % slower).
+    #[arg(long, default_value_t = 1.02)]
+    pub threshold: f64,
+    /// `github`: print the PR table (Markdown for a pull-request comment or
+    /// $GITHUB_STEP_SUMMARY) instead of the summary.
+    #[arg(long, value_enum)]
+    pub format: Option<CompareFormat>,
+    /// Only the base cells whose request has KEY=VALUE (e.g. graph_usage_mode=2).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub base_select: Option<String>,
+    /// Only the head cells whose request has KEY=VALUE (e.g. graph_usage_mode=1).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub head_select: Option<String>,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 /// Arguments of `gapscope record`.

@@ -1,26 +1,14 @@
 #![forbid(unsafe_code)]
 //! `gapscope compare BASE HEAD`: exit 3 when HEAD is slower beyond `--threshold`.
 
-use super::args::{CompareFormat, OutputArgs};
+use super::args::CompareArgs;
 use super::inputs::{analyze, expand, load_with_steps, select};
 use super::{Failure, bad_input, print_stdout};
 use gapscope::analysis;
 use gapscope::report;
-use std::path::Path;
 use std::process::ExitCode;
 
-/// The arguments of `compare`, as parsed.
-pub struct CompareArgs<'a> {
-    pub base: &'a Path,
-    pub head: &'a Path,
-    pub threshold: f64,
-    pub format: Option<CompareFormat>,
-    pub base_select: Option<&'a str>,
-    pub head_select: Option<&'a str>,
-    pub out: &'a OutputArgs,
-}
-
-pub fn command(a: CompareArgs<'_>) -> Result<ExitCode, Failure> {
+pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
     let CompareArgs {
         base,
         head,
@@ -30,6 +18,8 @@ pub fn command(a: CompareArgs<'_>) -> Result<ExitCode, Failure> {
         head_select,
         out,
     } = a;
+    let (threshold, base_select, head_select) =
+        (*threshold, base_select.as_deref(), head_select.as_deref());
     if !(threshold.is_finite() && threshold > 0.0) {
         return Err(Failure {
             code: 2,

@@ -9,9 +9,9 @@
 #![forbid(unsafe_code)]
 
 use crate::workload::collective::WorkloadError;
-use crate::workload::cuda::{KernelArg, launch_kernel};
+use crate::workload::cuda::{Kernel, KernelArg, launch_kernel};
 use crate::workload::device::check_nvrtc;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::driver::{CudaContext, CudaModule, CudaStream};
 use std::sync::Arc;
 
 /// Source of `kernels/emu.cu`.
@@ -27,9 +27,9 @@ pub const COLL_BLOCK: (u32, u32, u32) = (256, 1, 1);
 /// The compiled kernels of `kernels/emu.cu`.
 #[derive(Debug, Clone)]
 pub struct EmuKernels {
-    pub spin: CudaFunction,
-    pub coll: CudaFunction,
-    pub coll_gather: CudaFunction,
+    pub spin: Kernel,
+    pub coll: Kernel,
+    pub coll_gather: Kernel,
     _module: Arc<CudaModule>,
 }
 
@@ -55,9 +55,7 @@ impl EmuKernels {
             .load_module(ptx)
             .map_err(|e| WorkloadError::cuda("cuModuleLoadData", e))?;
         let get = |name: &str| {
-            module
-                .load_function(name)
-                .map_err(|e| WorkloadError::cuda("cuModuleGetFunction", e))
+            Kernel::load(&module, name).map_err(|e| WorkloadError::cuda("cuModuleGetFunction", e))
         };
         Ok(EmuKernels {
             spin: get("spin")?,
@@ -124,7 +122,7 @@ impl EmuKernels {
 }
 
 fn launch(
-    f: &CudaFunction,
+    f: &Kernel,
     grid: (u32, u32, u32),
     block: (u32, u32, u32),
     stream: &CudaStream,

@@ -251,3 +251,87 @@ pub(super) const API_DOMAINS: [(sys::CUpti_CallbackDomain, &str); 2] = [
         "cuptiEnableDomain(DRIVER_API)",
     ),
 ];
+
+/// Diagnostic switches for measuring what each piece of recording costs, read from the
+/// environment in one place (under `record` and `gapscope run` alike); every one that is set is
+/// noted in the trace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Diagnostics {
+    /// `GAPSCOPE_CUPTI_SKIP=DRIVER,RUNTIME`: activity kinds left off (matched, upper-cased,
+    /// against the kinds' labels).
+    pub skip_kinds: Vec<String>,
+    /// `GAPSCOPE_CUPTI_API_ONLY=Launch,EventRecord`: record only the API calls whose names hold
+    /// one of these, in place of [`api_record_wanted`].
+    pub api_only: Option<Vec<String>>,
+    /// `GAPSCOPE_CUPTI_PER_THREAD_BUFFERS=0|1`: CUPTI's per-thread activity buffers.
+    pub per_thread_buffers: Option<bool>,
+    /// `GAPSCOPE_CUPTI_GRAPH_TRACE=1`: graph-level records too (CUPTI refuses them beside
+    /// CONCURRENT_KERNEL, so skip that kind as well).
+    pub graph_trace: bool,
+}
+
+impl Diagnostics {
+    pub fn from_env() -> Diagnostics {
+        Diagnostics::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Diagnostics {
+        let list = |name: &str, upper: bool| {
+            get(name).map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(|s| {
+                        if upper {
+                            s.to_uppercase()
+                        } else {
+                            s.to_owned()
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+        };
+        Diagnostics {
+            skip_kinds: list("GAPSCOPE_CUPTI_SKIP", true).unwrap_or_default(),
+            api_only: list("GAPSCOPE_CUPTI_API_ONLY", false),
+            per_thread_buffers: get("GAPSCOPE_CUPTI_PER_THREAD_BUFFERS").map(|v| v.trim() != "0"),
+            graph_trace: get("GAPSCOPE_CUPTI_GRAPH_TRACE").is_some_and(|v| v.trim() == "1"),
+        }
+    }
+
+    /// Whether the API call `name` keeps its activity record.
+    pub fn api_record_wanted(&self, name: &str) -> bool {
+        match &self.api_only {
+            Some(only) => only.iter().any(|w| name.contains(w.as_str())),
+            None => api_record_wanted(name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diagnostics_read_every_switch_and_default_to_none() {
+        assert_eq!(Diagnostics::from_lookup(|_| None), Diagnostics::default());
+        let d = Diagnostics::from_lookup(|name| {
+            Some(
+                match name {
+                    "GAPSCOPE_CUPTI_SKIP" => " driver, ,runtime",
+                    "GAPSCOPE_CUPTI_API_ONLY" => "Launch,EventRecord",
+                    "GAPSCOPE_CUPTI_PER_THREAD_BUFFERS" => "0",
+                    "GAPSCOPE_CUPTI_GRAPH_TRACE" => "1",
+                    _ => return None,
+                }
+                .to_owned(),
+            )
+        });
+        assert_eq!(d.skip_kinds, ["DRIVER", "RUNTIME"]);
+        assert_eq!(d.per_thread_buffers, Some(false));
+        assert!(d.graph_trace);
+        assert!(d.api_record_wanted("cudaGraphLaunch_v10000"));
+        assert!(!d.api_record_wanted("cudaMemcpyAsync_v3020"));
+        assert!(Diagnostics::default().api_record_wanted("cudaMemcpyAsync_v3020"));
+    }
+}

@@ -22,11 +22,14 @@ pub struct Cupti {
     lib: sys::CuptiLib,
     path: String,
     version: u32,
+    /// Functions absent from the committed bindings, resolved through a second handle on the
+    /// same library (kept open as long as they may be called).
+    _extras: Option<libloading::Library>,
     /// `cuptiActivityEnableRuntimeApi`/`cuptiActivityEnableDriverApi` (CUPTI ≥ 12.5): API
-    /// activity records per call id. Absent from the committed bindings, so resolved here.
+    /// activity records per call id.
     api_filter: Option<ApiFilter>,
-    /// `cuptiActivitySetAttribute`, likewise resolved here (and kept with its own handle).
-    set_attribute: Option<(libloading::Library, SetAttributeFn)>,
+    /// `cuptiActivitySetAttribute`.
+    set_attribute: Option<SetAttributeFn>,
 }
 
 /// `CUptiResult cuptiActivitySetAttribute(CUpti_ActivityAttribute attr, size_t *valueSize,
@@ -44,7 +47,6 @@ pub(crate) const ATTR_PER_THREAD_ACTIVITY_BUFFER: u32 = 9;
 pub(crate) type EnableApiFn = unsafe extern "C" fn(cbid: u32, enable: u8) -> sys::CUptiResult;
 
 pub(crate) struct ApiFilter {
-    _lib: libloading::Library,
     pub runtime: EnableApiFn,
     pub driver: EnableApiFn,
 }
@@ -233,39 +235,35 @@ fn open(file: &Path) -> Result<Cupti, OpenError> {
         }));
     }
     // SAFETY: a second handle on the library just loaded (dlopen counts references); the
-    // function type matches cupti_activity.h's declarations.
-    let api_filter = unsafe {
-        libloading::Library::new(file.as_os_str())
-            .ok()
-            .and_then(|l| {
-                let runtime = *l
-                    .get::<EnableApiFn>(b"cuptiActivityEnableRuntimeApi\0")
-                    .ok()?;
-                let driver = *l
-                    .get::<EnableApiFn>(b"cuptiActivityEnableDriverApi\0")
-                    .ok()?;
-                Some(ApiFilter {
-                    _lib: l,
-                    runtime,
-                    driver,
+    // function types match cupti_activity.h's declarations, and `extras` keeps the handle
+    // alive in the same `Cupti` as the pointers.
+    let extras = unsafe { libloading::Library::new(file.as_os_str()) }.ok();
+    let (api_filter, set_attribute) = match &extras {
+        None => (None, None),
+        // SAFETY: symbol look-ups only, with the declared C signatures (see above).
+        Some(l) => unsafe {
+            let api_filter = l
+                .get::<EnableApiFn>(b"cuptiActivityEnableRuntimeApi\0")
+                .and_then(|runtime| {
+                    let driver = l.get::<EnableApiFn>(b"cuptiActivityEnableDriverApi\0")?;
+                    Ok(ApiFilter {
+                        runtime: *runtime,
+                        driver: *driver,
+                    })
                 })
-            })
-    };
-    // SAFETY: as above: another counted handle; the type matches cupti_activity.h.
-    let set_attribute = unsafe {
-        libloading::Library::new(file.as_os_str())
-            .ok()
-            .and_then(|l| {
-                let f = *l
-                    .get::<SetAttributeFn>(b"cuptiActivitySetAttribute\0")
-                    .ok()?;
-                Some((l, f))
-            })
+                .ok();
+            let set_attribute = l
+                .get::<SetAttributeFn>(b"cuptiActivitySetAttribute\0")
+                .map(|f| *f)
+                .ok();
+            (api_filter, set_attribute)
+        },
     };
     Ok(Cupti {
         lib,
         path,
         version,
+        _extras: extras,
         api_filter,
         set_attribute,
     })
@@ -280,7 +278,7 @@ impl Cupti {
     /// Sets a one-byte activity attribute (`cuptiActivitySetAttribute`); `None` when this
     /// CUPTI does not export the call.
     pub(crate) fn set_attribute_u8(&self, attr: u32, value: u8) -> Option<sys::CUptiResult> {
-        let (_, f) = self.set_attribute.as_ref()?;
+        let f = self.set_attribute?;
         let mut value = value;
         let mut size = std::mem::size_of::<u8>();
         // SAFETY: resolved from this CUPTI with the declared signature; both pointers are to

@@ -3,8 +3,8 @@
 use super::buffers;
 use super::callbacks::{self, ACTIVE, PANICS, Shared, State, lock};
 use super::config::{
-    API_DOMAINS, ApiCallbacks, GRAPH_BUILDING_CBIDS, KINDS, LAUNCH_CBIDS, RESOURCE_CBIDS,
-    RecorderConfig, api_record_wanted,
+    API_DOMAINS, ApiCallbacks, Diagnostics, GRAPH_BUILDING_CBIDS, KINDS, LAUNCH_CBIDS,
+    RESOURCE_CBIDS, RecorderConfig,
 };
 use super::error::CuptiError;
 use super::loader::{self, Cupti};
@@ -146,11 +146,10 @@ impl Recorder {
         let rc = unsafe { api.cuptiSetThreadIdType(sys::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM) };
         cupti.check("cuptiSetThreadIdType(SYSTEM)", rc)?;
 
-        // Diagnostics: GAPSCOPE_CUPTI_PER_THREAD_BUFFERS=0|1 sets CUPTI's per-thread activity
-        // buffers (default on since 12.3), before the buffer callbacks are registered as CUPTI
-        // requires. Noted in the trace.
-        if let Ok(v) = std::env::var("GAPSCOPE_CUPTI_PER_THREAD_BUFFERS") {
-            let on = v.trim() != "0";
+        let diagnostics = Diagnostics::from_env();
+        // Per-thread buffers (CUPTI's default since 12.3) are set before the buffer callbacks
+        // are registered, as CUPTI requires.
+        if let Some(on) = diagnostics.per_thread_buffers {
             let note = match cupti
                 .set_attribute_u8(loader::ATTR_PER_THREAD_ACTIVITY_BUFFER, on.into())
             {
@@ -190,21 +189,15 @@ impl Recorder {
             rec.enable_event_device_timestamps()?;
         }
 
-        // Diagnostics: GAPSCOPE_CUPTI_SKIP=DRIVER,RUNTIME leaves those activity kinds off, to
-        // measure what each one costs. Every skipped kind is noted in the trace.
-        let skip: Vec<String> = std::env::var("GAPSCOPE_CUPTI_SKIP")
-            .map(|v| {
-                v.split(',')
-                    .map(|s| s.trim().to_uppercase())
-                    .filter(|s| !s.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default();
         for (kind, label) in KINDS {
             if kind == sys::CUPTI_ACTIVITY_KIND_CUDA_EVENT && !config.event_records {
                 continue;
             }
-            if skip.iter().any(|s| label.contains(s.as_str())) {
+            if diagnostics
+                .skip_kinds
+                .iter()
+                .any(|s| label.contains(s.as_str()))
+            {
                 lock(&rec.shared.state).problem(format!("{label} skipped (GAPSCOPE_CUPTI_SKIP)"));
                 continue;
             }
@@ -213,10 +206,8 @@ impl Recorder {
             cupti.check(label, rc)?;
             rec.kinds_enabled.push(kind);
         }
-        // Diagnostics: GAPSCOPE_CUPTI_GRAPH_TRACE=1 adds graph-level records (one per graph
-        // launch; CUPTI refuses them beside CONCURRENT_KERNEL, so skip that kind too), to measure
-        // what graph-level tracing costs. The analysis does not read them yet.
-        if std::env::var("GAPSCOPE_CUPTI_GRAPH_TRACE").is_ok_and(|v| v.trim() == "1") {
+        // Graph-level records (one per graph launch): the analysis does not read them yet.
+        if diagnostics.graph_trace {
             let label = "cuptiActivityEnable(GRAPH_TRACE)";
             // SAFETY: resolved at load; a CUpti_ActivityKind from the headers.
             let rc = unsafe { api.cuptiActivityEnable(sys::CUPTI_ACTIVITY_KIND_GRAPH_TRACE) };
@@ -228,7 +219,7 @@ impl Recorder {
             }
         }
         if !config.all_api_calls {
-            rec.filter_api_records();
+            rec.filter_api_records(&diagnostics);
         }
         let sub = rec.subscriber_handle();
         for (cbid, label) in RESOURCE_CBIDS {
@@ -273,7 +264,7 @@ impl Recorder {
 
     /// Leaves only the API calls of [`api_record_wanted`] with activity records; says in the
     /// trace notes what was left out, or that this CUPTI cannot filter.
-    fn filter_api_records(&self) {
+    fn filter_api_records(&self, diagnostics: &Diagnostics) {
         let runtime_on = self
             .kinds_enabled
             .contains(&sys::CUPTI_ACTIVITY_KIND_RUNTIME);
@@ -303,19 +294,7 @@ impl Recorder {
                 filter.driver,
             ),
         ];
-        // Diagnostics: GAPSCOPE_CUPTI_API_ONLY=Launch,EventRecord records only the calls whose
-        // names hold one of these, in place of the analysis's list, to measure each one's cost.
-        let only: Option<Vec<String>> = std::env::var("GAPSCOPE_CUPTI_API_ONLY").ok().map(|v| {
-            v.split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect()
-        });
-        let wanted = |name: &str| match &only {
-            Some(only) => only.iter().any(|w| name.contains(w.as_str())),
-            None => api_record_wanted(name),
-        };
-        if let Some(only) = &only {
+        if let Some(only) = &diagnostics.api_only {
             lock(&self.shared.state).problem(format!(
                 "API activity limited to calls named like {} (GAPSCOPE_CUPTI_API_ONLY)",
                 only.join(", ")
@@ -331,7 +310,7 @@ impl Recorder {
                     continue;
                 };
                 // SAFETY: resolved from this libcupti with the C signature; plain values.
-                let rc = unsafe { enable(cbid, u8::from(wanted(&name))) };
+                let rc = unsafe { enable(cbid, u8::from(diagnostics.api_record_wanted(&name))) };
                 failed += u32::from(rc != sys::CUPTI_SUCCESS);
             }
         }

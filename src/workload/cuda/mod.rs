@@ -155,51 +155,57 @@ impl KernelArg {
     }
 }
 
-/// Kernels whose parameter list matched an argument list: (function handle, widths).
-static CHECKED_SIGNATURES: std::sync::Mutex<Vec<(usize, Vec<usize>)>> =
-    std::sync::Mutex::new(Vec::new());
-
-/// Checks `args` against the kernel's own parameter list (`cuFuncGetParamInfo`: count and the
-/// width of each), once per kernel and argument list, so a launcher that drifts from its
-/// `.cu` declaration fails with an error instead of handing the driver a wrong layout.
-fn check_signature(f: sys::CUfunction, args: &[KernelArg]) -> Result<(), DriverError> {
-    let widths: Vec<usize> = args.iter().map(|a| a.width()).collect();
-    let mut checked = CHECKED_SIGNATURES
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if checked
-        .iter()
-        .any(|(g, w)| *g == f as usize && *w == widths)
-    {
-        return Ok(());
-    }
-    let mismatch = DriverError(sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE);
-    for i in 0..=widths.len() {
-        let (mut offset, mut size) = (0usize, 0usize);
-        // SAFETY: `f` is a loaded kernel; both out-pointers are to live locals.
-        let rc = unsafe { sys::cuFuncGetParamInfo(f, i, &mut offset, &mut size) };
-        match (widths.get(i), rc) {
-            (Some(&w), sys::cudaError_enum::CUDA_SUCCESS) if w == size => {}
-            // One past the last argument must be past the kernel's last parameter too.
-            (None, sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE) => {}
-            _ => return Err(mismatch),
-        }
-    }
-    checked.push((f as usize, widths));
-    Ok(())
+/// A kernel function with its parameter widths, read once from the driver when it is loaded
+/// (`cuFuncGetParamInfo`), so every launch can check its arguments without a driver call.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    f: cudarc::driver::CudaFunction,
+    param_widths: Vec<usize>,
 }
 
-/// `cuLaunchKernel(f, grid, block, 0 bytes shared, stream, args)`, after checking `args`
+impl Kernel {
+    /// `cuModuleGetFunction(module, name)` and the function's parameter list.
+    pub fn load(
+        module: &std::sync::Arc<cudarc::driver::CudaModule>,
+        name: &str,
+    ) -> Result<Kernel, DriverError> {
+        let f = module.load_function(name)?;
+        let mut param_widths = Vec::new();
+        loop {
+            let (mut offset, mut size) = (0usize, 0usize);
+            // SAFETY: `f` is a loaded kernel; both out-pointers are to live locals. Past the
+            // last parameter the driver answers CUDA_ERROR_INVALID_VALUE.
+            let rc = unsafe {
+                sys::cuFuncGetParamInfo(f.cu_function(), param_widths.len(), &mut offset, &mut size)
+            };
+            match rc {
+                sys::cudaError_enum::CUDA_SUCCESS => param_widths.push(size),
+                sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE => break,
+                other => return Err(DriverError(other)),
+            }
+        }
+        Ok(Kernel { f, param_widths })
+    }
+}
+
+/// `cuLaunchKernel(kernel, grid, block, 0 bytes shared, stream, args)`, after checking `args`
 /// against the kernel's parameter list (count and widths; CUDA_ERROR_INVALID_VALUE when they
 /// differ).
 pub fn launch_kernel(
-    f: &cudarc::driver::CudaFunction,
+    kernel: &Kernel,
     grid: (u32, u32, u32),
     block: (u32, u32, u32),
     stream: &CudaStream,
     args: &[KernelArg],
 ) -> Result<(), DriverError> {
-    check_signature(f.cu_function(), args)?;
+    let matches = args.len() == kernel.param_widths.len()
+        && args
+            .iter()
+            .zip(&kernel.param_widths)
+            .all(|(a, &w)| a.width() == w);
+    if !matches {
+        return Err(DriverError(sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE));
+    }
     let mut values = args.to_vec();
     let mut params: Vec<*mut c_void> = values
         .iter_mut()
@@ -213,7 +219,7 @@ pub fn launch_kernel(
     // (checked above); the function belongs to a module its owner keeps loaded.
     unsafe {
         cudarc::driver::result::launch_kernel(
-            f.cu_function(),
+            kernel.f.cu_function(),
             grid,
             block,
             0,

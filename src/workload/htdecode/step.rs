@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream};
+use cudarc::driver::{CudaContext, CudaModule, CudaSlice, CudaStream};
 use cudarc::nvrtc::Ptx;
 
 use super::config::{BlockLayout, HtDecodeConfig, HtDecodeError, drv};
@@ -95,11 +95,11 @@ pub struct HtDecode {
     ctx: Arc<CudaContext>,
     target: String,
     _module: Arc<CudaModule>,
-    f_convert: CudaFunction,
-    f_preprocess: CudaFunction,
-    f_dispatch: CudaFunction,
-    f_standin: CudaFunction,
-    f_combine: CudaFunction,
+    f_convert: cuda::Kernel,
+    f_preprocess: cuda::Kernel,
+    f_dispatch: cuda::Kernel,
+    f_standin: cuda::Kernel,
+    f_combine: cuda::Kernel,
     inputs: RankInputs,
     topk: CudaSlice<i32>,
     weights: CudaSlice<f32>,
@@ -150,7 +150,7 @@ impl HtDecode {
             }
         }
         let (module, target) = loaded.ok_or_else(|| HtDecodeError::Nvrtc(failures.join("; ")))?;
-        let load = |name: &'static str| module.load_function(name).map_err(drv(name));
+        let load = |name: &'static str| cuda::Kernel::load(&module, name).map_err(drv(name));
         let (f_convert, f_preprocess, f_dispatch, f_standin, f_combine) = (
             load(KERNEL_NAMES[0])?,
             load(KERNEL_NAMES[1])?,
@@ -314,7 +314,7 @@ impl HtDecode {
 
     fn launch(
         &self,
-        f: &CudaFunction,
+        f: &cuda::Kernel,
         grid: usize,
         threads: u32,
         stream: &CudaStream,

@@ -102,7 +102,7 @@ fn ht_step(
 
 /// The backend of the sweep.
 enum Collective {
-    Emulated(EmulatedAllGather),
+    Emulated(Box<EmulatedAllGather>),
     Nccl(Option<NcclAllGather>),
 }
 
@@ -134,7 +134,7 @@ impl Bench {
         let ag: &mut dyn RoutingAllGather = match &mut self.collective {
             Collective::Emulated(e) => {
                 e.set_mode(mode);
-                e
+                e.as_mut()
             }
             Collective::Nccl(slot) => {
                 if slot.as_ref().is_none_or(|c| c.mode() != mode) {
@@ -265,7 +265,7 @@ fn open_bench(args: &SweepOptions) -> Result<Bench, SweepError> {
         };
         cfg.validate()?;
         (
-            Collective::Emulated(EmulatedAllGather::new(&ctx, &kernels, cfg)?),
+            Collective::Emulated(Box::new(EmulatedAllGather::new(&ctx, &kernels, cfg)?)),
             Some(kernels),
             args.ranks,
         )
@@ -398,7 +398,7 @@ fn ht_for<'a>(
             fresh.set_peer_maps(&crate::workload::htdecode::reference::reference_all_gather(
                 &cfg,
             ))?;
-            *e = fresh;
+            **e = fresh;
         }
         *current = Some((tokens, ht));
     }
