@@ -70,6 +70,9 @@ def parse_args(argv):
                         "(default overhead-DATE-TIME)")
     p.add_argument("--timeout", type=float, default=300,
                    help="seconds allowed per run (default %(default)s)")
+    p.add_argument("--split", type=int, default=64, metavar="N",
+                   help="also report eager and replay phases split at step N (record's default "
+                        "--trace-budget: the first N are traced, the rest not); 0: no split")
     p.add_argument("--dry-run", action="store_true", help="print the commands and stop")
     args = p.parse_args(before)
     names = [name for name, _ in args.variant]
@@ -142,13 +145,32 @@ def stop_session(proc):
             continue
 
 
-def load_periods(out_dir, mode, k):
+# Phases whose steps repeat one thing (one range name, one executable graph): the trace budget
+# traces their first N steps. First launches are each a new graph, so all traced.
+SPLIT_PHASES = ("eager", "replay", "replay_ext")
+
+
+def split_phases(phases, split):
+    """Adds 'PHASE 1-N' and 'PHASE >N' (steps in program order) for the repeated phases.
+
+    Period i runs from step i's timing event to step i+1's, so it times step i+1 (1-based:
+    step i+2): steps 2..N are the first N-1 periods."""
+    out = dict(phases)
+    for phase in SPLIT_PHASES:
+        values = phases.get(phase) or []
+        if split > 1 and len(values) >= split:
+            out[f"{phase} 2-{split}"] = values[:split - 1]
+            out[f"{phase} >{split}"] = values[split - 1:]
+    return out
+
+
+def load_periods(out_dir, mode, k, split=0):
     """{rank: {phase: [µs...]}} from the JSON files of one run (missing files: no entry)."""
     ranks = {}
     for path in sorted(out_dir.glob(f"{mode}-r{k}-*.json")):
         try:
             data = json.loads(path.read_text())
-            ranks[int(data["rank"])] = data["phases"]
+            ranks[int(data["rank"])] = split_phases(data["phases"], split)
         except (OSError, ValueError, KeyError) as e:
             print(f"warning: unreadable {path}: {e}", file=sys.stderr)
     return ranks
@@ -282,7 +304,7 @@ def main(argv):
     for mode, k, cmd, env in runs:
         print(f"[round {k}/{args.rounds}] {mode}: {shlex.join(cmd)}", file=sys.stderr, flush=True)
         result = execute(cmd, env, logs / f"{mode}-r{k}", args.timeout)
-        ranks = load_periods(args.out, mode, k)
+        ranks = load_periods(args.out, mode, k, args.split)
         if result["status"] == "ok" and len(ranks) != args.nproc:
             result["status"] = "failed"  # exited 0 but some rank wrote no periods
         if result["status"] != "ok":

@@ -30,18 +30,39 @@ import torch.distributed as dist
 SHARD_ROWS = 64  # rows of h each rank contributes to the all-gather
 
 
+def pick_port():
+    """A port free now (the store binds it a moment later; see init_process_group below)."""
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return str(s.getsockname()[1])
+    except OSError:
+        return "29511"
+
+
 def default_rendezvous_env():
-    """A plain `python` run gets the variables torchrun would set, for a world of one."""
-    if "MASTER_PORT" not in os.environ:
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                os.environ["MASTER_PORT"] = str(s.getsockname()[1])
-        except OSError:
-            os.environ["MASTER_PORT"] = "29511"
+    """A plain `python` run gets the variables torchrun would set, for a world of one.
+    Returns whether the port was chosen here (and may be chosen again)."""
+    chosen = "MASTER_PORT" not in os.environ
+    if chosen:
+        os.environ["MASTER_PORT"] = pick_port()
     for name, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("WORLD_SIZE", "1"),
                         ("LOCAL_RANK", "0")):
         os.environ.setdefault(name, value)
+    return chosen
+
+
+def init_process_group(local_rank, port_chosen_here):
+    """NCCL process group; a port picked here can be taken by the time the store binds it
+    (seen in back-to-back benchmark runs), so such a run picks another and tries again."""
+    for attempt in range(3):
+        try:
+            dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+            return
+        except dist.DistNetworkError:
+            if not port_chosen_here or attempt == 2:
+                raise
+            os.environ["MASTER_PORT"] = pick_port()
 
 
 def make_step(size, world):
@@ -144,10 +165,10 @@ def main():
     if args.size < SHARD_ROWS:
         p.error(f"--size must be at least {SHARD_ROWS}")
 
-    default_rendezvous_env()
+    port_chosen_here = default_rendezvous_env()
     local_rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    init_process_group(local_rank, port_chosen_here)
     rank, world = dist.get_rank(), dist.get_world_size()
     printing = rank == 0 or args.all_ranks_print
     tag = f" rank={rank}" if args.all_ranks_print else ""

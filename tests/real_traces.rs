@@ -248,6 +248,52 @@ fn injected_recordings_name_their_device() {
     assert_eq!(steps, [50, 50]);
 }
 
+/// `gapscope record --trace-budget 16 --step-range decode_step -- python examples/torch_graphs.py
+/// --eager-steps 40 --replays 40 --fresh 8` on an H200 (2026-11-30): the recorder traced the first
+/// 16 of each repeated thing and paused CUPTI for the rest.
+#[test]
+fn a_trace_budget_keeps_the_first_steps_of_each_cell_and_says_what_it_left_out() {
+    let (t, a) = load("torch-graphs-budget-h200.json");
+    assert_eq!(t.dropped_records, 0);
+    let steps: Vec<(&str, usize)> = a
+        .cells
+        .iter()
+        .map(|c| (c.label.as_str(), c.steps.len()))
+        .collect();
+    // 16 of 40 eager steps and 16 of 40 launches of each replayed graph; every fresh graph's
+    // one launch (8 per variant), since each is a new executable graph.
+    let expect = [
+        16, 16, // graph G1 replays
+        8,  // G1 first launches
+        16, // graph G2 replays (external event nodes)
+        8,  // G2 first launches
+    ];
+    assert_eq!(
+        steps.iter().map(|s| s.1).collect::<Vec<_>>(),
+        expect,
+        "{steps:?}"
+    );
+    assert!(steps[1].0.starts_with("graph G1 replays"), "{steps:?}");
+    // Step ranges left untraced make no empty steps: each of the 16 holds kernels.
+    assert!(a.cells[0].steps.iter().all(|s| !s.ops.is_empty()));
+    let notes = t.metadata.notes.join("\n");
+    for needle in [
+        "graph exec 2: 16 of 40 launches",
+        "graph exec 29: 16 of 40 launches",
+        "16 of 40 `decode_step` steps traced",
+        "tracing paused 3 time(s)",
+    ] {
+        assert!(notes.contains(needle), "{needle} not in {notes}");
+    }
+    // Untraced launches leave no API records either: 16 + 8 launches of each variant remain.
+    let graph_launches = t
+        .api_calls
+        .iter()
+        .filter(|c| t.str(c.name).starts_with("cudaGraphLaunch"))
+        .count();
+    assert_eq!(graph_launches, 2 * (16 + 8));
+}
+
 /// `gapscope record --step-range decode_step -- python examples/torch_graphs.py --eager-steps
 /// 100 --replays 100 --fresh 20` on the H200 (one GPU, world size 1, torch 2.11, NCCL 2.28.9):
 /// eager steps in NVTX ranges; graphs replayed and freshly captured outside them, plain and

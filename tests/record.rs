@@ -98,6 +98,40 @@ fn child_gets_the_injection_environment() {
 }
 
 #[test]
+fn trace_budget_reaches_the_child_from_the_flag_the_environment_or_the_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget_seen = |args: &[&str], env: Option<&str>| {
+        let lib = dir.path().join("libgapscope.so");
+        std::fs::write(&lib, b"").unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gapscope"));
+        cmd.arg("record")
+            .args(["-o", dir.path().join("out").to_str().unwrap()])
+            .args(args)
+            .args(["--", "sh", "-c", "echo $GAPSCOPE_TRACE_BUDGET"])
+            .env("GAPSCOPE_INJECTION_LIB", &lib)
+            .env_remove("GAPSCOPE_TRACE_BUDGET");
+        if let Some(v) = env {
+            cmd.env("GAPSCOPE_TRACE_BUDGET", v);
+        }
+        let out = cmd.output().expect("run gapscope");
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(budget_seen(&[], None), "64");
+    assert_eq!(budget_seen(&["--trace-budget", "0"], None), "0");
+    assert_eq!(budget_seen(&[], Some("16")), "16");
+    assert_eq!(
+        budget_seen(&["--trace-budget", "8"], Some("16")),
+        "8",
+        "the flag wins"
+    );
+
+    let bad = record(dir.path(), &["--trace-budget", "lots", "--", "true"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("--trace-budget"), "{}", stderr(&bad));
+}
+
+#[test]
 fn relative_output_folder_is_made_absolute_for_the_child() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("libgapscope.so"), b"").unwrap();

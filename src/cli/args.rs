@@ -174,6 +174,12 @@ pub struct RecordArgs {
     /// NVTX range that marks one step (e.g. `step` for `torch.cuda.nvtx.range("step")`).
     #[arg(long, value_name = "NAME")]
     pub step_range: Option<String>,
+    /// Launches traced per executable graph, and `--step-range` steps traced: after them,
+    /// kernel and API tracing pause until a graph under its count (a new one) launches. The
+    /// rest run at full speed and are counted in the trace notes. 0 traces everything.
+    #[arg(long, value_name = "N", env = "GAPSCOPE_TRACE_BUDGET",
+          default_value_t = gapscope::record::inject::DEFAULT_TRACE_BUDGET)]
+    pub trace_budget: u32,
     /// The program to trace and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -184,6 +190,7 @@ impl From<RecordArgs> for RecordOptions {
         RecordOptions {
             output: a.output,
             step_range: a.step_range,
+            trace_budget: a.trace_budget,
             command: a.command,
         }
     }

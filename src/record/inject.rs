@@ -32,7 +32,7 @@
 //! `GAPSCOPE_STEP_RANGE` (NVTX ranges of that name become [`crate::trace::MarkerKind::Step`] markers of cell
 //! 0), the rank variables of [`rank_name`] and the world-size variables of [`world_size`].
 
-use crate::record::cupti::{Recorder, RecorderConfig};
+use crate::record::cupti::{Recorder, RecorderConfig, TraceBudget};
 use crate::trace::{self, Cell, Metadata, Source, Versions};
 use std::collections::BTreeMap;
 use std::ffi::c_int;
@@ -46,6 +46,10 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 pub const OUT_VAR: &str = "GAPSCOPE_OUT";
 /// Environment variable naming the NVTX range that marks one step.
 pub const STEP_RANGE_VAR: &str = "GAPSCOPE_STEP_RANGE";
+/// Launches traced per executable graph and steps traced (`gapscope record --trace-budget`).
+pub const TRACE_BUDGET_VAR: &str = "GAPSCOPE_TRACE_BUDGET";
+/// The trace budget when none is given: enough steps per cell for a median and its spread.
+pub const DEFAULT_TRACE_BUDGET: u32 = 64;
 /// `all`: an activity record for every CUDA API call, not only those the analysis reads.
 pub const API_RECORDS_VAR: &str = "GAPSCOPE_CUPTI_API";
 /// Which API calls get a CUPTI callback: `off`, `graph-building` (default),
@@ -241,6 +245,20 @@ fn initialize() -> Result<(), String> {
             )),
         }
     }
+    let limit = match env(TRACE_BUDGET_VAR).map(|v| v.trim().parse::<u32>()) {
+        None => DEFAULT_TRACE_BUDGET,
+        Some(Ok(n)) => n,
+        Some(Err(_)) => {
+            say(&format!(
+                "{TRACE_BUDGET_VAR} is not a number; using the default {DEFAULT_TRACE_BUDGET}"
+            ));
+            DEFAULT_TRACE_BUDGET
+        }
+    };
+    recorder_config.trace_budget = TraceBudget {
+        limit,
+        step_range: config.step_range.clone(),
+    };
     let mut recorder = Recorder::start(recorder_config).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&config.out)
         .map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;

@@ -8,7 +8,7 @@
 //! N killed it). Ctrl-C reaches the child through the terminal (same process group); gapscope
 //! itself ignores it and waits for the child, so the child's trace is still listed.
 
-use crate::record::inject::{OUT_VAR, STEP_RANGE_VAR};
+use crate::record::inject::{OUT_VAR, STEP_RANGE_VAR, TRACE_BUDGET_VAR};
 use anyhow::{Context, bail};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -32,6 +32,9 @@ pub struct RecordOptions {
     pub output: PathBuf,
     /// NVTX range that marks one step (e.g. `step` for `torch.cuda.nvtx.range("step")`).
     pub step_range: Option<String>,
+    /// Launches traced per executable graph and steps traced (0: all); see
+    /// [`crate::record::cupti::TraceBudget`].
+    pub trace_budget: u32,
     /// The program to trace and its arguments.
     pub command: Vec<OsString>,
 }
@@ -132,7 +135,8 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     let mut cmd = std::process::Command::new(program);
     cmd.args(rest)
         .env("CUDA_INJECTION64_PATH", &lib)
-        .env(OUT_VAR, &out);
+        .env(OUT_VAR, &out)
+        .env(TRACE_BUDGET_VAR, args.trace_budget.to_string());
     if let Some(step) = &args.step_range {
         cmd.env(STEP_RANGE_VAR, step);
     }

@@ -6,6 +6,7 @@
 //! Locks: callbacks take [`ACTIVE`] only long enough to clone an `Arc`; the state lock is never
 //! held while calling CUPTI or the driver from the subscriber callback.
 
+use super::budget::BudgetState;
 use super::decode::{RecordStore, api_display_name};
 use super::graph::{Creation, GraphTable};
 use super::loader::{self, Cupti};
@@ -66,6 +67,45 @@ pub(crate) struct Shared {
     pub dropped: AtomicU64,
     /// cuptiActivityFlushAll must not run on several threads at once.
     pub flush_lock: Mutex<()>,
+    /// The trace budget, when one is set (`None`: everything is traced).
+    pub budget: Option<Budget>,
+}
+
+/// A trace budget at work: its decisions, the kinds it switches and the step range it counts.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    /// Held while CUPTI switches the kinds, so that switches happen in decision order.
+    pub decisions: Mutex<BudgetState>,
+    /// The activity kinds paused and resumed together (set once they are enabled).
+    pub kinds: Mutex<Vec<sys::CUpti_ActivityKind>>,
+    /// The API calls whose records pause and resume with the kinds: the recorded calls a step
+    /// makes (launches, async copies and memsets, event records and waits). Switching these
+    /// per call, rather than the API kinds, keeps the per-call filter (re-enabling a kind
+    /// records every call again) and keeps each switch short.
+    pub api_calls: Mutex<Vec<(sys::CUpti_CallbackDomain, u32)>>,
+    /// Longest time one pause or resume took, in ns (for the trace notes).
+    pub switch_ns: AtomicU64,
+    /// The step range's name, compared with NVTX push messages.
+    pub step_range: Option<Vec<u8>>,
+}
+
+/// Sets which API calls keep activity records; returns how many switches CUPTI refused.
+pub(super) fn apply_api_filter(
+    filter: &loader::ApiFilter,
+    switches: impl IntoIterator<Item = (sys::CUpti_CallbackDomain, u32, bool)>,
+) -> u32 {
+    let mut failed = 0;
+    for (domain, cbid, on) in switches {
+        let enable = if domain == sys::CUPTI_CB_DOMAIN_RUNTIME_API {
+            filter.runtime
+        } else {
+            filter.driver
+        };
+        // SAFETY: resolved from this libcupti with the C signature; plain values.
+        let rc = unsafe { enable(cbid, u8::from(on)) };
+        failed += u32::from(rc != sys::CUPTI_SUCCESS);
+    }
+    failed
 }
 
 /// The recorder the callbacks feed; `None` when none is recording.
@@ -99,6 +139,8 @@ thread_local! {
     /// Set while the recorder itself calls the driver from a callback.
     static SELF_QUERY: StdCell<bool> = const { StdCell::new(false) };
     static SELF_CORR: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+    /// This thread's open NVTX push ranges (default domain): `true` for a step range.
+    static NVTX_STACK: RefCell<Vec<bool>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Opens a LibraryCall scope on this thread.
@@ -210,9 +252,18 @@ unsafe fn on_api(
         }
         return;
     }
+    let mut launched = None;
     let _ = API_STACK.try_with(|stack| {
         let mut stack = stack.borrow_mut();
         if d.callbackSite == sys::CUPTI_API_ENTER {
+            // The outermost graph launch (a runtime launch calls the driver's) decides.
+            if is_graph_launch(domain, cbid)
+                && !stack.iter().any(|f| is_graph_launch(f.domain, f.cbid))
+                && !d.functionParams.is_null()
+            {
+                // SAFETY: every graph launch's parameters start with the executable graph.
+                launched = Some(unsafe { *(d.functionParams as *const usize) });
+            }
             // SAFETY: functionParams belongs to this (domain, cbid) call.
             let (wait_external, record_external) =
                 unsafe { external_flags(domain, cbid, d.functionParams) };
@@ -232,6 +283,192 @@ unsafe fn on_api(
             stack.truncate(i);
         }
     });
+    if let Some(exec) = launched
+        && !inside_step()
+    {
+        budget_decides(|b| b.graph_launch(exec));
+    }
+}
+
+/// `cudaGraphLaunch`/`cuGraphLaunch` and their per-thread-stream forms: the calls the trace
+/// budget counts.
+pub(super) const GRAPH_LAUNCH_CBIDS: [(sys::CUpti_CallbackDomain, u32); 4] = [
+    (
+        sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+        sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+    ),
+    (
+        sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+        sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
+    ),
+    (
+        sys::CUPTI_CB_DOMAIN_DRIVER_API,
+        sys::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+    ),
+    (
+        sys::CUPTI_CB_DOMAIN_DRIVER_API,
+        sys::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+    ),
+];
+
+fn is_graph_launch(domain: sys::CUpti_CallbackDomain, cbid: u32) -> bool {
+    GRAPH_LAUNCH_CBIDS.contains(&(domain, cbid))
+}
+
+/// Whether this thread is inside a step range (whose decision then covers its launches).
+fn inside_step() -> bool {
+    NVTX_STACK
+        .try_with(|s| s.borrow().contains(&true))
+        .unwrap_or(false)
+}
+
+/// Lets the budget decide and, when it switches, pauses or resumes the kinds it covers. On a
+/// refusal from CUPTI the budget stops switching, and the trace says so.
+fn budget_decides(decide: impl FnOnce(&mut BudgetState) -> Option<bool>) {
+    let Some(shared) = active() else {
+        return;
+    };
+    let Some(budget) = &shared.budget else {
+        return;
+    };
+    let mut decisions = lock(&budget.decisions);
+    let Some(on) = decide(&mut decisions) else {
+        return;
+    };
+    let Some(cupti) = loader::loaded() else {
+        decisions.freeze();
+        return;
+    };
+    let began = std::time::Instant::now();
+    let kinds = lock(&budget.kinds).clone();
+    let mut failed = Vec::new();
+    for kind in kinds {
+        // SAFETY: resolved at load; `kind` is one the recorder enabled at start.
+        let rc = unsafe {
+            if on {
+                cupti.api().cuptiActivityEnable(kind)
+            } else {
+                cupti.api().cuptiActivityDisable(kind)
+            }
+        };
+        if rc != sys::CUPTI_SUCCESS {
+            failed.push(format!("kind {kind}: {}", cupti.result_name(rc)));
+        }
+    }
+    if let Some(filter) = cupti.api_filter() {
+        let calls = lock(&budget.api_calls);
+        let refused = apply_api_filter(filter, calls.iter().map(|&(d, cbid)| (d, cbid, on)));
+        if refused > 0 {
+            failed.push(format!("{refused} API record switches"));
+        }
+    }
+    let took = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    budget.switch_ns.fetch_max(took, Ordering::Relaxed);
+    if !failed.is_empty() {
+        decisions.freeze();
+        drop(decisions);
+        lock(&shared.state).problem(format!(
+            "trace budget: switching tracing {} failed ({}); switching stopped",
+            if on { "on" } else { "off" },
+            failed.join(", ")
+        ));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// NVTX callbacks (only with a trace budget and a step range)
+// ---------------------------------------------------------------------------------------------
+
+/// `CUpti_NvtxData` (cupti_callbacks.h): what CUPTI passes with an NVTX callback.
+#[repr(C)]
+struct NvtxData {
+    function_name: *const c_char,
+    function_params: *const c_void,
+    function_return_value: *const c_void,
+}
+
+/// NVTX callback ids (cupti_nvtx_cbid.h, stable since CUDA 10): pushes and the pop of the
+/// default domain.
+pub(super) const NVTX_RANGE_PUSH_A: u32 = 8;
+pub(super) const NVTX_RANGE_PUSH_W: u32 = 9;
+pub(super) const NVTX_RANGE_PUSH_EX: u32 = 10;
+pub(super) const NVTX_RANGE_POP: u32 = 11;
+
+/// The start of `nvtxEventAttributes_t` (nvToolsExt.h, version 2) up to its message.
+#[repr(C)]
+struct NvtxEventAttributes {
+    version: u16,
+    size: u16,
+    category: u32,
+    color_type: i32,
+    color: u32,
+    payload_type: i32,
+    reserved0: i32,
+    payload: u64,
+    message_type: i32,
+    message: *const c_char,
+}
+
+/// `NVTX_MESSAGE_TYPE_ASCII`.
+const NVTX_MESSAGE_TYPE_ASCII: i32 = 1;
+
+/// The ASCII message of a default-domain push, if it has one.
+///
+/// # Safety
+/// `params` is null or the `functionParams` CUPTI passed for NVTX callback `cbid`.
+unsafe fn pushed_message<'a>(cbid: u32, params: *const c_void) -> Option<&'a [u8]> {
+    if params.is_null() {
+        return None;
+    }
+    let message = match cbid {
+        // SAFETY: nvtxRangePushA_params is `{ const char *message; }`.
+        NVTX_RANGE_PUSH_A => unsafe { *(params as *const *const c_char) },
+        NVTX_RANGE_PUSH_EX => {
+            // SAFETY: nvtxRangePushEx_params is `{ const nvtxEventAttributes_t *eventAttrib; }`.
+            let attributes = unsafe { *(params as *const *const NvtxEventAttributes) };
+            if attributes.is_null() {
+                return None;
+            }
+            // SAFETY: the program passed a valid nvtxEventAttributes_t for this call.
+            let a = unsafe { &*attributes };
+            let whole = usize::from(a.size) >= std::mem::size_of::<NvtxEventAttributes>();
+            if !whole || a.message_type != NVTX_MESSAGE_TYPE_ASCII {
+                return None;
+            }
+            a.message
+        }
+        _ => return None,
+    };
+    // SAFETY: NVTX messages are NUL-terminated strings alive for the call.
+    (!message.is_null()).then(|| unsafe { CStr::from_ptr(message) }.to_bytes())
+}
+
+/// # Safety
+/// `data` is null or the `CUpti_NvtxData` CUPTI passed with this NVTX callback.
+unsafe fn on_nvtx(cbid: u32, data: *const NvtxData) {
+    if data.is_null() {
+        return;
+    }
+    match cbid {
+        NVTX_RANGE_POP => {
+            let _ = NVTX_STACK.try_with(|s| s.borrow_mut().pop());
+        }
+        NVTX_RANGE_PUSH_A | NVTX_RANGE_PUSH_W | NVTX_RANGE_PUSH_EX => {
+            let Some(shared) = active() else {
+                return;
+            };
+            let step_range = shared.budget.as_ref().and_then(|b| b.step_range.as_deref());
+            // SAFETY: CUPTI passes a valid CUpti_NvtxData; its params belong to `cbid`.
+            let message = unsafe { pushed_message(cbid, (*data).function_params) };
+            let is_step = step_range.is_some() && message == step_range;
+            let outermost_step = is_step && !inside_step();
+            let _ = NVTX_STACK.try_with(|s| s.borrow_mut().push(is_step));
+            if outermost_step {
+                budget_decides(|b| b.step_started());
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The current thread's circumstances, with the API name still raw.
@@ -494,6 +731,9 @@ unsafe fn on_resource(cbid: u32, data: *const sys::CUpti_ResourceData) {
         _ => exec_id(cupti, gd.graphExec).and_then(|exec| {
             let template = graph_id(cupti, gd.graph)?;
             lock(&shared.state).graph.exec_created(exec, template);
+            if let Some(budget) = &shared.budget {
+                lock(&budget.decisions).exec_created(gd.graphExec as usize, exec);
+            }
             Ok(())
         }),
     };
@@ -575,6 +815,10 @@ pub(crate) unsafe extern "C" fn on_callback(
         sys::CUPTI_CB_DOMAIN_RESOURCE => {
             // SAFETY: for the resource domain CUPTI passes a CUpti_ResourceData.
             unsafe { on_resource(cbid, data as *const sys::CUpti_ResourceData) }
+        }
+        sys::CUPTI_CB_DOMAIN_NVTX => {
+            // SAFETY: for the NVTX domain CUPTI passes a CUpti_NvtxData.
+            unsafe { on_nvtx(cbid, data as *const NvtxData) }
         }
         _ => {}
     });
@@ -711,5 +955,60 @@ mod tests {
         // SAFETY: as above.
         unsafe { on_api(sys::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &exit) };
         assert!(!raw_creation(0).explicit_add);
+    }
+
+    #[test]
+    fn nvtx_push_messages_are_read_from_a_and_ex_parameters() {
+        let name = c"decode_step";
+        let push_a = name.as_ptr();
+        // SAFETY: params of nvtxRangePushA: a pointer to the message pointer.
+        let got = unsafe { pushed_message(NVTX_RANGE_PUSH_A, (&raw const push_a).cast()) };
+        assert_eq!(got, Some(&b"decode_step"[..]));
+
+        let mut attributes = NvtxEventAttributes {
+            version: 2,
+            size: std::mem::size_of::<NvtxEventAttributes>() as u16,
+            category: 0,
+            color_type: 0,
+            color: 0,
+            payload_type: 0,
+            reserved0: 0,
+            payload: 0,
+            message_type: NVTX_MESSAGE_TYPE_ASCII,
+            message: name.as_ptr(),
+        };
+        let read = |a: &NvtxEventAttributes| {
+            let p: *const NvtxEventAttributes = a;
+            // SAFETY: params of nvtxRangePushEx: a pointer to the attributes pointer.
+            unsafe { pushed_message(NVTX_RANGE_PUSH_EX, (&raw const p).cast()) }
+        };
+        assert_eq!(read(&attributes), Some(&b"decode_step"[..]));
+        attributes.message_type = 3; // a registered string: no text to compare
+        assert_eq!(read(&attributes), None);
+        attributes.message_type = NVTX_MESSAGE_TYPE_ASCII;
+        attributes.size = 32; // an older, shorter struct: the message is not there to read
+        assert_eq!(read(&attributes), None);
+        // SAFETY: null parameters are not read.
+        assert_eq!(
+            unsafe { pushed_message(NVTX_RANGE_PUSH_A, std::ptr::null()) },
+            None
+        );
+    }
+
+    #[test]
+    fn nested_step_ranges_and_graph_launches_inside_them_are_seen_as_inside() {
+        NVTX_STACK.with(|s| s.borrow_mut().clear());
+        assert!(!inside_step());
+        NVTX_STACK.with(|s| s.borrow_mut().extend([false, true, false]));
+        assert!(inside_step(), "a step range further out still encloses");
+        NVTX_STACK.with(|s| s.borrow_mut().clear());
+        assert!(is_graph_launch(
+            sys::CUPTI_CB_DOMAIN_DRIVER_API,
+            sys::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch
+        ));
+        assert!(!is_graph_launch(
+            sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+            sys::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch
+        ));
     }
 }

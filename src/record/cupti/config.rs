@@ -2,6 +2,7 @@
 //! activity kinds, the resource and API callbacks, and which API calls keep activity records.
 #![forbid(unsafe_code)]
 
+use super::budget::TraceBudget;
 use super::sys;
 
 /// Recorder settings.
@@ -28,6 +29,8 @@ pub struct RecorderConfig {
     /// filter by call (≥ 12.5): a program's many small calls (`cudaGetDevice`,
     /// `cuGetProcAddress`, …) each cost host time when recorded.
     pub all_api_calls: bool,
+    /// Which launches and steps are traced (default: all). `gapscope record` sets a limit.
+    pub trace_budget: TraceBudget,
 }
 
 /// Runtime and driver API calls whose activity records the analysis reads: launches (kernels,
@@ -47,6 +50,17 @@ pub fn api_record_wanted(name: &str) -> bool {
         "EndCapture",
     ];
     WANTED.iter().any(|w| name.contains(w))
+}
+
+/// Recorded API calls a step makes over and over: kernel, graph and host-function launches,
+/// async copies and memsets, event records and stream waits. The trace budget pauses their
+/// records with the device kinds (synchronisations, capture and instantiation stay recorded).
+pub fn per_step_call(name: &str) -> bool {
+    let async_op = (name.contains("Memcpy") || name.contains("Memset")) && name.contains("Async");
+    async_op
+        || ["Launch", "EventRecord", "WaitEvent"]
+            .iter()
+            .any(|w| name.contains(w))
 }
 
 /// API callbacks the recorder enables (also `gapscope run --cupti-api-callbacks` and
@@ -175,6 +189,7 @@ impl Default for RecorderConfig {
             event_records: false,
             api_callbacks: ApiCallbacks::default(),
             all_api_calls: false,
+            trace_budget: TraceBudget::UNLIMITED,
         }
     }
 }
@@ -268,6 +283,13 @@ pub(super) struct Diagnostics {
     /// `GAPSCOPE_CUPTI_GRAPH_TRACE=1`: graph-level records too (CUPTI refuses them beside
     /// CONCURRENT_KERNEL, so skip that kind as well).
     pub graph_trace: bool,
+    /// `GAPSCOPE_CUPTI_ATTR=0=67108864,6=4`: `size_t` activity attributes set before any kind
+    /// is enabled (numbers as in `CUpti_ActivityAttribute`: 0 device buffer size, 2 its pool
+    /// limit, 6 device buffers preallocated, …).
+    pub size_attributes: Vec<(u32, usize)>,
+    /// `GAPSCOPE_CUPTI_FLUSH_PERIOD_MS=N`: `cuptiActivityFlushPeriod(N)`, the period of CUPTI's
+    /// worker thread in place of its own heuristics.
+    pub flush_period_ms: Option<u32>,
 }
 
 impl Diagnostics {
@@ -296,6 +318,16 @@ impl Diagnostics {
             api_only: list("GAPSCOPE_CUPTI_API_ONLY", false),
             per_thread_buffers: get("GAPSCOPE_CUPTI_PER_THREAD_BUFFERS").map(|v| v.trim() != "0"),
             graph_trace: get("GAPSCOPE_CUPTI_GRAPH_TRACE").is_some_and(|v| v.trim() == "1"),
+            size_attributes: list("GAPSCOPE_CUPTI_ATTR", false)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|pair| {
+                    let (attr, value) = pair.split_once('=')?;
+                    Some((attr.trim().parse().ok()?, value.trim().parse().ok()?))
+                })
+                .collect(),
+            flush_period_ms: get("GAPSCOPE_CUPTI_FLUSH_PERIOD_MS")
+                .and_then(|v| v.trim().parse().ok()),
         }
     }
 
@@ -313,6 +345,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn per_step_calls_are_the_repeated_launches_copies_and_event_calls() {
+        for name in [
+            "cudaGraphLaunch_v10000",
+            "cuLaunchKernelEx",
+            "cudaMemcpyAsync_v3020",
+            "cuMemsetD32Async",
+            "cudaEventRecordWithFlags_v11010",
+            "cuStreamWaitEvent",
+        ] {
+            assert!(per_step_call(name), "{name}");
+        }
+        for name in [
+            "cudaStreamSynchronize_v3020",
+            "cudaMemcpy_v3020",
+            "cudaGraphInstantiateWithFlags_v11040",
+            "cudaStreamBeginCapture_v10000",
+        ] {
+            assert!(!per_step_call(name), "{name}");
+            assert!(api_record_wanted(name), "still recorded: {name}");
+        }
+    }
+
+    #[test]
     fn diagnostics_read_every_switch_and_default_to_none() {
         assert_eq!(Diagnostics::from_lookup(|_| None), Diagnostics::default());
         let d = Diagnostics::from_lookup(|name| {
@@ -322,6 +377,8 @@ mod tests {
                     "GAPSCOPE_CUPTI_API_ONLY" => "Launch,EventRecord",
                     "GAPSCOPE_CUPTI_PER_THREAD_BUFFERS" => "0",
                     "GAPSCOPE_CUPTI_GRAPH_TRACE" => "1",
+                    "GAPSCOPE_CUPTI_ATTR" => "0=67108864, 6=4,bad,7=x",
+                    "GAPSCOPE_CUPTI_FLUSH_PERIOD_MS" => " 10",
                     _ => return None,
                 }
                 .to_owned(),
@@ -330,6 +387,8 @@ mod tests {
         assert_eq!(d.skip_kinds, ["DRIVER", "RUNTIME"]);
         assert_eq!(d.per_thread_buffers, Some(false));
         assert!(d.graph_trace);
+        assert_eq!(d.size_attributes, [(0, 67108864), (6, 4)]);
+        assert_eq!(d.flush_period_ms, Some(10));
         assert!(d.api_record_wanted("cudaGraphLaunch_v10000"));
         assert!(!d.api_record_wanted("cudaMemcpyAsync_v3020"));
         assert!(Diagnostics::default().api_record_wanted("cudaMemcpyAsync_v3020"));

@@ -42,45 +42,14 @@ fn records_a_captured_graph_with_external_event_nodes() {
     let replays = 3;
     // SAFETY: plain CUDA driver calls with valid out-pointers, on one thread, in order.
     unsafe {
-        ck(cu::cuInit(0));
-        let mut dev = 0;
-        ck(cu::cuDeviceGet(&mut dev, 0));
-        let mut ctx = null_mut();
-        ck(cu::cuDevicePrimaryCtxRetain(&mut ctx, dev));
-        ck(cu::cuCtxSetCurrent(ctx));
-        let mut module = null_mut();
-        ck(cu::cuModuleLoadData(
-            &mut module,
-            PTX.as_ptr() as *const c_void,
-        ));
-        let mut f = null_mut();
-        ck(cu::cuModuleGetFunction(&mut f, module, c"noop".as_ptr()));
-        let mut s = null_mut();
-        ck(cu::cuStreamCreate(
-            &mut s,
-            cu::CUstream_flags_enum::CU_STREAM_NON_BLOCKING as u32,
-        ));
+        let (f, s) = noop_kernel_and_stream();
         let mut wait_ev = null_mut();
         let mut rec_ev = null_mut();
         let no_timing = cu::CUevent_flags_enum::CU_EVENT_DISABLE_TIMING as u32;
         ck(cu::cuEventCreate(&mut wait_ev, no_timing));
         ck(cu::cuEventCreate(&mut rec_ev, no_timing));
         ck(cu::cuEventRecord(wait_ev, s));
-        let launch = |s| {
-            ck(cu::cuLaunchKernel(
-                f,
-                1,
-                1,
-                1,
-                32,
-                1,
-                1,
-                0,
-                s,
-                null_mut(),
-                null_mut(),
-            ))
-        };
+        let launch = |s| launch_noop(f, s);
 
         ck(cu::cuStreamBeginCapture_v2(
             s,
@@ -244,4 +213,123 @@ fn records_a_captured_graph_with_external_event_nodes() {
             .count(),
         replays
     );
+}
+
+/// Makes the primary context current and returns the `noop` kernel and a non-blocking stream.
+///
+/// # Safety
+/// Plain CUDA driver calls; call on the test's thread before any other CUDA work.
+unsafe fn noop_kernel_and_stream() -> (cu::CUfunction, cu::CUstream) {
+    // SAFETY: valid out-pointers, in order; the module stays loaded for the process.
+    unsafe {
+        ck(cu::cuInit(0));
+        let mut dev = 0;
+        ck(cu::cuDeviceGet(&mut dev, 0));
+        let mut ctx = null_mut();
+        ck(cu::cuDevicePrimaryCtxRetain(&mut ctx, dev));
+        ck(cu::cuCtxSetCurrent(ctx));
+        let mut module = null_mut();
+        ck(cu::cuModuleLoadData(
+            &mut module,
+            PTX.as_ptr() as *const c_void,
+        ));
+        let mut f = null_mut();
+        ck(cu::cuModuleGetFunction(&mut f, module, c"noop".as_ptr()));
+        let mut s = null_mut();
+        ck(cu::cuStreamCreate(
+            &mut s,
+            cu::CUstream_flags_enum::CU_STREAM_NON_BLOCKING as u32,
+        ));
+        (f, s)
+    }
+}
+
+/// Launches `noop` with one block of 32 threads on `s`.
+///
+/// # Safety
+/// `f` and `s` come from [`noop_kernel_and_stream`].
+unsafe fn launch_noop(f: cu::CUfunction, s: cu::CUstream) {
+    // SAFETY: a kernel without parameters, valid handles.
+    ck(unsafe { cu::cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, null_mut(), null_mut()) })
+}
+
+/// Captures one `noop` launch on `s` and instantiates it.
+///
+/// # Safety
+/// As [`launch_noop`].
+unsafe fn noop_graph(f: cu::CUfunction, s: cu::CUstream) -> cu::CUgraphExec {
+    let capture = cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    let (mut graph, mut exec) = (null_mut(), null_mut());
+    // SAFETY: capture of one launch on a stream of ours, valid out-pointers.
+    unsafe {
+        ck(cu::cuStreamBeginCapture_v2(s, capture));
+        launch_noop(f, s);
+        ck(cu::cuStreamEndCapture(s, &mut graph));
+        ck(cu::cuGraphInstantiateWithFlags(&mut exec, graph, 0));
+    }
+    exec
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU, its driver and libcupti (run with --ignored)"]
+fn trace_budget_pauses_a_replayed_graph_and_resumes_for_a_new_one() {
+    let _one = super::callbacks::lock(&super::recorder::TEST_RECORDER_LOCK);
+    if let Err(e) = ensure_cuda_driver() {
+        eprintln!("skipped: no GPU ({e})");
+        return;
+    }
+    let rec = Recorder::start(RecorderConfig {
+        trace_budget: super::TraceBudget {
+            limit: 2,
+            step_range: None,
+        },
+        ..RecorderConfig::default()
+    })
+    .expect("recorder starts");
+    // SAFETY: plain CUDA driver calls on this thread, in order.
+    unsafe {
+        let (f, s) = noop_kernel_and_stream();
+        let replayed = noop_graph(f, s);
+        for _ in 0..5 {
+            ck(cu::cuGraphLaunch(replayed, s));
+            ck(cu::cuStreamSynchronize(s));
+        }
+        let fresh = noop_graph(f, s);
+        ck(cu::cuGraphLaunch(fresh, s));
+        launch_noop(f, s); // eager, while tracing is on again
+        ck(cu::cuStreamSynchronize(s));
+    }
+    let trace = rec.finish(Metadata::default()).expect("finish");
+    trace.validate().expect("valid trace");
+    let mut launches_per_graph: std::collections::BTreeMap<u32, HashSet<u32>> = Default::default();
+    for k in trace.kernels.iter().filter(|k| k.graph != 0) {
+        launches_per_graph
+            .entry(k.graph)
+            .or_default()
+            .insert(k.corr);
+    }
+    let counts: Vec<usize> = launches_per_graph.values().map(HashSet::len).collect();
+    eprintln!(
+        "launches per graph {counts:?}; notes {:?}",
+        trace.metadata.notes
+    );
+    assert_eq!(
+        counts,
+        [2, 1],
+        "2 of 5 replays traced, then the new graph's launch"
+    );
+    let eager = trace.kernels.iter().filter(|k| k.graph == 0).count();
+    assert_eq!(eager, 1, "the eager launch after the resume is traced");
+    let graph_launch_records = trace
+        .api_calls
+        .iter()
+        .filter(|a| trace.str(a.name).contains("GraphLaunch"))
+        .count();
+    assert_eq!(
+        graph_launch_records, 3,
+        "API records only for traced launches"
+    );
+    let notes = trace.metadata.notes.join("\n");
+    assert!(notes.contains(": 2 of 5 launches"), "{notes}");
+    assert!(notes.contains("paused 1 time"), "{notes}");
 }

@@ -30,7 +30,12 @@ pub struct Cupti {
     api_filter: Option<ApiFilter>,
     /// `cuptiActivitySetAttribute`.
     set_attribute: Option<SetAttributeFn>,
+    /// `cuptiActivityFlushPeriod`.
+    flush_period: Option<FlushPeriodFn>,
 }
+
+/// `CUptiResult cuptiActivityFlushPeriod(uint32_t time)`.
+pub(crate) type FlushPeriodFn = unsafe extern "C" fn(u32) -> sys::CUptiResult;
 
 /// `CUptiResult cuptiActivitySetAttribute(CUpti_ActivityAttribute attr, size_t *valueSize,
 /// void *value)`.
@@ -238,8 +243,8 @@ fn open(file: &Path) -> Result<Cupti, OpenError> {
     // function types match cupti_activity.h's declarations, and `extras` keeps the handle
     // alive in the same `Cupti` as the pointers.
     let extras = unsafe { libloading::Library::new(file.as_os_str()) }.ok();
-    let (api_filter, set_attribute) = match &extras {
-        None => (None, None),
+    let (api_filter, set_attribute, flush_period) = match &extras {
+        None => (None, None, None),
         // SAFETY: symbol look-ups only, with the declared C signatures (see above).
         Some(l) => unsafe {
             let api_filter = l
@@ -256,7 +261,11 @@ fn open(file: &Path) -> Result<Cupti, OpenError> {
                 .get::<SetAttributeFn>(b"cuptiActivitySetAttribute\0")
                 .map(|f| *f)
                 .ok();
-            (api_filter, set_attribute)
+            let flush_period = l
+                .get::<FlushPeriodFn>(b"cuptiActivityFlushPeriod\0")
+                .map(|f| *f)
+                .ok();
+            (api_filter, set_attribute, flush_period)
         },
     };
     Ok(Cupti {
@@ -266,6 +275,7 @@ fn open(file: &Path) -> Result<Cupti, OpenError> {
         _extras: extras,
         api_filter,
         set_attribute,
+        flush_period,
     })
 }
 
@@ -284,6 +294,22 @@ impl Cupti {
         // SAFETY: resolved from this CUPTI with the declared signature; both pointers are to
         // live locals of the sizes CUPTI is told.
         Some(unsafe { f(attr, &mut size, (&raw mut value).cast()) })
+    }
+
+    /// Sets a `size_t` activity attribute; `None` when this CUPTI has no
+    /// `cuptiActivitySetAttribute`.
+    pub(crate) fn set_attribute_size(&self, attr: u32, value: usize) -> Option<sys::CUptiResult> {
+        let f = self.set_attribute?;
+        let mut value = value;
+        let mut size = std::mem::size_of::<usize>();
+        // SAFETY: as in `set_attribute_u8`, with a size_t.
+        Some(unsafe { f(attr, &mut size, (&raw mut value).cast()) })
+    }
+
+    /// `cuptiActivityFlushPeriod(ms)`; `None` when this CUPTI does not export it.
+    pub(crate) fn set_flush_period(&self, ms: u32) -> Option<sys::CUptiResult> {
+        // SAFETY: resolved from this CUPTI with the declared signature; a plain value.
+        self.flush_period.map(|f| unsafe { f(ms) })
     }
 
     /// The raw function table; every function checked by `open` is safe to call through it.

@@ -5,12 +5,14 @@
 //! * `loader`: finds libcupti at run time, resolves libcuda's functions from the library
 //!   [`crate::cuda`] opens, checks symbols, turns status codes into
 //!   [`CuptiError`];
-//! * `decode`, `graph`, `buffers`, `callbacks`: what CUPTI calls into (activity buffers, API
-//!   and graph callbacks), decoding records into [`crate::trace`] types;
+//! * `decode`, `graph`, `budget`, `buffers`, `callbacks`: what CUPTI calls into (activity
+//!   buffers, API, NVTX and graph callbacks), decoding records into [`crate::trace`] types and
+//!   deciding which launches the trace budget leaves untraced;
 //! * `config` ([`RecorderConfig`]: what is enabled) and [`Recorder`]: the public face.
 //!
 //! Nothing here links against CUDA: analysis and export run where no CUDA is installed.
 
+mod budget;
 mod buffers;
 mod callbacks;
 mod config;
@@ -23,6 +25,7 @@ mod loader;
 mod recorder;
 pub(crate) mod sys;
 
+pub use budget::TraceBudget;
 pub use config::{ApiCallbacks, RecorderConfig, api_record_wanted};
 pub use error::CuptiError;
 pub use loader::{MIN_CUPTI_API_VERSION, device_info, ensure_cuda_driver};

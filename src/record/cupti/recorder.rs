@@ -1,10 +1,12 @@
 //! The recorder: CUPTI activity tracing plus graph callbacks, turned into a [`Trace`].
 
+use super::budget::BudgetState;
+use super::budget::TraceBudget;
 use super::buffers;
-use super::callbacks::{self, ACTIVE, PANICS, Shared, State, lock};
+use super::callbacks::{self, ACTIVE, Budget, GRAPH_LAUNCH_CBIDS, PANICS, Shared, State, lock};
 use super::config::{
     API_DOMAINS, ApiCallbacks, Diagnostics, GRAPH_BUILDING_CBIDS, KINDS, LAUNCH_CBIDS,
-    RESOURCE_CBIDS, RecorderConfig,
+    RESOURCE_CBIDS, RecorderConfig, per_step_call,
 };
 use super::error::CuptiError;
 use super::loader::{self, Cupti};
@@ -125,6 +127,17 @@ impl Recorder {
             state: Mutex::new(State::new()),
             dropped: Default::default(),
             flush_lock: Mutex::new(()),
+            budget: config.trace_budget.is_limited().then(|| Budget {
+                decisions: Mutex::new(BudgetState::new(config.trace_budget.limit)),
+                kinds: Mutex::new(Vec::new()),
+                api_calls: Mutex::new(Vec::new()),
+                switch_ns: Default::default(),
+                step_range: config
+                    .trace_budget
+                    .step_range
+                    .clone()
+                    .map(String::into_bytes),
+            }),
         });
         // From here on, dropping `rec` (on any error) undoes what was done.
         let mut rec = Recorder {
@@ -161,6 +174,29 @@ impl Recorder {
                     cupti.result_name(rc)
                 ),
                 None => "this CUPTI has no cuptiActivitySetAttribute".to_string(),
+            };
+            lock(&rec.shared.state).problem(note);
+        }
+        for &(attr, value) in &diagnostics.size_attributes {
+            let note = match cupti.set_attribute_size(attr, value) {
+                Some(sys::CUPTI_SUCCESS) => {
+                    format!("activity attribute {attr} set to {value} (GAPSCOPE_CUPTI_ATTR)")
+                }
+                Some(rc) => format!(
+                    "cuptiActivitySetAttribute({attr}) failed: {}",
+                    cupti.result_name(rc)
+                ),
+                None => "this CUPTI has no cuptiActivitySetAttribute".to_string(),
+            };
+            lock(&rec.shared.state).problem(note);
+        }
+        if let Some(ms) = diagnostics.flush_period_ms {
+            let note = match cupti.set_flush_period(ms) {
+                Some(sys::CUPTI_SUCCESS) => {
+                    format!("worker flush period set to {ms} ms (GAPSCOPE_CUPTI_FLUSH_PERIOD_MS)")
+                }
+                Some(rc) => format!("cuptiActivityFlushPeriod failed: {}", cupti.result_name(rc)),
+                None => "this CUPTI has no cuptiActivityFlushPeriod".to_string(),
             };
             lock(&rec.shared.state).problem(note);
         }
@@ -259,7 +295,54 @@ impl Recorder {
                 }
             }
         }
+        if config.trace_budget.is_limited() {
+            rec.start_budget(&config.trace_budget)?;
+        }
         Ok(rec)
+    }
+
+    /// Hands the budget the kinds it pauses (every device and API kind enabled so far; NVTX
+    /// markers stay on) and enables the callbacks it decides in: graph launches, and NVTX
+    /// pushes and pops when there is a step range.
+    fn start_budget(&mut self, config: &TraceBudget) -> Result<(), CuptiError> {
+        if let Some(budget) = &self.shared.budget {
+            // With per-call API records the budget switches the calls (see `api_calls`), else
+            // the API kinds, which then record every call anyway.
+            let per_call = !lock(&budget.api_calls).is_empty();
+            let api_kinds = [
+                sys::CUPTI_ACTIVITY_KIND_RUNTIME,
+                sys::CUPTI_ACTIVITY_KIND_DRIVER,
+            ];
+            *lock(&budget.kinds) = self
+                .kinds_enabled
+                .iter()
+                .copied()
+                .filter(|k| !(per_call && api_kinds.contains(k)))
+                .collect();
+        }
+        let sub = self.subscriber_handle();
+        let nvtx = [
+            callbacks::NVTX_RANGE_PUSH_A,
+            callbacks::NVTX_RANGE_PUSH_W,
+            callbacks::NVTX_RANGE_PUSH_EX,
+            callbacks::NVTX_RANGE_POP,
+        ]
+        .map(|cbid| (sys::CUPTI_CB_DOMAIN_NVTX, cbid));
+        let nvtx: &[_] = if config.step_range.is_some() {
+            &nvtx
+        } else {
+            &[]
+        };
+        for &(domain, cbid) in GRAPH_LAUNCH_CBIDS.iter().chain(nvtx) {
+            if self.api_enabled.contains(&(domain, cbid)) {
+                continue;
+            }
+            // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe gave us.
+            let rc = unsafe { self.cupti.api().cuptiEnableCallback(1, sub, domain, cbid) };
+            self.cupti.check("cuptiEnableCallback(trace budget)", rc)?;
+            self.api_enabled.push((domain, cbid));
+        }
+        Ok(())
     }
 
     /// Leaves only the API calls of [`api_record_wanted`] with activity records; says in the
@@ -285,13 +368,11 @@ impl Recorder {
                 runtime_on,
                 sys::CUPTI_CB_DOMAIN_RUNTIME_API,
                 sys::CUPTI_RUNTIME_TRACE_CBID_SIZE,
-                filter.runtime,
             ),
             (
                 driver_on,
                 sys::CUPTI_CB_DOMAIN_DRIVER_API,
                 sys::CUPTI_DRIVER_TRACE_CBID_SIZE,
-                filter.driver,
             ),
         ];
         if let Some(only) = &diagnostics.api_only {
@@ -300,19 +381,30 @@ impl Recorder {
                 only.join(", ")
             ));
         }
-        let mut failed = 0u32;
-        for (on, domain, size, enable) in domains {
+        let mut switches = Vec::new();
+        for (on, domain, size) in domains {
             if !on {
                 continue;
             }
             for cbid in 1..size {
-                let Some(name) = self.cupti.callback_name(domain, cbid) else {
-                    continue;
-                };
-                // SAFETY: resolved from this libcupti with the C signature; plain values.
-                let rc = unsafe { enable(cbid, u8::from(diagnostics.api_record_wanted(&name))) };
-                failed += u32::from(rc != sys::CUPTI_SUCCESS);
+                if let Some(name) = self.cupti.callback_name(domain, cbid) {
+                    switches.push((domain, cbid, diagnostics.api_record_wanted(&name)));
+                }
             }
+        }
+        let failed = callbacks::apply_api_filter(filter, switches.iter().copied());
+        if let Some(budget) = &self.shared.budget {
+            // The budget pauses these calls' records instead of the API kinds.
+            *lock(&budget.api_calls) = switches
+                .iter()
+                .filter(|&&(domain, cbid, on)| {
+                    on && self
+                        .cupti
+                        .callback_name(domain, cbid)
+                        .is_some_and(|name| per_step_call(&name))
+                })
+                .map(|&(domain, cbid, _)| (domain, cbid))
+                .collect();
         }
         let mut state = lock(&self.shared.state);
         state.problem(
@@ -525,6 +617,15 @@ impl Recorder {
         self.torn_down = true;
         let api = self.cupti.api();
         let mut notes = Vec::new();
+        // The budget stops switching first; the kinds it has paused are off already.
+        if let Some(budget) = &self.shared.budget {
+            let mut decisions = lock(&budget.decisions);
+            decisions.freeze();
+            if !decisions.tracing() {
+                let paused = lock(&budget.kinds);
+                self.kinds_enabled.retain(|k| !paused.contains(k));
+            }
+        }
         // Flush only what we enabled: when start failed early (e.g. another profiler holds
         // CUPTI) there is nothing of ours to flush.
         let had_kinds = !self.kinds_enabled.is_empty();
@@ -611,6 +712,13 @@ impl Recorder {
             } else {
                 format!("recorder: {msg}")
             });
+        }
+        if let Some(budget) = &self.shared.budget {
+            let step_range = budget.step_range.as_deref().map(String::from_utf8_lossy);
+            let longest = budget.switch_ns.load(Ordering::Relaxed);
+            for note in lock(&budget.decisions).notes(step_range.as_deref(), longest) {
+                metadata.notes.push(format!("recorder: {note}"));
+            }
         }
         for msg in &self.teardown_problems {
             metadata.notes.push(format!("recorder: {msg}"));

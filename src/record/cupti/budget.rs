@@ -1,0 +1,283 @@
+//! The trace budget: which graph launches and steps pay for kernel tracing.
+//!
+//! CUPTI's kernel tracing costs host time on every launch (+2–3 µs per graph launch on an H200,
+//! the same under torch.profiler), and the analysis needs a sample of each cell's steps, not
+//! every one of a serving loop's thousands. So each executable graph's first `limit` launches
+//! and the first `limit` step ranges are traced; after that, launches of that graph and further
+//! steps run with the device and API activity kinds disabled, and tracing resumes as soon as
+//! something under budget starts (a new graph's first launch, a graph still under its limit).
+//! The decisions are made here, in safe code; `callbacks` calls CUPTI when they change.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+
+/// How much of a program `gapscope record` traces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceBudget {
+    /// Launches traced per executable graph, and step ranges traced in all; 0: no limit.
+    pub limit: u32,
+    /// The NVTX range (default domain, ASCII name) that marks one eager step, if any.
+    pub step_range: Option<String>,
+}
+
+impl TraceBudget {
+    /// No limit: everything is traced (the recorder's default; `gapscope run` wants every step).
+    pub const UNLIMITED: TraceBudget = TraceBudget {
+        limit: 0,
+        step_range: None,
+    };
+
+    /// Whether any launch or step can go untraced.
+    pub fn is_limited(&self) -> bool {
+        self.limit > 0
+    }
+}
+
+impl Default for TraceBudget {
+    fn default() -> Self {
+        TraceBudget::UNLIMITED
+    }
+}
+
+/// Launches of one executable graph (keyed by its handle, which the driver may reuse after the
+/// graph is destroyed: [`BudgetState::exec_created`] starts the count afresh).
+#[derive(Debug, Default, Clone, Copy)]
+struct ExecLaunches {
+    /// CUPTI's id of the executable graph, when its creation was seen.
+    id: Option<u32>,
+    launches: u64,
+    traced: u64,
+}
+
+/// The running decisions. Every method returns `Some(on)` when tracing must be switched to
+/// `on` now (before the launch or step goes ahead), `None` when it stays as it is.
+#[derive(Debug)]
+pub(crate) struct BudgetState {
+    limit: u32,
+    tracing: bool,
+    /// Set when recording ends or a switch failed: no more switching.
+    frozen: bool,
+    execs: HashMap<usize, ExecLaunches>,
+    /// Executable graphs whose handle was reused, with their final counts.
+    retired: Vec<ExecLaunches>,
+    steps: u64,
+    steps_traced: u64,
+    pauses: u64,
+}
+
+impl BudgetState {
+    /// Tracing starts on.
+    pub fn new(limit: u32) -> BudgetState {
+        BudgetState {
+            limit,
+            tracing: true,
+            frozen: false,
+            execs: HashMap::new(),
+            retired: Vec::new(),
+            steps: 0,
+            steps_traced: 0,
+            pauses: 0,
+        }
+    }
+
+    /// Whether the device and API kinds are enabled now.
+    pub fn tracing(&self) -> bool {
+        self.tracing
+    }
+
+    fn switch_to(&mut self, on: bool) -> Option<bool> {
+        if self.frozen || on == self.tracing {
+            return None;
+        }
+        self.tracing = on;
+        self.pauses += u64::from(!on);
+        Some(on)
+    }
+
+    /// A graph was instantiated: its handle starts with no launches.
+    pub fn exec_created(&mut self, exec: usize, id: u32) {
+        let fresh = ExecLaunches {
+            id: Some(id),
+            ..Default::default()
+        };
+        if let Some(old) = self.execs.insert(exec, fresh)
+            && old.launches > 0
+        {
+            self.retired.push(old);
+        }
+    }
+
+    /// A launch of executable graph `exec` outside any step range.
+    pub fn graph_launch(&mut self, exec: usize) -> Option<bool> {
+        let limit = u64::from(self.limit);
+        let e = self.execs.entry(exec).or_default();
+        let want = limit == 0 || e.launches < limit;
+        e.launches += 1;
+        let switch = self.switch_to(want);
+        if self.tracing {
+            // The launch (counted above) is traced when tracing is on as it goes ahead.
+            self.execs.get_mut(&exec).expect("just inserted").traced += 1;
+        }
+        switch
+    }
+
+    /// A step range started (on the thread that will launch its work).
+    pub fn step_started(&mut self) -> Option<bool> {
+        let want = self.limit == 0 || self.steps < u64::from(self.limit);
+        self.steps += 1;
+        let switch = self.switch_to(want);
+        self.steps_traced += u64::from(self.tracing);
+        switch
+    }
+
+    /// No more switching (recording is ending, or CUPTI refused a switch).
+    pub fn freeze(&mut self) {
+        self.frozen = true;
+    }
+
+    /// What the budget left untraced, for the trace notes (empty when nothing was), with the
+    /// longest time one pause or resume took.
+    pub fn notes(&self, step_range: Option<&str>, longest_switch_ns: u64) -> Vec<String> {
+        let mut notes = Vec::new();
+        let mut execs: Vec<&ExecLaunches> = self
+            .execs
+            .values()
+            .chain(&self.retired)
+            .filter(|e| e.launches > e.traced)
+            .collect();
+        execs.sort_by_key(|e| (std::cmp::Reverse(e.launches), e.id));
+        if !execs.is_empty() {
+            let shown: Vec<String> = execs
+                .iter()
+                .take(8)
+                .map(|e| {
+                    let id = e.id.map_or("?".to_string(), |id| id.to_string());
+                    format!("graph exec {id}: {} of {} launches", e.traced, e.launches)
+                })
+                .collect();
+            let more = execs.len().saturating_sub(shown.len());
+            notes.push(format!(
+                "trace budget {}: kernel and API tracing paused after each executable graph's first {} launches; traced {}{}",
+                self.limit,
+                self.limit,
+                shown.join(", "),
+                if more > 0 {
+                    format!(" (and {more} more graphs)")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        if self.steps > self.steps_traced {
+            notes.push(format!(
+                "trace budget {}: {} of {} `{}` steps traced",
+                self.limit,
+                self.steps_traced,
+                self.steps,
+                step_range.unwrap_or("step")
+            ));
+        }
+        if self.pauses > 0 {
+            notes.push(format!(
+                "trace budget: tracing paused {} time(s), the longest pause or resume took {:.1} µs; `gapscope record --trace-budget 0` traces everything",
+                self.pauses,
+                longest_switch_ns as f64 / 1e3
+            ));
+        }
+        notes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_graph_is_traced_for_its_first_launches_then_paused() {
+        let mut b = BudgetState::new(3);
+        b.exec_created(0xa, 7);
+        let switches: Vec<Option<bool>> = (0..5).map(|_| b.graph_launch(0xa)).collect();
+        assert_eq!(switches, [None, None, None, Some(false), None]);
+        assert!(!b.tracing());
+        let notes = b.notes(None, 0);
+        assert!(
+            notes[0].contains("graph exec 7: 3 of 5 launches"),
+            "{notes:?}"
+        );
+        assert!(
+            notes.iter().any(|n| n.contains("paused 1 time")),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn a_new_graph_resumes_tracing_for_its_first_launch() {
+        let mut b = BudgetState::new(2);
+        for _ in 0..3 {
+            b.graph_launch(0xa);
+        }
+        assert!(!b.tracing());
+        assert_eq!(b.graph_launch(0xb), Some(true), "fresh graph: traced");
+        assert_eq!(
+            b.graph_launch(0xa),
+            Some(false),
+            "over-budget graph: paused"
+        );
+        assert_eq!(b.graph_launch(0xc), Some(true));
+        assert_eq!(b.graph_launch(0xd), None, "still on");
+    }
+
+    #[test]
+    fn a_reused_handle_counts_afresh_after_instantiation() {
+        let mut b = BudgetState::new(1);
+        b.exec_created(0xa, 1);
+        b.graph_launch(0xa);
+        assert_eq!(b.graph_launch(0xa), Some(false));
+        b.exec_created(0xa, 2);
+        assert_eq!(
+            b.graph_launch(0xa),
+            Some(true),
+            "a new graph under the old handle"
+        );
+        let notes = b.notes(None, 0);
+        assert!(
+            notes[0].contains("graph exec 1: 1 of 2 launches"),
+            "{notes:?}"
+        );
+        assert!(!notes[0].contains("graph exec 2"), "{notes:?}");
+    }
+
+    #[test]
+    fn steps_after_the_limit_are_paused() {
+        let mut b = BudgetState::new(2);
+        let switches: Vec<Option<bool>> = (0..4).map(|_| b.step_started()).collect();
+        assert_eq!(switches, [None, None, Some(false), None]);
+        let notes = b.notes(Some("decode_step"), 0);
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("2 of 4 `decode_step` steps")),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn no_limit_never_pauses_and_leaves_no_notes() {
+        let mut b = BudgetState::new(0);
+        for _ in 0..1000 {
+            assert_eq!(b.graph_launch(0xa), None);
+            assert_eq!(b.step_started(), None);
+        }
+        assert!(b.tracing());
+        assert!(b.notes(Some("s"), 0).is_empty());
+    }
+
+    #[test]
+    fn frozen_never_switches() {
+        let mut b = BudgetState::new(1);
+        b.graph_launch(0xa);
+        b.freeze();
+        assert_eq!(b.graph_launch(0xa), None);
+        assert!(b.tracing(), "left as it was when frozen");
+    }
+}
