@@ -16,7 +16,7 @@ use std::cell::{Cell as StdCell, RefCell};
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::{CStr, c_char, c_void};
 use std::panic::catch_unwind;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Locks a mutex, ignoring poisoning (a panic caught at the FFI edge must not stop recording).
@@ -74,8 +74,14 @@ pub(crate) struct Shared {
 /// A trace budget at work: its decisions, the kinds it switches and the step range it counts.
 #[derive(Debug)]
 pub(crate) struct Budget {
-    /// Held while CUPTI switches the kinds, so that switches happen in decision order.
+    /// What tracing should be; held only while deciding, never while CUPTI is called (a CUPTI
+    /// call may wait for a thread that is inside one of our callbacks).
     pub decisions: Mutex<BudgetState>,
+    /// Whether the kinds are on as CUPTI last applied it; held by the one thread switching.
+    /// Others only `try_lock` it, never wait (see `apply_budget`).
+    pub applied: Mutex<bool>,
+    /// Set when a decision changed what tracing should be and it may not be applied yet.
+    pub dirty: AtomicBool,
     /// The activity kinds paused and resumed together (set once they are enabled).
     pub kinds: Mutex<Vec<sys::CUpti_ActivityKind>>,
     /// The API calls whose records pause and resume with the kinds: the recorded calls a step
@@ -322,8 +328,7 @@ fn inside_step() -> bool {
         .unwrap_or(false)
 }
 
-/// Lets the budget decide and, when it switches, pauses or resumes the kinds it covers. On a
-/// refusal from CUPTI the budget stops switching, and the trace says so.
+/// Lets the budget decide and, when what tracing should be changed, applies it.
 fn budget_decides(decide: impl FnOnce(&mut BudgetState) -> Option<bool>) {
     let Some(shared) = active() else {
         return;
@@ -331,18 +336,47 @@ fn budget_decides(decide: impl FnOnce(&mut BudgetState) -> Option<bool>) {
     let Some(budget) = &shared.budget else {
         return;
     };
-    let mut decisions = lock(&budget.decisions);
-    let Some(on) = decide(&mut decisions) else {
+    if decide(&mut lock(&budget.decisions)).is_none() {
         return;
-    };
+    }
+    budget.dirty.store(true, Ordering::SeqCst);
+    apply_budget(&shared, budget);
+}
+
+/// Brings CUPTI to what the decisions say, unless another thread is already doing so: that
+/// thread sees `dirty` when it is done and applies the latest decision too. No thread ever
+/// waits here, so a CUPTI call made while switching cannot deadlock with a callback.
+pub(super) fn apply_budget(shared: &Shared, budget: &Budget) {
+    while budget.dirty.load(Ordering::SeqCst) {
+        let mut applied = match budget.applied.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        budget.dirty.store(false, Ordering::SeqCst);
+        let target = lock(&budget.decisions).tracing();
+        if target == *applied {
+            continue;
+        }
+        *applied = target;
+        if let Err(failed) = switch_kinds(budget, target) {
+            lock(&budget.decisions).freeze();
+            lock(&shared.state).problem(format!(
+                "trace budget: switching tracing {} failed ({failed}); switching stopped",
+                if target { "on" } else { "off" },
+            ));
+        }
+    }
+}
+
+/// Enables or disables the budget's kinds and per-call API records.
+fn switch_kinds(budget: &Budget, on: bool) -> Result<(), String> {
     let Some(cupti) = loader::loaded() else {
-        decisions.freeze();
-        return;
+        return Err("libcupti not loaded".into());
     };
     let began = std::time::Instant::now();
-    let kinds = lock(&budget.kinds).clone();
     let mut failed = Vec::new();
-    for kind in kinds {
+    for kind in lock(&budget.kinds).iter().copied() {
         // SAFETY: resolved at load; `kind` is one the recorder enabled at start.
         let rc = unsafe {
             if on {
@@ -356,22 +390,18 @@ fn budget_decides(decide: impl FnOnce(&mut BudgetState) -> Option<bool>) {
         }
     }
     if let Some(filter) = cupti.api_filter() {
-        let calls = lock(&budget.api_calls);
-        let refused = apply_api_filter(filter, calls.iter().map(|&(d, cbid)| (d, cbid, on)));
+        let calls = lock(&budget.api_calls).clone();
+        let refused = apply_api_filter(filter, calls.into_iter().map(|(d, cbid)| (d, cbid, on)));
         if refused > 0 {
             failed.push(format!("{refused} API record switches"));
         }
     }
     let took = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
     budget.switch_ns.fetch_max(took, Ordering::Relaxed);
-    if !failed.is_empty() {
-        decisions.freeze();
-        drop(decisions);
-        lock(&shared.state).problem(format!(
-            "trace budget: switching tracing {} failed ({}); switching stopped",
-            if on { "on" } else { "off" },
-            failed.join(", ")
-        ));
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join(", "))
     }
 }
 
@@ -1010,5 +1040,56 @@ mod tests {
             sys::CUPTI_CB_DOMAIN_RUNTIME_API,
             sys::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch
         ));
+    }
+
+    fn shared_with_budget(limit: u32) -> Shared {
+        Shared {
+            state: Mutex::new(State::new()),
+            dropped: AtomicU64::new(0),
+            flush_lock: Mutex::new(()),
+            budget: Some(Budget {
+                decisions: Mutex::new(BudgetState::new(limit)),
+                applied: Mutex::new(true),
+                dirty: AtomicBool::new(false),
+                kinds: Mutex::new(Vec::new()),
+                api_calls: Mutex::new(Vec::new()),
+                switch_ns: AtomicU64::new(0),
+                step_range: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_switch_under_way_elsewhere_is_never_waited_for() {
+        let shared = shared_with_budget(1);
+        let budget = shared.budget.as_ref().unwrap();
+        for _ in 0..2 {
+            lock(&budget.decisions).graph_launch(0xa);
+        }
+        assert!(
+            !lock(&budget.decisions).tracing(),
+            "over budget: should pause"
+        );
+        budget.dirty.store(true, Ordering::SeqCst);
+        let held = lock(&budget.applied); // another thread is switching
+        apply_budget(&shared, budget);
+        assert!(*held, "left to the holder");
+        assert!(
+            budget.dirty.load(Ordering::SeqCst),
+            "the holder will see it"
+        );
+        drop(held);
+        // The holder's turn (here without libcupti: the switch fails, is noted, and stops).
+        apply_budget(&shared, budget);
+        assert!(!*lock(&budget.applied));
+        assert!(!budget.dirty.load(Ordering::SeqCst));
+        let problems = &lock(&shared.state).problems;
+        assert!(
+            problems
+                .keys()
+                .any(|p| p.contains("switching tracing off failed")),
+            "{problems:?}"
+        );
+        assert_eq!(lock(&budget.decisions).graph_launch(0xb), None, "frozen");
     }
 }

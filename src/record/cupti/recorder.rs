@@ -129,6 +129,8 @@ impl Recorder {
             flush_lock: Mutex::new(()),
             budget: config.trace_budget.is_limited().then(|| Budget {
                 decisions: Mutex::new(BudgetState::new(config.trace_budget.limit)),
+                applied: Mutex::new(true),
+                dirty: AtomicBool::new(false),
                 kinds: Mutex::new(Vec::new()),
                 api_calls: Mutex::new(Vec::new()),
                 switch_ns: Default::default(),
@@ -388,28 +390,31 @@ impl Recorder {
             }
             for cbid in 1..size {
                 if let Some(name) = self.cupti.callback_name(domain, cbid) {
-                    switches.push((domain, cbid, diagnostics.api_record_wanted(&name)));
+                    let wanted = diagnostics.api_record_wanted(&name);
+                    switches.push((domain, cbid, wanted, wanted && per_step_call(&name)));
                 }
             }
         }
-        let failed = callbacks::apply_api_filter(filter, switches.iter().copied());
+        let failed = callbacks::apply_api_filter(
+            filter,
+            switches
+                .iter()
+                .map(|&(domain, cbid, on, _)| (domain, cbid, on)),
+        );
         if let Some(budget) = &self.shared.budget {
             // The budget pauses these calls' records instead of the API kinds.
             *lock(&budget.api_calls) = switches
                 .iter()
-                .filter(|&&(domain, cbid, on)| {
-                    on && self
-                        .cupti
-                        .callback_name(domain, cbid)
-                        .is_some_and(|name| per_step_call(&name))
-                })
-                .map(|&(domain, cbid, _)| (domain, cbid))
+                .filter(|s| s.3)
+                .map(|&(domain, cbid, ..)| (domain, cbid))
                 .collect();
         }
         let mut state = lock(&self.shared.state);
-        state.problem(
-            "API activity: only launches, copies, memsets, synchronisations, stream waits, event records, graph instantiation and capture calls are recorded (GAPSCOPE_CUPTI_API=all records every call)",
-        );
+        if diagnostics.api_only.is_none() {
+            state.problem(
+                "API activity: only launches, copies, memsets, synchronisations, stream waits, event records, graph instantiation and capture calls are recorded (GAPSCOPE_CUPTI_API=all records every call)",
+            );
+        }
         if failed > 0 {
             state.problem(format!(
                 "cuptiActivityEnable{{Runtime,Driver}}Api failed for {failed} call ids (those stay recorded)"
@@ -617,11 +622,19 @@ impl Recorder {
         self.torn_down = true;
         let api = self.cupti.api();
         let mut notes = Vec::new();
-        // The budget stops switching first; the kinds it has paused are off already.
+        // The budget stops switching first; the kinds it has paused are off already. Never
+        // wait for a switch under way: this may run in a signal handler that interrupted it.
         if let Some(budget) = &self.shared.budget {
-            let mut decisions = lock(&budget.decisions);
-            decisions.freeze();
-            if !decisions.tracing() {
+            lock(&budget.decisions).freeze();
+            let paused = match budget.applied.try_lock() {
+                Ok(on) => !*on,
+                Err(std::sync::TryLockError::Poisoned(on)) => !*on.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    notes.push("a trace-budget switch was under way when recording ended".into());
+                    false
+                }
+            };
+            if paused {
                 let paused = lock(&budget.kinds);
                 self.kinds_enabled.retain(|k| !paused.contains(k));
             }
