@@ -1,6 +1,6 @@
 //! The trace budget: which graph launches and steps pay for kernel tracing.
 //!
-//! CUPTI's kernel tracing costs host time on every launch (+2–3 µs per graph launch on an H200,
+//! CUPTI's kernel tracing costs host time on every launch (+2.3–4.8 µs per graph launch on an H200,
 //! the same under torch.profiler), and the analysis needs a sample of each cell's steps, not
 //! every one of a serving loop's thousands. So each executable graph's first `limit` launches
 //! and the first `limit` step ranges are traced; after that, launches of that graph and further
