@@ -151,7 +151,7 @@ SPLIT_PHASES = ("eager", "replay", "replay_ext")
 
 
 def split_phases(phases, split):
-    """Adds 'PHASE 1-N' and 'PHASE >N' (steps in program order) for the repeated phases.
+    """Adds 'PHASE 2-N' and 'PHASE >N' (steps in program order) for the repeated phases.
 
     Period i runs from step i's timing event to step i+1's, so it times step i+1 (1-based:
     step i+2): steps 2..N are the first N-1 periods."""

@@ -263,7 +263,8 @@ fn a_trace_budget_keeps_the_first_steps_of_each_cell_and_says_what_it_left_out()
     // 16 of 40 eager steps and 16 of 40 launches of each replayed graph; every fresh graph's
     // one launch (8 per variant), since each is a new executable graph.
     let expect = [
-        16, 16, // graph G1 replays
+        16, // eager
+        16, // graph G1 replays
         8,  // G1 first launches
         16, // graph G2 replays (external event nodes)
         8,  // G2 first launches

@@ -175,8 +175,9 @@ pub struct RecordArgs {
     #[arg(long, value_name = "NAME")]
     pub step_range: Option<String>,
     /// Launches traced per executable graph, and `--step-range` steps traced: after them,
-    /// kernel and API tracing pause until a graph under its count (a new one) launches. The
-    /// rest run at full speed and are counted in the trace notes. 0 traces everything.
+    /// kernel and API tracing pause until a graph or step under its count (a new graph's first
+    /// launch) starts. The rest run without CUPTI's per-launch cost and are counted in the
+    /// trace notes. 0 traces everything.
     #[arg(long, value_name = "N", env = "GAPSCOPE_TRACE_BUDGET",
           default_value_t = gapscope::record::inject::DEFAULT_TRACE_BUDGET)]
     pub trace_budget: u32,

@@ -30,7 +30,9 @@
 //!
 //! Environment read at initialisation: `GAPSCOPE_OUT` (folder, default: the current one),
 //! `GAPSCOPE_STEP_RANGE` (NVTX ranges of that name become [`crate::trace::MarkerKind::Step`] markers of cell
-//! 0), the rank variables of [`rank_name`] and the world-size variables of [`world_size`].
+//! 0), `GAPSCOPE_TRACE_BUDGET` (launches traced per executable graph and steps traced, default
+//! [`DEFAULT_TRACE_BUDGET`]; 0: all), the rank variables of [`rank_name`] and the world-size
+//! variables of [`world_size`].
 
 use crate::record::cupti::{Recorder, RecorderConfig, TraceBudget};
 use crate::trace::{self, Cell, Metadata, Source, Versions};

@@ -3,8 +3,8 @@
 //! library (see [`crate::record::inject`]) and reports the trace each of its processes wrote.
 //!
 //! The child gets `CUDA_INJECTION64_PATH` (libgapscope.so), `NVTX_INJECTION64_PATH` (libcupti,
-//! so NVTX ranges reach CUPTI; an existing value is kept), `GAPSCOPE_OUT` and, with
-//! `--step-range`, `GAPSCOPE_STEP_RANGE`. Its exit status is passed on (128 + N when a signal
+//! so NVTX ranges reach CUPTI; an existing value is kept), `GAPSCOPE_OUT`,
+//! `GAPSCOPE_TRACE_BUDGET` and, with `--step-range`, `GAPSCOPE_STEP_RANGE`. Its exit status is passed on (128 + N when a signal
 //! N killed it). Ctrl-C reaches the child through the terminal (same process group); gapscope
 //! itself ignores it and waits for the child, so the child's trace is still listed.
 

@@ -16,12 +16,31 @@ use std::cell::{Cell as StdCell, RefCell};
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::{CStr, c_char, c_void};
 use std::panic::catch_unwind;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Locks a mutex, ignoring poisoning (a panic caught at the FFI edge must not stop recording).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Locks a mutex within `limit` (retrying every millisecond), ignoring poisoning; `None` when
+/// it stayed held, e.g. by a thread that a signal handler running this interrupted.
+pub(crate) fn lock_within<T>(
+    m: &Mutex<T>,
+    limit: std::time::Duration,
+) -> Option<MutexGuard<'_, T>> {
+    let until = std::time::Instant::now() + limit;
+    loop {
+        match m.try_lock() {
+            Ok(guard) => return Some(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    }
 }
 
 /// Everything the callbacks collect for one recorder.
@@ -77,18 +96,20 @@ pub(crate) struct Budget {
     /// What tracing should be; held only while deciding, never while CUPTI is called (a CUPTI
     /// call may wait for a thread that is inside one of our callbacks).
     pub decisions: Mutex<BudgetState>,
-    /// Whether the kinds are on as CUPTI last applied it; held by the one thread switching.
-    /// Others only `try_lock` it, never wait (see `apply_budget`).
-    pub applied: Mutex<bool>,
+    /// Whether the kinds are on, as last applied (`None` after a switch CUPTI refused: not
+    /// known). Held by the one thread switching; callbacks only `try_lock` it, never wait (see
+    /// `apply_budget`).
+    pub applied: Mutex<Option<bool>>,
     /// Set when a decision changed what tracing should be and it may not be applied yet.
     pub dirty: AtomicBool,
     /// The activity kinds paused and resumed together (set once they are enabled).
     pub kinds: Mutex<Vec<sys::CUpti_ActivityKind>>,
-    /// The API calls whose records pause and resume with the kinds: the recorded calls a step
-    /// makes (launches, async copies and memsets, event records and waits). Switching these
-    /// per call, rather than the API kinds, keeps the per-call filter (re-enabling a kind
-    /// records every call again) and keeps each switch short.
-    pub api_calls: Mutex<Vec<(sys::CUpti_CallbackDomain, u32)>>,
+    /// With a per-call API record filter in use: the API calls whose records pause and resume
+    /// with the kinds, the recorded calls a step makes (launches, async copies and memsets,
+    /// event records and waits). Switching these per call, rather than the API kinds, keeps
+    /// the filter (re-enabling a kind records every call again) and keeps each switch short.
+    /// `None`: no filter, the API kinds are among `kinds`.
+    pub api_calls: Mutex<Option<Vec<(sys::CUpti_CallbackDomain, u32)>>>,
     /// Longest time one pause or resume took, in ns (for the trace notes).
     pub switch_ns: AtomicU64,
     /// The step range's name, compared with NVTX push messages.
@@ -329,6 +350,10 @@ fn inside_step() -> bool {
 }
 
 /// Lets the budget decide and, when what tracing should be changed, applies it.
+///
+/// With launches on several threads at once, a launch can go ahead under the state before
+/// another thread's switch is applied, and a switch can land inside another thread's launch;
+/// the counts in the notes are of decisions.
 fn budget_decides(decide: impl FnOnce(&mut BudgetState) -> Option<bool>) {
     let Some(shared) = active() else {
         return;
@@ -340,13 +365,15 @@ fn budget_decides(decide: impl FnOnce(&mut BudgetState) -> Option<bool>) {
         return;
     }
     budget.dirty.store(true, Ordering::SeqCst);
-    apply_budget(&shared, budget);
+    fence(Ordering::SeqCst);
+    apply_budget(&shared, budget, loader::loaded());
 }
 
 /// Brings CUPTI to what the decisions say, unless another thread is already doing so: that
 /// thread sees `dirty` when it is done and applies the latest decision too. No thread ever
-/// waits here, so a CUPTI call made while switching cannot deadlock with a callback.
-pub(super) fn apply_budget(shared: &Shared, budget: &Budget) {
+/// waits here, so a CUPTI call made while switching cannot deadlock with a callback. Once the
+/// budget is frozen (recording ends, or a switch failed) nothing is switched any more.
+pub(super) fn apply_budget(shared: &Shared, budget: &Budget, cupti: Option<&Cupti>) {
     while budget.dirty.load(Ordering::SeqCst) {
         let mut applied = match budget.applied.try_lock() {
             Ok(guard) => guard,
@@ -354,29 +381,42 @@ pub(super) fn apply_budget(shared: &Shared, budget: &Budget) {
             Err(std::sync::TryLockError::WouldBlock) => return,
         };
         budget.dirty.store(false, Ordering::SeqCst);
-        let target = lock(&budget.decisions).tracing();
-        if target == *applied {
+        let (target, frozen) = {
+            let decisions = lock(&budget.decisions);
+            (decisions.tracing(), decisions.is_frozen())
+        };
+        if frozen || *applied == Some(target) {
+            drop(applied);
+            fence(Ordering::SeqCst);
             continue;
         }
-        *applied = target;
-        if let Err(failed) = switch_kinds(budget, target) {
-            lock(&budget.decisions).freeze();
-            lock(&shared.state).problem(format!(
-                "trace budget: switching tracing {} failed ({failed}); switching stopped",
-                if target { "on" } else { "off" },
-            ));
+        match switch_kinds(budget, cupti, target) {
+            Ok(()) => *applied = Some(target),
+            Err(failed) => {
+                *applied = None;
+                lock(&budget.decisions).freeze();
+                lock(&shared.state).problem(format!(
+                    "trace budget: switching tracing {} failed ({failed}); switching stopped",
+                    if target { "on" } else { "off" },
+                ));
+            }
         }
+        drop(applied);
+        fence(Ordering::SeqCst);
     }
 }
 
 /// Enables or disables the budget's kinds and per-call API records.
-fn switch_kinds(budget: &Budget, on: bool) -> Result<(), String> {
-    let Some(cupti) = loader::loaded() else {
+fn switch_kinds(budget: &Budget, cupti: Option<&Cupti>, on: bool) -> Result<(), String> {
+    let Some(cupti) = cupti else {
         return Err("libcupti not loaded".into());
     };
     let began = std::time::Instant::now();
     let mut failed = Vec::new();
-    for kind in lock(&budget.kinds).iter().copied() {
+    // Copies: no lock of ours is held while CUPTI runs.
+    let kinds = lock(&budget.kinds).clone();
+    let calls = lock(&budget.api_calls).clone().unwrap_or_default();
+    for kind in kinds {
         // SAFETY: resolved at load; `kind` is one the recorder enabled at start.
         let rc = unsafe {
             if on {
@@ -389,8 +429,7 @@ fn switch_kinds(budget: &Budget, on: bool) -> Result<(), String> {
             failed.push(format!("kind {kind}: {}", cupti.result_name(rc)));
         }
     }
-    if let Some(filter) = cupti.api_filter() {
-        let calls = lock(&budget.api_calls).clone();
+    if let (Some(filter), false) = (cupti.api_filter(), calls.is_empty()) {
         let refused = apply_api_filter(filter, calls.into_iter().map(|(d, cbid)| (d, cbid, on)));
         if refused > 0 {
             failed.push(format!("{refused} API record switches"));
@@ -441,6 +480,13 @@ struct NvtxEventAttributes {
 
 /// `NVTX_MESSAGE_TYPE_ASCII`.
 const NVTX_MESSAGE_TYPE_ASCII: i32 = 1;
+
+// The C layouts read through these (nvToolsExt.h: NVTX_EVENT_ATTRIB_STRUCT_SIZE is 48, the
+// message union at 40; cupti_callbacks.h: three pointers).
+const _: () = assert!(std::mem::size_of::<NvtxEventAttributes>() == 48);
+const _: () = assert!(std::mem::offset_of!(NvtxEventAttributes, message_type) == 32);
+const _: () = assert!(std::mem::offset_of!(NvtxEventAttributes, message) == 40);
+const _: () = assert!(std::mem::size_of::<NvtxData>() == 24);
 
 /// The ASCII message of a default-domain push, if it has one.
 ///
@@ -759,11 +805,12 @@ unsafe fn on_resource(cbid: u32, data: *const sys::CUpti_ResourceData) {
             })
         }
         _ => exec_id(cupti, gd.graphExec).and_then(|exec| {
-            let template = graph_id(cupti, gd.graph)?;
-            lock(&shared.state).graph.exec_created(exec, template);
+            // A reused handle starts its count afresh even if the template is unknown.
             if let Some(budget) = &shared.budget {
                 lock(&budget.decisions).exec_created(gd.graphExec as usize, exec);
             }
+            let template = graph_id(cupti, gd.graph)?;
+            lock(&shared.state).graph.exec_created(exec, template);
             Ok(())
         }),
     };
@@ -1026,7 +1073,7 @@ mod tests {
     }
 
     #[test]
-    fn nested_step_ranges_and_graph_launches_inside_them_are_seen_as_inside() {
+    fn any_enclosing_step_range_counts_and_only_launch_calls_of_their_domain_are_launches() {
         NVTX_STACK.with(|s| s.borrow_mut().clear());
         assert!(!inside_step());
         NVTX_STACK.with(|s| s.borrow_mut().extend([false, true, false]));
@@ -1042,26 +1089,26 @@ mod tests {
         ));
     }
 
-    fn shared_with_budget(limit: u32) -> Shared {
+    fn shared_with_budget(limit: u32, step_range: Option<&str>) -> Shared {
         Shared {
             state: Mutex::new(State::new()),
             dropped: AtomicU64::new(0),
             flush_lock: Mutex::new(()),
             budget: Some(Budget {
                 decisions: Mutex::new(BudgetState::new(limit)),
-                applied: Mutex::new(true),
+                applied: Mutex::new(Some(true)),
                 dirty: AtomicBool::new(false),
                 kinds: Mutex::new(Vec::new()),
-                api_calls: Mutex::new(Vec::new()),
+                api_calls: Mutex::new(None),
                 switch_ns: AtomicU64::new(0),
-                step_range: None,
+                step_range: step_range.map(|s| s.as_bytes().to_vec()),
             }),
         }
     }
 
     #[test]
     fn a_switch_under_way_elsewhere_is_never_waited_for() {
-        let shared = shared_with_budget(1);
+        let shared = shared_with_budget(1, None);
         let budget = shared.budget.as_ref().unwrap();
         for _ in 0..2 {
             lock(&budget.decisions).graph_launch(0xa);
@@ -1072,16 +1119,20 @@ mod tests {
         );
         budget.dirty.store(true, Ordering::SeqCst);
         let held = lock(&budget.applied); // another thread is switching
-        apply_budget(&shared, budget);
-        assert!(*held, "left to the holder");
+        apply_budget(&shared, budget, None);
+        assert_eq!(*held, Some(true), "left to the holder");
         assert!(
             budget.dirty.load(Ordering::SeqCst),
             "the holder will see it"
         );
         drop(held);
         // The holder's turn (here without libcupti: the switch fails, is noted, and stops).
-        apply_budget(&shared, budget);
-        assert!(!*lock(&budget.applied));
+        apply_budget(&shared, budget, None);
+        assert_eq!(
+            *lock(&budget.applied),
+            None,
+            "not known after a refused switch"
+        );
         assert!(!budget.dirty.load(Ordering::SeqCst));
         let problems = &lock(&shared.state).problems;
         assert!(
@@ -1091,5 +1142,72 @@ mod tests {
             "{problems:?}"
         );
         assert_eq!(lock(&budget.decisions).graph_launch(0xb), None, "frozen");
+    }
+
+    /// A graph launch as CUPTI reports it: `params` is the launch's parameter block.
+    fn launch_callbacks(params: &usize) -> [sys::CUpti_CallbackData; 2] {
+        let enter = sys::CUpti_CallbackData {
+            callbackSite: sys::CUPTI_API_ENTER,
+            functionParams: (params as *const usize).cast(),
+            ..Default::default()
+        };
+        let mut exit = enter;
+        exit.callbackSite = sys::CUPTI_API_EXIT;
+        [enter, exit]
+    }
+
+    #[test]
+    fn the_budget_counts_each_launch_once_and_leaves_launches_inside_steps_to_the_step() {
+        let _one = lock(&super::super::recorder::TEST_RECORDER_LOCK);
+        let shared = Arc::new(shared_with_budget(8, Some("decode_step")));
+        *lock(&ACTIVE) = Some(shared.clone());
+        let exec: usize = 0xe5ec;
+        let (rt, drv) = (
+            sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+            sys::CUPTI_CB_DOMAIN_DRIVER_API,
+        );
+        let rt_cbid = sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000;
+        let drv_cbid = sys::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch;
+        let [rt_enter, rt_exit] = launch_callbacks(&exec);
+        let [drv_enter, drv_exit] = launch_callbacks(&exec);
+        // SAFETY (all calls below): callback data and parameters outlive the calls.
+        let runtime_launch = || unsafe {
+            on_api(rt, rt_cbid, &rt_enter);
+            on_api(drv, drv_cbid, &drv_enter); // the runtime's own driver call
+            on_api(drv, drv_cbid, &drv_exit);
+            on_api(rt, rt_cbid, &rt_exit);
+        };
+        let nvtx = |cbid: u32, message: &std::ffi::CStr| {
+            let text = message.as_ptr();
+            let data = NvtxData {
+                function_name: std::ptr::null(),
+                function_params: (&raw const text).cast(),
+                function_return_value: std::ptr::null(),
+            };
+            // SAFETY: the message and the data outlive the call.
+            unsafe { on_nvtx(cbid, &data) };
+        };
+        runtime_launch();
+        runtime_launch();
+        nvtx(NVTX_RANGE_PUSH_A, c"decode_step");
+        nvtx(NVTX_RANGE_PUSH_A, c"inner");
+        runtime_launch(); // inside the step: the step's decision covers it
+        nvtx(NVTX_RANGE_POP, c"");
+        nvtx(NVTX_RANGE_POP, c"");
+        nvtx(NVTX_RANGE_PUSH_A, c"other_range");
+        nvtx(NVTX_RANGE_POP, c"");
+        *lock(&ACTIVE) = None;
+        let budget = shared.budget.as_ref().unwrap();
+        let decisions = lock(&budget.decisions);
+        assert_eq!(
+            decisions.launches(exec),
+            2,
+            "runtime launches, not their driver calls"
+        );
+        assert_eq!(decisions.steps(), 1, "only the step range's pushes");
+        assert!(
+            NVTX_STACK.with(|s| s.borrow().is_empty()),
+            "pushes and pops pair up"
+        );
     }
 }

@@ -54,7 +54,8 @@ pub fn api_record_wanted(name: &str) -> bool {
 
 /// Recorded API calls a step makes over and over: kernel, graph and host-function launches,
 /// async copies and memsets, event records and stream waits. The trace budget pauses their
-/// records with the device kinds (synchronisations, capture and instantiation stay recorded).
+/// records with the device kinds (the API records of synchronisations, capture and instantiation
+/// stay; SYNCHRONIZATION activity pauses with the device kinds).
 pub fn per_step_call(name: &str) -> bool {
     let async_op = (name.contains("Memcpy") || name.contains("Memset")) && name.contains("Async");
     async_op

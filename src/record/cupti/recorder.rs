@@ -129,10 +129,10 @@ impl Recorder {
             flush_lock: Mutex::new(()),
             budget: config.trace_budget.is_limited().then(|| Budget {
                 decisions: Mutex::new(BudgetState::new(config.trace_budget.limit)),
-                applied: Mutex::new(true),
+                applied: Mutex::new(Some(true)),
                 dirty: AtomicBool::new(false),
                 kinds: Mutex::new(Vec::new()),
-                api_calls: Mutex::new(Vec::new()),
+                api_calls: Mutex::new(None),
                 switch_ns: Default::default(),
                 step_range: config
                     .trace_budget
@@ -298,7 +298,7 @@ impl Recorder {
             }
         }
         if config.trace_budget.is_limited() {
-            rec.start_budget(&config.trace_budget)?;
+            rec.start_budget(&config.trace_budget);
         }
         Ok(rec)
     }
@@ -306,11 +306,11 @@ impl Recorder {
     /// Hands the budget the kinds it pauses (every device and API kind enabled so far; NVTX
     /// markers stay on) and enables the callbacks it decides in: graph launches, and NVTX
     /// pushes and pops when there is a step range.
-    fn start_budget(&mut self, config: &TraceBudget) -> Result<(), CuptiError> {
+    fn start_budget(&mut self, config: &TraceBudget) {
         if let Some(budget) = &self.shared.budget {
             // With per-call API records the budget switches the calls (see `api_calls`), else
             // the API kinds, which then record every call anyway.
-            let per_call = !lock(&budget.api_calls).is_empty();
+            let per_call = lock(&budget.api_calls).is_some();
             let api_kinds = [
                 sys::CUPTI_ACTIVITY_KIND_RUNTIME,
                 sys::CUPTI_ACTIVITY_KIND_DRIVER,
@@ -341,10 +341,18 @@ impl Recorder {
             }
             // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe gave us.
             let rc = unsafe { self.cupti.api().cuptiEnableCallback(1, sub, domain, cbid) };
-            self.cupti.check("cuptiEnableCallback(trace budget)", rc)?;
+            if let Err(e) = self.cupti.check("cuptiEnableCallback(trace budget)", rc) {
+                // Without its callbacks the budget cannot count: trace everything instead.
+                if let Some(budget) = &self.shared.budget {
+                    lock(&budget.decisions).freeze();
+                }
+                lock(&self.shared.state).problem(format!(
+                    "{e} (cbid {cbid}): no trace budget, every step traced"
+                ));
+                return;
+            }
             self.api_enabled.push((domain, cbid));
         }
-        Ok(())
     }
 
     /// Leaves only the API calls of [`api_record_wanted`] with activity records; says in the
@@ -403,11 +411,13 @@ impl Recorder {
         );
         if let Some(budget) = &self.shared.budget {
             // The budget pauses these calls' records instead of the API kinds.
-            *lock(&budget.api_calls) = switches
-                .iter()
-                .filter(|s| s.3)
-                .map(|&(domain, cbid, ..)| (domain, cbid))
-                .collect();
+            *lock(&budget.api_calls) = Some(
+                switches
+                    .iter()
+                    .filter(|s| s.3)
+                    .map(|&(domain, cbid, ..)| (domain, cbid))
+                    .collect(),
+            );
         }
         let mut state = lock(&self.shared.state);
         if diagnostics.api_only.is_none() {
@@ -622,26 +632,33 @@ impl Recorder {
         self.torn_down = true;
         let api = self.cupti.api();
         let mut notes = Vec::new();
-        // The budget stops switching first; the kinds it has paused are off already. Never
-        // wait for a switch under way: this may run in a signal handler that interrupted it.
-        if let Some(budget) = &self.shared.budget {
-            lock(&budget.decisions).freeze();
-            let paused = match budget.applied.try_lock() {
-                Ok(on) => !*on,
-                Err(std::sync::TryLockError::Poisoned(on)) => !*on.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => {
-                    notes.push("a trace-budget switch was under way when recording ended".into());
-                    false
-                }
-            };
-            if paused {
-                let paused = lock(&budget.kinds);
-                self.kinds_enabled.retain(|k| !paused.contains(k));
-            }
-        }
         // Flush only what we enabled: when start failed early (e.g. another profiler holds
         // CUPTI) there is nothing of ours to flush.
         let had_kinds = !self.kinds_enabled.is_empty();
+        // The budget stops switching first, and its switch token is kept until the kinds are
+        // off and flushed. The waits are bounded: this may run in a signal handler that
+        // interrupted a thread holding them.
+        let shared = self.shared.clone();
+        let mut switch_token = None;
+        if let Some(budget) = &shared.budget {
+            let wait = std::time::Duration::from_millis(200);
+            match callbacks::lock_within(&budget.decisions, wait) {
+                Some(mut decisions) => decisions.freeze(),
+                None => notes.push("trace budget: could not stop its switching".into()),
+            }
+            match callbacks::lock_within(&budget.applied, wait) {
+                // Paused as last applied: those kinds are off already.
+                Some(applied) if *applied == Some(false) => {
+                    let paused = lock(&budget.kinds);
+                    self.kinds_enabled.retain(|k| !paused.contains(k));
+                    switch_token = Some(applied);
+                }
+                Some(applied) => switch_token = Some(applied),
+                None => {
+                    notes.push("trace budget: a switch was under way when recording ended".into())
+                }
+            }
+        }
         for kind in std::mem::take(&mut self.kinds_enabled) {
             // SAFETY: resolved at load; `kind` was enabled by us.
             let rc = unsafe { api.cuptiActivityDisable(kind) };
@@ -657,6 +674,7 @@ impl Recorder {
         } else {
             Ok(())
         };
+        drop(switch_token);
         let sub = self.subscriber_handle();
         for cbid in std::mem::take(&mut self.resource_enabled) {
             // SAFETY: resolved at load; `sub` is our live subscriber.

@@ -231,7 +231,7 @@ fn opt_stat_cell(s: Option<&Stat>) -> String {
 }
 
 /// What CUPTI's kernel tracing adds to first launches, as measured (see the README).
-const FIRST_LAUNCH_INFLATION: &str = "> First launches recorded by CUPTI are inflated by its kernel tracing, which sets up each new executable graph inside its first launch: on an H200 a 6-node graph's first launch measured +18 to +30 µs per launch under `gapscope record` and +12 to +29 µs under torch.profiler (`benches/record_overhead.py`, 7 runs of 3–4 rounds, medians of n = 117–156 against 22–32 µs untraced), where a traced replay of the same graph paid +2.3 to +4.8 µs (more in processes where CUPTI runs slow). Every first launch is traced, whatever `--trace-budget`. Compare first launches with first launches recorded the same way, not with untraced timings.";
+const FIRST_LAUNCH_INFLATION: &str = "> First launches recorded by CUPTI are inflated by its kernel tracing, which sets up each new executable graph inside its first launch: on an H200 a 6-node graph's first launch measured +18 to +30 µs per launch under `gapscope record` and +12 to +29 µs under torch.profiler (`benches/record_overhead.py`, 7 runs of 3–4 rounds, medians of n = 117–156 against 22–32 µs untraced), where a traced replay of the same graph paid +2.3 to +4.8 µs (more in processes where CUPTI runs slow). Every first launch outside a step range is traced, whatever `--trace-budget`. Compare first launches with first launches recorded the same way, not with untraced timings.";
 
 fn key_label(key: &str) -> String {
     if key.is_empty() {
