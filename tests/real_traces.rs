@@ -295,6 +295,62 @@ fn a_trace_budget_keeps_the_first_steps_of_each_cell_and_says_what_it_left_out()
     assert_eq!(graph_launches, 2 * (16 + 8));
 }
 
+/// The same trace with the budget's record as the recorder now writes it (`metadata.sampling`):
+/// each cell says how much of its work was traced, on screen and in the report.
+#[test]
+fn cells_of_a_budgeted_trace_say_how_much_of_their_work_was_traced() {
+    let (mut t, _) = load("torch-graphs-budget-h200.json");
+    assert_eq!(
+        t.metadata.sampling, None,
+        "recorded before the field existed"
+    );
+    let graph = |exec| trace::SampledGraph {
+        exec,
+        launches: 40,
+        traced: 16,
+    };
+    t.metadata.sampling = Some(trace::Sampling {
+        budget: 16,
+        graphs: vec![graph(2), graph(29)],
+        steps: 40,
+        steps_traced: 16,
+    });
+    let a = analysis::analyze(
+        std::slice::from_ref(&t),
+        &["budget".into()],
+        &AnalysisOptions::default(),
+    );
+    let described: Vec<Option<String>> = a
+        .cells
+        .iter()
+        .map(|c| c.sampled.map(|s| s.describe()))
+        .collect();
+    let replays = Some("16 of 40 launches traced".to_owned());
+    assert_eq!(
+        described,
+        [
+            Some("16 of 40 steps traced".to_owned()),
+            replays.clone(),
+            None, // first launches: each a new graph, all traced
+            replays,
+            None,
+        ]
+    );
+    let screen = gapscope::report::summary::analysis_summary(&a, None);
+    assert!(
+        screen.contains("n=15 (16 of 40 launches traced)"),
+        "{screen}"
+    );
+    let md = gapscope::report::markdown::analysis_markdown(&a);
+    assert!(md.contains("> Trace budget: "), "{md}");
+    // The field round-trips through the trace file, and is absent when there is none.
+    let json = serde_json::to_string(&t).unwrap();
+    let back: trace::Trace = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.metadata.sampling, t.metadata.sampling);
+    t.metadata.sampling = None;
+    assert!(!serde_json::to_string(&t).unwrap().contains("sampling"));
+}
+
 /// `gapscope record --step-range decode_step -- python examples/torch_graphs.py --eager-steps
 /// 100 --replays 100 --fresh 20` on the H200 (one GPU, world size 1, torch 2.11, NCCL 2.28.9):
 /// eager steps in NVTX ranges; graphs replayed and freshly captured outside them, plain and

@@ -563,6 +563,10 @@ pub fn analyze_cell(
         idle_by_cause,
         sequence,
         reference: meta_cell.map(|c| c.reference.clone()).unwrap_or_default(),
+        sampled: super::Sampled::of_cell(
+            trace.metadata.sampling.as_ref(),
+            cell.graph_group.as_ref(),
+        ),
         graph_group: cell.graph_group,
     }
 }

@@ -361,6 +361,52 @@ pub struct CellAnalysis {
     /// For a cell of graph launches outside step markers: the graph's identity and how its
     /// executable graphs were launched (see [`super::steps`]).
     pub graph_group: Option<super::steps::GraphGroup>,
+    /// When `gapscope record`'s trace budget traced only part of this cell's work: how much.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<Sampled>,
+}
+
+/// The part of a cell's launches or steps a trace budget traced (the rest ran untraced).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Sampled {
+    pub traced: u64,
+    pub of: u64,
+    /// "launches" (of one executable graph) or "steps" (step ranges).
+    pub unit: &'static str,
+}
+
+impl Sampled {
+    /// What a cell of `graph_group` (`None`: a cell of step ranges) traced of its work, from
+    /// the trace's record of its budget.
+    pub fn of_cell(
+        sampling: Option<&crate::trace::Sampling>,
+        graph_group: Option<&super::steps::GraphGroup>,
+    ) -> Option<Sampled> {
+        let sampling = sampling?;
+        match graph_group {
+            Some(g) if g.launch == super::steps::GraphLaunch::Replay => {
+                let exec = *g.execs.first()?;
+                let graph = sampling.graphs.iter().find(|s| s.exec == exec)?;
+                Some(Sampled {
+                    traced: graph.traced,
+                    of: graph.launches,
+                    unit: "launches",
+                })
+            }
+            // Fresh graphs: every first launch was traced.
+            Some(_) => None,
+            None => (sampling.steps > sampling.steps_traced).then_some(Sampled {
+                traced: sampling.steps_traced,
+                of: sampling.steps,
+                unit: "steps",
+            }),
+        }
+    }
+
+    /// "64 of 200 launches traced".
+    pub fn describe(&self) -> String {
+        format!("{} of {} {} traced", self.traced, self.of, self.unit)
+    }
 }
 
 impl CellAnalysis {

@@ -390,6 +390,7 @@ fn metadata(config: &Config, recorder: &Recorder, signal: Option<c_int>) -> Meta
         cells: Vec::new(),
         workload,
         notes,
+        sampling: None, // filled by the recorder
     }
 }
 

@@ -83,6 +83,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
         ],
         workload: BTreeMap::new(),
         notes: vec!["made by a test".into()],
+        sampling: None,
     };
     let mut b = TraceBuilder::new(meta);
     let names: Vec<u32> = SHAPE.iter().map(|s| b.intern(s.0)).collect();
@@ -311,6 +312,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
         cells.push(CellAnalysis {
             reference: Default::default(),
             graph_group: None,
+            sampled: None,
             period_runs: None,
             period_block_medians: Vec::new(),
             trace: 0,

@@ -36,8 +36,12 @@ fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
         .as_deref()
         .map(|m| format!(", mode {m}"))
         .unwrap_or_default();
+    let sampled = c
+        .sampled
+        .map(|s| format!(" ({})", s.describe()))
+        .unwrap_or_default();
     format!(
-        "  {} — {}{mode}: {period}{vs}",
+        "  {} — {}{mode}: {period}{sampled}{vs}",
         short_label(&c.label),
         super::regime_label(c.observed.regime)
     )

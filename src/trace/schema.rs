@@ -85,6 +85,33 @@ pub struct Metadata {
     /// Free text shown in every report (e.g. "synthetic: not recorded on a GPU").
     #[serde(default)]
     pub notes: Vec<String>,
+    /// What `gapscope record`'s trace budget left untraced; absent when every launch and step
+    /// was traced (and in traces written before the budget existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<Sampling>,
+}
+
+/// The part of a program a trace budget traced.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sampling {
+    /// Launches traced per executable graph, and steps traced.
+    pub budget: u32,
+    /// Executable graphs launched more often than traced.
+    #[serde(default)]
+    pub graphs: Vec<SampledGraph>,
+    /// Step ranges started, and traced.
+    #[serde(default)]
+    pub steps: u64,
+    #[serde(default)]
+    pub steps_traced: u64,
+}
+
+/// Launches of one executable graph (CUPTI's exec id, as kernels' `graph` holds it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampledGraph {
+    pub exec: u32,
+    pub launches: u64,
+    pub traced: u64,
 }
 
 fn one() -> u32 {

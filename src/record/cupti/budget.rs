@@ -9,6 +9,7 @@
 //! The decisions are made here, in safe code; `callbacks` calls CUPTI when they change.
 #![forbid(unsafe_code)]
 
+use crate::trace::{SampledGraph, Sampling};
 use std::collections::HashMap;
 
 /// How much of a program `gapscope record` traces.
@@ -153,6 +154,31 @@ impl BudgetState {
         self.frozen
     }
 
+    /// What the budget left untraced, for the trace's metadata (`None` when it traced
+    /// everything). Graphs whose creation was not seen (no CUPTI id) are left out.
+    pub fn sampling(&self) -> Option<Sampling> {
+        let mut graphs: Vec<SampledGraph> = self
+            .execs
+            .values()
+            .chain(&self.retired)
+            .filter(|e| e.launches > e.traced)
+            .filter_map(|e| {
+                Some(SampledGraph {
+                    exec: e.id?,
+                    launches: e.launches,
+                    traced: e.traced,
+                })
+            })
+            .collect();
+        graphs.sort_by_key(|g| g.exec);
+        (!graphs.is_empty() || self.steps > self.steps_traced).then_some(Sampling {
+            budget: self.limit,
+            graphs,
+            steps: self.steps,
+            steps_traced: self.steps_traced,
+        })
+    }
+
     /// What the budget left untraced, for the trace notes (empty when nothing was), with the
     /// longest time one pause or resume took.
     pub fn notes(&self, step_range: Option<&str>, longest_switch_ns: u64) -> Vec<String> {
@@ -226,6 +252,14 @@ mod tests {
             notes.iter().any(|n| n.contains("paused 1 time")),
             "{notes:?}"
         );
+        let sampling = b.sampling().expect("something was left out");
+        let graph = SampledGraph {
+            exec: 7,
+            launches: 5,
+            traced: 3,
+        };
+        assert_eq!(sampling.graphs, [graph]);
+        assert_eq!((sampling.budget, sampling.steps), (3, 0));
     }
 
     #[test]
@@ -270,6 +304,9 @@ mod tests {
         let mut b = BudgetState::new(2);
         let switches: Vec<Option<bool>> = (0..4).map(|_| b.step_started()).collect();
         assert_eq!(switches, [None, None, Some(false), None]);
+        let sampling = b.sampling().unwrap();
+        assert_eq!((sampling.steps, sampling.steps_traced), (4, 2));
+        assert!(sampling.graphs.is_empty());
         let notes = b.notes(Some("decode_step"), 0);
         assert!(
             notes

@@ -747,9 +747,11 @@ impl Recorder {
         if let Some(budget) = &self.shared.budget {
             let step_range = budget.step_range.as_deref().map(String::from_utf8_lossy);
             let longest = budget.switch_ns.load(Ordering::Relaxed);
-            for note in lock(&budget.decisions).notes(step_range.as_deref(), longest) {
+            let decisions = lock(&budget.decisions);
+            for note in decisions.notes(step_range.as_deref(), longest) {
                 metadata.notes.push(format!("recorder: {note}"));
             }
+            metadata.sampling = decisions.sampling();
         }
         for msg in &self.teardown_problems {
             metadata.notes.push(format!("recorder: {msg}"));

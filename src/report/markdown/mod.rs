@@ -99,6 +99,21 @@ pub fn analysis_markdown(a: &Analysis) -> String {
             );
         }
         let _ = writeln!(s);
+        let sampled: Vec<String> = cells
+            .iter()
+            .filter_map(|&ci| {
+                let c = &a.cells[ci];
+                c.sampled
+                    .map(|x| format!("{}: {}", md_cell(&c.label), x.describe()))
+            })
+            .collect();
+        if !sampled.is_empty() {
+            let _ = writeln!(
+                s,
+                "> Trace budget: {}; the rest ran untraced (`gapscope record --trace-budget 0` traces everything).\n",
+                sampled.join("; ")
+            );
+        }
         let traced_first_launches = cells.iter().any(|&ci| {
             let c = &a.cells[ci];
             c.first_launch_period.is_some()
