@@ -30,8 +30,8 @@ pub struct TraceContext<'a> {
     host_syncs: Vec<(u64, u64)>,
     /// Executable graphs already launched (in step order), to flag first launches.
     launched_execs: rustc_hash::FxHashSet<u32>,
-    /// Library-call markers (start, end, name), sorted by start.
-    library_calls: Vec<(u64, u64, u32)>,
+    /// Library-call ranges (ours and NCCL's NVTX ranges), per thread.
+    library_calls: crate::trace::HostRanges,
     /// Per graph node: what stands in front of it, and the node-level cause if any.
     /// (A lock: steps are built on several threads.)
     node_causes: std::sync::Mutex<FxHashMap<u64, (Predecessors, Option<Cause>)>>,
@@ -68,8 +68,8 @@ impl<'a> TraceContext<'a> {
             host_syncs,
             launched_execs: Default::default(),
             node_causes: Default::default(),
-            library_calls: {
-                let mut v: Vec<(u64, u64, u32)> = trace
+            library_calls: crate::trace::HostRanges::new(
+                &trace
                     .markers
                     .iter()
                     .filter(|m| match m.kind {
@@ -79,11 +79,9 @@ impl<'a> TraceContext<'a> {
                         }
                         _ => false,
                     })
-                    .map(|m| (m.start, m.end, m.name))
-                    .collect();
-                v.sort_unstable();
-                v
-            },
+                    .map(|m| (m.thread, m.start, m.end, m.name))
+                    .collect::<Vec<_>>(),
+            ),
         }
     }
 
@@ -94,14 +92,9 @@ impl<'a> TraceContext<'a> {
             let node = self.dag.node(self.trace, op.node)?;
             return node.library_call.map(|s| self.trace.str(s).to_owned());
         }
-        let (launched, _, _) = self.launches.call(op.corr)?;
-        let upto = self.library_calls.partition_point(|m| m.0 <= launched);
-        self.library_calls[..upto]
-            .iter()
-            .rev()
-            .take(16)
-            .find(|m| m.1 >= launched)
-            .map(|m| self.trace.str(m.2).to_owned())
+        let (launched, _, thread) = self.launches.call(op.corr)?;
+        let name = self.library_calls.innermost(thread, launched)?;
+        Some(self.trace.str(name).to_owned())
     }
 }
 

@@ -3,9 +3,11 @@
 
 pub mod bundled;
 pub mod kineto;
+mod ranges;
 mod schema;
 pub mod synthetic;
 
+pub use ranges::HostRanges;
 pub use schema::*;
 
 pub use kineto::{

@@ -131,7 +131,7 @@ impl GraphTable {
     /// (thread, start, end, name) that encloses their creation on their thread; clones follow
     /// their templates.
     pub fn into_dag(mut self, library_ranges: &[(u32, u64, u64, StrId)]) -> GraphDag {
-        let ranges = RangeIndex::new(library_ranges);
+        let ranges = crate::trace::HostRanges::new(library_ranges);
         for (id, (at, thread)) in &self.untagged {
             if let (Some(node), Some(name)) =
                 (self.nodes.get_mut(id), ranges.innermost(*thread, *at))
@@ -169,53 +169,6 @@ impl GraphTable {
             nodes,
             edges,
             execs,
-        }
-    }
-}
-
-/// Host ranges by thread, sorted by start, each with the innermost range around it: ranges
-/// of one thread nest (NVTX push/pop), so "which range encloses this instant" walks up from
-/// the last range started before it, never through the ranges that closed in between.
-struct RangeIndex {
-    by_thread: HashMap<u32, Vec<HostRange>>,
-}
-
-/// (start, end, name, index of the enclosing range).
-type HostRange = (u64, u64, StrId, Option<usize>);
-
-impl RangeIndex {
-    fn new(ranges: &[(u32, u64, u64, StrId)]) -> RangeIndex {
-        let mut by_thread: HashMap<u32, Vec<HostRange>> = HashMap::new();
-        for &(thread, start, end, name) in ranges {
-            by_thread
-                .entry(thread)
-                .or_default()
-                .push((start, end, name, None));
-        }
-        for v in by_thread.values_mut() {
-            // Outer first when two start together.
-            v.sort_unstable_by_key(|r| (r.0, std::cmp::Reverse(r.1)));
-            let mut open: Vec<usize> = Vec::new();
-            for i in 0..v.len() {
-                while open.last().is_some_and(|&o| v[o].1 < v[i].0) {
-                    open.pop();
-                }
-                v[i].3 = open.last().copied();
-                open.push(i);
-            }
-        }
-        RangeIndex { by_thread }
-    }
-
-    /// The innermost range of `thread` that encloses `at`.
-    fn innermost(&self, thread: u32, at: u64) -> Option<StrId> {
-        let v = self.by_thread.get(&thread)?;
-        let mut i = v.partition_point(|r| r.0 <= at).checked_sub(1)?;
-        loop {
-            if v[i].1 >= at {
-                return Some(v[i].2);
-            }
-            i = v[i].3?;
         }
     }
 }

@@ -1,0 +1,83 @@
+//! Host ranges (NVTX push/pop, library calls) indexed per thread, for "which range encloses
+//! this instant on this thread": the recorder tags graph nodes with it, the analysis eager
+//! launches.
+#![forbid(unsafe_code)]
+
+use super::StrId;
+use std::collections::HashMap;
+
+/// Host ranges by thread, sorted by start, each with the innermost range around it: ranges
+/// of one thread nest (NVTX push/pop), so "which range encloses this instant" walks up from
+/// the last range started before it, never through the ranges that closed in between.
+#[derive(Debug, Default)]
+pub struct HostRanges {
+    by_thread: HashMap<u32, Vec<HostRange>>,
+}
+
+/// (start, end, name, index of the enclosing range).
+type HostRange = (u64, u64, StrId, Option<usize>);
+
+impl HostRanges {
+    pub fn new(ranges: &[(u32, u64, u64, StrId)]) -> HostRanges {
+        let mut by_thread: HashMap<u32, Vec<HostRange>> = HashMap::new();
+        for &(thread, start, end, name) in ranges {
+            by_thread
+                .entry(thread)
+                .or_default()
+                .push((start, end, name, None));
+        }
+        for v in by_thread.values_mut() {
+            // Outer first when two start together.
+            v.sort_unstable_by_key(|r| (r.0, std::cmp::Reverse(r.1)));
+            let mut open: Vec<usize> = Vec::new();
+            for i in 0..v.len() {
+                while open.last().is_some_and(|&o| v[o].1 < v[i].0) {
+                    open.pop();
+                }
+                v[i].3 = open.last().copied();
+                open.push(i);
+            }
+        }
+        HostRanges { by_thread }
+    }
+
+    /// The innermost range of `thread` that encloses `at`.
+    pub fn innermost(&self, thread: u32, at: u64) -> Option<StrId> {
+        let v = self.by_thread.get(&thread)?;
+        let mut i = v.partition_point(|r| r.0 <= at).checked_sub(1)?;
+        loop {
+            if v[i].1 >= at {
+                return Some(v[i].2);
+            }
+            i = v[i].3?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_innermost_open_range_of_the_same_thread_encloses() {
+        // Thread 1: outer 0..100 holding inner 10..20, then a sibling 30..40; thread 2 spans all.
+        let ranges = HostRanges::new(&[
+            (1, 30, 40, 3),
+            (1, 0, 100, 1),
+            (1, 10, 20, 2),
+            (2, 0, 1000, 9),
+        ]);
+        assert_eq!(ranges.innermost(1, 15), Some(2));
+        assert_eq!(
+            ranges.innermost(1, 25),
+            Some(1),
+            "the inner range closed at 20"
+        );
+        assert_eq!(ranges.innermost(1, 35), Some(3));
+        assert_eq!(ranges.innermost(1, 100), Some(1), "ends are inclusive");
+        assert_eq!(ranges.innermost(1, 101), None);
+        assert_eq!(ranges.innermost(2, 15), Some(9), "another thread's ranges");
+        assert_eq!(ranges.innermost(3, 15), None, "a thread without ranges");
+        assert_eq!(HostRanges::default().innermost(1, 0), None);
+    }
+}
