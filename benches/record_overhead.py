@@ -252,6 +252,20 @@ def check_targets(stats, failed_modes):
     return results
 
 
+def per_round(stats, modes, split):
+    """Rank-0 medians of each round for the replay phases: CUPTI's slow mode shows as whole
+    rounds (processes) several µs slower, which the pooled median hides."""
+    lines = ["\nper-round medians, µs (rank 0):"]
+    phases = ["replay"] + ([f"replay >{split}"] if split > 1 else [])
+    for phase in phases:
+        row = stats.get(phase, {})
+        cells = [f"{m} " + ", ".join(f"{v:.1f}" for v in row[m]["per_round_median"].values())
+                 for m in modes if m in row]
+        if cells:
+            lines.append(f"  {phase}: " + "; ".join(cells))
+    return "\n".join(lines)
+
+
 def table(stats, modes, nproc):
     """Markdown table: one row per phase; per mode the median cell and (not plain) the ratio."""
     header = ["phase"]
@@ -333,6 +347,7 @@ def main(argv):
     print(f"\n{args.rounds} rounds, {args.nproc} process(es), program: {shlex.join(args.program)}")
     print("periods in µs, rank 0 pooled over rounds; ratio = median(mode) / median(plain)\n")
     print(table(stats, modes, args.nproc))
+    print(per_round(stats, modes, args.split))
     print("\nruns (wall s): " + ", ".join(
         f"{m} " + "/".join(f"{r['wall_s']:.1f}" for r in records if r["mode"] == m)
         for m in modes))

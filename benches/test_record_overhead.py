@@ -1,0 +1,66 @@
+"""Tests of record_overhead.py's arithmetic (no GPU, no torch): the split at the trace budget,
+pooling and ratios, the per-round lines and the target verdicts.
+
+Run: python3 -m unittest discover -s benches -p 'test_*.py'  (.ci/run does)
+"""
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import record_overhead as bench  # noqa: E402
+
+
+class SplitPhases(unittest.TestCase):
+    def test_period_i_times_step_i_plus_2_so_steps_2_to_n_are_the_first_n_minus_1(self):
+        phases = {"replay": list(range(199)), "fresh": [1.0, 2.0], "eager": [5.0] * 10}
+        out = bench.split_phases(phases, 64)
+        self.assertEqual(out["replay 2-64"], list(range(63)))
+        self.assertEqual(out["replay >64"], list(range(63, 199)))
+        self.assertNotIn("fresh 2-64", out, "first launches are all traced: not split")
+        self.assertNotIn("eager 2-64", out, "fewer steps than the budget: nothing untraced")
+        self.assertEqual(out["replay"], phases["replay"], "the whole phase stays")
+
+    def test_no_split(self):
+        self.assertEqual(bench.split_phases({"replay": [1.0] * 100}, 0), {"replay": [1.0] * 100})
+
+
+def periods(plain, record, rounds=2):
+    """periods[mode][round][rank][phase] with one rank and one phase."""
+    return {"plain": {k: {0: {"replay": plain}} for k in range(1, rounds + 1)},
+            "record": {k: {0: {"replay": record[k - 1]}} for k in range(1, rounds + 1)}}
+
+
+class Analyse(unittest.TestCase):
+    def test_ratio_is_of_pooled_medians_and_rounds_give_the_spread(self):
+        stats = bench.analyse(periods([20.0] * 5, [[21.0] * 5, [40.0] * 5]), ["plain", "record"], 2)
+        record = stats["replay"]["record"]
+        self.assertEqual(record["n"], 10)
+        self.assertAlmostEqual(record["ratio"], (21.0 + 40.0) / 2 / 20.0)
+        self.assertAlmostEqual(record["round_ratio_min"], 1.05)
+        self.assertAlmostEqual(record["round_ratio_max"], 2.0)
+        self.assertEqual(record["per_round_median"], {1: 21.0, 2: 40.0})
+
+    def test_per_round_lines_show_slow_rounds_the_median_hides(self):
+        stats = bench.analyse(periods([20.0] * 5, [[20.5] * 5, [31.0] * 5]), ["plain", "record"], 2)
+        text = bench.per_round(stats, ["plain", "record"], 64)
+        self.assertIn("replay: plain 20.0, 20.0; record 20.5, 31.0", text)
+
+
+class Targets(unittest.TestCase):
+    def test_verdicts(self):
+        stats = {"replay": {"record": {"ratio": 1.04}, "profiler": {"ratio": 1.5}},
+                 "eager": {"record": {"ratio": 1.3}, "profiler": {"ratio": 1.2}}}
+        verdicts = {name: v for name, v, _ in bench.check_targets(stats, {})}
+        self.assertEqual(verdicts["record runs exit cleanly"], "PASS")
+        self.assertEqual(verdicts["record/replay <= 1.05"], "PASS")
+        self.assertEqual(verdicts["record/eager <= 1.15"], "FAIL")
+        share = f"{bench.PROFILER_SHARE:.2f}"
+        self.assertEqual(verdicts[f"record/replay overhead <= {share} x profiler's"], "PASS")
+        self.assertEqual(verdicts[f"record/eager overhead <= {share} x profiler's"], "FAIL")
+        failed = {name: v for name, v, _ in bench.check_targets(stats, {"record": "hung"})}
+        self.assertEqual(failed["record runs exit cleanly"], "FAIL")
+
+
+if __name__ == "__main__":
+    unittest.main()
