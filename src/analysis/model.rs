@@ -529,6 +529,25 @@ pub struct CellComparison {
 }
 
 impl CellComparison {
+    /// For a longer head period: the part of it (0–1) that is gaps grown because the host
+    /// launched later (host launch-bound, graph launch host-bound). A host or recording
+    /// difference between the runs (load, CUPTI's overhead) shows here, not in the graph.
+    pub fn host_launch_share(&self) -> Option<f64> {
+        let delta = self.period_delta.filter(|&d| d > 0.0)?;
+        let host: f64 = [CauseKind::HostLaunchBound, CauseKind::GraphLaunchHostBound]
+            .into_iter()
+            .map(|k| self.gap_growth_of(k))
+            .filter(|&g| g > 0.0)
+            .sum();
+        Some((host / delta).min(1.0))
+    }
+
+    /// The cells whose slowdown is mostly the host launching later (see
+    /// [`Self::host_launch_share`]): at least half of the period grew there.
+    pub fn host_bound_slowdown(&self) -> bool {
+        self.change == Some(Change::Slower) && self.host_launch_share().is_some_and(|s| s >= 0.5)
+    }
+
     /// The net gap change attributed to `kind` (ns, head − base).
     pub fn gap_growth_of(&self, kind: CauseKind) -> f64 {
         self.gap_growth_by_cause

@@ -221,6 +221,9 @@ pub fn comparison_summary(c: &Comparison, full_report: Option<&str>) -> String {
     if c.cells.len() > MAX_CELLS {
         let _ = writeln!(s, "  … and {} more cells", c.cells.len() - MAX_CELLS);
     }
+    if let Some(line) = super::markdown::host_bound_caution(c) {
+        let _ = writeln!(s, "{line}");
+    }
     if !c.realised.is_empty() {
         let _ = writeln!(s, "Predicted vs realised savings (µs a step):");
         for r in c.realised.iter().take(MAX_CELLS) {

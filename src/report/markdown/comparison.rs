@@ -16,6 +16,9 @@ pub fn comparison_markdown(c: &Comparison) -> String {
     let verdict = verdict_line(c);
     let _ = writeln!(s, "## gapscope compare: base vs head\n");
     let _ = writeln!(s, "**{verdict}**\n");
+    if let Some(line) = host_bound_caution(c) {
+        let _ = writeln!(s, "> {line}\n");
+    }
     inputs_section(&mut s, &c.base, Some("Base inputs"));
     inputs_section(&mut s, &c.head, Some("Head inputs"));
     warnings_section(&mut s, &[("base ", &c.base), ("head ", &c.head)]);
@@ -89,6 +92,9 @@ pub fn comparison_github(c: &Comparison) -> String {
     let mut s = String::new();
     let icon = if c.breached.is_empty() { "✅" } else { "❌" };
     let _ = writeln!(s, "### gapscope: {icon} {}\n", verdict_line(c));
+    if let Some(line) = host_bound_caution(c) {
+        let _ = writeln!(s, "> {line}\n");
+    }
     let _ = writeln!(
         s,
         "| cell | base µs | head µs | head/base | change | largest gap change |"
@@ -181,4 +187,26 @@ fn period_cells(c: &Comparison, m: &CellComparison) -> String {
         m.ratio.map_or("—".to_owned(), ratio),
         change_label(m.change),
     )
+}
+
+/// A caution when slower cells grew mostly in host launch-bound gaps: the host launched later
+/// in HEAD, either because the launch itself costs more there (a first launch setting up new
+/// node types) or because the run's host was slower (load, recording overhead such as CUPTI's
+/// slow mode). `None` when no slower cell is like that.
+pub fn host_bound_caution(c: &Comparison) -> Option<String> {
+    let cells: Vec<String> = c
+        .cells
+        .iter()
+        .filter(|m| m.host_bound_slowdown())
+        .map(|m| {
+            let share = m.host_launch_share().unwrap_or(0.0);
+            format!("{} ({:.0} %)", pair_name(m), share * 100.0)
+        })
+        .collect();
+    (!cells.is_empty()).then(|| {
+        format!(
+            "Caution: most of the slowdown of {} is gaps where the host launched later (host launch-bound), not GPU work: a launch call that costs more host time in HEAD, or a host that was slower in HEAD's run (load, recording overhead that differs between processes). Record base and head the same way, several runs each, to tell the two apart.",
+            cells.join(", ")
+        )
+    })
 }

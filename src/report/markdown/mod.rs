@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 mod comparison;
 
 pub use comparison::{comparison_github, comparison_markdown};
-pub(crate) use comparison::{pair_name, verdict_line};
+pub(crate) use comparison::{host_bound_caution, pair_name, verdict_line};
 
 /// How many gaps the "largest gaps" tables list.
 const TOP_GAPS: usize = 5;
@@ -820,5 +820,43 @@ mod tests {
         let md = comparison_markdown(&c);
         assert!(md.contains("**FAIL: 1 cell(s) slower than 1.02× beyond spread: graphed T=8: 1.05× (p10–p90 ±0.4 %)**"), "{md}");
         assert!(!md.contains("PASS"));
+    }
+
+    #[test]
+    fn a_slowdown_grown_in_host_launch_bound_gaps_carries_a_caution_everywhere() {
+        let mut c = fixtures::comparison(1.02, vec![]);
+        assert_eq!(
+            host_bound_caution(&c),
+            None,
+            "the fixture's change is a graph change"
+        );
+        // HEAD 7 µs slower, 5 of them gaps where the host launched later (as when one run's
+        // processes were in CUPTI's slow mode): 71 %.
+        let m = &mut c.cells[1];
+        m.change = Some(crate::analysis::stats::Change::Slower);
+        m.period_delta = Some(7_000.0);
+        m.gap_growth_by_cause = vec![
+            (
+                crate::analysis::CauseKind::GraphLaunchHostBound,
+                "graph launch host-bound".into(),
+                5_000.0,
+            ),
+            (
+                crate::analysis::CauseKind::ExternalEventWait,
+                "external event wait".into(),
+                1_000.0,
+            ),
+        ];
+        assert!(c.cells[1].host_bound_slowdown());
+        let line = host_bound_caution(&c).expect("a caution");
+        assert!(line.contains("(71 %)"), "{line}");
+        assert!(comparison_markdown(&c).contains(&format!("> {line}")));
+        assert!(comparison_github(&c).contains(&format!("> {line}")));
+        let screen = crate::report::summary::comparison_summary(&c, None);
+        assert!(screen.contains(&line), "{screen}");
+        // Mostly the graph: no caution.
+        c.cells[1].gap_growth_by_cause[0].2 = 2_000.0;
+        assert!(!c.cells[1].host_bound_slowdown());
+        assert_eq!(host_bound_caution(&c), None);
     }
 }
