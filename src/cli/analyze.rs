@@ -7,6 +7,7 @@ use super::inputs::{analyze, expand_all, load, load_with_steps};
 use super::{Failure, PhaseTimer, bad_input, print_stdout};
 use gapscope::analysis::Analysis;
 use gapscope::report;
+use gapscope::report::output::Rendered;
 use gapscope::trace::{self, Trace};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,8 +21,9 @@ pub fn command(traces: &[PathBuf], out: &OutputArgs) -> Result<ExitCode, Failure
     timer.lap("load");
     let analysis = analyze(&traces, &names);
     timer.lap("analysis");
-    write_outputs(&traces, &analysis, out)?;
-    print_summary(&analysis, out)?;
+    let reports = report::output::analysis_reports(&analysis);
+    write_outputs(&traces, &reports, out)?;
+    print_summary(&reports, out)?;
     timer.lap("reports");
     Ok(ExitCode::SUCCESS)
 }
@@ -43,14 +45,14 @@ pub fn export(
 /// The analysis set into `-o DIR` when given ([`report::output::write_analysis_set`]).
 pub fn write_outputs(
     traces: &[Trace],
-    analysis: &Analysis,
+    reports: &Rendered<'_, Analysis>,
     out: &OutputArgs,
 ) -> Result<(), Failure> {
     let Some(dir) = &out.output else {
         return Ok(());
     };
-    check_origin_step(analysis, out.origin_step)?;
-    let written = report::output::write_analysis_set(dir, traces, analysis, out.origin_step)?;
+    check_origin_step(reports.value, out.origin_step)?;
+    let written = report::output::write_analysis_set(dir, traces, reports, out.origin_step)?;
     if !written.iter().any(|n| n == "step.svg") {
         eprintln!("gapscope: note: no eager/graphed pair in the input: no step.svg");
     }
@@ -100,43 +102,32 @@ fn export_one(
     origin_step: Option<usize>,
 ) -> Result<(), Failure> {
     check_origin_step(analysis, origin_step)?;
-    match format {
-        Format::Markdown => trace::write_atomically(
-            output,
-            report::markdown::analysis_markdown(analysis).as_bytes(),
-        )?,
-        Format::Json => {
-            trace::write_atomically(output, report::json::analysis_json(analysis).as_bytes())?
-        }
-        Format::Perfetto => {
-            let opts = report::perfetto::PerfettoOptions { origin_step };
-            trace::write_atomically_with(output, |w| {
-                report::perfetto::write_chrome_trace(w, traces, analysis, &opts)
-            })?
-        }
-        Format::Svg => {
-            let Some(pair) = report::svg::worst_pair(analysis) else {
-                return Err(bad_input(
-                    "no eager/graphed pair in the input: nothing to draw, no SVG written".into(),
-                ));
-            };
-            let step = origin_step.unwrap_or(1);
-            trace::write_atomically(
-                output,
-                report::svg::step_svg(traces, analysis, pair, step).as_bytes(),
-            )?
-        }
+    let name = match format {
+        Format::Markdown => "report.md",
+        Format::Json => "report.json",
+        Format::Perfetto => "trace.perfetto.json",
+        Format::Svg => "step.svg",
+    };
+    if matches!(format, Format::Svg) && report::svg::worst_pair(analysis).is_none() {
+        return Err(bad_input(
+            "no eager/graphed pair in the input: nothing to draw, no SVG written".into(),
+        ));
     }
+    let reports = report::output::analysis_reports(analysis);
+    trace::write_atomically_with(output, |w| {
+        report::output::write_analysis_file(name, w, traces, &reports, origin_step)
+    })?;
     Ok(())
 }
 
 /// stdout of `analyze` and `run`: the summary (with where the full report is), the whole
 /// Markdown report (`--full`) or the JSON report (`--json`).
-pub fn print_summary(analysis: &Analysis, out: &OutputArgs) -> Result<(), Failure> {
+pub fn print_summary(reports: &Rendered<'_, Analysis>, out: &OutputArgs) -> Result<(), Failure> {
+    let analysis = reports.value;
     if out.json {
-        print_stdout(&report::json::analysis_json(analysis))
+        print_stdout(reports.json())
     } else if out.full {
-        print_stdout(&report::markdown::analysis_markdown(analysis))
+        print_stdout(reports.markdown())
     } else {
         let path = out
             .output

@@ -22,17 +22,15 @@ pub fn command(
         code: 2,
         error: e.into(),
     })?;
+    let reports = report::output::merge_reports(&merged);
     if let Some(dir) = output {
-        report::output::write_merge_set(dir, &merged)?;
-        eprintln!(
-            "wrote {}/{{report.md,report.json,trace.perfetto.json}}",
-            dir.display()
-        );
+        let written = report::output::write_merge_set(dir, &reports)?;
+        eprintln!("wrote {}/{{{}}}", dir.display(), written.join(","));
     }
-    print_stdout(&if json {
-        report::merge::merge_json(&merged)
+    print_stdout(if json {
+        reports.json()
     } else {
-        report::merge::merge_markdown(&merged)
+        reports.markdown()
     })?;
     Ok(ExitCode::SUCCESS)
 }

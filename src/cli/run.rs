@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 pub fn command(args: RunArgs) -> Result<ExitCode, Failure> {
-    let sweep: gapscope::workload::SweepOptions = args.sweep.clone().into();
+    let sweep: gapscope::workload::SweepOptions = args.sweep.into();
     sweep.validate().map_err(bad_input)?;
     let gpu = !args.bundled && gapscope::workload::gpu_available();
     if !gpu {
@@ -57,8 +57,9 @@ pub fn command(args: RunArgs) -> Result<ExitCode, Failure> {
         origin_step: None,
         step_range: None,
     };
-    write_outputs(&traces, &analysis, &out)?;
-    print_summary(&analysis, &out)?;
+    let reports = report::output::analysis_reports(&analysis);
+    write_outputs(&traces, &reports, &out)?;
+    print_summary(&reports, &out)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -81,10 +82,12 @@ fn merge_ranks(recorded: &[(PathBuf, Trace)]) -> Result<(), Failure> {
             error: e.into(),
         })?;
         let out = dir.join("merged");
-        report::output::write_merge_set(&out, &merged)?;
+        let written =
+            report::output::write_merge_set(&out, &report::output::merge_reports(&merged))?;
         eprintln!(
-            "gapscope: ranks compared in {}/{{report.md,report.json,trace.perfetto.json}}",
-            out.display()
+            "gapscope: ranks compared in {}/{{{}}}",
+            out.display(),
+            written.join(",")
         );
     }
     Ok(())

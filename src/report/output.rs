@@ -13,6 +13,7 @@
 use crate::analysis::merge::Merged;
 use crate::analysis::{Analysis, Comparison};
 use crate::trace::{StagedOutput, Trace, TraceError, stage_output};
+use std::cell::OnceCell;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -91,6 +92,11 @@ impl OutputSet {
         Ok(())
     }
 
+    /// Writes `name` of the set with `text` as its content.
+    pub fn add_text(&mut self, name: &str, text: &str) -> Result<(), OutputError> {
+        self.add(name, |w| w.write_all(text.as_bytes()))
+    }
+
     /// Renames every file into place and removes the files named in `set` that were not
     /// written this time (regular files only). Returns the names written.
     pub fn commit(mut self, set: &[&str]) -> Result<Vec<String>, OutputError> {
@@ -125,31 +131,113 @@ pub const COMPARISON_SET: [&str; 2] = ["compare.md", "compare.json"];
 /// The files of a rank-merge set (`merge -o`, `run`'s `merged/` folders).
 pub const MERGE_SET: [&str; 3] = ["report.md", "report.json", "trace.perfetto.json"];
 
+/// A report's Markdown and JSON, each rendered on first use and then kept: an output set and
+/// stdout share them.
+pub struct Rendered<'a, T> {
+    pub value: &'a T,
+    render_markdown: fn(&T) -> String,
+    render_json: fn(&T) -> String,
+    markdown: OnceCell<String>,
+    json: OnceCell<String>,
+}
+
+impl<'a, T> Rendered<'a, T> {
+    fn new(value: &'a T, render_markdown: fn(&T) -> String, render_json: fn(&T) -> String) -> Self {
+        Rendered {
+            value,
+            render_markdown,
+            render_json,
+            markdown: OnceCell::new(),
+            json: OnceCell::new(),
+        }
+    }
+
+    pub fn markdown(&self) -> &str {
+        self.markdown
+            .get_or_init(|| (self.render_markdown)(self.value))
+    }
+
+    pub fn json(&self) -> &str {
+        self.json.get_or_init(|| (self.render_json)(self.value))
+    }
+}
+
+/// `report.md` and `report.json` of an analysis.
+pub fn analysis_reports(analysis: &Analysis) -> Rendered<'_, Analysis> {
+    Rendered::new(
+        analysis,
+        super::markdown::analysis_markdown,
+        super::json::analysis_json,
+    )
+}
+
+/// `compare.md` and `compare.json` of a comparison.
+pub fn comparison_reports(comparison: &Comparison) -> Rendered<'_, Comparison> {
+    Rendered::new(
+        comparison,
+        super::markdown::comparison_markdown,
+        super::json::comparison_json,
+    )
+}
+
+/// `report.md` and `report.json` of a rank merge.
+pub fn merge_reports(merged: &Merged) -> Rendered<'_, Merged> {
+    Rendered::new(
+        merged,
+        super::merge::merge_markdown,
+        super::merge::merge_json,
+    )
+}
+
+/// Writes file `name` of the analysis set ([`ANALYSIS_SET`]) into `w`: the one place that
+/// knows how each is made, for `analyze -o` and `export`. `origin_step`: the step put at one
+/// origin in the Perfetto trace, and the step drawn (else step 1). `step.svg` needs an
+/// eager/graphed pair ([`super::svg::worst_pair`]).
+pub fn write_analysis_file(
+    name: &str,
+    w: &mut dyn Write,
+    traces: &[Trace],
+    reports: &Rendered<'_, Analysis>,
+    origin_step: Option<usize>,
+) -> std::io::Result<()> {
+    let analysis = reports.value;
+    match name {
+        "report.md" => w.write_all(reports.markdown().as_bytes()),
+        "report.json" => w.write_all(reports.json().as_bytes()),
+        "trace.perfetto.json" => {
+            let opts = super::perfetto::PerfettoOptions { origin_step };
+            super::perfetto::write_chrome_trace(w, traces, analysis, &opts)
+        }
+        "step.svg" => {
+            let pair = super::svg::worst_pair(analysis).ok_or_else(|| {
+                std::io::Error::other("no eager/graphed pair in the input: nothing to draw")
+            })?;
+            let step = origin_step.unwrap_or(1);
+            w.write_all(super::svg::step_svg(traces, analysis, pair, step).as_bytes())
+        }
+        other => Err(std::io::Error::other(format!(
+            "{other} is not a file of the analysis set"
+        ))),
+    }
+}
+
 /// Writes the analysis set into `dir`: the Markdown and JSON reports, the Perfetto trace and,
-/// when the analysis has an eager/graphed pair, `step.svg` of [`super::svg::worst_pair`].
-/// `origin_step`: the step put at one origin in the Perfetto trace, and the step drawn (else
-/// step 1). Returns the names written.
+/// when the analysis has an eager/graphed pair, `step.svg` (see [`write_analysis_file`]).
+/// Returns the names written.
 pub fn write_analysis_set(
     dir: &Path,
     traces: &[Trace],
-    analysis: &Analysis,
+    reports: &Rendered<'_, Analysis>,
     origin_step: Option<usize>,
 ) -> Result<Vec<String>, OutputError> {
     let mut set = OutputSet::create(dir)?;
-    set.add("report.md", |w| {
-        w.write_all(super::markdown::analysis_markdown(analysis).as_bytes())
-    })?;
-    set.add("report.json", |w| {
-        w.write_all(super::json::analysis_json(analysis).as_bytes())
-    })?;
-    let opts = super::perfetto::PerfettoOptions { origin_step };
-    set.add("trace.perfetto.json", |w| {
-        super::perfetto::write_chrome_trace(w, traces, analysis, &opts)
-    })?;
-    if let Some(pair) = super::svg::worst_pair(analysis) {
-        let step = origin_step.unwrap_or(1);
-        set.add("step.svg", |w| {
-            w.write_all(super::svg::step_svg(traces, analysis, pair, step).as_bytes())
+    let with_svg = super::svg::worst_pair(reports.value).is_some();
+    for name in ANALYSIS_SET {
+        if name == "step.svg" && !with_svg {
+            continue;
+        }
+        set.add(name, |w| {
+            write_analysis_file(name, w, traces, reports, origin_step)
         })?;
     }
     set.commit(&ANALYSIS_SET)
@@ -158,30 +246,25 @@ pub fn write_analysis_set(
 /// Writes `compare.md` and `compare.json` into `dir`. Returns the names written.
 pub fn write_comparison_set(
     dir: &Path,
-    comparison: &Comparison,
+    reports: &Rendered<'_, Comparison>,
 ) -> Result<Vec<String>, OutputError> {
     let mut set = OutputSet::create(dir)?;
-    set.add("compare.md", |w| {
-        w.write_all(super::markdown::comparison_markdown(comparison).as_bytes())
-    })?;
-    set.add("compare.json", |w| {
-        w.write_all(super::json::comparison_json(comparison).as_bytes())
-    })?;
+    set.add_text("compare.md", reports.markdown())?;
+    set.add_text("compare.json", reports.json())?;
     set.commit(&COMPARISON_SET)
 }
 
 /// Writes the rank-merge report (`report.md`, `report.json`) and the merged Perfetto trace into
 /// `dir`. Returns the names written.
-pub fn write_merge_set(dir: &Path, merged: &Merged) -> Result<Vec<String>, OutputError> {
+pub fn write_merge_set(
+    dir: &Path,
+    reports: &Rendered<'_, Merged>,
+) -> Result<Vec<String>, OutputError> {
     let mut set = OutputSet::create(dir)?;
-    set.add("report.md", |w| {
-        w.write_all(super::merge::merge_markdown(merged).as_bytes())
-    })?;
-    set.add("report.json", |w| {
-        w.write_all(super::merge::merge_json(merged).as_bytes())
-    })?;
+    set.add_text("report.md", reports.markdown())?;
+    set.add_text("report.json", reports.json())?;
     set.add("trace.perfetto.json", |w| {
-        super::merge::write_merge_chrome_trace(merged, w)
+        super::merge::write_merge_chrome_trace(reports.value, w)
     })?;
     set.commit(&MERGE_SET)
 }

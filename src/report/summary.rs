@@ -63,11 +63,13 @@ fn largest_gaps(a: &Analysis, s: &mut String) {
         .cells
         .iter()
         .flat_map(|c| {
-            c.largest_gaps()
-                .into_iter()
-                .map(move |i| (c, &c.sequence[i]))
+            c.sequence
+                .iter()
+                .filter(|e| e.gap_before.median > 0.0)
+                .map(move |e| (c, e))
         })
         .collect();
+    // One stable sort over every cell: ties stay in cell, then sequence, order.
     gaps.sort_by(|x, y| y.1.gap_before.median.total_cmp(&x.1.gap_before.median));
     if gaps.is_empty() {
         return;

@@ -19,6 +19,23 @@ macro_rules! field {
     };
 }
 
+/// A [`MemOp`] from a MEMCPY or MEMSET record at `$m` (the fields both record types share).
+macro_rules! mem_op {
+    ($m:expr, $kind:expr) => {
+        MemOp {
+            start: field!($m, start),
+            end: field!($m, end),
+            device: field!($m, deviceId),
+            stream: field!($m, streamId),
+            corr: field!($m, correlationId),
+            bytes: field!($m, bytes),
+            kind: $kind,
+            graph: field!($m, graphId),
+            node: field!($m, graphNodeId),
+        }
+    };
+}
+
 /// Activity records decoded so far, with interned strings.
 #[derive(Debug)]
 pub(crate) struct RecordStore {
@@ -145,6 +162,19 @@ impl RecordStore {
         self.builder.intern(s)
     }
 
+    /// Interns a C string from a record (`?` when null).
+    ///
+    /// # Safety
+    /// `p` is null or a NUL-terminated string alive for the call.
+    unsafe fn intern_c_str(&mut self, p: *const std::ffi::c_char) -> StrId {
+        if p.is_null() {
+            return self.builder.intern("?");
+        }
+        // SAFETY: non-null and NUL-terminated (the caller's contract).
+        let s = unsafe { CStr::from_ptr(p) }.to_string_lossy();
+        self.builder.intern(&s)
+    }
+
     fn api_name(
         &mut self,
         domain: ApiDomain,
@@ -190,13 +220,7 @@ impl RecordStore {
                         self.zero_timestamp_kernels += 1;
                         return;
                     }
-                    let name_ptr = field!(k, name);
-                    let name = if name_ptr.is_null() {
-                        self.builder.intern("?")
-                    } else {
-                        let s = CStr::from_ptr(name_ptr).to_string_lossy();
-                        self.builder.intern(&s)
-                    };
+                    let name = self.intern_c_str(field!(k, name));
                     self.builder.trace.kernels.push(Kernel {
                         start,
                         end,
@@ -213,32 +237,12 @@ impl RecordStore {
                     let kind = self
                         .builder
                         .intern(memcpy_kind_name(u32::from(field!(m, copyKind))));
-                    self.builder.trace.memcpys.push(MemOp {
-                        start: field!(m, start),
-                        end: field!(m, end),
-                        device: field!(m, deviceId),
-                        stream: field!(m, streamId),
-                        corr: field!(m, correlationId),
-                        bytes: field!(m, bytes),
-                        kind,
-                        graph: field!(m, graphId),
-                        node: field!(m, graphNodeId),
-                    });
+                    self.builder.trace.memcpys.push(mem_op!(m, kind));
                 }
                 sys::CUPTI_ACTIVITY_KIND_MEMSET => {
                     let m = rec as *const sys::CUpti_ActivityMemset4;
                     let kind = self.builder.intern("memset");
-                    self.builder.trace.memsets.push(MemOp {
-                        start: field!(m, start),
-                        end: field!(m, end),
-                        device: field!(m, deviceId),
-                        stream: field!(m, streamId),
-                        corr: field!(m, correlationId),
-                        bytes: field!(m, bytes),
-                        kind,
-                        graph: field!(m, graphId),
-                        node: field!(m, graphNodeId),
-                    });
+                    self.builder.trace.memsets.push(mem_op!(m, kind));
                 }
                 sys::CUPTI_ACTIVITY_KIND_RUNTIME | sys::CUPTI_ACTIVITY_KIND_DRIVER => {
                     let a = rec as *const sys::CUpti_ActivityAPI;
@@ -284,13 +288,7 @@ impl RecordStore {
                     let is_start = flags & sys::CUPTI_ACTIVITY_FLAG_MARKER_START != 0;
                     // The name comes with the start record only.
                     let name = if is_start {
-                        let p = field!(m, name);
-                        if p.is_null() {
-                            self.builder.intern("?")
-                        } else {
-                            let s = CStr::from_ptr(p).to_string_lossy();
-                            self.builder.intern(&s)
-                        }
+                        self.intern_c_str(field!(m, name))
                     } else {
                         0
                     };
