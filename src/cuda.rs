@@ -24,11 +24,6 @@ pub fn library() -> Result<&'static libloading::Library, String> {
     .map_err(Clone::clone)
 }
 
-/// Whether the CUDA driver library can be loaded.
-pub fn driver_present() -> bool {
-    library().is_ok()
-}
-
 /// The first of `names` the driver library lacks (`None`: all present, or no library).
 pub fn missing_symbol<'a>(names: &[&'a str]) -> Option<&'a str> {
     let lib = library().ok()?;

@@ -224,12 +224,6 @@ fn graph_difference(base: &CellAnalysis, head: &CellAnalysis) -> Option<String> 
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
-fn requested_mode(cell: &CellAnalysis) -> Option<u64> {
-    cell.requested
-        .get(crate::trace::GRAPH_USAGE_MODE_KEY)
-        .and_then(|v| v.as_u64())
-}
-
 /// Pairs each graphed cell with the eager cell of the same workload (and graph usage mode, when
 /// the eager cells were run per mode). A discovered graph cell (launches outside step markers)
 /// has no requested workload: it pairs with the eager cell of its trace whose op sequence it
@@ -266,7 +260,7 @@ fn same_workload_eager(cells: &[CellAnalysis], head: &CellAnalysis) -> Option<us
     });
     let mut best: Option<usize> = None;
     for (ci, c) in candidates {
-        let same_mode = requested_mode(c) == requested_mode(head);
+        let same_mode = c.requested_mode() == head.requested_mode();
         if best.is_none() || same_mode {
             best = Some(ci);
             if same_mode {
@@ -319,13 +313,13 @@ pub fn pair_modes(cells: &[CellAnalysis]) -> Vec<CellComparison> {
                     && c.workload_key() == key
             })
         } else {
-            if requested_mode(head) != Some(2) {
+            if head.requested_mode() != Some(2) {
                 continue;
             }
             let key = head.workload_key();
             [1, 0].into_iter().find_map(|mode| {
                 cells.iter().enumerate().find(|(_, c)| {
-                    graphed(c) && requested_mode(c) == Some(mode) && c.workload_key() == key
+                    graphed(c) && c.requested_mode() == Some(mode) && c.workload_key() == key
                 })
             })
         };

@@ -68,20 +68,7 @@ impl<'a> TraceContext<'a> {
             host_syncs,
             launched_execs: Default::default(),
             node_causes: Default::default(),
-            library_calls: crate::trace::HostRanges::new(
-                &trace
-                    .markers
-                    .iter()
-                    .filter(|m| match m.kind {
-                        crate::trace::MarkerKind::LibraryCall => true,
-                        crate::trace::MarkerKind::Range => {
-                            crate::trace::is_library_call_range(trace.str(m.name))
-                        }
-                        _ => false,
-                    })
-                    .map(|m| (m.thread, m.start, m.end, m.name))
-                    .collect::<Vec<_>>(),
-            ),
+            library_calls: crate::trace::HostRanges::library_calls(trace, true),
         }
     }
 

@@ -222,10 +222,16 @@ pub fn collective_ends(trace: &Trace) -> BTreeMap<&str, Vec<u64>> {
 /// over matched collective instances (k-th kernel of a name vs the reference's k-th of that
 /// name) of `end_ref − end`. `None` when no instance matches.
 pub fn clock_offset(reference: &Trace, trace: &Trace) -> Option<ClockOffset> {
-    let refs = collective_ends(reference);
-    let mine = collective_ends(trace);
+    offset_between(&collective_ends(reference), &collective_ends(trace))
+}
+
+/// [`clock_offset`] from the two traces' [`collective_ends`].
+fn offset_between(
+    refs: &BTreeMap<&str, Vec<u64>>,
+    mine: &BTreeMap<&str, Vec<u64>>,
+) -> Option<ClockOffset> {
     let mut estimates: Vec<f64> = Vec::new();
-    for (name, ends) in &mine {
+    for (name, ends) in mine {
         if let Some(ref_ends) = refs.get(name) {
             estimates.extend(
                 ref_ends
@@ -358,12 +364,15 @@ pub fn merge(
         ),
     };
     let reference = &inputs[0];
+    // Each rank's collectives, found once: for the offsets, the count warnings and the rows.
+    let ends: Vec<BTreeMap<&str, Vec<u64>>> =
+        inputs.iter().map(|(t, _)| collective_ends(t)).collect();
     let mut offsets = Vec::with_capacity(inputs.len());
     for (i, (t, p)) in inputs.iter().enumerate() {
         let offset = match clock_alignment {
             ClockAlignment::None => ClockOffset::ZERO,
             ClockAlignment::Collectives => {
-                let offset = clock_offset(&reference.0, t).ok_or_else(|| {
+                let offset = offset_between(&ends[0], &ends[i]).ok_or_else(|| {
                     if i == 0 {
                         MergeError::ReferenceWithoutCollectives {
                             rank: t.metadata.rank,
@@ -393,8 +402,14 @@ pub fn merge(
         offsets.push(offset);
     }
     if clock_alignment == ClockAlignment::Collectives {
-        collective_warnings(&inputs, &offsets, &mut warnings);
+        collective_warnings(&inputs, &ends, &offsets, &mut warnings);
     }
+    // Shifting keeps every timestamp that is not zero above zero: the counts stand.
+    let collective_counts: Vec<usize> = ends
+        .iter()
+        .map(|e| e.values().map(Vec::len).sum())
+        .collect();
+    drop(ends);
 
     // Shift every rank by its offset minus the smallest one, so no timestamp goes below zero
     // (a common shift of all ranks changes nothing relative).
@@ -414,7 +429,7 @@ pub fn merge(
             host: host(&s).map(str::to_owned),
             source: s.metadata.source,
             dropped_records: s.dropped_records,
-            collective_kernels: collective_ends(&s).values().map(Vec::len).sum(),
+            collective_kernels: collective_counts[i],
             clock: offset,
             cells: a
                 .cells
@@ -487,21 +502,16 @@ fn rank_warnings(inputs: &[(Trace, String)], warnings: &mut Vec<String>) {
 /// Collective counts that differ from the reference's, and wide per-instance spreads.
 fn collective_warnings(
     inputs: &[(Trace, String)],
+    ends: &[BTreeMap<&str, Vec<u64>>],
     offsets: &[ClockOffset],
     warnings: &mut Vec<String>,
 ) {
-    let counts = |t: &Trace| -> BTreeMap<String, usize> {
-        collective_ends(t)
-            .into_iter()
-            .map(|(n, v)| (n.to_owned(), v.len()))
-            .collect()
-    };
-    let reference = counts(&inputs[0].0);
-    for ((t, _), o) in inputs.iter().zip(offsets).skip(1) {
+    let reference = &ends[0];
+    for (((t, _), o), mine) in inputs.iter().zip(offsets).zip(ends).skip(1) {
         let rank = t.metadata.rank;
-        let mine = counts(t);
-        for (name, &n) in &mine {
-            if let Some(&r) = reference.get(name)
+        for (name, mine) in mine {
+            let n = mine.len();
+            if let Some(r) = reference.get(name).map(Vec::len)
                 && r != n
             {
                 warnings.push(format!(

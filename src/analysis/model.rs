@@ -438,6 +438,11 @@ impl CellAnalysis {
         self.requested.get(key).and_then(|v| v.as_u64())
     }
 
+    /// The graph usage mode the workload asked for (0, 1 or 2), if it said.
+    pub fn requested_mode(&self) -> Option<u64> {
+        self.requested_u64(crate::trace::GRAPH_USAGE_MODE_KEY)
+    }
+
     pub fn requested_str(&self, key: &str) -> Option<&str> {
         self.requested.get(key).and_then(|v| v.as_str())
     }

@@ -271,7 +271,7 @@ fn graph_usage_mode(a: &Analysis, index: usize, cell: &CellAnalysis) -> Found {
     if let Some(pair) = a.mode_pairs.iter().find(|p| p.head == index) {
         let base = &a.cells[pair.base];
         let mode = base
-            .requested_u64(crate::trace::GRAPH_USAGE_MODE_KEY)
+            .requested_mode()
             .map_or("0/1".to_owned(), |m| m.to_string());
         let basis = format!(
             "measured mode-{mode} cell `{}` of the same workload",
@@ -452,7 +452,6 @@ fn applied(kind: RemedyKind, head: &CellAnalysis) -> Result<(), &'static str> {
         RemedyKind::WarmUpFreshGraphs if !has_steady_steps(head) => {
             Err("HEAD's steps are still first launches of new graphs")
         }
-        RemedyKind::LaunchBound => Err("no saving is predicted for it"),
         _ => Ok(()),
     }
 }

@@ -3,7 +3,7 @@
 //! launches.
 #![forbid(unsafe_code)]
 
-use super::StrId;
+use super::{MarkerKind, StrId, Trace};
 use std::collections::HashMap;
 
 /// Host ranges by thread, sorted by start, each with the innermost range around it: ranges
@@ -18,9 +18,10 @@ pub struct HostRanges {
 type HostRange = (u64, u64, StrId, Option<usize>);
 
 impl HostRanges {
-    pub fn new(ranges: &[(u32, u64, u64, StrId)]) -> HostRanges {
+    /// Ranges given as (thread, start, end, name).
+    pub fn new(ranges: impl IntoIterator<Item = (u32, u64, u64, StrId)>) -> HostRanges {
         let mut by_thread: HashMap<u32, Vec<HostRange>> = HashMap::new();
-        for &(thread, start, end, name) in ranges {
+        for (thread, start, end, name) in ranges {
             by_thread
                 .entry(thread)
                 .or_default()
@@ -39,6 +40,23 @@ impl HostRanges {
             }
         }
         HostRanges { by_thread }
+    }
+
+    /// The library-call ranges of `trace`: NVTX ranges a library opened around its calls
+    /// (NCCL's, see [`super::is_library_call_range`]) and, with `ours_too`, gapscope's own
+    /// library-call markers.
+    pub fn library_calls(trace: &Trace, ours_too: bool) -> HostRanges {
+        HostRanges::new(
+            trace
+                .markers
+                .iter()
+                .filter(|m| match m.kind {
+                    MarkerKind::LibraryCall => ours_too,
+                    MarkerKind::Range => super::is_library_call_range(trace.str(m.name)),
+                    _ => false,
+                })
+                .map(|m| (m.thread, m.start, m.end, m.name)),
+        )
     }
 
     /// The innermost range of `thread` that encloses `at`.
@@ -61,7 +79,7 @@ mod tests {
     #[test]
     fn the_innermost_open_range_of_the_same_thread_encloses() {
         // Thread 1: outer 0..100 holding inner 10..20, then a sibling 30..40; thread 2 spans all.
-        let ranges = HostRanges::new(&[
+        let ranges = HostRanges::new([
             (1, 30, 40, 3),
             (1, 0, 100, 1),
             (1, 10, 20, 2),

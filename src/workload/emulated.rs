@@ -32,7 +32,7 @@ use crate::workload::collective::{
     Backend, GraphUsageMode, LibraryCallHook, RoutingAllGather, WorkloadError, open_library_call,
 };
 use crate::workload::cuda;
-use crate::workload::device::{raw_ptr, require_untracked};
+use crate::workload::device::raw_ptr;
 use crate::workload::spin::EmuKernels;
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream};
 use std::sync::Arc;
@@ -128,7 +128,6 @@ impl EmulatedAllGather {
                 "cudarc event tracking is on: call CudaContext::disable_event_tracking() (or use workload::device::open_context) before creating the emulated all-gather".into(),
             ));
         }
-        require_untracked(ctx)?;
         let side = ctx
             .new_stream()
             .map_err(|e| WorkloadError::cuda("cuStreamCreate", e))?;
@@ -190,12 +189,6 @@ impl EmulatedAllGather {
         self.side
             .synchronize()
             .map_err(|e| WorkloadError::cuda("cuStreamSynchronize", e))
-    }
-
-    /// Device address of two u64 where the copy kernel writes its %globaltimer start and end
-    /// (emu.cu's `p + 2`); `None`: an internal buffer.
-    pub fn set_stamp(&mut self, stamp: Option<u64>) {
-        self.stamp = stamp;
     }
 
     /// The side "capture stream" (for labelling streams in a trace).

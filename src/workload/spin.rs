@@ -73,25 +73,6 @@ impl EmuKernels {
         launch(&self.spin, SPIN_GRID, SPIN_BLOCK, stream, &args)
     }
 
-    /// `coll<<<8, 256, 0, stream>>>(src, dst, n, stamp)`: copies `n` int4 from `src` to `dst`.
-    pub fn coll(
-        &self,
-        stream: &CudaStream,
-        src: u64,
-        dst: u64,
-        n: i32,
-        stamp: u64,
-    ) -> Result<(), WorkloadError> {
-        // coll(const int4* src, int4* dst, int n, unsigned long long* stamp)
-        let args = [
-            KernelArg::U64(src),
-            KernelArg::U64(dst),
-            KernelArg::I32(n),
-            KernelArg::U64(stamp),
-        ];
-        launch(&self.coll, COLL_GRID, COLL_BLOCK, stream, &args)
-    }
-
     /// `coll_gather<<<8, 256, 0, stream>>>`: `dst[slot rank] = local`, every other slot from
     /// `peers` (same layout as `dst`). Sizes in int4 (16-byte) elements per rank.
     #[allow(clippy::too_many_arguments)]

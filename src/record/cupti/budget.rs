@@ -114,13 +114,11 @@ impl BudgetState {
         let limit = u64::from(self.limit);
         let e = self.execs.entry(exec).or_default();
         let want = limit == 0 || e.launches < limit;
+        // The launch is traced when tracing is on as it goes ahead: `want`, unless frozen.
+        let traced = if self.frozen { self.tracing } else { want };
         e.launches += 1;
-        let switch = self.switch_to(want);
-        if self.tracing {
-            // The launch (counted above) is traced when tracing is on as it goes ahead.
-            self.execs.get_mut(&exec).expect("just inserted").traced += 1;
-        }
-        switch
+        e.traced += u64::from(traced);
+        self.switch_to(want)
     }
 
     /// A step range started (on the thread that will launch its work).

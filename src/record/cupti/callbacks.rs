@@ -113,7 +113,22 @@ pub(crate) struct Budget {
     /// Longest time one pause or resume took, in ns (for the trace notes).
     pub switch_ns: AtomicU64,
     /// The step range's name, compared with NVTX push messages.
-    pub step_range: Option<Vec<u8>>,
+    pub step_range: Option<String>,
+}
+
+impl Budget {
+    /// A budget of `config` (limited), tracing on, nothing applied or switched yet.
+    pub fn new(config: &super::budget::TraceBudget) -> Budget {
+        Budget {
+            decisions: Mutex::new(BudgetState::new(config.limit)),
+            applied: Mutex::new(Some(true)),
+            dirty: AtomicBool::new(false),
+            kinds: Mutex::new(Vec::new()),
+            api_calls: Mutex::new(None),
+            switch_ns: AtomicU64::new(0),
+            step_range: config.step_range.clone(),
+        }
+    }
 }
 
 /// Sets which API calls keep activity records; returns how many switches CUPTI refused.
@@ -134,6 +149,10 @@ pub(super) fn apply_api_filter(
     }
     failed
 }
+
+/// Set while a recorder with a trace budget is recording: graph launch callbacks read it
+/// before anything else, so without a budget they cost no lock.
+pub(crate) static BUDGET_ON: AtomicBool = AtomicBool::new(false);
 
 /// The recorder the callbacks feed; `None` when none is recording.
 pub(crate) static ACTIVE: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
@@ -284,7 +303,8 @@ unsafe fn on_api(
         let mut stack = stack.borrow_mut();
         if d.callbackSite == sys::CUPTI_API_ENTER {
             // The outermost graph launch (a runtime launch calls the driver's) decides.
-            if is_graph_launch(domain, cbid)
+            if BUDGET_ON.load(Ordering::Relaxed)
+                && is_graph_launch(domain, cbid)
                 && !stack.iter().any(|f| is_graph_launch(f.domain, f.cbid))
                 && !d.functionParams.is_null()
             {
@@ -312,8 +332,9 @@ unsafe fn on_api(
     });
     if let Some(exec) = launched
         && !inside_step()
+        && let Some(shared) = active()
     {
-        budget_decides(|b| b.graph_launch(exec));
+        budget_decides(&shared, |b| b.graph_launch(exec));
     }
 }
 
@@ -354,10 +375,7 @@ fn inside_step() -> bool {
 /// With launches on several threads at once, a launch can go ahead under the state before
 /// another thread's switch is applied, and a switch can land inside another thread's launch;
 /// the counts in the notes are of decisions.
-fn budget_decides(decide: impl FnOnce(&mut BudgetState) -> Option<bool>) {
-    let Some(shared) = active() else {
-        return;
-    };
+fn budget_decides(shared: &Shared, decide: impl FnOnce(&mut BudgetState) -> Option<bool>) {
     let Some(budget) = &shared.budget else {
         return;
     };
@@ -366,7 +384,7 @@ fn budget_decides(decide: impl FnOnce(&mut BudgetState) -> Option<bool>) {
     }
     budget.dirty.store(true, Ordering::SeqCst);
     fence(Ordering::SeqCst);
-    apply_budget(&shared, budget, loader::loaded());
+    apply_budget(shared, budget, loader::loaded());
 }
 
 /// Brings CUPTI to what the decisions say, unless another thread is already doing so: that
@@ -375,10 +393,8 @@ fn budget_decides(decide: impl FnOnce(&mut BudgetState) -> Option<bool>) {
 /// budget is frozen (recording ends, or a switch failed) nothing is switched any more.
 pub(super) fn apply_budget(shared: &Shared, budget: &Budget, cupti: Option<&Cupti>) {
     while budget.dirty.load(Ordering::SeqCst) {
-        let mut applied = match budget.applied.try_lock() {
-            Ok(guard) => guard,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return,
+        let Some(mut applied) = lock_within(&budget.applied, std::time::Duration::ZERO) else {
+            return;
         };
         budget.dirty.store(false, Ordering::SeqCst);
         let (target, frozen) = {
@@ -533,14 +549,18 @@ unsafe fn on_nvtx(cbid: u32, data: *const NvtxData) {
             let Some(shared) = active() else {
                 return;
             };
-            let step_range = shared.budget.as_ref().and_then(|b| b.step_range.as_deref());
+            let step_range = shared
+                .budget
+                .as_ref()
+                .and_then(|b| b.step_range.as_deref())
+                .map(str::as_bytes);
             // SAFETY: CUPTI passes a valid CUpti_NvtxData; its params belong to `cbid`.
             let message = unsafe { pushed_message(cbid, (*data).function_params) };
             let is_step = step_range.is_some() && message == step_range;
             let outermost_step = is_step && !inside_step();
             let _ = NVTX_STACK.try_with(|s| s.borrow_mut().push(is_step));
             if outermost_step {
-                budget_decides(|b| b.step_started());
+                budget_decides(&shared, |b| b.step_started());
             }
         }
         _ => {}
@@ -597,21 +617,6 @@ fn raw_creation(at: u64) -> RawCreation {
     raw
 }
 
-/// `Dl_info` of dlfcn.h.
-#[repr(C)]
-struct DlInfo {
-    file: *const c_char,
-    base: *mut c_void,
-    symbol: *const c_char,
-    symbol_address: *mut c_void,
-}
-
-unsafe extern "C" {
-    /// glibc's execinfo.h: this thread's return addresses, innermost first.
-    fn backtrace(buffer: *mut *mut c_void, size: std::ffi::c_int) -> std::ffi::c_int;
-    fn dladdr(address: *const c_void, info: *mut DlInfo) -> std::ffi::c_int;
-}
-
 /// The NCCL API function this thread is inside, from its return addresses: of the frames in a
 /// library named `libnccl…` (whichever NCCL the program loaded), the outermost — the call the
 /// program made — named by its exported symbol (`pncclAllGather` read as `ncclAllGather`).
@@ -620,7 +625,7 @@ unsafe extern "C" {
 fn calling_nccl_function() -> Option<String> {
     let mut frames = [std::ptr::null_mut::<c_void>(); 64];
     // SAFETY: backtrace writes at most `frames.len()` return addresses into the buffer.
-    let n = unsafe { backtrace(frames.as_mut_ptr(), frames.len() as std::ffi::c_int) };
+    let n = unsafe { libc::backtrace(frames.as_mut_ptr(), frames.len() as std::ffi::c_int) };
     // dladdr scans a library's symbol table: each return address is looked up once per thread
     // (a capture creates many nodes from the same few call sites).
     FRAME_NCCL_NAMES
@@ -650,27 +655,30 @@ thread_local! {
 /// The NCCL API function whose code holds `address`: its library is a `libnccl…` and its
 /// nearest exported symbol an NCCL name.
 fn nccl_function_at(address: *mut c_void) -> Option<String> {
-    let mut info = DlInfo {
-        file: std::ptr::null(),
-        base: std::ptr::null_mut(),
-        symbol: std::ptr::null(),
-        symbol_address: std::ptr::null_mut(),
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
     };
     // SAFETY: dladdr only looks `address` up in the loader's tables and fills `info` with
     // pointers to NUL-terminated strings that live as long as the library stays loaded.
-    if unsafe { dladdr(address, &mut info) } == 0 || info.file.is_null() || info.symbol.is_null() {
+    if unsafe { libc::dladdr(address, &mut info) } == 0
+        || info.dli_fname.is_null()
+        || info.dli_sname.is_null()
+    {
         return None;
     }
     // SAFETY: non-null, NUL-terminated (dladdr's contract).
-    let file = unsafe { CStr::from_ptr(info.file) }.to_bytes();
+    let file = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
     let file_name = file.rsplit(|&b| b == b'/').next().unwrap_or(file);
     if !file_name.starts_with(b"libnccl") {
         return None;
     }
     // SAFETY: as above.
-    let symbol = unsafe { CStr::from_ptr(info.symbol) }.to_string_lossy();
+    let symbol = unsafe { CStr::from_ptr(info.dli_sname) }.to_string_lossy();
     let symbol = symbol.strip_prefix('p').unwrap_or(&symbol);
-    symbol.starts_with("nccl").then(|| symbol.to_owned())
+    crate::trace::is_library_call_range(symbol).then(|| symbol.to_owned())
 }
 
 fn intern_creation(state: &mut State, raw: &RawCreation) -> Creation {
@@ -1094,15 +1102,10 @@ mod tests {
             state: Mutex::new(State::new()),
             dropped: AtomicU64::new(0),
             flush_lock: Mutex::new(()),
-            budget: Some(Budget {
-                decisions: Mutex::new(BudgetState::new(limit)),
-                applied: Mutex::new(Some(true)),
-                dirty: AtomicBool::new(false),
-                kinds: Mutex::new(Vec::new()),
-                api_calls: Mutex::new(None),
-                switch_ns: AtomicU64::new(0),
-                step_range: step_range.map(|s| s.as_bytes().to_vec()),
-            }),
+            budget: Some(Budget::new(&super::super::budget::TraceBudget {
+                limit,
+                step_range: step_range.map(str::to_owned),
+            })),
         }
     }
 
@@ -1161,6 +1164,7 @@ mod tests {
         let _one = lock(&super::super::recorder::TEST_RECORDER_LOCK);
         let shared = Arc::new(shared_with_budget(8, Some("decode_step")));
         *lock(&ACTIVE) = Some(shared.clone());
+        BUDGET_ON.store(true, Ordering::Relaxed);
         let exec: usize = 0xe5ec;
         let (rt, drv) = (
             sys::CUPTI_CB_DOMAIN_RUNTIME_API,
@@ -1197,6 +1201,7 @@ mod tests {
         nvtx(NVTX_RANGE_PUSH_A, c"other_range");
         nvtx(NVTX_RANGE_POP, c"");
         *lock(&ACTIVE) = None;
+        BUDGET_ON.store(false, Ordering::Relaxed);
         let budget = shared.budget.as_ref().unwrap();
         let decisions = lock(&budget.decisions);
         assert_eq!(

@@ -130,8 +130,7 @@ impl GraphTable {
     /// Nodes made outside our library-call markers take the innermost of `library_ranges`
     /// (thread, start, end, name) that encloses their creation on their thread; clones follow
     /// their templates.
-    pub fn into_dag(mut self, library_ranges: &[(u32, u64, u64, StrId)]) -> GraphDag {
-        let ranges = crate::trace::HostRanges::new(library_ranges);
+    pub fn into_dag(mut self, ranges: &crate::trace::HostRanges) -> GraphDag {
         for (id, (at, thread)) in &self.untagged {
             if let (Some(node), Some(name)) =
                 (self.nodes.get_mut(id), ranges.innermost(*thread, *at))
@@ -233,7 +232,7 @@ mod tests {
         g.dependency_created(c_kernel, c_wait); // reported twice: kept once
         g.dependency_created(900, 901); // internal graph: both unknown
         g.exec_created(5, 1);
-        let dag = g.into_dag(&[]);
+        let dag = g.into_dag(&Default::default());
         assert_eq!(dag.nodes.len(), 4);
         let clone = dag.nodes.iter().find(|n| n.id == c_wait).unwrap();
         assert_eq!(clone.node_type, NodeType::EventWait);
@@ -293,7 +292,11 @@ mod tests {
             Creation::default(),
         );
         // Thread 7: ncclGroupEnd (10) encloses ncclAllGather (11) around t = 150.
-        let ranges = [(7, 100, 300, 10), (7, 140, 200, 11), (8, 400, 600, 12)];
+        let ranges = crate::trace::HostRanges::new([
+            (7, 100, 300, 10),
+            (7, 140, 200, 11),
+            (8, 400, 600, 12),
+        ]);
         let dag = g.into_dag(&ranges);
         let tag = |id: u64| dag.nodes.iter().find(|n| n.id == id).unwrap().library_call;
         assert_eq!(tag(wait), Some(11), "innermost enclosing range");
@@ -328,7 +331,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        let dag = g.into_dag(&[]);
+        let dag = g.into_dag(&Default::default());
         assert_eq!(dag.nodes[0].node_type, NodeType::Host);
         assert_eq!(dag.nodes[0].cloned_from, Some(77));
         assert_eq!(dag.nodes[0].created_by, Some(1));

@@ -1,6 +1,5 @@
 //! The recorder: CUPTI activity tracing plus graph callbacks, turned into a [`Trace`].
 
-use super::budget::BudgetState;
 use super::budget::TraceBudget;
 use super::buffers;
 use super::callbacks::{self, ACTIVE, Budget, GRAPH_LAUNCH_CBIDS, PANICS, Shared, State, lock};
@@ -82,11 +81,8 @@ impl Drop for MarkerGuard {
 
 #[cfg(target_os = "linux")]
 pub(crate) fn current_thread_id() -> u32 {
-    unsafe extern "C" {
-        fn gettid() -> i32;
-    }
     // SAFETY: gettid (glibc ≥ 2.30, musl ≥ 1.2.2) has no preconditions and cannot fail.
-    unsafe { gettid() as u32 }
+    unsafe { libc::gettid() as u32 }
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -127,19 +123,10 @@ impl Recorder {
             state: Mutex::new(State::new()),
             dropped: Default::default(),
             flush_lock: Mutex::new(()),
-            budget: config.trace_budget.is_limited().then(|| Budget {
-                decisions: Mutex::new(BudgetState::new(config.trace_budget.limit)),
-                applied: Mutex::new(Some(true)),
-                dirty: AtomicBool::new(false),
-                kinds: Mutex::new(Vec::new()),
-                api_calls: Mutex::new(None),
-                switch_ns: Default::default(),
-                step_range: config
-                    .trace_budget
-                    .step_range
-                    .clone()
-                    .map(String::into_bytes),
-            }),
+            budget: config
+                .trace_budget
+                .is_limited()
+                .then(|| Budget::new(&config.trace_budget)),
         });
         // From here on, dropping `rec` (on any error) undoes what was done.
         let mut rec = Recorder {
@@ -336,7 +323,9 @@ impl Recorder {
             &[]
         };
         for &(domain, cbid) in GRAPH_LAUNCH_CBIDS.iter().chain(nvtx) {
-            if self.api_enabled.contains(&(domain, cbid)) {
+            // Already on, by call or (ApiCallbacks::All) by domain.
+            if self.api_enabled.contains(&(domain, cbid)) || self.domains_enabled.contains(&domain)
+            {
                 continue;
             }
             // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe gave us.
@@ -353,6 +342,7 @@ impl Recorder {
             }
             self.api_enabled.push((domain, cbid));
         }
+        callbacks::BUDGET_ON.store(true, Ordering::Relaxed);
     }
 
     /// Leaves only the API calls of [`api_record_wanted`] with activity records; says in the
@@ -641,6 +631,7 @@ impl Recorder {
         let shared = self.shared.clone();
         let mut switch_token = None;
         if let Some(budget) = &shared.budget {
+            callbacks::BUDGET_ON.store(false, Ordering::Relaxed);
             let wait = std::time::Duration::from_millis(200);
             match callbacks::lock_within(&budget.decisions, wait) {
                 Some(mut decisions) => decisions.freeze(),
@@ -745,10 +736,10 @@ impl Recorder {
             });
         }
         if let Some(budget) = &self.shared.budget {
-            let step_range = budget.step_range.as_deref().map(String::from_utf8_lossy);
+            let step_range = budget.step_range.as_deref();
             let longest = budget.switch_ns.load(Ordering::Relaxed);
             let decisions = lock(&budget.decisions);
-            for note in decisions.notes(step_range.as_deref(), longest) {
+            for note in decisions.notes(step_range, longest) {
                 metadata.notes.push(format!("recorder: {note}"));
             }
             metadata.sampling = decisions.sampling();
@@ -796,14 +787,8 @@ impl Recorder {
         // NVTX ranges decoded from MARKER records are already in `t.markers`.
         t.markers.extend(state.markers);
         // NVTX ranges of NCCL's own API calls tag the nodes NCCL made inside them.
-        let library_ranges: Vec<(u32, u64, u64, StrId)> = t
-            .markers
-            .iter()
-            .filter(|m| {
-                m.kind == MarkerKind::Range && crate::trace::is_library_call_range(t.str(m.name))
-            })
-            .map(|m| (m.thread, m.start, m.end, m.name))
-            .collect();
+        // Our own library-call markers tagged their nodes at creation already.
+        let library_ranges = crate::trace::HostRanges::library_calls(t, false);
         t.graph = state.graph.into_dag(&library_ranges);
         t.dropped_records = dropped + zero;
 

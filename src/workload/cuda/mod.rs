@@ -188,6 +188,9 @@ impl Kernel {
     }
 }
 
+/// The most parameters [`launch_kernel`] passes (gapscope's kernels take up to a dozen).
+const MAX_KERNEL_PARAMS: usize = 32;
+
 /// `cuLaunchKernel(kernel, grid, block, 0 bytes shared, stream, args)`, after checking `args`
 /// against the kernel's parameter list (count and widths; CUDA_ERROR_INVALID_VALUE when they
 /// differ).
@@ -206,17 +209,20 @@ pub fn launch_kernel(
     if !matches {
         return Err(DriverError(sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE));
     }
-    let mut values = args.to_vec();
-    let mut params: Vec<*mut c_void> = values
-        .iter_mut()
-        .map(|a| match a {
-            KernelArg::I32(v) => (v as *mut i32).cast::<c_void>(),
-            KernelArg::U64(v) => (v as *mut u64).cast::<c_void>(),
-        })
-        .collect();
-    // SAFETY: every parameter points into `values`, alive until after the call (the driver
-    // copies the values at launch); their count and widths match the kernel's parameter list
-    // (checked above); the function belongs to a module its owner keeps loaded.
+    // On the stack: this runs inside timed steps.
+    let mut params = [std::ptr::null_mut::<c_void>(); MAX_KERNEL_PARAMS];
+    let Some(params) = params.get_mut(..args.len()) else {
+        return Err(DriverError(sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE));
+    };
+    for (p, a) in params.iter_mut().zip(args) {
+        *p = match a {
+            KernelArg::I32(v) => (v as *const i32).cast_mut().cast::<c_void>(),
+            KernelArg::U64(v) => (v as *const u64).cast_mut().cast::<c_void>(),
+        };
+    }
+    // SAFETY: every parameter points into `args`, alive until after the call; the driver only
+    // reads them (it copies the values at launch); their count and widths match the kernel's
+    // parameter list (checked above); the function belongs to a module its owner keeps loaded.
     unsafe {
         cudarc::driver::result::launch_kernel(
             kernel.f.cu_function(),
@@ -224,7 +230,7 @@ pub fn launch_kernel(
             block,
             0,
             stream.cu_stream(),
-            &mut params,
+            params,
         )
     }
 }

@@ -274,11 +274,10 @@ pub fn preprocess(cfg: &HtDecodeConfig, gathered: &[u8], topk: &[i32]) -> (Metad
             }
         }
     }
-    let per_rank = e_n / r_n;
-    let first = cfg.rank * per_rank;
+    let local = cfg.local_experts();
     let meta = Metadata {
         local_total: local_offsets[e_n],
-        recv_total: offsets[first + per_rank] - offsets[first],
+        recv_total: offsets[local.end] - offsets[local.start],
         total: offsets[e_n],
         counts,
         offsets,
