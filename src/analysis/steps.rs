@@ -245,9 +245,7 @@ pub fn split_cells(
     let mut unmarked_graph_ops = Vec::new();
     for (i, op) in timeline.ops.iter().enumerate() {
         let marker = launches.call(op.corr).and_then(|(launched, _, _)| {
-            // The last marker starting at or before the launch; it must also contain it.
-            let m = markers.partition_point(|mk| mk.0 <= launched);
-            (m > 0 && launched <= markers[m - 1].1).then(|| m - 1)
+            crate::trace::last_containing(&markers, |mk| (mk.0, mk.1), launched)
         });
         match marker {
             Some(m) => per_marker[m].push(i),

@@ -7,7 +7,7 @@ mod ranges;
 mod schema;
 pub mod synthetic;
 
-pub use ranges::HostRanges;
+pub use ranges::{HostRanges, last_containing};
 pub use schema::*;
 
 pub use kineto::{
@@ -449,10 +449,7 @@ impl Trace {
             .map(|m| (m.start, m.end))
             .collect();
         dropped.sort_unstable();
-        let launched_in_dropped = |t: u64| {
-            let i = dropped.partition_point(|r| r.0 <= t);
-            i > 0 && t <= dropped[i - 1].1
-        };
+        let launched_in_dropped = |t: u64| last_containing(&dropped, |&r| r, t).is_some();
         let mut gone_corr = std::collections::HashSet::new();
         for a in &self.api_calls {
             if launched_in_dropped(a.start) {

@@ -6,6 +6,14 @@
 use super::{MarkerKind, StrId, Trace};
 use std::collections::HashMap;
 
+/// In intervals sorted by start: the last one that starts at or before `t`, if `t` is not past
+/// its end — the step-marker rule shared by the analysis, `Trace::select_cells` and the Kineto
+/// import. `span` gives an item's (start, end).
+pub fn last_containing<T>(sorted: &[T], span: impl Fn(&T) -> (u64, u64), t: u64) -> Option<usize> {
+    let i = sorted.partition_point(|x| span(x).0 <= t).checked_sub(1)?;
+    (t <= span(&sorted[i]).1).then_some(i)
+}
+
 /// Host ranges by thread, sorted by start, each with the innermost range around it: ranges
 /// of one thread nest (NVTX push/pop), so "which range encloses this instant" walks up from
 /// the last range started before it, never through the ranges that closed in between.
@@ -97,5 +105,25 @@ mod tests {
         assert_eq!(ranges.innermost(2, 15), Some(9), "another thread's ranges");
         assert_eq!(ranges.innermost(3, 15), None, "a thread without ranges");
         assert_eq!(HostRanges::default().innermost(1, 0), None);
+    }
+
+    #[test]
+    fn the_last_interval_started_holds_an_instant_until_its_end() {
+        let sorted = [(0, 100), (10, 20), (10, 50), (200, 300)];
+        let at = |t| last_containing(&sorted, |&s| s, t);
+        assert_eq!(at(5), Some(0));
+        assert_eq!(
+            at(15),
+            Some(2),
+            "of two starting together, the later in order"
+        );
+        assert_eq!(
+            at(60),
+            None,
+            "the last started (10..50) has ended: no fallback to 0..100"
+        );
+        assert_eq!(at(300), Some(3));
+        assert_eq!(at(301), None);
+        assert_eq!(last_containing(&[] as &[(u64, u64)], |&s| s, 1), None);
     }
 }

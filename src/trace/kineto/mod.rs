@@ -582,30 +582,24 @@ pub fn assign_step_cells(t: &mut Trace) {
         .collect();
     graph_corrs.sort_unstable();
     graph_corrs.dedup();
-    let mut graph_launches: Vec<u64> = t
+    let graph_launches: Vec<u64> = t
         .api_calls
         .iter()
         .filter(|a| graph_corrs.binary_search(&a.corr).is_ok())
         .map(|a| a.start)
         .collect();
-    graph_launches.sort_unstable();
     let mut steps: Vec<usize> = (0..t.markers.len())
         .filter(|&i| t.markers[i].kind == MarkerKind::Step)
         .collect();
     steps.sort_unstable_by_key(|&i| (t.markers[i].start, t.markers[i].end));
     // A launch belongs to the last step marker starting at or before it (as in the analysis).
-    let graphed: Vec<bool> = steps
-        .iter()
-        .enumerate()
-        .map(|(pos, &i)| {
-            let m = &t.markers[i];
-            let until = steps
-                .get(pos + 1)
-                .map_or(m.end, |&n| m.end.min(t.markers[n].start.saturating_sub(1)));
-            let first = graph_launches.partition_point(|&s| s < m.start);
-            graph_launches.get(first).is_some_and(|&s| s <= until)
-        })
-        .collect();
+    let mut graphed = vec![false; steps.len()];
+    let span = |&i: &usize| (t.markers[i].start, t.markers[i].end);
+    for &launch in &graph_launches {
+        if let Some(pos) = super::last_containing(&steps, span, launch) {
+            graphed[pos] = true;
+        }
+    }
     let any_graphed = if steps.is_empty() {
         !graph_corrs.is_empty()
     } else {
