@@ -285,24 +285,15 @@ impl Cupti {
         self.api_filter.as_ref()
     }
 
-    /// Sets a one-byte activity attribute (`cuptiActivitySetAttribute`); `None` when this
+    /// Sets an activity attribute whose value is a `T` (`u8` or `usize` = `size_t`, as the
+    /// attribute's documentation says) through `cuptiActivitySetAttribute`; `None` when this
     /// CUPTI does not export the call.
-    pub(crate) fn set_attribute_u8(&self, attr: u32, value: u8) -> Option<sys::CUptiResult> {
+    pub(crate) fn set_attribute<T: Copy>(&self, attr: u32, value: T) -> Option<sys::CUptiResult> {
         let f = self.set_attribute?;
         let mut value = value;
-        let mut size = std::mem::size_of::<u8>();
+        let mut size = std::mem::size_of::<T>();
         // SAFETY: resolved from this CUPTI with the declared signature; both pointers are to
         // live locals of the sizes CUPTI is told.
-        Some(unsafe { f(attr, &mut size, (&raw mut value).cast()) })
-    }
-
-    /// Sets a `size_t` activity attribute; `None` when this CUPTI has no
-    /// `cuptiActivitySetAttribute`.
-    pub(crate) fn set_attribute_size(&self, attr: u32, value: usize) -> Option<sys::CUptiResult> {
-        let f = self.set_attribute?;
-        let mut value = value;
-        let mut size = std::mem::size_of::<usize>();
-        // SAFETY: as in `set_attribute_u8`, with a size_t.
         Some(unsafe { f(attr, &mut size, (&raw mut value).cast()) })
     }
 

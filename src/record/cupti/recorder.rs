@@ -151,42 +151,40 @@ impl Recorder {
         let diagnostics = Diagnostics::from_env();
         // Per-thread buffers (CUPTI's default since 12.3) are set before the buffer callbacks
         // are registered, as CUPTI requires.
+        // The trace note of one diagnostic CUPTI setting: done, refused, or not in this CUPTI.
+        let setting = |rc: Option<sys::CUptiResult>, call: &str, done: String| match rc {
+            Some(sys::CUPTI_SUCCESS) => done,
+            Some(rc) => format!("{call} failed: {}", cupti.result_name(rc)),
+            None => format!(
+                "this CUPTI has no {}",
+                call.split('(').next().unwrap_or(call)
+            ),
+        };
+        let mut notes = Vec::new();
         if let Some(on) = diagnostics.per_thread_buffers {
-            let note = match cupti
-                .set_attribute_u8(loader::ATTR_PER_THREAD_ACTIVITY_BUFFER, on.into())
-            {
-                Some(sys::CUPTI_SUCCESS) => format!(
+            notes.push(setting(
+                cupti.set_attribute(loader::ATTR_PER_THREAD_ACTIVITY_BUFFER, u8::from(on)),
+                "cuptiActivitySetAttribute(PER_THREAD_ACTIVITY_BUFFER)",
+                format!(
                     "per-thread activity buffers set to {on} (GAPSCOPE_CUPTI_PER_THREAD_BUFFERS)"
                 ),
-                Some(rc) => format!(
-                    "cuptiActivitySetAttribute(PER_THREAD_ACTIVITY_BUFFER) failed: {}",
-                    cupti.result_name(rc)
-                ),
-                None => "this CUPTI has no cuptiActivitySetAttribute".to_string(),
-            };
-            lock(&rec.shared.state).problem(note);
+            ));
         }
         for &(attr, value) in &diagnostics.size_attributes {
-            let note = match cupti.set_attribute_size(attr, value) {
-                Some(sys::CUPTI_SUCCESS) => {
-                    format!("activity attribute {attr} set to {value} (GAPSCOPE_CUPTI_ATTR)")
-                }
-                Some(rc) => format!(
-                    "cuptiActivitySetAttribute({attr}) failed: {}",
-                    cupti.result_name(rc)
-                ),
-                None => "this CUPTI has no cuptiActivitySetAttribute".to_string(),
-            };
-            lock(&rec.shared.state).problem(note);
+            notes.push(setting(
+                cupti.set_attribute(attr, value),
+                &format!("cuptiActivitySetAttribute({attr})"),
+                format!("activity attribute {attr} set to {value} (GAPSCOPE_CUPTI_ATTR)"),
+            ));
         }
         if let Some(ms) = diagnostics.flush_period_ms {
-            let note = match cupti.set_flush_period(ms) {
-                Some(sys::CUPTI_SUCCESS) => {
-                    format!("worker flush period set to {ms} ms (GAPSCOPE_CUPTI_FLUSH_PERIOD_MS)")
-                }
-                Some(rc) => format!("cuptiActivityFlushPeriod failed: {}", cupti.result_name(rc)),
-                None => "this CUPTI has no cuptiActivityFlushPeriod".to_string(),
-            };
+            notes.push(setting(
+                cupti.set_flush_period(ms),
+                "cuptiActivityFlushPeriod",
+                format!("worker flush period set to {ms} ms (GAPSCOPE_CUPTI_FLUSH_PERIOD_MS)"),
+            ));
+        }
+        for note in notes {
             lock(&rec.shared.state).problem(note);
         }
         let bytes = config.buffer_bytes.max(1024).next_multiple_of(8);
