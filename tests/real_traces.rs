@@ -559,6 +559,76 @@ fn two_rank_torch_recordings_show_ncclallgathers_own_event_nodes_with_mixing_onl
     }
 }
 
+/// `NCCL_GRAPH_MIXING_SUPPORT={0,1} gapscope record --step-range decode_step -- torchrun
+/// --nproc-per-node 2 examples/torch_graphs.py` on 2 x H200 with the default trace budget (64),
+/// the program's defaults (200 eager steps, 200 replays, 40 fresh graphs): each rank traced 64
+/// of each, and the comparison still names NCCL's event-wait node. One run's processes were in
+/// CUPTI's slow mode, so the replays' period grew mostly in host-bound launch gaps: `compare`
+/// fails and says so.
+#[test]
+fn budgeted_two_rank_recordings_keep_the_mode_2_attribution_and_flag_host_bound_growth() {
+    let load_set = |mixing: u32| -> (Vec<trace::Trace>, Vec<String>) {
+        let ts: Vec<trace::Trace> = (0..2)
+            .map(|r| {
+                read(&format!(
+                    "torch-graphs-2rank-budget-h200/mixing-{mixing}/trace-{r}.json"
+                ))
+            })
+            .collect();
+        (ts, vec!["r0".into(), "r1".into()])
+    };
+    for mixing in [0, 1] {
+        for t in load_set(mixing).0 {
+            let notes = t.metadata.notes.join("\n");
+            assert!(
+                notes.contains("graph exec 2: 64 of 200 launches"),
+                "{notes}"
+            );
+            assert!(
+                notes.contains("64 of 200 `decode_step` steps traced"),
+                "{notes}"
+            );
+            let steps: Vec<usize> = analyze_one(&t)
+                .cells
+                .iter()
+                .map(|c| c.steps.len())
+                .collect();
+            assert_eq!(steps, [64, 64, 40], "eager, replays, first launches");
+        }
+    }
+    let (base, bn) = load_set(0);
+    let (head, hn) = load_set(1);
+    let opts = AnalysisOptions::default();
+    let c = analysis::align::compare(
+        analysis::analyze(&base, &bn, &opts),
+        analysis::analyze(&head, &hn, &opts),
+        1.02,
+    );
+    for m in c
+        .cells
+        .iter()
+        .filter(|m| m.head_label.starts_with("graph G1"))
+    {
+        let wait = m
+            .gap_growth_by_cause
+            .iter()
+            .find(|g| g.0 == CauseKind::ExternalEventWait)
+            .expect("the external wait's gap");
+        assert!(
+            wait.1.contains("cudaStreamWaitEvent inside ncclAllGather"),
+            "{}",
+            wait.1
+        );
+        assert!(wait.2 > 500.0, "{wait:?}");
+    }
+    assert!(!c.breached.is_empty(), "the slow mode made HEAD slower");
+    let caution = gapscope::report::summary::comparison_summary(&c, None);
+    assert!(
+        caution.contains("Caution: most of the slowdown of"),
+        "{caution}"
+    );
+}
+
 /// `gapscope run --tokens 1 --launch replay,fresh --steps 30 --modes 1,2` on 2 H200s: real
 /// NCCL 2.28.3 at R = 2, each mode in its own pair of rank processes. Mode 2's graphs hold
 /// NCCL's external event-wait node, mode 1's none, and the mode comparison names it.
