@@ -31,7 +31,18 @@ STEP_RANGE = "decode_step"
 RECORD_TARGETS = {"replay": 1.05, "replay_ext": 1.05, "eager": 1.15}
 # record's overhead (ratio - 1) must stay within this share of the profiler's, per phase.
 PROFILER_SHARE = 1 / 5
+BUILTIN_MODES = ("plain", "record", "profiler", "attached")
 STDERR_TAIL = 2000
+# The floor every CUPTI tool pays: `record` with every activity kind and callback off, so CUPTI
+# is attached to the process (activity buffers registered) and traces nothing but the NVTX
+# ranges that reach it through NVTX injection (eager steps only). Attaching alone
+# slows each graph launch on the host by a cost that grows with the graph's nodes
+# (benches/cupti_attach_cost.sh), and only cuptiFinalize gives it back.
+ATTACHED_ENV = {
+    "GAPSCOPE_CUPTI_SKIP": "CONCURRENT_KERNEL,MEMCPY,MEMSET,RUNTIME,DRIVER,SYNCHRONIZATION,CUDA_EVENT",
+    "GAPSCOPE_CUPTI_CALLBACKS": "off",
+    "GAPSCOPE_TRACE_BUDGET": "0",
+}
 
 
 def parse_variant(text):
@@ -73,11 +84,16 @@ def parse_args(argv):
     p.add_argument("--split", type=int, default=64, metavar="N",
                    help="also report eager and replay phases split at step N (record's default "
                         "--trace-budget: the first N are traced, the rest not); 0: no split")
+    p.add_argument("--no-profiler", dest="profiler", action="store_false",
+                   help="skip the torch.profiler mode (its targets are then not checked)")
+    p.add_argument("--no-attached", dest="attached", action="store_false",
+                   help="skip the `attached` mode (CUPTI attached, nothing traced: the floor "
+                        "of every CUPTI tool, against which `record` is also compared)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and stop")
     args = p.parse_args(before)
     names = [name for name, _ in args.variant]
-    if len(set(names)) != len(names) or set(names) & {"plain", "record", "profiler"}:
-        p.error("--variant names must be unique and not plain, record or profiler")
+    if len(set(names)) != len(names) or set(names) & set(BUILTIN_MODES):
+        p.error("--variant names must be unique and not " + ", ".join(BUILTIN_MODES))
     if args.nproc < 1 or args.rounds < 1:
         p.error("--nproc and --rounds must be at least 1")
     args.program = after or [str(DEFAULT_PROGRAM)]
@@ -106,7 +122,10 @@ def plan(args):
 
         runs.append(("plain", k, program("plain"), {}))
         runs.append(("record", k, record("record"), {}))
-        runs.append(("profiler", k, program("profiler", "--profile"), {}))
+        if args.profiler:
+            runs.append(("profiler", k, program("profiler", "--profile"), {}))
+        if args.attached:
+            runs.append(("attached", k, record("attached"), dict(ATTACHED_ENV)))
         runs.extend((name, k, record(name), env) for name, env in args.variant)
     return runs
 
@@ -151,16 +170,20 @@ SPLIT_PHASES = ("eager", "replay", "replay_ext")
 
 
 def split_phases(phases, split):
-    """Adds 'PHASE 2-N' and 'PHASE >N' (steps in program order) for the repeated phases.
+    """Adds 'PHASE 2-N' and 'PHASE >N' (steps in program order) for the repeated phases, and
+    'PHASE/host 1-N' and 'PHASE/host >N' for their host times.
 
     Period i runs from step i's timing event to step i+1's, so it times step i+1 (1-based:
-    step i+2): steps 2..N are the first N-1 periods."""
+    step i+2): steps 2..N are the first N-1 periods. Host time i is step i+1's own."""
     out = dict(phases)
+    if split <= 1:
+        return out
     for phase in SPLIT_PHASES:
-        values = phases.get(phase) or []
-        if split > 1 and len(values) >= split:
-            out[f"{phase} 2-{split}"] = values[:split - 1]
-            out[f"{phase} >{split}"] = values[split - 1:]
+        for name, cut, first in ((phase, split - 1, 2), (f"{phase}/host", split, 1)):
+            values = phases.get(name) or []
+            if len(values) > cut:
+                out[f"{name} {first}-{split}"] = values[:cut]
+                out[f"{name} >{split}"] = values[cut:]
     return out
 
 
@@ -252,11 +275,26 @@ def check_targets(stats, failed_modes):
     return results
 
 
+def above_attached(stats):
+    """Info lines: per phase, the attach floor's ratio to plain and what each CUPTI mode adds
+    above it, median(mode) / median(attached)."""
+    lines = []
+    for phase, row in stats.items():
+        floor = row.get("attached")
+        if not floor or "ratio" not in floor:
+            continue
+        others = [f"{mode} {entry['median'] / floor['median']:.3f}"
+                  for mode, entry in row.items() if mode not in ("plain", "attached")]
+        lines.append(f"  info  {phase}: CUPTI attached, nothing traced {floor['ratio']:.3f} x plain; "
+                     f"over attached: {', '.join(others) or '—'}")
+    return lines
+
+
 def per_round(stats, modes, split):
     """Rank-0 medians of each round for the replay phases: CUPTI's slow mode shows as whole
     rounds (processes) several µs slower, which the pooled median hides."""
     lines = ["\nper-round medians, µs (rank 0):"]
-    phases = ["replay"] + ([f"replay >{split}"] if split > 1 else [])
+    phases = ["replay"] + ([f"replay >{split}", f"replay/host >{split}"] if split > 1 else [])
     for phase in phases:
         row = stats.get(phase, {})
         cells = [f"{m} " + ", ".join(f"{v:.1f}" for v in row[m]["per_round_median"].values())
@@ -312,7 +350,9 @@ def main(argv):
     logs = args.out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
 
-    modes = ["plain", "record", "profiler", *(name for name, _ in args.variant)]
+    modes = ["plain", "record", *(["profiler"] if args.profiler else []),
+             *(["attached"] if args.attached else []),
+             *(name for name, _ in args.variant)]
     periods = {mode: {} for mode in modes}
     records = []
     for mode, k, cmd, env in runs:
@@ -359,6 +399,8 @@ def main(argv):
     for phase, row in stats.items():
         if phase.startswith("fresh") and "ratio" in row.get("record", {}):
             print(f"  info  record/{phase}: ratio {row['record']['ratio']:.3f} (no target)")
+    for line in above_attached(stats):
+        print(line)
 
     summary = {"args": {"gapscope": str(args.gapscope), "python": args.python,
                         "nproc": args.nproc, "rounds": args.rounds, "program": args.program,

@@ -21,6 +21,11 @@ class SplitPhases(unittest.TestCase):
         self.assertNotIn("eager 2-64", out, "fewer steps than the budget: nothing untraced")
         self.assertEqual(out["replay"], phases["replay"], "the whole phase stays")
 
+    def test_host_times_are_per_step_so_steps_1_to_n_are_the_first_n(self):
+        out = bench.split_phases({"replay/host": list(range(200))}, 64)
+        self.assertEqual(out["replay/host 1-64"], list(range(64)))
+        self.assertEqual(out["replay/host >64"], list(range(64, 200)))
+
     def test_no_split(self):
         self.assertEqual(bench.split_phases({"replay": [1.0] * 100}, 0), {"replay": [1.0] * 100})
 
@@ -45,6 +50,31 @@ class Analyse(unittest.TestCase):
         stats = bench.analyse(periods([20.0] * 5, [[20.5] * 5, [31.0] * 5]), ["plain", "record"], 2)
         text = bench.per_round(stats, ["plain", "record"], 64)
         self.assertIn("replay: plain 20.0, 20.0; record 20.5, 31.0", text)
+
+
+class AboveAttached(unittest.TestCase):
+    def test_floor_ratio_and_what_each_mode_adds_above_it(self):
+        p = periods([20.0] * 5, [[26.0] * 5, [26.0] * 5])
+        p["attached"] = {k: {0: {"replay": [25.0] * 5}} for k in (1, 2)}
+        stats = bench.analyse(p, ["plain", "record", "attached"], 2)
+        lines = bench.above_attached(stats)
+        self.assertEqual(lines, ["  info  replay: CUPTI attached, nothing traced 1.250 x plain; "
+                                 "over attached: record 1.040"])
+
+    def test_no_line_without_the_attached_mode(self):
+        stats = bench.analyse(periods([20.0] * 5, [[26.0] * 5, [26.0] * 5]), ["plain", "record"], 2)
+        self.assertEqual(bench.above_attached(stats), [])
+
+    def test_attached_runs_record_with_every_kind_and_callback_off(self):
+        args = bench.parse_args(["--gapscope", "g", "--rounds", "1", "--out", "o"])
+        attached = [(mode, env) for mode, _, _, env in bench.plan(args) if mode == "attached"]
+        self.assertEqual(len(attached), 1)
+        env = attached[0][1]
+        self.assertEqual(env["GAPSCOPE_TRACE_BUDGET"], "0")
+        self.assertEqual(env["GAPSCOPE_CUPTI_CALLBACKS"], "off")
+        self.assertIn("CONCURRENT_KERNEL", env["GAPSCOPE_CUPTI_SKIP"].split(","))
+        none = bench.parse_args(["--gapscope", "g", "--no-attached", "--out", "o"])
+        self.assertNotIn("attached", [mode for mode, *_ in bench.plan(none)])
 
 
 class Targets(unittest.TestCase):

@@ -7,6 +7,7 @@ Phases (each step's period is measured with CUDA events, in µs; repeated --roun
   fresh        --fresh graphs, all captured first, then each launched once
   replay_ext,  the same with an external event record + wait before the all-gather, which
   fresh_ext    emulates NCCL graph usage mode 2 (default on with one process)
+Each phase also has PHASE/host: every step's host time, launch calls plus the timing event record.
 
   python examples/torch_graphs.py
   torchrun --nproc-per-node 2 examples/torch_graphs.py
@@ -23,6 +24,7 @@ import signal
 import socket
 import statistics
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -93,17 +95,34 @@ def make_step(size, world):
 
 
 def timed(launches, events, nvtx=None):
-    """Runs each launch, recording a timing event after it; returns the periods in µs."""
+    """Runs each launch, recording a timing event after it; returns the periods in µs (event to
+    event, on the GPU) and each step's host time in µs (the launch calls and the event record:
+    what a profiler attached to the process adds to them shows here even while the GPU, not
+    the host, sets the period)."""
+    host = []
     for launch, event in zip(launches, events):
+        began = time.perf_counter_ns()
         if nvtx:
             torch.cuda.nvtx.range_push(nvtx)
         launch()
         if nvtx:
             torch.cuda.nvtx.range_pop()
         event.record()
+        host.append((time.perf_counter_ns() - began) / 1e3)
     torch.cuda.synchronize()
     used = events[:len(launches)]
-    return [a.elapsed_time(b) * 1e3 for a, b in zip(used, used[1:])]
+    return [a.elapsed_time(b) * 1e3 for a, b in zip(used, used[1:])], host
+
+
+def host_speed_us():
+    """Median µs of a fixed pure-Python loop (no CUDA): how fast this process runs host code,
+    to tell a slow host from a costly profiler when step host times differ between runs."""
+    times = []
+    for _ in range(21):
+        began = time.perf_counter_ns()
+        sum(i * i for i in range(20000))
+        times.append((time.perf_counter_ns() - began) / 1e3)
+    return statistics.median(times)
 
 
 def capture(step):
@@ -115,13 +134,18 @@ def capture(step):
 
 def run_phases(args, step, step_ext, events, periods):
     """Phases 2-5 once; periods accumulate per phase name."""
-    periods["eager"] += timed([step] * args.eager_steps, events, nvtx="decode_step")
+    def add(name, timing):
+        gpu, host = timing
+        periods[name] += gpu
+        periods.setdefault(name + "/host", []).extend(host)
+
+    add("eager", timed([step] * args.eager_steps, events, nvtx="decode_step"))
     variants = [("", step)] + ([("_ext", step_ext)] if step_ext else [])
     for suffix, fn in variants:
         graph = capture(fn)
-        periods["replay" + suffix] += timed([graph.replay] * args.replays, events)
+        add("replay" + suffix, timed([graph.replay] * args.replays, events))
         fresh = [capture(fn) for _ in range(args.fresh)]  # all captured before any launch
-        periods["fresh" + suffix] += timed([g.replay for g in fresh], events)
+        add("fresh" + suffix, timed([g.replay for g in fresh], events))
         del graph, fresh
 
 
@@ -223,7 +247,7 @@ def main():
     if args.json:
         record = {"rank": rank, "world": world, "torch": torch.__version__, "nccl": nccl,
                   "device": device, "mode": "profiler" if args.profile else "plain",
-                  "phases": periods}
+                  "phases": periods, "host_speed_us": host_speed_us()}
         with open(args.json.replace("{rank}", str(rank)), "w") as f:
             json.dump(record, f)
 

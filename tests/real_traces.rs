@@ -351,6 +351,35 @@ fn cells_of_a_budgeted_trace_say_how_much_of_their_work_was_traced() {
     assert!(!serde_json::to_string(&t).unwrap().contains("sampling"));
 }
 
+/// Replays whose launch is host-bound carry an estimate of what attaching CUPTI added to each
+/// launch, from the graph's node count; traces made by the runner (no graph groups) do not.
+#[test]
+fn host_bound_graph_cells_say_what_cupti_adds_per_launch() {
+    let (_, a) = load("torch-graphs-budget-h200.json");
+    let md = gapscope::report::markdown::analysis_markdown(&a);
+    // One note per group of cells (first launches, replays).
+    let note = md
+        .lines()
+        .filter(|l| l.starts_with("> Graph launches under CUPTI"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    // G1: 6 nodes x 0.20-0.51 µs untraced, x 0.71-1.07 µs traced.
+    assert!(
+        note.contains(
+            "graph G1 replays (exec 2, 6 ops): 6 nodes, +1.2–3.1 µs per launch untraced, +4.3–6.4 µs traced"
+        ),
+        "{note}"
+    );
+    // G2 holds the external event record and wait nodes besides its 6 ops.
+    assert!(
+        note.contains("graph G2 replays (exec 29, 6 ops): 8 nodes"),
+        "{note}"
+    );
+    let (_, runner) = load("emu-h200-tiny-buffer.json");
+    let md = gapscope::report::markdown::analysis_markdown(&runner);
+    assert!(!md.contains("Graph launches under CUPTI"), "{md}");
+}
+
 /// `gapscope record --step-range decode_step -- python examples/torch_graphs.py --eager-steps
 /// 100 --replays 100 --fresh 20` on the H200 (one GPU, world size 1, torch 2.11, NCCL 2.28.9):
 /// eager steps in NVTX ranges; graphs replayed and freshly captured outside them, plain and

@@ -122,6 +122,9 @@ pub fn analysis_markdown(a: &Analysis) -> String {
         if traced_first_launches {
             let _ = writeln!(s, "{FIRST_LAUNCH_INFLATION}\n");
         }
+        if let Some(note) = cupti_launch_cost_note(a, cells) {
+            let _ = writeln!(s, "{note}\n");
+        }
         for p in a.regime_pairs.iter().filter(|p| cells.contains(&p.head)) {
             let (Some(base), Some(head)) = (a.cells.get(p.base), a.cells.get(p.head)) else {
                 continue;
@@ -247,6 +250,64 @@ fn opt_stat_cell(s: Option<&Stat>) -> String {
 
 /// What CUPTI's kernel tracing adds to first launches, as measured (see the README).
 const FIRST_LAUNCH_INFLATION: &str = "> First launches recorded by CUPTI are inflated by its kernel tracing, which sets up each new executable graph inside its first launch: on an H200 a 6-node graph's first launch measured +18 to +30 µs per launch under `gapscope record` and +12 to +29 µs under torch.profiler (`benches/record_overhead.py`, 7 runs of 3–4 rounds, medians of n = 117–156 against 22–32 µs untraced), where a traced replay of the same graph paid +2.3 to +4.8 µs (more in processes where CUPTI runs slow). Every first launch outside a step range is traced, whatever `--trace-budget`. Compare first launches with first launches recorded the same way, not with untraced timings.";
+
+/// Host time that CUPTI adds to every `cudaGraphLaunch` per graph node once it is attached to
+/// the process, traced or not, in µs: the range of the per-size medians measured on an H200
+/// (`benches/cupti_attach_cost.sh`: 6, 24 and 96 kernel nodes, 6 processes each; a subscriber
+/// alone, activity buffers alone, or kernel tracing paused). Only `cuptiFinalize` gives it back.
+const CUPTI_ATTACHED_US_PER_NODE: (f64, f64) = (0.20, 0.51);
+/// The same while kernel tracing is on (CONCURRENT_KERNEL), same benchmark.
+const CUPTI_TRACED_US_PER_NODE: (f64, f64) = (0.71, 1.07);
+
+/// For CUPTI-recorded graph cells whose steps lose time to host-bound graph launches: how much
+/// of that CUPTI itself may have added, from the graph's node count.
+fn cupti_launch_cost_note(a: &Analysis, cells: &[usize]) -> Option<String> {
+    let parts: Vec<String> = cells
+        .iter()
+        .filter_map(|&ci| {
+            let c = &a.cells[ci];
+            let group = c.graph_group.as_ref()?;
+            if a.inputs.get(c.trace).map(|i| i.source) != Some(Source::Cupti) {
+                return None;
+            }
+            let host_bound = c
+                .idle_by_cause
+                .iter()
+                .find(|t| t.cause == crate::analysis::CauseKind::GraphLaunchHostBound)?;
+            let nodes = match group.identity.node_counts.values().sum::<usize>() {
+                0 => group.identity.op_names.len(),
+                n => n,
+            };
+            let at = |per_node: f64| per_node * nodes as f64;
+            Some(format!(
+                "{}: {nodes} nodes, +{:.1}–{:.1} µs per launch untraced, +{:.1}–{:.1} µs traced, \
+                 against host-bound launch gaps of {} µs per step",
+                md_cell(&c.label),
+                at(CUPTI_ATTACHED_US_PER_NODE.0),
+                at(CUPTI_ATTACHED_US_PER_NODE.1),
+                at(CUPTI_TRACED_US_PER_NODE.0),
+                at(CUPTI_TRACED_US_PER_NODE.1),
+                us2(host_bound.per_step.median),
+            ))
+        })
+        .collect();
+    if parts.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "> Graph launches under CUPTI: once CUPTI is attached, every `cudaGraphLaunch` takes longer \
+         on the host, in proportion to the graph's nodes, whether or not anything is traced: on an \
+         H200 {:.2}–{:.2} µs per node, {:.2}–{:.2} µs while kernels are traced \
+         (`benches/cupti_attach_cost.sh`, graphs of kernel nodes). Estimated for {}. Where a graph's launch is host-bound, \
+         part of that gap is the recorder's, not the program's; torch.profiler and Nsight Systems \
+         pay it too.",
+        CUPTI_ATTACHED_US_PER_NODE.0,
+        CUPTI_ATTACHED_US_PER_NODE.1,
+        CUPTI_TRACED_US_PER_NODE.0,
+        CUPTI_TRACED_US_PER_NODE.1,
+        parts.join("; ")
+    ))
+}
 
 fn key_label(key: &str) -> String {
     if key.is_empty() {
