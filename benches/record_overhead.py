@@ -199,6 +199,28 @@ def load_periods(out_dir, mode, k, split=0):
     return ranks
 
 
+def load_host_speed(out_dir, mode, k):
+    """Rank 0's `host_speed_us` (a fixed pure-Python loop the program times), or None."""
+    try:
+        return float(json.loads((out_dir / f"{mode}-r{k}-0.json").read_text())["host_speed_us"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def host_speed_line(speeds, modes):
+    """One line with each round's host speed per mode: processes on one host can run host code
+    at different speeds, which decides whether a near-GPU-bound replay turns host-bound."""
+    cells = []
+    for mode in modes:
+        values = [v for _, v in sorted(speeds.get(mode, {}).items()) if v is not None]
+        if values:
+            cells.append(f"{mode} " + ", ".join(f"{v:.0f}" for v in values))
+    if not cells:
+        return ""
+    return ("  host speed, µs per fixed Python loop (rank 0; lower is faster): "
+            + "; ".join(cells))
+
+
 def percentile(sorted_values, q):
     """Linear-interpolated percentile (q in [0, 1]) of a sorted, non-empty list."""
     pos = q * (len(sorted_values) - 1)
@@ -354,11 +376,13 @@ def main(argv):
              *(["attached"] if args.attached else []),
              *(name for name, _ in args.variant)]
     periods = {mode: {} for mode in modes}
+    host_speed = {}  # mode -> round -> rank 0's host_speed_us
     records = []
     for mode, k, cmd, env in runs:
         print(f"[round {k}/{args.rounds}] {mode}: {shlex.join(cmd)}", file=sys.stderr, flush=True)
         result = execute(cmd, env, logs / f"{mode}-r{k}", args.timeout)
         ranks = load_periods(args.out, mode, k, args.split)
+        host_speed.setdefault(mode, {})[k] = load_host_speed(args.out, mode, k)
         if result["status"] == "ok" and len(ranks) != args.nproc:
             result["status"] = "failed"  # exited 0 but some rank wrote no periods
         if result["status"] != "ok":
@@ -388,6 +412,9 @@ def main(argv):
     print("periods in µs, rank 0 pooled over rounds; ratio = median(mode) / median(plain)\n")
     print(table(stats, modes, args.nproc))
     print(per_round(stats, modes, args.split))
+    speed_line = host_speed_line(host_speed, modes)
+    if speed_line:
+        print(speed_line)
     print("\nruns (wall s): " + ", ".join(
         f"{m} " + "/".join(f"{r['wall_s']:.1f}" for r in records if r["mode"] == m)
         for m in modes))
@@ -406,6 +433,7 @@ def main(argv):
                         "nproc": args.nproc, "rounds": args.rounds, "program": args.program,
                         "variants": dict(args.variant), "timeout_s": args.timeout},
                "runs": records, "failed_modes": failed_modes, "stats": stats,
+               "host_speed_us": host_speed,
                "targets": [{"name": n, "verdict": v, "detail": d} for n, v, d in targets]}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(f"\nsummary: {args.out / 'summary.json'}")

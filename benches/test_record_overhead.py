@@ -77,6 +77,74 @@ class AboveAttached(unittest.TestCase):
         self.assertNotIn("attached", [mode for mode, *_ in bench.plan(none)])
 
 
+class HostSpeed(unittest.TestCase):
+    def test_reads_rank_0s_speed_and_tolerates_older_files(self):
+        import json
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            out = Path(d)
+            (out / "plain-r1-0.json").write_text(json.dumps({"rank": 0, "host_speed_us": 812.5}))
+            (out / "plain-r2-0.json").write_text(json.dumps({"rank": 0, "phases": {}}))
+            self.assertEqual(bench.load_host_speed(out, "plain", 1), 812.5)
+            self.assertIsNone(bench.load_host_speed(out, "plain", 2), "written before the field")
+            self.assertIsNone(bench.load_host_speed(out, "plain", 3), "no file")
+
+    def test_line_lists_rounds_in_order_per_mode(self):
+        line = bench.host_speed_line({"plain": {2: 1617.0, 1: 830.4}, "record": {1: None}},
+                                     ["plain", "record"])
+        self.assertEqual(line, "  host speed, µs per fixed Python loop (rank 0; lower is "
+                               "faster): plain 830, 1617")
+        self.assertEqual(bench.host_speed_line({}, ["plain"]), "")
+
+
+FAKE_GAPSCOPE = """#!/bin/sh
+# Stands in for `gapscope record ... -- PROGRAM...`: runs PROGRAM.
+while [ "$1" != "--" ]; do shift; done
+shift
+exec "$@"
+"""
+
+FAKE_PROGRAM = """import json, sys
+path = sys.argv[sys.argv.index("--json") + 1].replace("{rank}", "0")
+mode = path.rsplit("/", 1)[-1].split("-r")[0]
+period = {"plain": 20.0, "record": 22.0, "attached": 20.2}[mode]
+phases = {"replay": [period] * 199, "replay/host": [period - 5] * 200}
+json.dump({"rank": 0, "phases": phases, "host_speed_us": 800.0}, open(path, "w"))
+"""
+
+
+class EndToEnd(unittest.TestCase):
+    def test_modes_run_interleaved_and_the_summary_holds_ratios_and_host_speed(self):
+        import io
+        import json
+        import os
+        import tempfile
+        from contextlib import redirect_stderr, redirect_stdout
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            gapscope, program = d / "gapscope", d / "program.py"
+            gapscope.write_text(FAKE_GAPSCOPE)
+            os.chmod(gapscope, 0o755)
+            program.write_text(FAKE_PROGRAM)
+            out, err = io.StringIO(), io.StringIO()
+            with redirect_stdout(out), redirect_stderr(err):
+                rc = bench.main(["--gapscope", str(gapscope), "--python", sys.executable,
+                                 "--rounds", "2", "--no-profiler", "--out", str(d / "o"),
+                                 "--", str(program)])
+            self.assertEqual(rc, 0, err.getvalue())
+            summary = json.loads((d / "o" / "summary.json").read_text())
+            replay = summary["stats"]["replay"]
+            self.assertAlmostEqual(replay["record"]["ratio"], 1.1)
+            self.assertAlmostEqual(replay["attached"]["ratio"], 1.01)
+            self.assertNotIn("profiler", replay)
+            self.assertEqual(summary["host_speed_us"]["record"], {"1": 800.0, "2": 800.0})
+            text = out.getvalue()
+            self.assertIn("FAIL  record/replay <= 1.05: ratio 1.100", text)
+            self.assertIn("over attached: record 1.089", text)
+            self.assertIn("host speed, µs per fixed Python loop (rank 0; lower is faster): "
+                          "plain 800, 800; record 800, 800; attached 800, 800", text)
+
+
 class Targets(unittest.TestCase):
     def test_verdicts(self):
         stats = {"replay": {"record": {"ratio": 1.04}, "profiler": {"ratio": 1.5}},
