@@ -70,8 +70,8 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             traces,
             format,
             output,
-            origin_step,
-        } => cli::analyze::export(&traces, format, &output, origin_step),
+            origin,
+        } => cli::analyze::export(&traces, format, &output, origin.origin_step),
         Command::Run(args) => cli::run::command(args),
         Command::CheckKernels { tokens } => {
             gapscope::record::cupti::ensure_cuda_driver()?;

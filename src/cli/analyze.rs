@@ -51,8 +51,8 @@ pub fn write_outputs(
     let Some(dir) = &out.output else {
         return Ok(());
     };
-    check_origin_step(reports.value, out.origin_step)?;
-    let written = report::output::write_analysis_set(dir, traces, reports, out.origin_step)?;
+    check_origin_step(reports.value, out.origin.origin_step)?;
+    let written = report::output::write_analysis_set(dir, traces, reports, out.origin.origin_step)?;
     if !written.iter().any(|n| n == "step.svg") {
         eprintln!("gapscope: note: no eager/graphed pair in the input: no step.svg");
     }

@@ -62,9 +62,8 @@ pub enum Command {
         /// Output file.
         #[arg(short, long)]
         output: PathBuf,
-        /// Perfetto/SVG: put step K of every cell at the same origin.
-        #[arg(long, alias = "align-step")]
-        origin_step: Option<usize>,
+        #[command(flatten)]
+        origin: OriginStepArg,
     },
     /// Run the HT-decode experiment on the GPU (eager and graphed, graph usage modes, T sweep)
     /// and analyse it; without a GPU, analyse the bundled H200 traces instead.
@@ -104,6 +103,14 @@ pub enum Command {
     },
 }
 
+/// `--origin-step K` (old name `--align-step`), shared by `export` and the output set.
+#[derive(Args, Clone, Copy, Default)]
+pub struct OriginStepArg {
+    /// Perfetto/SVG: put step K of every cell at the same origin.
+    #[arg(long, alias = "align-step")]
+    pub origin_step: Option<usize>,
+}
+
 #[derive(Args, Clone)]
 pub struct OutputArgs {
     /// Folder for report.md, report.json, trace.perfetto.json and step.svg.
@@ -115,9 +122,8 @@ pub struct OutputArgs {
     /// Print the whole Markdown report on stdout instead of the summary.
     #[arg(long)]
     pub full: bool,
-    /// Perfetto/SVG: put step K of every cell at the same origin.
-    #[arg(long, alias = "align-step")]
-    pub origin_step: Option<usize>,
+    #[command(flatten)]
+    pub origin: OriginStepArg,
     /// Use the host ranges of this name (NVTX ranges, torch record_function) as the steps.
     #[arg(long, value_name = "NAME")]
     pub step_range: Option<String>,

@@ -54,7 +54,7 @@ pub fn command(args: RunArgs) -> Result<ExitCode, Failure> {
         output: Some(args.output.clone()),
         json: args.json,
         full: args.full,
-        origin_step: None,
+        origin: Default::default(),
         step_range: None,
     };
     let reports = report::output::analysis_reports(&analysis);
