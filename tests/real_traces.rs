@@ -351,6 +351,50 @@ fn cells_of_a_budgeted_trace_say_how_much_of_their_work_was_traced() {
     assert!(!serde_json::to_string(&t).unwrap().contains("sampling"));
 }
 
+/// A trace whose `metadata.sampling` the recorder wrote itself (H200, budget 64, 200 eager
+/// steps and 200 replays of each of two graphs): the record, the cells' counts and what each
+/// cell says it holds.
+#[test]
+fn the_recorders_own_sampling_record_reaches_every_cell() {
+    let (t, a) = load("torch-graphs-sampling-h200.json");
+    assert_eq!(t.dropped_records, 0);
+    let sampling = t
+        .metadata
+        .sampling
+        .as_ref()
+        .expect("written by the recorder");
+    assert_eq!(
+        (sampling.budget, sampling.steps, sampling.steps_traced),
+        (64, 200, 64)
+    );
+    let graphs: Vec<(u32, u64, u64)> = sampling
+        .graphs
+        .iter()
+        .map(|g| (g.exec, g.launches, g.traced))
+        .collect();
+    assert_eq!(graphs, [(2, 200, 64), (125, 200, 64)]);
+    let cells: Vec<(usize, Option<String>)> = a
+        .cells
+        .iter()
+        .map(|c| (c.steps.len(), c.sampled.map(|s| s.describe())))
+        .collect();
+    let replays = Some("64 of 200 launches traced".to_owned());
+    assert_eq!(
+        cells,
+        [
+            (64, Some("64 of 200 steps traced".to_owned())),
+            (64, replays.clone()),
+            (40, None), // each first launch is a new graph: all traced
+            (64, replays),
+            (40, None),
+        ],
+        "{:?}",
+        a.cells.iter().map(|c| &c.label).collect::<Vec<_>>()
+    );
+    assert!(a.cells[1].label.starts_with("graph G1 replays (exec 2"));
+    assert!(a.cells[3].label.starts_with("graph G2 replays (exec 125"));
+}
+
 /// Replays whose launch is host-bound carry an estimate of what attaching CUPTI added to each
 /// launch, from the graph's node count; traces made by the runner (no graph groups) do not.
 #[test]
