@@ -182,8 +182,9 @@ pub struct RecordArgs {
     pub step_range: Option<String>,
     /// Launches traced per executable graph, and `--step-range` steps traced: after them,
     /// kernel and API tracing pause until a graph or step under its count (a new graph's first
-    /// launch) starts. The rest run without CUPTI's per-launch cost and are counted in the
-    /// trace notes. 0 traces everything.
+    /// launch) starts. The rest run without CUPTI's kernel tracing (CUPTI stays attached, which
+    /// still costs each graph launch host time per node) and are counted in the trace notes.
+    /// 0 traces everything.
     #[arg(long, value_name = "N", env = "GAPSCOPE_TRACE_BUDGET",
           default_value_t = gapscope::record::inject::DEFAULT_TRACE_BUDGET)]
     pub trace_budget: u32,
