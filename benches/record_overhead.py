@@ -187,24 +187,21 @@ def split_phases(phases, split):
     return out
 
 
-def load_periods(out_dir, mode, k, split=0):
-    """{rank: {phase: [µs...]}} from the JSON files of one run (missing files: no entry)."""
-    ranks = {}
+def load_run(out_dir, mode, k, split=0):
+    """({rank: {phase: [µs...]}}, rank 0's host_speed_us or None) from the JSON files of one
+    run (missing files: no entry; files from before host_speed_us: None)."""
+    ranks, host_speed = {}, None
     for path in sorted(out_dir.glob(f"{mode}-r{k}-*.json")):
         try:
             data = json.loads(path.read_text())
-            ranks[int(data["rank"])] = split_phases(data["phases"], split)
+            rank = int(data["rank"])
+            ranks[rank] = split_phases(data["phases"], split)
         except (OSError, ValueError, KeyError) as e:
             print(f"warning: unreadable {path}: {e}", file=sys.stderr)
-    return ranks
-
-
-def load_host_speed(out_dir, mode, k):
-    """Rank 0's `host_speed_us` (a fixed pure-Python loop the program times), or None."""
-    try:
-        return float(json.loads((out_dir / f"{mode}-r{k}-0.json").read_text())["host_speed_us"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+            continue
+        if rank == 0 and isinstance(data.get("host_speed_us"), (int, float)):
+            host_speed = float(data["host_speed_us"])
+    return ranks, host_speed
 
 
 def host_speed_line(speeds, modes):
@@ -381,8 +378,7 @@ def main(argv):
     for mode, k, cmd, env in runs:
         print(f"[round {k}/{args.rounds}] {mode}: {shlex.join(cmd)}", file=sys.stderr, flush=True)
         result = execute(cmd, env, logs / f"{mode}-r{k}", args.timeout)
-        ranks = load_periods(args.out, mode, k, args.split)
-        host_speed.setdefault(mode, {})[k] = load_host_speed(args.out, mode, k)
+        ranks, host_speed.setdefault(mode, {})[k] = load_run(args.out, mode, k, args.split)
         if result["status"] == "ok" and len(ranks) != args.nproc:
             result["status"] = "failed"  # exited 0 but some rank wrote no periods
         if result["status"] != "ok":

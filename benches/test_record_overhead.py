@@ -83,11 +83,12 @@ class HostSpeed(unittest.TestCase):
         import tempfile
         with tempfile.TemporaryDirectory() as d:
             out = Path(d)
-            (out / "plain-r1-0.json").write_text(json.dumps({"rank": 0, "host_speed_us": 812.5}))
+            (out / "plain-r1-0.json").write_text(
+                json.dumps({"rank": 0, "phases": {}, "host_speed_us": 812.5}))
             (out / "plain-r2-0.json").write_text(json.dumps({"rank": 0, "phases": {}}))
-            self.assertEqual(bench.load_host_speed(out, "plain", 1), 812.5)
-            self.assertIsNone(bench.load_host_speed(out, "plain", 2), "written before the field")
-            self.assertIsNone(bench.load_host_speed(out, "plain", 3), "no file")
+            self.assertEqual(bench.load_run(out, "plain", 1)[1], 812.5)
+            self.assertIsNone(bench.load_run(out, "plain", 2)[1], "written before the field")
+            self.assertIsNone(bench.load_run(out, "plain", 3)[1], "no file")
 
     def test_line_lists_rounds_in_order_per_mode(self):
         line = bench.host_speed_line({"plain": {2: 1617.0, 1: 830.4}, "record": {1: None}},

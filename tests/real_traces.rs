@@ -7,10 +7,7 @@ use gapscope::trace;
 use std::path::Path;
 
 fn load(name: &str) -> (trace::Trace, Analysis) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("traces")
-        .join(name);
-    let t = trace::read_trace(&path).expect("bundled trace parses");
+    let t = read(name);
     let a = analysis::analyze(
         std::slice::from_ref(&t),
         &[name.to_owned()],
@@ -526,6 +523,14 @@ fn torch_graphs_kineto_graph_launches_are_found_without_step_markers() {
     assert_eq!(c.steps.len(), 120);
 }
 
+/// Both ranks' traces of one NCCL_GRAPH_MIXING_SUPPORT setting under `folder`, with names.
+fn two_ranks(folder: &str, mixing: u32) -> (Vec<trace::Trace>, Vec<String>) {
+    let traces = (0..2)
+        .map(|r| read(&format!("{folder}/mixing-{mixing}/trace-{r}.json")))
+        .collect();
+    (traces, vec!["r0".into(), "r1".into()])
+}
+
 fn read(rel: &str) -> trace::Trace {
     trace::read_trace(
         &Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -588,16 +593,7 @@ fn two_rank_torch_recordings_show_ncclallgathers_own_event_nodes_with_mixing_onl
             assert_eq!(nccl_waits > 0, mixing == 1, "rank {rank} mixing {mixing}");
         }
     }
-    let load_set = |mixing: u32| -> (Vec<trace::Trace>, Vec<String>) {
-        let ts: Vec<trace::Trace> = (0..2)
-            .map(|r| {
-                read(&format!(
-                    "torch-graphs-2rank-h200/mixing-{mixing}/trace-{r}.json"
-                ))
-            })
-            .collect();
-        (ts, vec!["r0".into(), "r1".into()])
-    };
+    let load_set = |mixing: u32| two_ranks("torch-graphs-2rank-h200", mixing);
     let (base, bn) = load_set(0);
     let (head, hn) = load_set(1);
     let opts = AnalysisOptions::default();
@@ -640,16 +636,7 @@ fn two_rank_torch_recordings_show_ncclallgathers_own_event_nodes_with_mixing_onl
 /// fails and says so.
 #[test]
 fn budgeted_two_rank_recordings_keep_the_mode_2_attribution_and_flag_host_bound_growth() {
-    let load_set = |mixing: u32| -> (Vec<trace::Trace>, Vec<String>) {
-        let ts: Vec<trace::Trace> = (0..2)
-            .map(|r| {
-                read(&format!(
-                    "torch-graphs-2rank-budget-h200/mixing-{mixing}/trace-{r}.json"
-                ))
-            })
-            .collect();
-        (ts, vec!["r0".into(), "r1".into()])
-    };
+    let load_set = |mixing: u32| two_ranks("torch-graphs-2rank-budget-h200", mixing);
     for mixing in [0, 1] {
         for t in load_set(mixing).0 {
             let notes = t.metadata.notes.join("\n");

@@ -116,8 +116,7 @@ pub fn analysis_markdown(a: &Analysis) -> String {
         }
         let traced_first_launches = cells.iter().any(|&ci| {
             let c = &a.cells[ci];
-            c.first_launch_period.is_some()
-                && a.inputs.get(c.trace).map(|i| i.source) == Some(crate::trace::Source::Cupti)
+            c.first_launch_period.is_some() && recorded_by_cupti(a, c)
         });
         if traced_first_launches {
             let _ = writeln!(s, "{FIRST_LAUNCH_INFLATION}\n");
@@ -259,6 +258,11 @@ const CUPTI_ATTACHED_US_PER_NODE: (f64, f64) = (0.20, 0.51);
 /// The same while kernel tracing is on (CONCURRENT_KERNEL), same benchmark.
 const CUPTI_TRACED_US_PER_NODE: (f64, f64) = (0.71, 1.07);
 
+/// Whether cell `c` comes from a trace CUPTI recorded (not a Kineto import or synthetic).
+fn recorded_by_cupti(a: &Analysis, c: &CellAnalysis) -> bool {
+    a.inputs.get(c.trace).map(|i| i.source) == Some(Source::Cupti)
+}
+
 /// For CUPTI-recorded graph cells whose steps lose time to host-bound graph launches: how much
 /// of that CUPTI itself may have added, from the graph's node count.
 fn cupti_launch_cost_note(a: &Analysis, cells: &[usize]) -> Option<String> {
@@ -266,10 +270,7 @@ fn cupti_launch_cost_note(a: &Analysis, cells: &[usize]) -> Option<String> {
         .iter()
         .filter_map(|&ci| {
             let c = &a.cells[ci];
-            let group = c.graph_group.as_ref()?;
-            if a.inputs.get(c.trace).map(|i| i.source) != Some(Source::Cupti) {
-                return None;
-            }
+            let group = c.graph_group.as_ref().filter(|_| recorded_by_cupti(a, c))?;
             let host_bound = c
                 .idle_by_cause
                 .iter()
