@@ -310,8 +310,8 @@ def above_attached(stats):
 
 
 def per_round(stats, modes, split):
-    """Rank-0 medians of each round for the replay phases: CUPTI's slow mode shows as whole
-    rounds (processes) several µs slower, which the pooled median hides."""
+    """Rank-0 medians of each round for the replay phases: processes of the host's slower speed
+    show as whole rounds several µs slower, which the pooled median hides."""
     lines = ["\nper-round medians, µs (rank 0):"]
     phases = ["replay"] + ([f"replay >{split}", f"replay/host >{split}"] if split > 1 else [])
     for phase in phases:

@@ -631,8 +631,8 @@ fn two_rank_torch_recordings_show_ncclallgathers_own_event_nodes_with_mixing_onl
 /// `NCCL_GRAPH_MIXING_SUPPORT={0,1} gapscope record --step-range decode_step -- torchrun
 /// --nproc-per-node 2 examples/torch_graphs.py` on 2 x H200 with the default trace budget (64),
 /// the program's defaults (200 eager steps, 200 replays, 40 fresh graphs): each rank traced 64
-/// of each, and the comparison still names NCCL's event-wait node. One run's processes were in
-/// CUPTI's slow mode, so the replays' period grew mostly in host-bound launch gaps: `compare`
+/// of each, and the comparison still names NCCL's event-wait node. One run's processes got the
+/// host's slower speed, so the replays' period grew mostly in host-bound launch gaps: `compare`
 /// fails and says so.
 #[test]
 fn budgeted_two_rank_recordings_keep_the_mode_2_attribution_and_flag_host_bound_growth() {
@@ -681,7 +681,10 @@ fn budgeted_two_rank_recordings_keep_the_mode_2_attribution_and_flag_host_bound_
         );
         assert!(wait.2 > 500.0, "{wait:?}");
     }
-    assert!(!c.breached.is_empty(), "the slow mode made HEAD slower");
+    assert!(
+        !c.breached.is_empty(),
+        "the slower host speed made HEAD slower"
+    );
     let caution = gapscope::report::summary::comparison_summary(&c, None);
     assert!(
         caution.contains("Caution: most of the slowdown of"),

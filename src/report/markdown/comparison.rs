@@ -191,8 +191,8 @@ fn period_cells(c: &Comparison, m: &CellComparison) -> String {
 
 /// A caution when slower cells grew mostly in host launch-bound gaps: the host launched later
 /// in HEAD, either because the launch itself costs more there (a first launch setting up new
-/// node types) or because the run's host was slower (load, recording overhead such as CUPTI's
-/// slow mode). `None` when no slower cell is like that.
+/// node types) or because the run's host was slower (load, a process of the host's slower
+/// speed, whose launches under CUPTI outgrow the GPU period). `None` when no slower cell is like that.
 pub fn host_bound_caution(c: &Comparison) -> Option<String> {
     let cells: Vec<String> = c
         .cells

@@ -248,7 +248,7 @@ fn opt_stat_cell(s: Option<&Stat>) -> String {
 }
 
 /// What CUPTI's kernel tracing adds to first launches, as measured (see the README).
-const FIRST_LAUNCH_INFLATION: &str = "> First launches recorded by CUPTI are inflated by its kernel tracing, which sets up each new executable graph inside its first launch: on an H200 a 6-node graph's first launch measured +18 to +30 µs per launch under `gapscope record` and +12 to +29 µs under torch.profiler (`benches/record_overhead.py`, 7 runs of 3–4 rounds, medians of n = 117–156 against 22–32 µs untraced), where a traced replay of the same graph paid +2.3 to +4.8 µs (more in processes where CUPTI runs slow). Every first launch outside a step range is traced, whatever `--trace-budget`. Compare first launches with first launches recorded the same way, not with untraced timings.";
+const FIRST_LAUNCH_INFLATION: &str = "> First launches recorded by CUPTI are inflated by its kernel tracing, which sets up each new executable graph inside its first launch: on an H200 a 6-node graph's first launch measured +18 to +30 µs per launch under `gapscope record` and +12 to +29 µs under torch.profiler (`benches/record_overhead.py`, 7 runs of 3–4 rounds, medians of n = 117–156 against 22–32 µs untraced), where a traced replay of the same graph paid +2.3 to +4.8 µs (more in processes that run host code at the host's slower speed). Every first launch outside a step range is traced, whatever `--trace-budget`. Compare first launches with first launches recorded the same way, not with untraced timings.";
 
 /// Host time that CUPTI adds to every `cudaGraphLaunch` per graph node once it is attached to
 /// the process, traced or not, in µs: the range of the per-size medians measured on an H200
@@ -300,8 +300,8 @@ fn cupti_launch_cost_note(a: &Analysis, cells: &[usize]) -> Option<String> {
          on the host, in proportion to the graph's nodes, whether or not anything is traced: on an \
          H200 {:.2}–{:.2} µs per node, {:.2}–{:.2} µs while kernels are traced \
          (`benches/cupti_attach_cost.sh`, graphs of kernel nodes). Estimated for {}. Where a graph's launch is host-bound, \
-         part of that gap is the recorder's, not the program's; torch.profiler and Nsight Systems \
-         pay it too.",
+         part of that gap is the recorder's, not the program's; any CUPTI-based profiler \
+         (torch.profiler included) attaches CUPTI the same way.",
         CUPTI_ATTACHED_US_PER_NODE.0,
         CUPTI_ATTACHED_US_PER_NODE.1,
         CUPTI_TRACED_US_PER_NODE.0,
@@ -893,7 +893,7 @@ mod tests {
             "the fixture's change is a graph change"
         );
         // HEAD 7 µs slower, 5 of them gaps where the host launched later (as when one run's
-        // processes were in CUPTI's slow mode): 71 %.
+        // processes got the host's slower speed): 71 %.
         let m = &mut c.cells[1];
         m.change = Some(crate::analysis::stats::Change::Slower);
         m.period_delta = Some(7_000.0);
