@@ -4,8 +4,9 @@
 //! the same under torch.profiler), and the analysis needs a sample of each cell's steps, not
 //! every one of a serving loop's thousands. So each executable graph's first `limit` launches
 //! and the first `limit` step ranges are traced; after that, launches of that graph and further
-//! steps run with the device and API activity kinds disabled, and tracing resumes as soon as
-//! something under budget starts (a new graph's first launch, a graph still under its limit).
+//! steps run with the device and API activity kinds and the graph-building callbacks disabled,
+//! and tracing resumes as soon as something under budget starts (a new graph's first launch, a
+//! graph still under its limit) or a graph is captured, created or instantiated.
 //! The decisions are made here, in safe code; `callbacks` calls CUPTI when they change.
 #![forbid(unsafe_code)]
 
@@ -128,6 +129,13 @@ impl BudgetState {
         let switch = self.switch_to(want);
         self.steps_traced += u64::from(self.tracing);
         switch
+    }
+
+    /// A graph is being captured, created or instantiated: tracing resumes, so that its nodes
+    /// are seen with their creating calls (it pauses again at the next launch or step over
+    /// budget).
+    pub fn graph_building(&mut self) -> Option<bool> {
+        self.switch_to(true)
     }
 
     /// No more switching (recording is ending, or CUPTI refused a switch).
@@ -275,6 +283,27 @@ mod tests {
         );
         assert_eq!(b.graph_launch(0xc), Some(true));
         assert_eq!(b.graph_launch(0xd), None, "still on");
+    }
+
+    #[test]
+    fn building_a_graph_resumes_tracing_until_the_next_launch_over_budget() {
+        let mut b = BudgetState::new(1);
+        b.graph_launch(0xa);
+        assert_eq!(b.graph_launch(0xa), Some(false));
+        assert_eq!(
+            b.graph_building(),
+            Some(true),
+            "capture while paused: resumed"
+        );
+        assert_eq!(b.graph_building(), None, "already on");
+        assert_eq!(
+            b.graph_launch(0xa),
+            Some(false),
+            "over budget again: paused"
+        );
+        assert_eq!(b.launches(0xa), 3);
+        b.freeze();
+        assert_eq!(b.graph_building(), None, "frozen");
     }
 
     #[test]
