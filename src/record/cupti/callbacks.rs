@@ -6,7 +6,7 @@
 //! Locks: callbacks take [`ACTIVE`] only long enough to clone an `Arc`; the state lock is never
 //! held while calling CUPTI or the driver from the subscriber callback.
 
-use super::budget::BudgetState;
+use super::budget::{BudgetState, SwitchOp};
 use super::decode::{RecordStore, api_display_name};
 use super::graph::{Creation, GraphTable};
 use super::loader::{self, Cupti};
@@ -470,51 +470,47 @@ fn switch_kinds(budget: &Budget, cupti: Option<&Cupti>, on: bool) -> Result<(), 
         return Err("libcupti not loaded".into());
     };
     let began = std::time::Instant::now();
-    let mut failed = Vec::new();
-    // Copies: no lock of ours is held while CUPTI runs.
-    let kinds = lock(&budget.kinds).clone();
-    let filter_calls = lock(&budget.api_filter).clone();
-    let api_callbacks = lock(&budget.api_callbacks).clone();
+    // Planned from copies: no lock of ours is held while CUPTI runs.
+    let plan = {
+        let kinds = lock(&budget.kinds).clone();
+        let filter = lock(&budget.api_filter).clone();
+        let api_callbacks = lock(&budget.api_callbacks).clone();
+        let filter = filter.as_deref().filter(|_| cupti.api_filter().is_some());
+        super::budget::switch_plan(on, &kinds, &api_callbacks, filter)
+    };
     let subscriber = budget.subscriber.load(Ordering::SeqCst) as sys::CUpti_SubscriberHandle;
-    let switch_callbacks = |failed: &mut Vec<String>| {
-        for &(domain, cbid) in &api_callbacks {
+    let mut failed = Vec::new();
+    let mut refused_records = 0;
+    for op in plan {
+        let rc = match op {
             // SAFETY: resolved at load; `subscriber` is the recorder's live subscriber (it
             // unsubscribes only after freezing the budget and taking the switch token).
-            let rc = unsafe {
+            SwitchOp::Callback { domain, cbid } => unsafe {
                 cupti
                     .api()
                     .cuptiEnableCallback(u32::from(on), subscriber, domain, cbid)
-            };
-            if rc != sys::CUPTI_SUCCESS {
-                failed.push(format!("callback {cbid}: {}", cupti.result_name(rc)));
-            }
-        }
-    };
-    // Callbacks go on first and off last, so that they see everything the kinds record.
-    if on {
-        switch_callbacks(&mut failed);
-    }
-    for kind in kinds {
-        // SAFETY: resolved at load; `kind` is one the recorder enabled at start.
-        let rc = unsafe {
-            if on {
-                cupti.api().cuptiActivityEnable(kind)
-            } else {
-                cupti.api().cuptiActivityDisable(kind)
+            },
+            // SAFETY: resolved at load; `kind` is one the recorder enabled at start.
+            SwitchOp::Kind(kind) => unsafe {
+                if on {
+                    cupti.api().cuptiActivityEnable(kind)
+                } else {
+                    cupti.api().cuptiActivityDisable(kind)
+                }
+            },
+            SwitchOp::ApiRecord { domain, cbid, on } => {
+                if let Some(filter) = cupti.api_filter() {
+                    refused_records += apply_api_filter(filter, [(domain, cbid, on)]);
+                }
+                sys::CUPTI_SUCCESS
             }
         };
         if rc != sys::CUPTI_SUCCESS {
-            failed.push(format!("kind {kind}: {}", cupti.result_name(rc)));
+            failed.push(format!("{op:?}: {}", cupti.result_name(rc)));
         }
     }
-    if let (true, Some(filter), Some(calls)) = (on, cupti.api_filter(), filter_calls) {
-        let refused = apply_api_filter(filter, calls);
-        if refused > 0 {
-            failed.push(format!("{refused} API record switches"));
-        }
-    }
-    if !on {
-        switch_callbacks(&mut failed);
+    if refused_records > 0 {
+        failed.push(format!("{refused_records} API record switches"));
     }
     let took = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
     budget.switch_ns.fetch_max(took, Ordering::Relaxed);
