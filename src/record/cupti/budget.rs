@@ -4,13 +4,58 @@
 //! the same under torch.profiler), and the analysis needs a sample of each cell's steps, not
 //! every one of a serving loop's thousands. So each executable graph's first `limit` launches
 //! and the first `limit` step ranges are traced; after that, launches of that graph and further
-//! steps run with the device and API activity kinds disabled, and tracing resumes as soon as
-//! something under budget starts (a new graph's first launch, a graph still under its limit).
+//! steps run with the device and API activity kinds and the graph-building callbacks disabled,
+//! and tracing resumes as soon as something under budget starts (a new graph's first launch, a
+//! graph still under its limit) or a graph is captured, created or instantiated.
 //! The decisions are made here, in safe code; `callbacks` calls CUPTI when they change.
 #![forbid(unsafe_code)]
 
+use super::sys;
 use crate::trace::{SampledGraph, Sampling};
 use std::collections::HashMap;
+
+/// One CUPTI call of a pause or resume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SwitchOp {
+    /// `cuptiEnableCallback(on, …)` for one API callback.
+    Callback {
+        domain: sys::CUpti_CallbackDomain,
+        cbid: u32,
+    },
+    /// `cuptiActivityEnable`/`cuptiActivityDisable` of one kind.
+    Kind(sys::CUpti_ActivityKind),
+    /// `cuptiActivityEnable{Runtime,Driver}Api` for one call (the filter, after a resume).
+    ApiRecord {
+        domain: sys::CUpti_CallbackDomain,
+        cbid: u32,
+        on: bool,
+    },
+}
+
+/// The CUPTI calls that switch tracing `on` or off, in order: a resume turns the callbacks on
+/// first (so they see everything the kinds record), then the kinds, then the per-call API
+/// filter again (re-enabling an API kind records every call); a pause turns the kinds off,
+/// then the callbacks.
+pub(crate) fn switch_plan(
+    on: bool,
+    kinds: &[sys::CUpti_ActivityKind],
+    callbacks: &[(sys::CUpti_CallbackDomain, u32)],
+    api_filter: Option<&[(sys::CUpti_CallbackDomain, u32, bool)]>,
+) -> Vec<SwitchOp> {
+    let callbacks = callbacks
+        .iter()
+        .map(|&(domain, cbid)| SwitchOp::Callback { domain, cbid });
+    let kinds = kinds.iter().map(|&k| SwitchOp::Kind(k));
+    if on {
+        let filter = api_filter
+            .unwrap_or_default()
+            .iter()
+            .map(|&(domain, cbid, on)| SwitchOp::ApiRecord { domain, cbid, on });
+        callbacks.chain(kinds).chain(filter).collect()
+    } else {
+        kinds.chain(callbacks).collect()
+    }
+}
 
 /// How much of a program `gapscope record` traces.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +173,13 @@ impl BudgetState {
         let switch = self.switch_to(want);
         self.steps_traced += u64::from(self.tracing);
         switch
+    }
+
+    /// A graph is being captured, created or instantiated: tracing resumes, so that its nodes
+    /// are seen with their creating calls (it pauses again at the next launch or step over
+    /// budget).
+    pub fn graph_building(&mut self) -> Option<bool> {
+        self.switch_to(true)
     }
 
     /// No more switching (recording is ending, or CUPTI refused a switch).
@@ -275,6 +327,70 @@ mod tests {
         );
         assert_eq!(b.graph_launch(0xc), Some(true));
         assert_eq!(b.graph_launch(0xd), None, "still on");
+    }
+
+    #[test]
+    fn a_resume_turns_callbacks_on_first_and_the_filter_last_a_pause_the_kinds_first() {
+        let kinds = [10, 11];
+        let callbacks = [(1, 7), (2, 8)];
+        let filter = [(1, 3, true), (2, 4, false)];
+        let on = switch_plan(true, &kinds, &callbacks, Some(&filter));
+        assert_eq!(
+            on,
+            [
+                SwitchOp::Callback { domain: 1, cbid: 7 },
+                SwitchOp::Callback { domain: 2, cbid: 8 },
+                SwitchOp::Kind(10),
+                SwitchOp::Kind(11),
+                SwitchOp::ApiRecord {
+                    domain: 1,
+                    cbid: 3,
+                    on: true
+                },
+                SwitchOp::ApiRecord {
+                    domain: 2,
+                    cbid: 4,
+                    on: false
+                },
+            ]
+        );
+        let off = switch_plan(false, &kinds, &callbacks, Some(&filter));
+        assert_eq!(
+            off,
+            [
+                SwitchOp::Kind(10),
+                SwitchOp::Kind(11),
+                SwitchOp::Callback { domain: 1, cbid: 7 },
+                SwitchOp::Callback { domain: 2, cbid: 8 },
+            ],
+            "a pause leaves the filter as it is"
+        );
+        assert_eq!(
+            switch_plan(true, &kinds, &[], None).len(),
+            2,
+            "no filter: kinds only"
+        );
+    }
+
+    #[test]
+    fn building_a_graph_resumes_tracing_until_the_next_launch_over_budget() {
+        let mut b = BudgetState::new(1);
+        b.graph_launch(0xa);
+        assert_eq!(b.graph_launch(0xa), Some(false));
+        assert_eq!(
+            b.graph_building(),
+            Some(true),
+            "capture while paused: resumed"
+        );
+        assert_eq!(b.graph_building(), None, "already on");
+        assert_eq!(
+            b.graph_launch(0xa),
+            Some(false),
+            "over budget again: paused"
+        );
+        assert_eq!(b.launches(0xa), 3);
+        b.freeze();
+        assert_eq!(b.graph_building(), None, "frozen");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! Locks: callbacks take [`ACTIVE`] only long enough to clone an `Arc`; the state lock is never
 //! held while calling CUPTI or the driver from the subscriber callback.
 
-use super::budget::BudgetState;
+use super::budget::{BudgetState, SwitchOp};
 use super::decode::{RecordStore, api_display_name};
 use super::graph::{Creation, GraphTable};
 use super::loader::{self, Cupti};
@@ -16,7 +16,7 @@ use std::cell::{Cell as StdCell, RefCell};
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::{CStr, c_char, c_void};
 use std::panic::catch_unwind;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Locks a mutex, ignoring poisoning (a panic caught at the FFI edge must not stop recording).
@@ -102,14 +102,19 @@ pub(crate) struct Budget {
     pub applied: Mutex<Option<bool>>,
     /// Set when a decision changed what tracing should be and it may not be applied yet.
     pub dirty: AtomicBool,
-    /// The activity kinds paused and resumed together (set once they are enabled).
+    /// The activity kinds paused and resumed together, API kinds included (set once they are
+    /// enabled). Any API kind left on, even with every call filtered out, costs each graph
+    /// launch about 5 µs of host time on an H200 (README, "Recording").
     pub kinds: Mutex<Vec<sys::CUpti_ActivityKind>>,
-    /// With a per-call API record filter in use: the API calls whose records pause and resume
-    /// with the kinds, the recorded calls a step makes (launches, async copies and memsets,
-    /// event records and waits). Switching these per call, rather than the API kinds, keeps
-    /// the filter (re-enabling a kind records every call again) and keeps each switch short.
-    /// `None`: no filter, the API kinds are among `kinds`.
-    pub api_calls: Mutex<Option<Vec<(sys::CUpti_CallbackDomain, u32)>>>,
+    /// With a per-call API record filter in use: every call's switch, applied again after the
+    /// API kinds are resumed (re-enabling a kind records every call again).
+    pub api_filter: Mutex<Option<Vec<(sys::CUpti_CallbackDomain, u32, bool)>>>,
+    /// The graph-building API callbacks, off while paused (they cost every event record and
+    /// copy as much as the API kinds). A capture, graph creation or instantiation resumes
+    /// tracing first (see [`is_graph_building_start`]), so no graph is built unseen.
+    pub api_callbacks: Mutex<Vec<(sys::CUpti_CallbackDomain, u32)>>,
+    /// The subscriber those callbacks belong to (a `CUpti_SubscriberHandle`).
+    pub subscriber: AtomicUsize,
     /// Longest time one pause or resume took, in ns (for the trace notes).
     pub switch_ns: AtomicU64,
     /// The step range's name, compared with NVTX push messages.
@@ -124,7 +129,9 @@ impl Budget {
             applied: Mutex::new(Some(true)),
             dirty: AtomicBool::new(false),
             kinds: Mutex::new(Vec::new()),
-            api_calls: Mutex::new(None),
+            api_filter: Mutex::new(None),
+            api_callbacks: Mutex::new(Vec::new()),
+            subscriber: AtomicUsize::new(0),
             switch_ns: AtomicU64::new(0),
             step_range: config.step_range.clone(),
         }
@@ -335,7 +342,41 @@ unsafe fn on_api(
         && let Some(shared) = active()
     {
         budget_decides(&shared, |b| b.graph_launch(exec));
+    } else if BUDGET_ON.load(Ordering::Relaxed)
+        && d.callbackSite == sys::CUPTI_API_ENTER
+        && is_graph_building_start(domain, cbid)
+        && let Some(shared) = active()
+    {
+        budget_decides(&shared, |b| b.graph_building());
     }
+}
+
+/// Driver calls that start building or instantiating a graph (the runtime's calls go through
+/// them). Their callbacks stay on while tracing is paused, and each resumes it, so that the
+/// graph-building callbacks and API records see every graph that is made.
+pub(super) const GRAPH_BUILDING_START_CBIDS: [(sys::CUpti_CallbackDomain, u32); 12] = {
+    use sys::CUPTI_CB_DOMAIN_DRIVER_API as D;
+    [
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_ptsz),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph),
+        (
+            D,
+            sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz,
+        ),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphCreate),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphClone),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams),
+    ]
+};
+
+fn is_graph_building_start(domain: sys::CUpti_CallbackDomain, cbid: u32) -> bool {
+    GRAPH_BUILDING_START_CBIDS.contains(&(domain, cbid))
 }
 
 /// `cudaGraphLaunch`/`cuGraphLaunch` and their per-thread-stream forms: the calls the trace
@@ -422,34 +463,54 @@ pub(super) fn apply_budget(shared: &Shared, budget: &Budget, cupti: Option<&Cupt
     }
 }
 
-/// Enables or disables the budget's kinds and per-call API records.
+/// Enables or disables the budget's kinds and graph-building callbacks; on resume, applies the
+/// per-call API record filter again.
 fn switch_kinds(budget: &Budget, cupti: Option<&Cupti>, on: bool) -> Result<(), String> {
     let Some(cupti) = cupti else {
         return Err("libcupti not loaded".into());
     };
     let began = std::time::Instant::now();
+    // Planned from copies: no lock of ours is held while CUPTI runs.
+    let plan = {
+        let kinds = lock(&budget.kinds).clone();
+        let filter = lock(&budget.api_filter).clone();
+        let api_callbacks = lock(&budget.api_callbacks).clone();
+        let filter = filter.as_deref().filter(|_| cupti.api_filter().is_some());
+        super::budget::switch_plan(on, &kinds, &api_callbacks, filter)
+    };
+    let subscriber = budget.subscriber.load(Ordering::SeqCst) as sys::CUpti_SubscriberHandle;
     let mut failed = Vec::new();
-    // Copies: no lock of ours is held while CUPTI runs.
-    let kinds = lock(&budget.kinds).clone();
-    let calls = lock(&budget.api_calls).clone().unwrap_or_default();
-    for kind in kinds {
-        // SAFETY: resolved at load; `kind` is one the recorder enabled at start.
-        let rc = unsafe {
-            if on {
-                cupti.api().cuptiActivityEnable(kind)
-            } else {
-                cupti.api().cuptiActivityDisable(kind)
+    let mut refused_records = 0;
+    for op in plan {
+        let rc = match op {
+            // SAFETY: resolved at load; `subscriber` is the recorder's live subscriber (it
+            // unsubscribes only after freezing the budget and taking the switch token).
+            SwitchOp::Callback { domain, cbid } => unsafe {
+                cupti
+                    .api()
+                    .cuptiEnableCallback(u32::from(on), subscriber, domain, cbid)
+            },
+            // SAFETY: resolved at load; `kind` is one the recorder enabled at start.
+            SwitchOp::Kind(kind) => unsafe {
+                if on {
+                    cupti.api().cuptiActivityEnable(kind)
+                } else {
+                    cupti.api().cuptiActivityDisable(kind)
+                }
+            },
+            SwitchOp::ApiRecord { domain, cbid, on } => {
+                if let Some(filter) = cupti.api_filter() {
+                    refused_records += apply_api_filter(filter, [(domain, cbid, on)]);
+                }
+                sys::CUPTI_SUCCESS
             }
         };
         if rc != sys::CUPTI_SUCCESS {
-            failed.push(format!("kind {kind}: {}", cupti.result_name(rc)));
+            failed.push(format!("{op:?}: {}", cupti.result_name(rc)));
         }
     }
-    if let (Some(filter), false) = (cupti.api_filter(), calls.is_empty()) {
-        let refused = apply_api_filter(filter, calls.into_iter().map(|(d, cbid)| (d, cbid, on)));
-        if refused > 0 {
-            failed.push(format!("{refused} API record switches"));
-        }
+    if refused_records > 0 {
+        failed.push(format!("{refused_records} API record switches"));
     }
     let took = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
     budget.switch_ns.fetch_max(took, Ordering::Relaxed);

@@ -52,18 +52,6 @@ pub fn api_record_wanted(name: &str) -> bool {
     WANTED.iter().any(|w| name.contains(w))
 }
 
-/// Recorded API calls a step makes over and over: kernel, graph and host-function launches,
-/// async copies and memsets, event records and stream waits. The trace budget pauses their
-/// records with the device kinds (the API records of synchronisations, capture and instantiation
-/// stay; SYNCHRONIZATION activity pauses with the device kinds).
-pub fn per_step_call(name: &str) -> bool {
-    let async_op = (name.contains("Memcpy") || name.contains("Memset")) && name.contains("Async");
-    async_op
-        || ["Launch", "EventRecord", "WaitEvent"]
-            .iter()
-            .any(|w| name.contains(w))
-}
-
 /// API callbacks the recorder enables (also `gapscope run --cupti-api-callbacks` and
 /// `GAPSCOPE_CUPTI_CALLBACKS` under `record`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -344,29 +332,6 @@ impl Diagnostics {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn per_step_calls_are_the_repeated_launches_copies_and_event_calls() {
-        for name in [
-            "cudaGraphLaunch_v10000",
-            "cuLaunchKernelEx",
-            "cudaMemcpyAsync_v3020",
-            "cuMemsetD32Async",
-            "cudaEventRecordWithFlags_v11010",
-            "cuStreamWaitEvent",
-        ] {
-            assert!(per_step_call(name), "{name}");
-        }
-        for name in [
-            "cudaStreamSynchronize_v3020",
-            "cudaMemcpy_v3020",
-            "cudaGraphInstantiateWithFlags_v11040",
-            "cudaStreamBeginCapture_v10000",
-        ] {
-            assert!(!per_step_call(name), "{name}");
-            assert!(api_record_wanted(name), "still recorded: {name}");
-        }
-    }
 
     #[test]
     fn diagnostics_read_every_switch_and_default_to_none() {

@@ -5,7 +5,7 @@ use super::buffers;
 use super::callbacks::{self, ACTIVE, Budget, GRAPH_LAUNCH_CBIDS, PANICS, Shared, State, lock};
 use super::config::{
     API_DOMAINS, ApiCallbacks, Diagnostics, GRAPH_BUILDING_CBIDS, KINDS, LAUNCH_CBIDS,
-    RESOURCE_CBIDS, RecorderConfig, per_step_call,
+    RESOURCE_CBIDS, RecorderConfig,
 };
 use super::error::CuptiError;
 use super::loader::{self, Cupti};
@@ -292,22 +292,18 @@ impl Recorder {
     /// markers stay on) and enables the callbacks it decides in: graph launches, and NVTX
     /// pushes and pops when there is a step range.
     fn start_budget(&mut self, config: &TraceBudget) {
+        let sub = self.subscriber_handle();
         if let Some(budget) = &self.shared.budget {
-            // With per-call API records the budget switches the calls (see `api_calls`), else
-            // the API kinds, which then record every call anyway.
-            let per_call = lock(&budget.api_calls).is_some();
-            let api_kinds = [
-                sys::CUPTI_ACTIVITY_KIND_RUNTIME,
-                sys::CUPTI_ACTIVITY_KIND_DRIVER,
-            ];
-            *lock(&budget.kinds) = self
-                .kinds_enabled
+            *lock(&budget.kinds) = self.kinds_enabled.clone();
+            // The graph-building callbacks pause too, but not the ones the budget decides in.
+            *lock(&budget.api_callbacks) = self
+                .api_enabled
                 .iter()
                 .copied()
-                .filter(|k| !(per_call && api_kinds.contains(k)))
+                .filter(|c| !callbacks::GRAPH_BUILDING_START_CBIDS.contains(c))
                 .collect();
+            budget.subscriber.store(sub as usize, Ordering::SeqCst);
         }
-        let sub = self.subscriber_handle();
         let nvtx = [
             callbacks::NVTX_RANGE_PUSH_A,
             callbacks::NVTX_RANGE_PUSH_W,
@@ -320,7 +316,11 @@ impl Recorder {
         } else {
             &[]
         };
-        for &(domain, cbid) in GRAPH_LAUNCH_CBIDS.iter().chain(nvtx) {
+        let budget_cbids = GRAPH_LAUNCH_CBIDS
+            .iter()
+            .chain(&callbacks::GRAPH_BUILDING_START_CBIDS)
+            .chain(nvtx);
+        for &(domain, cbid) in budget_cbids {
             // Already on, by call or (ApiCallbacks::All) by domain.
             if self.api_enabled.contains(&(domain, cbid)) || self.domains_enabled.contains(&domain)
             {
@@ -387,23 +387,17 @@ impl Recorder {
             for cbid in 1..size {
                 if let Some(name) = self.cupti.callback_name(domain, cbid) {
                     let wanted = diagnostics.api_record_wanted(&name);
-                    switches.push((domain, cbid, wanted, wanted && per_step_call(&name)));
+                    switches.push((domain, cbid, wanted));
                 }
             }
         }
-        let failed = callbacks::apply_api_filter(
-            filter,
-            switches
-                .iter()
-                .map(|&(domain, cbid, on, _)| (domain, cbid, on)),
-        );
+        let failed = callbacks::apply_api_filter(filter, switches.iter().copied());
         if let Some(budget) = &self.shared.budget {
-            // The budget pauses these calls' records instead of the API kinds.
-            *lock(&budget.api_calls) = Some(
+            // Re-enabling the API kinds after a pause records every call again.
+            *lock(&budget.api_filter) = Some(
                 switches
                     .iter()
-                    .filter(|s| s.3)
-                    .map(|&(domain, cbid, ..)| (domain, cbid))
+                    .map(|&(domain, cbid, on)| (domain, cbid, on))
                     .collect(),
             );
         }
