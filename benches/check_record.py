@@ -1,7 +1,7 @@
 """Checks a trace that `gapscope record` wrote of examples/torch_graphs.py against what the run
 should hold: the device named, no dropped records, the trace budget's own record
 (`metadata.sampling`) matching the program's step counts, the external event nodes tagged with
-their creating call (and library call), and the budget's switch note.
+their creating call (and library call), host synchronisations, and the budget's switch note.
 
   python3 benches/check_record.py TRACE --budget 64 --eager 100 --replays 100 --graphs 2 \\
       --external-wait cudaStreamWaitEvent [--inside ncclAllGather]
@@ -84,6 +84,14 @@ def checks(trace, args):
         where = f" inside {args.inside}" if args.inside else ""
         out.append((f"external event-wait nodes created by {args.external_wait}{where}",
                     bool(waits), f"{len(waits)} of {len(external)} external nodes; {kinds}"))
+
+    # Host synchronisations: SYNCHRONIZATION records, or (record's default) the API records of
+    # the *Synchronize calls, which the analysis reads instead.
+    sync_calls = [a for a in trace.get("api_calls", [])
+                  if isinstance(a, list) and len(a) > 4 and "Synchronize" in (name(a[4]) or "")]
+    syncs = trace.get("syncs", [])
+    out.append(("host synchronisations recorded", bool(syncs or sync_calls),
+                f"{len(syncs)} SYNCHRONIZATION records, {len(sync_calls)} *Synchronize API records"))
 
     if args.budget > 0 and args.replays > args.budget:
         notes = meta.get("notes", [])

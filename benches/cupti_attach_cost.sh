@@ -6,7 +6,8 @@
 #
 #   bash benches/cupti_attach_cost.sh [OUT_DIR]
 # Environment: PROCS (default 6), NODES (default "6 24 96"), LAUNCHES (default 400),
-# MODES (default "subscribe activity kernels"), CUDA_HOME (default /usr/local/cuda),
+# MODES (default "subscribe activity kernels"; PIECE+PIECE… modes pause what `gapscope record`
+# enables piece by piece, see the .cu), CUDA_HOME (default /usr/local/cuda),
 # GPU (CUDA_VISIBLE_DEVICES for the runs, default 0).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -341,3 +341,89 @@ fn launches_of_graphs_the_step_ranges_also_launch_are_warm_up() {
     assert_eq!(a.cells.len(), 1);
     assert_eq!(a.cells[0].steps.len(), 19);
 }
+
+/// A gap of the eager emu cell (step 5) that the host was late to launch the next kernel
+/// into: (trace, gap start, that kernel's launch call).
+fn eager_gap_launched_late() -> (Trace, u64, trace::ApiCall) {
+    let t = synthetic::trace(&[SyntheticCell::emu(false, 1, 20)], 3);
+    let a = analyze(&t);
+    let gap = cell(&a, "eager mode=1 T=1 emu").steps[5]
+        .gaps
+        .iter()
+        .find(|g| g.cause.kind() == CauseKind::HostLaunchBound)
+        .expect("a host launch-bound gap");
+    let kernel = t
+        .kernels
+        .iter()
+        .find(|k| k.start == gap.end)
+        .expect("kernel");
+    let launch = *t
+        .api_calls
+        .iter()
+        .find(|c| c.corr == kernel.corr)
+        .expect("its launch");
+    assert!(launch.start > gap.start);
+    (t, gap.start, launch)
+}
+
+fn cause_of_gap_at(t: &Trace, start: u64) -> CauseKind {
+    let a = analyze(t);
+    let step = &cell(&a, "eager mode=1 T=1 emu").steps[5];
+    let gap = step.gaps.iter().find(|g| g.start == start).expect("gap");
+    gap.cause.kind()
+}
+
+#[test]
+fn a_blocking_sync_is_read_from_sync_records_or_from_the_synchronize_call() {
+    let (plain, start, launch) = eager_gap_launched_late();
+    assert_eq!(cause_of_gap_at(&plain, start), CauseKind::HostLaunchBound);
+    // Blocked from before the device went idle until just before the launch.
+    let (blocked_from, blocked_to) = (start - 500, launch.start - 10);
+
+    let mut with_record = plain.clone();
+    with_record.strings.push("stream_synchronize".to_owned());
+    with_record.syncs.push(trace::Sync {
+        start: blocked_from,
+        end: blocked_to,
+        kind: (with_record.strings.len() - 1) as u32,
+        ..Default::default()
+    });
+    assert_eq!(
+        cause_of_gap_at(&with_record, start),
+        CauseKind::Synchronization
+    );
+
+    // No SYNCHRONIZATION record (record's default): the API record of the call itself.
+    for name in ["cudaStreamSynchronize_v3020", "cuCtxSynchronize"] {
+        let mut with_call = plain.clone();
+        with_call.strings.push(name.to_owned());
+        let thread = launch.thread;
+        with_call.api_calls.push(trace::ApiCall {
+            start: blocked_from,
+            end: blocked_to,
+            corr: u32::MAX,
+            thread,
+            name: (with_call.strings.len() - 1) as u32,
+            ..Default::default()
+        });
+        assert_eq!(
+            cause_of_gap_at(&with_call, start),
+            CauseKind::Synchronization,
+            "{name}"
+        );
+    }
+    // A non-blocking call over the same span changes nothing.
+    let mut with_query = plain.clone();
+    with_query.strings.push("cudaStreamQuery_v3020".to_owned());
+    with_query.api_calls.push(trace::ApiCall {
+        start: blocked_from,
+        end: blocked_to,
+        corr: u32::MAX,
+        name: (with_query.strings.len() - 1) as u32,
+        ..Default::default()
+    });
+    assert_eq!(
+        cause_of_gap_at(&with_query, start),
+        CauseKind::HostLaunchBound
+    );
+}

@@ -39,13 +39,7 @@ pub struct TraceContext<'a> {
 
 impl<'a> TraceContext<'a> {
     pub fn new(trace: &'a Trace, launches: LaunchIndex) -> TraceContext<'a> {
-        let wait_names: HashSet<u32> = trace
-            .strings
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| is_stream_wait_api(s))
-            .map(|(i, _)| i as u32)
-            .collect();
+        let wait_names = string_ids(trace, is_stream_wait_api);
         let mut stream_waits: Vec<(u32, u64)> = trace
             .api_calls
             .iter()
@@ -53,11 +47,22 @@ impl<'a> TraceContext<'a> {
             .map(|a| (a.thread, a.start))
             .collect();
         stream_waits.sort_unstable();
+        // SYNCHRONIZATION records where the recorder kept them; the API records of the
+        // blocking `*Synchronize` calls otherwise (`record` leaves that kind off by default: once
+        // enabled, CUPTI slows every later API call, even paused).
+        let sync_api_names = string_ids(trace, is_blocking_sync_api);
         let mut host_syncs: Vec<(u64, u64)> = trace
             .syncs
             .iter()
             .filter(|s| is_blocking_sync(trace.str(s.kind)))
             .map(|s| (s.start, s.end))
+            .chain(
+                trace
+                    .api_calls
+                    .iter()
+                    .filter(|a| sync_api_names.contains(&a.name))
+                    .map(|a| (a.start, a.end)),
+            )
             .collect();
         host_syncs.sort_unstable();
         TraceContext {
@@ -88,6 +93,21 @@ impl<'a> TraceContext<'a> {
 /// Host calls that block the launching thread (a stream wait only makes the device wait).
 fn is_blocking_sync(kind: &str) -> bool {
     !kind.contains("wait")
+}
+
+/// The ids of the trace's strings that `wanted` picks.
+fn string_ids(trace: &Trace, wanted: fn(&str) -> bool) -> HashSet<u32> {
+    (0u32..)
+        .zip(&trace.strings)
+        .filter(|(_, s)| wanted(s))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// `cudaStreamSynchronize`, `cuCtxSynchronize`, `cudaEventSynchronize`, … (every
+/// `*Synchronize` call blocks the calling thread until the device catches up).
+fn is_blocking_sync_api(name: &str) -> bool {
+    name.starts_with("cu") && name.contains("Synchronize")
 }
 
 fn is_stream_wait_api(name: &str) -> bool {

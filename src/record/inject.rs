@@ -54,6 +54,9 @@ pub const TRACE_BUDGET_VAR: &str = "GAPSCOPE_TRACE_BUDGET";
 pub const DEFAULT_TRACE_BUDGET: u32 = 64;
 /// `all`: an activity record for every CUDA API call, not only those the analysis reads.
 pub const API_RECORDS_VAR: &str = "GAPSCOPE_CUPTI_API";
+/// `1`: SYNCHRONIZATION activity records too (off by default, see
+/// [`RecorderConfig::sync_records`]).
+pub const SYNC_RECORDS_VAR: &str = "GAPSCOPE_CUPTI_SYNC";
 /// Which API calls get a CUPTI callback: `off`, `graph-building` (default),
 /// `graph-building-with-launches` or `all` (see [`crate::record::cupti::ApiCallbacks`]).
 pub const API_CALLBACKS_VAR: &str = "GAPSCOPE_CUPTI_CALLBACKS";
@@ -230,6 +233,7 @@ fn initialize() -> Result<(), String> {
     let config = Config::from_env();
     let mut recorder_config = RecorderConfig {
         all_api_calls: env(API_RECORDS_VAR).is_some_and(|v| v == "all"),
+        sync_records: env(SYNC_RECORDS_VAR).is_some_and(|v| v == "1"),
         ..RecorderConfig::default()
     };
     if let Some(v) = env(API_CALLBACKS_VAR) {

@@ -21,6 +21,11 @@ pub struct RecorderConfig {
     /// included) with its device timestamp. Off by default: the analysis does not need it and
     /// it costs host time on every cuEventRecord.
     pub event_records: bool,
+    /// KIND_SYNCHRONIZATION: one record per synchronisation call. Off by default: the analysis
+    /// reads host synchronisations from the API records of the `*Synchronize` calls, and once
+    /// this kind has been enabled CUPTI slows every later API call, even after it is disabled
+    /// (about 1.3 µs of host time per torch graph replay on an H200, `benches/record_overhead.py`).
+    pub sync_records: bool,
     /// Which API calls get a callback (to tag graph nodes with the API and library call that
     /// created them). Every callback costs host time on that call.
     pub api_callbacks: ApiCallbacks,
@@ -176,6 +181,7 @@ impl Default for RecorderConfig {
             latency_timestamps: false,
             max_buffers: 0,
             event_records: false,
+            sync_records: false,
             api_callbacks: ApiCallbacks::default(),
             all_api_calls: false,
             trace_budget: TraceBudget::UNLIMITED,

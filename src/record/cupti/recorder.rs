@@ -216,6 +216,12 @@ impl Recorder {
             if kind == sys::CUPTI_ACTIVITY_KIND_CUDA_EVENT && !config.event_records {
                 continue;
             }
+            if kind == sys::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION && !config.sync_records {
+                lock(&rec.shared.state).problem(
+                    "SYNCHRONIZATION activity off: host synchronisations are read from the API records of the *Synchronize calls (GAPSCOPE_CUPTI_SYNC=1 records them)",
+                );
+                continue;
+            }
             if diagnostics
                 .skip_kinds
                 .iter()
