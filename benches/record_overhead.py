@@ -31,6 +31,9 @@ STEP_RANGE = "decode_step"
 RECORD_TARGETS = {"replay": 1.05, "replay_ext": 1.05, "eager": 1.15}
 # record's overhead (ratio - 1) must stay within this share of the profiler's, per phase.
 PROFILER_SHARE = 1 / 5
+# A round counts as fast-speed when its process's host_speed_us is within this factor of the
+# run's fastest (the H200 host's two speeds are about x1.5-1.9 apart).
+SPEED_SLACK = 1.25
 BUILTIN_MODES = ("plain", "record", "profiler", "attached")
 STDERR_TAIL = 2000
 # The floor every CUPTI tool pays: `record` with every activity kind and callback off, so CUPTI
@@ -216,6 +219,38 @@ def host_speed_line(speeds, modes):
         return ""
     return ("  host speed, µs per fixed Python loop (rank 0; lower is faster): "
             + "; ".join(cells))
+
+
+def fast_rounds(speeds, slack=SPEED_SLACK):
+    """{mode: {round, ...}} of the rounds whose process ran at the host's faster speed: rank 0's
+    host_speed_us at most `slack` x the fastest of the whole run (None: no rounds kept)."""
+    known = [v for by_round in speeds.values() for v in by_round.values() if v is not None]
+    if not known:
+        return None
+    limit = slack * min(known)
+    return {mode: {k for k, v in by_round.items() if v is not None and v <= limit}
+            for mode, by_round in speeds.items()}
+
+
+def speed_matched(periods, speeds, modes, rounds, phases):
+    """Info lines and stats: each target phase's ratios over the fast-speed rounds only, so that a
+    mode is not judged by which host speed its processes drew (the plain program's replay host
+    time differs about x1.7 between the two speeds on the H200 host)."""
+    fast = fast_rounds(speeds)
+    if fast is None:
+        return [], {}
+    kept = {mode: {k: r for k, r in periods.get(mode, {}).items() if k in fast.get(mode, ())}
+            for mode in modes}
+    stats = analyse(kept, modes, rounds)
+    counts = ", ".join(f"{m} {len(fast.get(m, ()))}" for m in modes)
+    lines = [f"  info  speed-matched (rounds with host speed <= {SPEED_SLACK} x the fastest; "
+             f"{counts} of {rounds}):"]
+    for phase in phases:
+        row = stats.get(phase, {})
+        ratios = [f"{m} {row[m]['ratio']:.3f}" for m in modes if "ratio" in row.get(m, {})]
+        if ratios:
+            lines.append(f"  info    {phase}: " + ", ".join(ratios))
+    return lines, stats
 
 
 def percentile(sorted_values, q):
@@ -424,12 +459,17 @@ def main(argv):
             print(f"  info  record/{phase}: ratio {row['record']['ratio']:.3f} (no target)")
     for line in above_attached(stats):
         print(line)
+    split_phases_shown = [f"replay >{args.split}"] if args.split > 1 else []
+    matched_lines, matched = speed_matched(periods, host_speed, modes, args.rounds,
+                                           [*RECORD_TARGETS, *split_phases_shown])
+    for line in matched_lines:
+        print(line)
 
     summary = {"args": {"gapscope": str(args.gapscope), "python": args.python,
                         "nproc": args.nproc, "rounds": args.rounds, "program": args.program,
                         "variants": dict(args.variant), "timeout_s": args.timeout},
                "runs": records, "failed_modes": failed_modes, "stats": stats,
-               "host_speed_us": host_speed,
+               "host_speed_us": host_speed, "speed_matched_stats": matched,
                "targets": [{"name": n, "verdict": v, "detail": d} for n, v, d in targets]}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(f"\nsummary: {args.out / 'summary.json'}")

@@ -98,6 +98,33 @@ class HostSpeed(unittest.TestCase):
         self.assertEqual(bench.host_speed_line({}, ["plain"]), "")
 
 
+class SpeedMatched(unittest.TestCase):
+    @staticmethod
+    def run_of(period):
+        return {0: {"replay": [period] * 10}}
+
+    def test_ratios_over_the_fast_speed_rounds_only(self):
+        # Round 2 of record drew the slow speed (and ran host-bound); round 1 of plain too.
+        periods = {"plain": {1: self.run_of(21.0), 2: self.run_of(20.0)},
+                   "record": {1: self.run_of(20.2), 2: self.run_of(28.0)}}
+        speeds = {"plain": {1: 1500.0, 2: 800.0}, "record": {1: 850.0, 2: 1600.0}}
+        self.assertEqual(bench.fast_rounds(speeds), {"plain": {2}, "record": {1}})
+        lines, stats = bench.speed_matched(periods, speeds, ["plain", "record"], 2, ["replay"])
+        self.assertAlmostEqual(stats["replay"]["record"]["ratio"], 20.2 / 20.0)
+        self.assertIn("plain 1, record 1 of 2", lines[0])
+        self.assertEqual(lines[1], "  info    replay: record 1.010")
+        # Over the whole run the slow round decides: 24.1 / 20.5.
+        whole = bench.analyse(periods, ["plain", "record"], 2)
+        self.assertAlmostEqual(whole["replay"]["record"]["ratio"], 24.1 / 20.5)
+
+    def test_nothing_without_host_speeds(self):
+        periods = {"plain": {1: self.run_of(20.0)}, "record": {1: self.run_of(21.0)}}
+        speeds = {"plain": {1: None}, "record": {1: None}}
+        self.assertIsNone(bench.fast_rounds(speeds))
+        self.assertEqual(bench.speed_matched(periods, speeds, ["plain", "record"], 1,
+                                             ["replay"]), ([], {}))
+
+
 FAKE_GAPSCOPE = """#!/bin/sh
 # Stands in for `gapscope record ... -- PROGRAM...`: runs PROGRAM.
 while [ "$1" != "--" ]; do shift; done
@@ -144,6 +171,8 @@ class EndToEnd(unittest.TestCase):
             self.assertIn("over attached: record 1.089", text)
             self.assertIn("host speed, µs per fixed Python loop (rank 0; lower is faster): "
                           "plain 800, 800; record 800, 800; attached 800, 800", text)
+            self.assertIn("  info    replay: record 1.100, attached 1.010", text)
+            self.assertAlmostEqual(summary["speed_matched_stats"]["replay"]["record"]["ratio"], 1.1)
 
 
 class Targets(unittest.TestCase):

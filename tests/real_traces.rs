@@ -593,15 +593,7 @@ fn two_rank_torch_recordings_show_ncclallgathers_own_event_nodes_with_mixing_onl
             assert_eq!(nccl_waits > 0, mixing == 1, "rank {rank} mixing {mixing}");
         }
     }
-    let load_set = |mixing: u32| two_ranks("torch-graphs-2rank-h200", mixing);
-    let (base, bn) = load_set(0);
-    let (head, hn) = load_set(1);
-    let opts = AnalysisOptions::default();
-    let c = analysis::align::compare(
-        analysis::analyze(&base, &bn, &opts),
-        analysis::analyze(&head, &hn, &opts),
-        1.02,
-    );
+    let c = mixing_comparison_naming_nccls_event_wait("torch-graphs-2rank-h200");
     let replays: Vec<_> = c
         .cells
         .iter()
@@ -618,14 +610,72 @@ fn two_rank_torch_recordings_show_ncclallgathers_own_event_nodes_with_mixing_onl
             .iter()
             .find(|g| g.0 == CauseKind::ExternalEventWait)
             .expect("the external wait's gap");
+        assert!(wait.1.contains("NCCL graph usage mode 2"), "{}", wait.1);
+    }
+}
+
+/// `compare` of a folder's mixing-0 (base) and mixing-1 (head) two-rank recordings, after
+/// checking that every graph G1 cell's growth includes NCCL's event-wait node (> 0.5 µs a step).
+fn mixing_comparison_naming_nccls_event_wait(folder: &str) -> analysis::Comparison {
+    let (base, bn) = two_ranks(folder, 0);
+    let (head, hn) = two_ranks(folder, 1);
+    let opts = AnalysisOptions::default();
+    let c = analysis::align::compare(
+        analysis::analyze(&base, &bn, &opts),
+        analysis::analyze(&head, &hn, &opts),
+        1.02,
+    );
+    let graphed: Vec<_> = c
+        .cells
+        .iter()
+        .filter(|m| m.head_label.starts_with("graph G1"))
+        .collect();
+    assert!(!graphed.is_empty());
+    for m in graphed {
+        let wait = m
+            .gap_growth_by_cause
+            .iter()
+            .find(|g| g.0 == CauseKind::ExternalEventWait)
+            .expect("the external wait's gap");
         assert!(
             wait.1.contains("cudaStreamWaitEvent inside ncclAllGather"),
             "{}",
             wait.1
         );
-        assert!(wait.1.contains("NCCL graph usage mode 2"), "{}", wait.1);
         assert!(wait.2 > 500.0, "{wait:?}");
     }
+    c
+}
+
+/// The same program recorded by the build that pauses the API kinds and graph-building
+/// callbacks after the budget and leaves SYNCHRONIZATION off (`benches/gpu_check.sh`: 100
+/// eager steps, 100 replays, 10 fresh graphs; 2 x H200, torch 2.11, NCCL 2.28.9): every graph
+/// is still seen with its creating calls, host synchronisations come from the API records, and
+/// the comparison names NCCL's event-wait node.
+#[test]
+fn deep_pause_recordings_keep_nccls_nodes_and_read_syncs_from_api_records() {
+    for mixing in [0, 1] {
+        for t in two_ranks("torch-graphs-2rank-deep-pause-h200", mixing).0 {
+            assert!(t.syncs.is_empty(), "SYNCHRONIZATION is off by default");
+            let sync_calls = t
+                .api_calls
+                .iter()
+                .filter(|c| t.str(c.name).contains("Synchronize"))
+                .count();
+            assert!(sync_calls > 0);
+            let notes = t.metadata.notes.join("\n");
+            assert!(notes.contains("SYNCHRONIZATION activity off"), "{notes}");
+            let sampling = t.metadata.sampling.as_ref().expect("sampling");
+            assert_eq!((sampling.steps, sampling.steps_traced), (100, 64));
+            let a = analyze_one(&t);
+            let steps: Vec<usize> = a.cells.iter().map(|c| c.steps.len()).collect();
+            assert_eq!(steps, [64, 64, 10], "eager, replays, first launches");
+            let external = t.graph.nodes.iter().filter(|n| n.external).count();
+            // Template and executable clone of each of the 11 graphs: a wait and a record.
+            assert_eq!(external, if mixing == 1 { 44 } else { 0 });
+        }
+    }
+    mixing_comparison_naming_nccls_event_wait("torch-graphs-2rank-deep-pause-h200");
 }
 
 /// `NCCL_GRAPH_MIXING_SUPPORT={0,1} gapscope record --step-range decode_step -- torchrun
@@ -636,9 +686,8 @@ fn two_rank_torch_recordings_show_ncclallgathers_own_event_nodes_with_mixing_onl
 /// fails and says so.
 #[test]
 fn budgeted_two_rank_recordings_keep_the_mode_2_attribution_and_flag_host_bound_growth() {
-    let load_set = |mixing: u32| two_ranks("torch-graphs-2rank-budget-h200", mixing);
     for mixing in [0, 1] {
-        for t in load_set(mixing).0 {
+        for t in two_ranks("torch-graphs-2rank-budget-h200", mixing).0 {
             let notes = t.metadata.notes.join("\n");
             assert!(
                 notes.contains("graph exec 2: 64 of 200 launches"),
@@ -656,31 +705,7 @@ fn budgeted_two_rank_recordings_keep_the_mode_2_attribution_and_flag_host_bound_
             assert_eq!(steps, [64, 64, 40], "eager, replays, first launches");
         }
     }
-    let (base, bn) = load_set(0);
-    let (head, hn) = load_set(1);
-    let opts = AnalysisOptions::default();
-    let c = analysis::align::compare(
-        analysis::analyze(&base, &bn, &opts),
-        analysis::analyze(&head, &hn, &opts),
-        1.02,
-    );
-    for m in c
-        .cells
-        .iter()
-        .filter(|m| m.head_label.starts_with("graph G1"))
-    {
-        let wait = m
-            .gap_growth_by_cause
-            .iter()
-            .find(|g| g.0 == CauseKind::ExternalEventWait)
-            .expect("the external wait's gap");
-        assert!(
-            wait.1.contains("cudaStreamWaitEvent inside ncclAllGather"),
-            "{}",
-            wait.1
-        );
-        assert!(wait.2 > 500.0, "{wait:?}");
-    }
+    let c = mixing_comparison_naming_nccls_event_wait("torch-graphs-2rank-budget-h200");
     assert!(
         !c.breached.is_empty(),
         "the slower host speed made HEAD slower"
