@@ -181,8 +181,9 @@ pub struct RecordArgs {
     #[arg(long, value_name = "NAME")]
     pub step_range: Option<String>,
     /// Launches traced per executable graph, and `--step-range` steps traced: after them,
-    /// kernel and API tracing pause until a graph or step under its count (a new graph's first
-    /// launch) starts. The rest run without CUPTI's kernel tracing (CUPTI stays attached, which
+    /// kernel and API tracing and the graph-building callbacks pause until a graph or step under
+    /// its count (a new graph's first launch) starts or a graph is captured, created or
+    /// instantiated. The rest run without CUPTI's kernel tracing (CUPTI stays attached, which
     /// still costs each graph launch host time per node) and are counted in the trace notes.
     /// 0 traces everything.
     #[arg(long, value_name = "N", env = "GAPSCOPE_TRACE_BUDGET",
