@@ -21,7 +21,8 @@ pub struct RecorderConfig {
     /// included) with its device timestamp. Off by default: the analysis does not need it and
     /// it costs host time on every cuEventRecord.
     pub event_records: bool,
-    /// KIND_SYNCHRONIZATION: one record per synchronisation call. Off by default: the analysis
+    /// KIND_SYNCHRONIZATION: one record per synchronisation call. Off by default (`record`;
+    /// `gapscope run` turns it on): the analysis
     /// reads host synchronisations from the API records of the `*Synchronize` calls, and once
     /// this kind has been enabled CUPTI slows every later API call, even after it is disabled
     /// (about 1.3 µs of host time per torch graph replay on an H200, `benches/record_overhead.py`).

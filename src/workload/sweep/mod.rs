@@ -156,6 +156,9 @@ pub fn run_sweep(args: &SweepOptions, output: &Path) -> Result<Vec<(PathBuf, Tra
         buffer_bytes: args.cupti_buffer_kib.max(1) * 1024,
         max_buffers: args.cupti_max_buffers,
         event_records: args.cupti_event_records,
+        // The runner times its steps with its own events, so the cost this kind leaves on
+        // later API calls matters less than `record`'s; its traces keep every sync record.
+        sync_records: true,
         api_callbacks: args.cupti_api_callbacks,
         ..RecorderConfig::default()
     })?);
