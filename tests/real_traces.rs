@@ -388,6 +388,9 @@ fn the_recorders_own_sampling_record_reaches_every_cell() {
         "{:?}",
         a.cells.iter().map(|c| &c.label).collect::<Vec<_>>()
     );
+    // The recorder labels its cell with the command line; the report names the steps and the
+    // script instead.
+    assert_eq!(a.cells[0].label, "`decode_step` steps (torch_graphs.py)");
     assert!(a.cells[1].label.starts_with("graph G1 replays (exec 2"));
     assert!(a.cells[3].label.starts_with("graph G2 replays (exec 125"));
 }

@@ -104,6 +104,34 @@ fn string_ids(trace: &Trace, wanted: fn(&str) -> bool) -> HashSet<u32> {
         .collect()
 }
 
+/// A cell label for people: `gapscope record` labels its one cell with the whole command line,
+/// which reports cut short before the script's name; with a step range it becomes
+/// "`decode_step` steps (torch_graphs.py)". Other labels are kept.
+fn recorded_label(trace: &Trace, label: &str) -> String {
+    let workload = &trace.metadata.workload;
+    let text = |key: &str| workload.get(key).and_then(|v| v.as_str());
+    match (text("command"), text("step_range")) {
+        (Some(command), Some(range)) if command == label => {
+            format!("`{range}` steps ({})", program_name(command))
+        }
+        _ => label.to_owned(),
+    }
+}
+
+/// The program a command line runs: its first script argument (`python -u x/torch_graphs.py
+/// --n 5`, `torchrun --nproc-per-node 2 serve.py` → the `.py`), else the executable's name.
+pub(crate) fn program_name(command: &str) -> &str {
+    const SCRIPTS: [&str; 4] = [".py", ".sh", ".js", ".rb"];
+    fn base(word: &str) -> &str {
+        word.rsplit('/').next().unwrap_or(word)
+    }
+    let mut words = command.split_whitespace();
+    let first = words.next().unwrap_or(command);
+    words
+        .find(|w| SCRIPTS.iter().any(|ext| w.ends_with(ext)))
+        .map_or_else(|| base(first), base)
+}
+
 /// `cudaStreamSynchronize`, `cuCtxSynchronize`, `cudaEventSynchronize`, … (every
 /// `*Synchronize` call blocks the calling thread until the device catches up).
 fn is_blocking_sync_api(name: &str) -> bool {
@@ -535,7 +563,10 @@ pub fn analyze_cell(
     let mut requested = meta_cell.map(|c| c.requested.clone()).unwrap_or_default();
     let mut label = match &cell.graph_group {
         Some(g) => g.label(),
-        None => meta_cell.map_or_else(|| "all steps".to_owned(), |c| c.label.clone()),
+        None => meta_cell.map_or_else(
+            || "all steps".to_owned(),
+            |c| recorded_label(trace, &c.label),
+        ),
     };
     if let Some(regime) = cell.regime_split {
         // One marked cell held both regimes; each half is labelled by what was observed.
@@ -844,4 +875,28 @@ fn mismatches(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::program_name;
+
+    #[test]
+    fn program_name_is_the_script_else_the_executable() {
+        for (command, name) in [
+            (
+                "/opt/venv/bin/python -u /w/benches/../examples/torch_graphs.py --n 5",
+                "torch_graphs.py",
+            ),
+            (
+                "python -m torch.distributed.run --nproc-per-node 2 serve.py",
+                "serve.py",
+            ),
+            ("torchrun --nproc-per-node 8 launch.sh", "launch.sh"),
+            ("./build/my_app --scale 1.5", "my_app"),
+            ("bench", "bench"),
+        ] {
+            assert_eq!(program_name(command), name, "{command}");
+        }
+    }
 }
