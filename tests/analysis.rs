@@ -427,3 +427,41 @@ fn a_blocking_sync_is_read_from_sync_records_or_from_the_synchronize_call() {
         CauseKind::HostLaunchBound
     );
 }
+
+#[test]
+fn cells_of_several_inputs_with_one_label_say_whose_they_are() {
+    let one = synthetic::trace(&[SyntheticCell::emu(true, 2, 10)], 1);
+    let mut other = one.clone();
+    let paths = ["a".to_owned(), "b".to_owned()];
+    let labels = |traces: &[Trace]| -> Vec<String> {
+        analysis::analyze(traces, &paths, &AnalysisOptions::default())
+            .cells
+            .into_iter()
+            .map(|c| c.label)
+            .collect()
+    };
+    // Two processes of one program: named by rank.
+    other.metadata.rank = 1;
+    assert_eq!(
+        labels(&[one.clone(), other.clone()]),
+        [
+            "graphed mode=2 T=1 emu [rank 0]",
+            "graphed mode=2 T=1 emu [rank 1]"
+        ]
+    );
+    // Two runs of rank 0 (e.g. before and after a change): named by input.
+    other.metadata.rank = 0;
+    assert_eq!(
+        labels(&[one.clone(), other.clone()]),
+        [
+            "graphed mode=2 T=1 emu [input 0]",
+            "graphed mode=2 T=1 emu [input 1]"
+        ]
+    );
+    // Labels no other input has stay as they are.
+    let mode1 = synthetic::trace(&[SyntheticCell::emu(true, 1, 10)], 1);
+    assert_eq!(
+        labels(&[one, mode1]),
+        ["graphed mode=2 T=1 emu", "graphed mode=1 T=1 emu"]
+    );
+}

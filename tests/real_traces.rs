@@ -2,7 +2,9 @@
 //! analysis makes of it.
 
 use gapscope::analysis::stats::Change;
-use gapscope::analysis::{self, Analysis, AnalysisOptions, CauseKind, CellAnalysis, Regime};
+use gapscope::analysis::{
+    self, Analysis, AnalysisOptions, CauseKind, CellAnalysis, PeriodPart, Regime,
+};
 use gapscope::trace;
 use std::path::Path;
 
@@ -678,7 +680,34 @@ fn deep_pause_recordings_keep_nccls_nodes_and_read_syncs_from_api_records() {
             assert_eq!(external, if mixing == 1 { 44 } else { 0 });
         }
     }
-    mixing_comparison_naming_nccls_event_wait("torch-graphs-2rank-deep-pause-h200");
+    let c = mixing_comparison_naming_nccls_event_wait("torch-graphs-2rank-deep-pause-h200");
+    // Both ranks' cells are compared, each label saying whose it is. The head's rank 0 drew the
+    // host's slower speed: its eager step grew in host-bound gaps, while rank 1's grew in the
+    // all-gather kernel, which waited for rank 0.
+    let eager = |rank: u32| {
+        let label = format!("`decode_step` steps (torch_graphs.py) [rank {rank}]");
+        c.cells
+            .iter()
+            .find(|m| m.head_label == label)
+            .unwrap_or_else(|| panic!("no {label}"))
+            .largest_change()
+            .expect("a change")
+    };
+    let (slow_host, grew) = eager(0);
+    assert!(
+        matches!(slow_host, PeriodPart::Gap { cause } if cause == "host launch-bound"),
+        "{slow_host:?}"
+    );
+    assert!(grew > 150_000.0, "{grew}");
+    let (waited, grew) = eager(1);
+    match waited {
+        PeriodPart::OpDurations { op, op_delta } => {
+            assert!(op.starts_with("ncclDevKernel_AllGather"), "{op}");
+            assert!(op_delta > 150_000.0, "{op_delta}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(grew > 150_000.0, "{grew}");
 }
 
 /// `NCCL_GRAPH_MIXING_SUPPORT={0,1} gapscope record --step-range decode_step -- torchrun

@@ -33,6 +33,34 @@ impl Default for AnalysisOptions {
     }
 }
 
+/// With several inputs, cells of different inputs can carry the same label (one program's
+/// ranks): such labels then say whose they are, `[rank N]` when the inputs are distinct ranks
+/// of one world, else `[input N]` (the order of the inputs). Labels no other input has stay.
+fn name_inputs_in_labels(cells: &mut [CellAnalysis], traces: &[Trace]) {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut inputs_of: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
+    for c in cells.iter() {
+        inputs_of
+            .entry(c.label.clone())
+            .or_default()
+            .insert(c.trace);
+    }
+    let ranks: Vec<u32> = traces.iter().map(|t| t.metadata.rank).collect();
+    let distinct_ranks = ranks.iter().collect::<BTreeSet<_>>().len() == ranks.len();
+    for cell in cells {
+        if inputs_of
+            .get(&cell.label)
+            .is_some_and(|inputs| inputs.len() > 1)
+        {
+            cell.label = if distinct_ranks {
+                format!("{} [rank {}]", cell.label, ranks[cell.trace])
+            } else {
+                format!("{} [input {}]", cell.label, cell.trace)
+            };
+        }
+    }
+}
+
 /// Analyses traces: one [`CellAnalysis`] per cell, and eager ↔ graphed pairs.
 /// `paths` name the traces in reports (same order as `traces`).
 pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) -> Analysis {
@@ -60,6 +88,7 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
         }
         analysis.timelines.push(timeline);
     }
+    name_inputs_in_labels(&mut analysis.cells, traces);
     analysis.regime_pairs = align::pair_regimes(&analysis.cells, traces, &analysis.timelines);
     let ratios: Vec<f64> = analysis
         .regime_pairs

@@ -499,6 +499,17 @@ pub struct AlignedOp {
     pub head_gap_cause: Option<String>,
 }
 
+/// A part of a period change (see [`CellComparison::largest_change`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PeriodPart<'a> {
+    /// The idle time before ops, of the head's cause with this label.
+    Gap { cause: &'a str },
+    /// The aligned ops' durations; `op` changed most (`op_delta` ns).
+    OpDurations { op: &'a str, op_delta: f64 },
+    /// Ops present on one side only.
+    OneSidedOps,
+}
+
 /// Two cells of the same workload compared (eager vs graphed, or base vs head).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CellComparison {
@@ -551,6 +562,33 @@ impl CellComparison {
     /// [`Self::host_launch_share`]): at least half of the period grew there.
     pub fn host_bound_slowdown(&self) -> bool {
         self.change == Some(Change::Slower) && self.host_launch_share().is_some_and(|s| s >= 0.5)
+    }
+
+    /// The part of the period change that moved most, with its size (largest |ns|, head −
+    /// base). A longer step can be mostly a longer kernel — a collective waiting for a slower
+    /// peer rank — with every gap unchanged, so durations compete with the gaps.
+    pub fn largest_change(&self) -> Option<(PeriodPart<'_>, f64)> {
+        let gap = self
+            .gap_growth_by_cause
+            .first()
+            .map(|g| (PeriodPart::Gap { cause: &g.1 }, g.2));
+        let durations = self
+            .aligned
+            .iter()
+            .filter_map(|a| Some((a.name.as_str(), a.duration_delta?)))
+            .max_by(|x, y| x.1.abs().total_cmp(&y.1.abs()))
+            .map(|(op, op_delta)| {
+                (
+                    PeriodPart::OpDurations { op, op_delta },
+                    self.duration_delta_total,
+                )
+            });
+        let one_sided = (self.one_sided_ops_total != 0.0)
+            .then_some((PeriodPart::OneSidedOps, self.one_sided_ops_total));
+        [gap, durations, one_sided]
+            .into_iter()
+            .flatten()
+            .max_by(|x, y| x.1.abs().total_cmp(&y.1.abs()))
     }
 
     /// The net gap change attributed to `kind` (ns, head − base).

@@ -131,6 +131,20 @@ pub fn short_op_name(name: &str) -> String {
     out
 }
 
+/// What a [`crate::analysis::PeriodPart`] is, for people.
+pub(crate) fn period_part_label(part: crate::analysis::PeriodPart) -> String {
+    use crate::analysis::PeriodPart;
+    match part {
+        PeriodPart::Gap { cause } => format!("gaps: {cause}"),
+        PeriodPart::OpDurations { op, op_delta } => format!(
+            "op durations (most: {} {} µs)",
+            short_op_name(op),
+            us2_signed(op_delta)
+        ),
+        PeriodPart::OneSidedOps => "ops on one side only".to_owned(),
+    }
+}
+
 pub(crate) fn md_cell(s: &str) -> String {
     s.replace('|', "\\|").replace(['\n', '\r'], " ")
 }

@@ -206,9 +206,11 @@ pub fn comparison_summary(c: &Comparison, full_report: Option<&str>) -> String {
                 .map_or("—".to_owned(), |p| us2(p.median))
         };
         let top = m
-            .gap_growth_by_cause
-            .first()
-            .map(|g| format!("; largest gap change {} µs: {}", us2_signed(g.2), g.1))
+            .largest_change()
+            .map(|(part, ns)| {
+                let what = super::period_part_label(part);
+                format!("; largest change {} µs: {what}", us2_signed(ns))
+            })
             .unwrap_or_default();
         let _ = writeln!(
             s,

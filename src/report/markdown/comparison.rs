@@ -97,12 +97,13 @@ pub fn comparison_github(c: &Comparison) -> String {
     }
     let _ = writeln!(
         s,
-        "| cell | base µs | head µs | head/base | change | largest gap change |"
+        "| cell | base µs | head µs | head/base | change | largest change |"
     );
     let _ = writeln!(s, "|---|--:|--:|--:|---|---|");
     for m in &c.cells {
-        let moved = m.gap_growth_by_cause.first().map_or("—".to_owned(), |g| {
-            format!("{} µs {}", us2_signed(g.2), md_cell(g.0.label()))
+        let moved = m.largest_change().map_or("—".to_owned(), |(part, ns)| {
+            let what = crate::report::period_part_label(part);
+            format!("{} µs {}", us2_signed(ns), md_cell(&what))
         });
         let _ = writeln!(s, "| {} | {moved} |", period_cells(c, m));
     }
