@@ -432,7 +432,7 @@ fn a_blocking_sync_is_read_from_sync_records_or_from_the_synchronize_call() {
 fn cells_of_several_inputs_with_one_label_say_whose_they_are() {
     let one = synthetic::trace(&[SyntheticCell::emu(true, 2, 10)], 1);
     let mut other = one.clone();
-    let paths = ["a".to_owned(), "b".to_owned()];
+    let paths = ["runs/a.json".to_owned(), "runs/b.json (bundled)".to_owned()];
     let labels = |traces: &[Trace]| -> Vec<String> {
         analysis::analyze(traces, &paths, &AnalysisOptions::default())
             .cells
@@ -449,10 +449,28 @@ fn cells_of_several_inputs_with_one_label_say_whose_they_are() {
             "graphed mode=2 T=1 emu [rank 1]"
         ]
     );
-    // Two runs of rank 0 (e.g. before and after a change): named by input.
+    // Two runs of rank 0 (e.g. before and after a change): named by file.
     other.metadata.rank = 0;
     assert_eq!(
         labels(&[one.clone(), other.clone()]),
+        ["graphed mode=2 T=1 emu [a]", "graphed mode=2 T=1 emu [b]"]
+    );
+    // Same file names in two folders: named by position.
+    let same_names = [
+        "base/trace-0.json".to_owned(),
+        "head/trace-0.json".to_owned(),
+    ];
+    let by_position: Vec<String> = analysis::analyze(
+        &[one.clone(), other.clone()],
+        &same_names,
+        &AnalysisOptions::default(),
+    )
+    .cells
+    .into_iter()
+    .map(|c| c.label)
+    .collect();
+    assert_eq!(
+        by_position,
         [
             "graphed mode=2 T=1 emu [input 0]",
             "graphed mode=2 T=1 emu [input 1]"

@@ -34,9 +34,10 @@ impl Default for AnalysisOptions {
 }
 
 /// With several inputs, cells of different inputs can carry the same label (one program's
-/// ranks): such labels then say whose they are, `[rank N]` when the inputs are distinct ranks
-/// of one world, else `[input N]` (the order of the inputs). Labels no other input has stay.
-fn name_inputs_in_labels(cells: &mut [CellAnalysis], traces: &[Trace]) {
+/// ranks, or two recordings of one workload): such labels then say whose they are: `[rank N]`
+/// when the inputs are distinct ranks, else the input's file name when those differ
+/// (`[mode2-rank0]`), else `[input N]` (the order of the inputs). Labels no other input has stay.
+fn name_inputs_in_labels(cells: &mut [CellAnalysis], traces: &[Trace], paths: &[String]) {
     use std::collections::{BTreeMap, BTreeSet};
     let mut inputs_of: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
     for c in cells.iter() {
@@ -45,20 +46,37 @@ fn name_inputs_in_labels(cells: &mut [CellAnalysis], traces: &[Trace]) {
             .or_default()
             .insert(c.trace);
     }
-    let ranks: Vec<u32> = traces.iter().map(|t| t.metadata.rank).collect();
-    let distinct_ranks = ranks.iter().collect::<BTreeSet<_>>().len() == ranks.len();
+    let distinct = |names: &[String]| names.iter().collect::<BTreeSet<_>>().len() == names.len();
+    let ranks: Vec<String> = traces
+        .iter()
+        .map(|t| format!("rank {}", t.metadata.rank))
+        .collect();
+    let files: Vec<String> = (0..traces.len())
+        .map(|i| paths.get(i).map_or_else(String::new, |p| file_stem(p)))
+        .collect();
+    let tags: Vec<String> = if distinct(&ranks) {
+        ranks
+    } else if distinct(&files) && files.iter().all(|f| !f.is_empty()) {
+        files
+    } else {
+        (0..traces.len()).map(|i| format!("input {i}")).collect()
+    };
     for cell in cells {
         if inputs_of
             .get(&cell.label)
             .is_some_and(|inputs| inputs.len() > 1)
         {
-            cell.label = if distinct_ranks {
-                format!("{} [rank {}]", cell.label, ranks[cell.trace])
-            } else {
-                format!("{} [input {}]", cell.label, cell.trace)
-            };
+            cell.label = format!("{} [{}]", cell.label, tags[cell.trace]);
         }
     }
+}
+
+/// `traces/x/mode2-rank0.json (bundled)` → `mode2-rank0`.
+fn file_stem(path: &str) -> String {
+    let path = path.split(" (").next().unwrap_or(path);
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let name = name.strip_suffix(".gz").unwrap_or(name);
+    name.strip_suffix(".json").unwrap_or(name).to_owned()
 }
 
 /// Analyses traces: one [`CellAnalysis`] per cell, and eager ↔ graphed pairs.
@@ -88,7 +106,7 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
         }
         analysis.timelines.push(timeline);
     }
-    name_inputs_in_labels(&mut analysis.cells, traces);
+    name_inputs_in_labels(&mut analysis.cells, traces, paths);
     analysis.regime_pairs = align::pair_regimes(&analysis.cells, traces, &analysis.timelines);
     let ratios: Vec<f64> = analysis
         .regime_pairs
