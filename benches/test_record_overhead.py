@@ -186,6 +186,12 @@ class Targets(unittest.TestCase):
         share = f"{bench.PROFILER_SHARE:.2f}"
         self.assertEqual(verdicts[f"record/replay overhead <= {share} x profiler's"], "PASS")
         self.assertEqual(verdicts[f"record/eager overhead <= {share} x profiler's"], "FAIL")
+        # Phases without a target get info lines, not verdicts.
+        stats["replay/host"] = {"record": {"ratio": 1.5}, "profiler": {"ratio": 1.6}}
+        names = [name for name, _, _ in bench.check_targets(stats, {})]
+        self.assertFalse(any("replay/host" in n for n in names), names)
+        self.assertEqual(bench.profiler_share_info(stats),
+                         ["  info  replay/host: overhead record +50.0%, profiler +60.0%"])
         failed = {name: v for name, v, _ in bench.check_targets(stats, {"record": "hung"})}
         self.assertEqual(failed["record runs exit cleanly"], "FAIL")
 
