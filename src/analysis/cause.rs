@@ -120,7 +120,7 @@ fn recorded_label(trace: &Trace, label: &str) -> String {
 
 /// The program a command line runs: its first script argument (`python -u x/torch_graphs.py
 /// --n 5`, `torchrun --nproc-per-node 2 serve.py` → the `.py`), else the executable's name.
-pub(crate) fn program_name(command: &str) -> &str {
+fn program_name(command: &str) -> &str {
     const SCRIPTS: [&str; 4] = [".py", ".sh", ".js", ".rb"];
     fn base(word: &str) -> &str {
         word.rsplit('/').next().unwrap_or(word)
