@@ -7,6 +7,7 @@
 //! held while calling CUPTI or the driver from the subscriber callback.
 
 use super::budget::{BudgetState, SwitchOp};
+use super::config::{GRAPH_BUILDING_START_CBIDS, GRAPH_LAUNCH_CBIDS};
 use super::decode::{RecordStore, api_display_name};
 use super::graph::{Creation, GraphTable};
 use super::loader::{self, Cupti};
@@ -103,15 +104,15 @@ pub(crate) struct Budget {
     /// Set when a decision changed what tracing should be and it may not be applied yet.
     pub dirty: AtomicBool,
     /// The activity kinds paused and resumed together, API kinds included (set once they are
-    /// enabled). Any API kind left on, even with every call filtered out, costs each graph
-    /// launch about 5 µs of host time on an H200 (README, "Recording").
+    /// enabled): a kind left on, even with every call filtered out, costs host time on the
+    /// launches after the budget (README, "Recording").
     pub kinds: Mutex<Vec<sys::CUpti_ActivityKind>>,
     /// With a per-call API record filter in use: every call's switch, applied again after the
     /// API kinds are resumed (re-enabling a kind records every call again).
     pub api_filter: Mutex<Option<Vec<(sys::CUpti_CallbackDomain, u32, bool)>>>,
-    /// The graph-building API callbacks, off while paused (they cost every event record and
-    /// copy as much as the API kinds). A capture, graph creation or instantiation resumes
-    /// tracing first (see [`is_graph_building_start`]), so no graph is built unseen.
+    /// The graph-building API callbacks, off while paused, so that a paused step runs none of
+    /// ours but the budget's own. A capture, graph creation or instantiation resumes tracing
+    /// first (see [`is_graph_building_start`]), so no graph is built unseen.
     pub api_callbacks: Mutex<Vec<(sys::CUpti_CallbackDomain, u32)>>,
     /// The subscriber those callbacks belong to (a `CUpti_SubscriberHandle`).
     pub subscriber: AtomicUsize,
@@ -351,54 +352,9 @@ unsafe fn on_api(
     }
 }
 
-/// Driver calls that start building or instantiating a graph (the runtime's calls go through
-/// them). Their callbacks stay on while tracing is paused, and each resumes it, so that the
-/// graph-building callbacks and API records see every graph that is made.
-pub(super) const GRAPH_BUILDING_START_CBIDS: [(sys::CUpti_CallbackDomain, u32); 12] = {
-    use sys::CUPTI_CB_DOMAIN_DRIVER_API as D;
-    [
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_ptsz),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph),
-        (
-            D,
-            sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz,
-        ),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphCreate),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphClone),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams),
-    ]
-};
-
 fn is_graph_building_start(domain: sys::CUpti_CallbackDomain, cbid: u32) -> bool {
     GRAPH_BUILDING_START_CBIDS.contains(&(domain, cbid))
 }
-
-/// `cudaGraphLaunch`/`cuGraphLaunch` and their per-thread-stream forms: the calls the trace
-/// budget counts.
-pub(super) const GRAPH_LAUNCH_CBIDS: [(sys::CUpti_CallbackDomain, u32); 4] = [
-    (
-        sys::CUPTI_CB_DOMAIN_RUNTIME_API,
-        sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
-    ),
-    (
-        sys::CUPTI_CB_DOMAIN_RUNTIME_API,
-        sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
-    ),
-    (
-        sys::CUPTI_CB_DOMAIN_DRIVER_API,
-        sys::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
-    ),
-    (
-        sys::CUPTI_CB_DOMAIN_DRIVER_API,
-        sys::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
-    ),
-];
 
 fn is_graph_launch(domain: sys::CUpti_CallbackDomain, cbid: u32) -> bool {
     GRAPH_LAUNCH_CBIDS.contains(&(domain, cbid))

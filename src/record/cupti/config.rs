@@ -22,10 +22,10 @@ pub struct RecorderConfig {
     /// it costs host time on every cuEventRecord.
     pub event_records: bool,
     /// KIND_SYNCHRONIZATION: one record per synchronisation call. Off by default (`record`;
-    /// `gapscope run` turns it on): the analysis
-    /// reads host synchronisations from the API records of the `*Synchronize` calls, and once
-    /// this kind has been enabled CUPTI slows every later API call, even after it is disabled
-    /// (about 1.3 µs of host time per torch graph replay on an H200, `benches/record_overhead.py`).
+    /// `gapscope run` turns it on): the analysis reads host synchronisations from the API
+    /// records of the `*Synchronize` calls, and once this kind has been enabled CUPTI slows
+    /// every later API call, even after it is disabled (about 1.3 µs of host time per torch
+    /// graph replay on an H200, `benches/record_overhead.py`).
     pub sync_records: bool,
     /// Which API calls get a callback (to tag graph nodes with the API and library call that
     /// created them). Every callback costs host time on that call.
@@ -221,6 +221,51 @@ pub(super) const KINDS: [(sys::CUpti_ActivityKind, &str); 7] = [
     (
         sys::CUPTI_ACTIVITY_KIND_CUDA_EVENT,
         "cuptiActivityEnable(CUDA_EVENT)",
+    ),
+];
+
+/// Driver calls that start building or instantiating a graph (the runtime's calls go through
+/// them). Their callbacks stay on while tracing is paused, and each resumes it, so that the
+/// graph-building callbacks and API records see every graph that is made.
+pub(super) const GRAPH_BUILDING_START_CBIDS: [(sys::CUpti_CallbackDomain, u32); 12] = {
+    use sys::CUPTI_CB_DOMAIN_DRIVER_API as D;
+    [
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_ptsz),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph),
+        (
+            D,
+            sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz,
+        ),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphCreate),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphClone),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams),
+    ]
+};
+
+/// `cudaGraphLaunch`/`cuGraphLaunch` and their per-thread-stream forms: the calls the trace
+/// budget counts.
+pub(super) const GRAPH_LAUNCH_CBIDS: [(sys::CUpti_CallbackDomain, u32); 4] = [
+    (
+        sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+        sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+    ),
+    (
+        sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+        sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
+    ),
+    (
+        sys::CUPTI_CB_DOMAIN_DRIVER_API,
+        sys::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+    ),
+    (
+        sys::CUPTI_CB_DOMAIN_DRIVER_API,
+        sys::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
     ),
 ];
 

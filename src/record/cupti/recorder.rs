@@ -2,10 +2,10 @@
 
 use super::budget::TraceBudget;
 use super::buffers;
-use super::callbacks::{self, ACTIVE, Budget, GRAPH_LAUNCH_CBIDS, PANICS, Shared, State, lock};
+use super::callbacks::{self, ACTIVE, Budget, PANICS, Shared, State, lock};
 use super::config::{
-    API_DOMAINS, ApiCallbacks, Diagnostics, GRAPH_BUILDING_CBIDS, KINDS, LAUNCH_CBIDS,
-    RESOURCE_CBIDS, RecorderConfig,
+    API_DOMAINS, ApiCallbacks, Diagnostics, GRAPH_BUILDING_CBIDS, GRAPH_BUILDING_START_CBIDS,
+    GRAPH_LAUNCH_CBIDS, KINDS, LAUNCH_CBIDS, RESOURCE_CBIDS, RecorderConfig,
 };
 use super::error::CuptiError;
 use super::loader::{self, Cupti};
@@ -306,7 +306,7 @@ impl Recorder {
                 .api_enabled
                 .iter()
                 .copied()
-                .filter(|c| !callbacks::GRAPH_BUILDING_START_CBIDS.contains(c))
+                .filter(|c| !GRAPH_BUILDING_START_CBIDS.contains(c))
                 .collect();
             budget.subscriber.store(sub as usize, Ordering::SeqCst);
         }
@@ -324,7 +324,7 @@ impl Recorder {
         };
         let budget_cbids = GRAPH_LAUNCH_CBIDS
             .iter()
-            .chain(&callbacks::GRAPH_BUILDING_START_CBIDS)
+            .chain(&GRAPH_BUILDING_START_CBIDS)
             .chain(nvtx);
         for &(domain, cbid) in budget_cbids {
             // Already on, by call or (ApiCallbacks::All) by domain.
@@ -400,12 +400,7 @@ impl Recorder {
         let failed = callbacks::apply_api_filter(filter, switches.iter().copied());
         if let Some(budget) = &self.shared.budget {
             // Re-enabling the API kinds after a pause records every call again.
-            *lock(&budget.api_filter) = Some(
-                switches
-                    .iter()
-                    .map(|&(domain, cbid, on)| (domain, cbid, on))
-                    .collect(),
-            );
+            *lock(&budget.api_filter) = Some(switches);
         }
         let mut state = lock(&self.shared.state);
         if diagnostics.api_only.is_none() {
