@@ -184,3 +184,50 @@ fn renamed_flags_and_their_old_spellings() {
     assert!(help.contains("--origin-step <ORIGIN_STEP>"), "{help}");
     assert!(!help.contains("--align-step"), "{help}");
 }
+
+/// A fix that removes a cause is named by that cause: mode 2 → mode 1 on the bundled HT-decode
+/// trace removes the external event wait, whose gap the head's ops no longer have.
+#[test]
+fn compare_books_a_removed_gap_under_the_cause_the_base_had() {
+    let t = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/ht-decode-h200.json");
+    let out = gapscope(&[
+        "compare",
+        t,
+        t,
+        "--base-select",
+        "graph_usage_mode=2",
+        "--head-select",
+        "graph_usage_mode=1",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cell = v["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["head_label"] == "graphed mode=1 T=512 fresh")
+        .expect("the T=512 fresh pair");
+    let top = &cell["gap_growth_by_cause"][0];
+    assert_eq!(top[0], "external_event_wait", "{cell:#}");
+    assert!(top[2].as_f64().unwrap() < -40_000.0, "{top}");
+    assert_eq!(cell["causes_gone_in_head"][0], "external_event_wait");
+    let summary = gapscope(&[
+        "compare",
+        t,
+        t,
+        "--base-select",
+        "graph_usage_mode=2",
+        "--head-select",
+        "graph_usage_mode=1",
+    ]);
+    let text = String::from_utf8_lossy(&summary.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.contains("T=512 fresh →"))
+        .expect("the T=512 fresh row");
+    assert!(
+        row.contains("external event-wait node") && row.contains("gone in head"),
+        "{row}"
+    );
+}

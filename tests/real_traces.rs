@@ -695,7 +695,7 @@ fn deep_pause_recordings_keep_nccls_nodes_and_read_syncs_from_api_records() {
     };
     let (slow_host, grew) = eager(0);
     assert!(
-        matches!(slow_host, PeriodPart::Gap { cause } if cause == "host launch-bound"),
+        matches!(slow_host, PeriodPart::Gap { cause, .. } if cause == "host launch-bound"),
         "{slow_host:?}"
     );
     assert!(grew > 150_000.0, "{grew}");

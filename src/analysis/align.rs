@@ -145,7 +145,10 @@ pub fn compare_cells(
                 }
                 let gd = h.gap_before.median - b.gap_before.median;
                 duration_delta_total += dd;
-                add_growth(h.gap_cause, &h.gap_cause_label, gd);
+                // A gap that shrank is booked under what caused it in the base (the cause a
+                // fix removed); one that grew, under the head's cause.
+                let by = if gd < 0.0 { b } else { h };
+                add_growth(by.gap_cause, &by.gap_cause_label, gd);
                 (Some(dd), Some(gd))
             }
             (None, Some(h)) => {
@@ -186,6 +189,13 @@ pub fn compare_cells(
         .map(|(k, (l, d, _))| (k, l, d))
         .collect();
     gap_growth_by_cause.sort_by(|a, b| b.2.abs().total_cmp(&a.2.abs()));
+    let head_causes: std::collections::BTreeSet<CauseKind> =
+        head.sequence.iter().map(|e| e.gap_cause).collect();
+    let causes_gone_in_head = gap_growth_by_cause
+        .iter()
+        .map(|g| g.0)
+        .filter(|k| !head_causes.contains(k))
+        .collect();
     CellComparison {
         key: head.workload_key(),
         base: base_index,
@@ -199,6 +209,7 @@ pub fn compare_cells(
         durations_within_spread: within_spread,
         period_delta,
         gap_growth_by_cause,
+        causes_gone_in_head,
         duration_delta_total,
         one_sided_ops_total,
         graph_difference: graph_difference(base, head),

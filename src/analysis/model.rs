@@ -502,8 +502,9 @@ pub struct AlignedOp {
 /// A part of a period change (see [`CellComparison::largest_change`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum PeriodPart<'a> {
-    /// The idle time before ops, of the head's cause with this label.
-    Gap { cause: &'a str },
+    /// The idle time before ops, of the cause with this label (the base's where the gaps
+    /// shrank, the head's where they grew); `gone`: no head op waits on this cause any more.
+    Gap { cause: &'a str, gone: bool },
     /// The aligned ops' durations; `op` changed most (`op_delta` ns).
     OpDurations { op: &'a str, op_delta: f64 },
     /// Ops present on one side only.
@@ -529,9 +530,12 @@ pub struct CellComparison {
     /// Period difference (head − base median, ns).
     pub period_delta: Option<f64>,
     /// Net change of the idle time before aligned ops (head − base medians, ns), grouped by
-    /// the head's cause, largest |change| first; ops present in the head only count with
-    /// their gap.
+    /// their cause — the base's where the gap shrank (what the change removed), the head's
+    /// where it grew — largest |change| first; ops present in the head only count with their
+    /// gap.
     pub gap_growth_by_cause: Vec<(CauseKind, String, f64)>,
+    /// Causes of [`CellComparison::gap_growth_by_cause`] that no gap of the head has: removed.
+    pub causes_gone_in_head: Vec<CauseKind>,
     /// Net change of aligned op durations (ns), and the time of one-sided ops (head only
     /// minus base only, ns). With the gap changes these decompose the period delta; what is
     /// left is overlap between streams and the difference between the median of a sum and
@@ -568,10 +572,10 @@ impl CellComparison {
     /// base). A longer step can be mostly a longer kernel — a collective waiting for a slower
     /// peer rank — with every gap unchanged, so durations compete with the gaps.
     pub fn largest_change(&self) -> Option<(PeriodPart<'_>, f64)> {
-        let gap = self
-            .gap_growth_by_cause
-            .first()
-            .map(|g| (PeriodPart::Gap { cause: &g.1 }, g.2));
+        let gap = self.gap_growth_by_cause.first().map(|g| {
+            let gone = self.causes_gone_in_head.contains(&g.0);
+            (PeriodPart::Gap { cause: &g.1, gone }, g.2)
+        });
         let durations = self
             .aligned
             .iter()

@@ -414,6 +414,7 @@ pub fn compare_between(
                 .into(),
             hp.median - bp.median,
         )],
+        causes_gone_in_head: Vec::new(),
     }
 }
 

@@ -135,7 +135,8 @@ pub fn short_op_name(name: &str) -> String {
 pub(crate) fn period_part_label(part: crate::analysis::PeriodPart) -> String {
     use crate::analysis::PeriodPart;
     match part {
-        PeriodPart::Gap { cause } => format!("gaps: {cause}"),
+        PeriodPart::Gap { cause, gone: false } => format!("gaps: {cause}"),
+        PeriodPart::Gap { cause, gone: true } => format!("gaps: {cause}, gone in head"),
         PeriodPart::OpDurations { op, op_delta } => format!(
             "op durations (most: {} {} µs)",
             short_op_name(op),
