@@ -313,6 +313,7 @@ fn cells_of_a_budgeted_trace_say_how_much_of_their_work_was_traced() {
         graphs: vec![graph(2), graph(29)],
         steps: 40,
         steps_traced: 16,
+        resumed_at: Vec::new(),
     });
     let a = analysis::analyze(
         std::slice::from_ref(&t),
@@ -821,4 +822,74 @@ fn nccl_2_32_sets_the_mode_per_communicator_in_one_process() {
                 && g.1.contains("cudaStreamWaitEvent inside ncclAllGather")
         })
     }));
+}
+
+/// Under the thinning budget a cell's traced replays come in windows: the first replay after a
+/// resume gets no period and no gap reaching back over the untraced ones. Shown by cutting
+/// replays 20–29 of exec 2 out of a recording (as a pause would) with and without the resume
+/// time the recorder writes.
+#[test]
+fn a_resume_between_two_traced_steps_breaks_the_period_chain() {
+    let (mut t, _) = load("torch-graphs-sampling-h200.json");
+    let launches: Vec<u32> = {
+        let mut corrs: Vec<(u64, u32)> = t
+            .kernels
+            .iter()
+            .filter(|k| k.graph == 2)
+            .map(|k| (k.start, k.corr))
+            .collect();
+        corrs.sort();
+        let mut seen = std::collections::BTreeSet::new();
+        corrs
+            .into_iter()
+            .filter(|c| seen.insert(c.1))
+            .map(|c| c.1)
+            .collect()
+    };
+    assert_eq!(launches.len(), 64);
+    let cut: std::collections::BTreeSet<u32> = launches[20..30].iter().copied().collect();
+    t.kernels.retain(|k| !cut.contains(&k.corr));
+    t.memcpys.retain(|m| !cut.contains(&m.corr));
+    t.memsets.retain(|m| !cut.contains(&m.corr));
+    let resume = t
+        .api_calls
+        .iter()
+        .find(|c| c.corr == launches[30])
+        .expect("the launch after the cut")
+        .start
+        - 1;
+    // Periods and leading gaps longer than 5 replays: the cut spans 10.
+    let long = |t: &trace::Trace| {
+        let a = analyze_one(t);
+        let c = a
+            .cells
+            .iter()
+            .find(|c| c.label.starts_with("graph G1 replays (exec 2"))
+            .expect("exec 2's replays");
+        let median = c.period.as_ref().unwrap().median;
+        let periods = c.steps.iter().filter_map(|s| s.period).count();
+        let long_periods = c
+            .steps
+            .iter()
+            .filter(|s| s.period.is_some_and(|p| p as f64 > 5.0 * median))
+            .count();
+        let long_gaps = c
+            .steps
+            .iter()
+            .filter(|s| s.gaps.iter().any(|g| g.len() as f64 > 5.0 * median))
+            .count();
+        (periods, long_periods, long_gaps)
+    };
+    let (before, long_before, gaps_before) = long(&load("torch-graphs-sampling-h200.json").0);
+    let (joined, long_joined, gaps_joined) = long(&t);
+    assert_eq!(joined, before - 10, "10 replays cut");
+    assert_eq!(
+        (long_joined, gaps_joined),
+        (long_before + 1, gaps_before + 1),
+        "without the resume one period and one gap span the cut"
+    );
+    t.metadata.sampling.as_mut().unwrap().resumed_at = vec![resume];
+    let (n, long_n, gaps_n) = long(&t);
+    assert_eq!(n, joined - 1, "the replay after the resume has no period");
+    assert_eq!((long_n, gaps_n), (long_before, gaps_before));
 }

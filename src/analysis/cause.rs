@@ -425,6 +425,14 @@ struct StepPlan {
 /// order (on several threads) with the same result.
 fn plan_steps(ctx: &mut TraceContext, ops: &[Op], steps: Vec<Vec<usize>>) -> Vec<StepPlan> {
     let mut prev_end = None;
+    let mut resumes: Vec<u64> = ctx
+        .trace
+        .metadata
+        .sampling
+        .as_ref()
+        .map_or_else(Vec::new, |s| s.resumed_at.clone());
+    resumes.sort_unstable();
+    let mut prev_launch = None;
     steps
         .into_iter()
         .enumerate()
@@ -432,6 +440,17 @@ fn plan_steps(ctx: &mut TraceContext, ops: &[Op], steps: Vec<Vec<usize>>) -> Vec
             let start = ops[step_ops[0]].start;
             let end = step_ops.iter().map(|&i| ops[i].end).max().unwrap_or(start);
             let graph_exec = step_ops.iter().map(|&i| ops[i].graph).find(|&g| g != 0);
+            // Where tracing resumed between this step's launch and the previous one's, untraced
+            // steps ran between them: no period, and no gap reaching back to the previous one.
+            let launch = ctx
+                .launches
+                .call(ops[step_ops[0]].corr)
+                .map_or(start, |c| c.0);
+            if let Some(before) = prev_launch.replace(launch)
+                && resumed_between(&resumes, before, launch)
+            {
+                prev_end = None;
+            }
             let plan = StepPlan {
                 index,
                 ops: step_ops,
@@ -445,6 +464,12 @@ fn plan_steps(ctx: &mut TraceContext, ops: &[Op], steps: Vec<Vec<usize>>) -> Vec
             plan
         })
         .collect()
+}
+
+/// Whether a time in `resumes` (sorted) lies in `(after, until]`.
+fn resumed_between(resumes: &[u64], after: u64, until: u64) -> bool {
+    let i = resumes.partition_point(|&r| r <= after);
+    resumes.get(i).is_some_and(|&r| r <= until)
 }
 
 /// Builds one step: window, gaps with causes, busy and idle time.

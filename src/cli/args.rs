@@ -180,12 +180,14 @@ pub struct RecordArgs {
     /// NVTX range that marks one step (e.g. `step` for `torch.cuda.nvtx.range("step")`).
     #[arg(long, value_name = "NAME")]
     pub step_range: Option<String>,
-    /// Launches traced per executable graph, and `--step-range` steps traced: after them,
-    /// kernel and API tracing and the graph-building callbacks pause until a graph or step under
-    /// its count (a new graph's first launch) starts or a graph is captured, created or
-    /// instantiated. The rest run without CUPTI's kernel tracing (CUPTI stays attached, which
-    /// still costs each graph launch host time per node) and are counted in the trace notes.
-    /// 0 traces everything.
+    /// Sample size: each executable graph's first N launches, and each kind of `--step-range`
+    /// step's first N (a kind is what the step before did: eager, replays of a graph, graph
+    /// building), are traced; after them, windows of N/4 consecutive ones, two per doubling of
+    /// the count, so every phase of a long run is sampled from start to end. Between windows,
+    /// kernel and API tracing and the eager-hot callbacks pause; a capture, graph creation or
+    /// instantiation resumes tracing, a capture holds it on until it ends, and the calls that
+    /// only build graphs are never paused, so every graph is recorded whole. Untraced launches
+    /// and steps are counted in the trace notes. 0 traces everything.
     #[arg(long, value_name = "N", env = "GAPSCOPE_TRACE_BUDGET",
           default_value_t = gapscope::record::inject::DEFAULT_TRACE_BUDGET)]
     pub trace_budget: u32,

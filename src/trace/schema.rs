@@ -104,6 +104,10 @@ pub struct Sampling {
     pub steps: u64,
     #[serde(default)]
     pub steps_traced: u64,
+    /// Host times (the kernels' clock, ns) at which tracing resumed after a pause: two traced
+    /// steps with one of these between them are not consecutive (untraced steps ran between).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumed_at: Vec<u64>,
 }
 
 /// Launches of one executable graph (CUPTI's exec id, as kernels' `graph` holds it).

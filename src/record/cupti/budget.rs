@@ -1,12 +1,20 @@
 //! The trace budget: which graph launches and steps pay for kernel tracing.
 //!
-//! CUPTI's kernel tracing costs host time on every launch (+2.3–4.8 µs per graph launch on an H200,
-//! the same under torch.profiler), and the analysis needs a sample of each cell's steps, not
-//! every one of a serving loop's thousands. So each executable graph's first `limit` launches
-//! and the first `limit` step ranges are traced; after that, launches of that graph and further
-//! steps run with the device and API activity kinds and the graph-building callbacks disabled,
-//! and tracing resumes as soon as something under budget starts (a new graph's first launch, a
-//! graph still under its limit) or a graph is captured, created or instantiated.
+//! CUPTI's kernel tracing costs host time on every launch, and the analysis needs a sample of
+//! each cell's steps from across the run, not every one of a serving loop's thousands, nor only
+//! the first ones (a long eager warm-up would use them all up). So each executable graph's
+//! launches, and each kind of step, are sampled on their own schedule ([`sampled`]): the first
+//! `limit` occurrences, then windows of consecutive occurrences whose density halves each time
+//! the count doubles — about `limit / 2` more per doubling, so a run of any length keeps a
+//! logarithmic number of steps, spread over all of it. A kind of step is the step range's
+//! name with what the previous step of that name did (ran eagerly, replayed graph X, or built a
+//! graph): an eager phase followed by a graphed one gets a sample of each.
+//!
+//! Untraced launches and steps run with the device and API activity kinds and the eager-hot
+//! graph-building callbacks disabled; tracing resumes as soon as something sampled starts or a
+//! graph is captured, created or instantiated, and it never pauses while a stream capture is
+//! under way, so every captured node is seen with its creating call and external flags. The
+//! callbacks of calls that only build graphs (`cudaGraphAdd*Node`, instantiation) never pause.
 //! The decisions are made here, in safe code; `callbacks` calls CUPTI when they change.
 #![forbid(unsafe_code)]
 
@@ -57,10 +65,46 @@ pub(crate) fn switch_plan(
     }
 }
 
+/// Whether the `n`-th occurrence (0-based) of a launch or step kind is traced when the first
+/// `first` are: after those, windows of `first / 4` consecutive occurrences (at least 1), two
+/// windows for each doubling of the count — every second window below `2·first`, every fourth
+/// below `4·first`, and so on. `first == 0` traces everything.
+pub(crate) fn sampled(n: u64, first: u64) -> bool {
+    if first == 0 || n < first {
+        return true;
+    }
+    let window = (first / 4).max(1);
+    let (i, first_windows) = (n / window, first.div_ceil(window));
+    // Window i lies in the level that starts at first_windows·2^(level-1) windows and is as
+    // long: its windows at the start and half-way are traced.
+    let level_start = first_windows << (i / first_windows).ilog2();
+    let spacing = level_start.div_ceil(2);
+    (i - level_start) % spacing == 0
+}
+
+/// What a step did, as the budget tells kinds of step apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum StepContent {
+    /// Launched no graph.
+    Eager,
+    /// Launched this executable graph (the first one it launched).
+    Replay(usize),
+    /// Captured, created or instantiated a graph.
+    Building,
+}
+
+/// Occurrences of one launch or step kind: seen, and traced.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Counts {
+    seen: u64,
+    traced: u64,
+}
+
 /// How much of a program `gapscope record` traces.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceBudget {
-    /// Launches traced per executable graph, and step ranges traced in all; 0: no limit.
+    /// Launches traced first per executable graph, and steps per kind of step, before the
+    /// sample thins out ([`sampled`]); 0: no limit.
     pub limit: u32,
     /// The NVTX range (default domain, ASCII name) that marks one eager step, if any.
     pub step_range: Option<String>,
@@ -93,6 +137,8 @@ struct ExecLaunches {
     id: Option<u32>,
     launches: u64,
     traced: u64,
+    /// Launches counted by this graph's own schedule (outside step ranges).
+    scheduled: u64,
 }
 
 /// The running decisions. Every method returns `Some(on)` when tracing must be switched to
@@ -109,8 +155,20 @@ pub(crate) struct BudgetState {
     retired: Vec<ExecLaunches>,
     steps: u64,
     steps_traced: u64,
+    /// Per kind of step: what the last step of that kind did, and the counts of its content.
+    step_kinds: HashMap<StepContent, Counts>,
+    /// What the last step did: the next one is expected to do the same.
+    last_content: StepContent,
+    /// Stream captures under way: no pause until they end.
+    captures: u32,
     pauses: u64,
+    /// When each applied resume happened (at most [`MAX_RESUMES_KEPT`]).
+    resumed_at: Vec<u64>,
 }
+
+/// Resume times kept for the trace: enough for the thinning schedule over any run (two windows
+/// per doubling, per kind); a program that switches more keeps the first ones.
+const MAX_RESUMES_KEPT: usize = 1 << 16;
 
 impl BudgetState {
     /// Tracing starts on.
@@ -123,7 +181,11 @@ impl BudgetState {
             retired: Vec::new(),
             steps: 0,
             steps_traced: 0,
+            step_kinds: HashMap::new(),
+            last_content: StepContent::Eager,
+            captures: 0,
             pauses: 0,
+            resumed_at: Vec::new(),
         }
     }
 
@@ -133,7 +195,8 @@ impl BudgetState {
     }
 
     fn switch_to(&mut self, on: bool) -> Option<bool> {
-        if self.frozen || on == self.tracing {
+        // A pause inside a capture would hide the captured nodes' creating calls.
+        if self.frozen || on == self.tracing || (!on && self.captures > 0) {
             return None;
         }
         self.tracing = on;
@@ -156,30 +219,70 @@ impl BudgetState {
 
     /// A launch of executable graph `exec` outside any step range.
     pub fn graph_launch(&mut self, exec: usize) -> Option<bool> {
-        let limit = u64::from(self.limit);
         let e = self.execs.entry(exec).or_default();
-        let want = limit == 0 || e.launches < limit;
-        // The launch is traced when tracing is on as it goes ahead: `want`, unless frozen.
-        let traced = if self.frozen { self.tracing } else { want };
-        e.launches += 1;
-        e.traced += u64::from(traced);
-        self.switch_to(want)
-    }
-
-    /// A step range started (on the thread that will launch its work).
-    pub fn step_started(&mut self) -> Option<bool> {
-        let want = self.limit == 0 || self.steps < u64::from(self.limit);
-        self.steps += 1;
+        let want = sampled(e.scheduled, u64::from(self.limit));
+        e.scheduled += 1;
         let switch = self.switch_to(want);
-        self.steps_traced += u64::from(self.tracing);
+        self.launched(exec);
         switch
     }
 
-    /// A graph is being captured, created or instantiated: tracing resumes, so that its nodes
-    /// are seen with their creating calls (it pauses again at the next launch or step over
-    /// budget).
+    /// Counts a launch of `exec` as traced when tracing is on as it goes ahead.
+    fn launched(&mut self, exec: usize) {
+        let tracing = self.tracing;
+        let e = self.execs.entry(exec).or_default();
+        e.launches += 1;
+        e.traced += u64::from(tracing);
+    }
+
+    /// A launch of `exec` inside a step range: the step's decision covers it.
+    pub fn graph_launch_in_step(&mut self, exec: usize) {
+        self.launched(exec);
+    }
+
+    /// A step range started (on the thread that will launch its work): sampled as a step of
+    /// the kind the last step was.
+    pub fn step_started(&mut self) -> Option<bool> {
+        let kind = self.step_kinds.entry(self.last_content).or_default();
+        let want = sampled(kind.seen, u64::from(self.limit));
+        kind.seen += 1;
+        self.steps += 1;
+        let switch = self.switch_to(want);
+        let tracing = self.tracing;
+        self.step_kinds.entry(self.last_content).or_default().traced += u64::from(tracing);
+        self.steps_traced += u64::from(tracing);
+        switch
+    }
+
+    /// The step range that started last ended, having done `content`: the next step is
+    /// expected to do the same.
+    pub fn step_ended(&mut self, content: StepContent) {
+        self.last_content = content;
+    }
+
+    /// A graph is being created or instantiated: tracing resumes, so that its nodes are seen
+    /// with their creating calls (it pauses again at the next launch or step over budget).
     pub fn graph_building(&mut self) -> Option<bool> {
         self.switch_to(true)
+    }
+
+    /// A stream capture begins: tracing resumes and stays on until every capture has ended.
+    pub fn capture_began(&mut self) -> Option<bool> {
+        self.captures += 1;
+        self.switch_to(true)
+    }
+
+    /// A stream capture ended (or failed to begin). Tracing stays as it is until the next
+    /// decision.
+    pub fn capture_ended(&mut self) {
+        self.captures = self.captures.saturating_sub(1);
+    }
+
+    /// A resume was applied at host time `at` (ns).
+    pub fn resumed(&mut self, at: u64) {
+        if self.resumed_at.len() < MAX_RESUMES_KEPT {
+            self.resumed_at.push(at);
+        }
     }
 
     /// No more switching (recording is ending, or CUPTI refused a switch).
@@ -226,6 +329,7 @@ impl BudgetState {
             graphs,
             steps: self.steps,
             steps_traced: self.steps_traced,
+            resumed_at: self.resumed_at.clone(),
         })
     }
 
@@ -251,9 +355,10 @@ impl BudgetState {
                 .collect();
             let more = execs.len().saturating_sub(shown.len());
             notes.push(format!(
-                "trace budget {}: kernel and API tracing paused after each executable graph's first {} launches; traced {}{}",
+                "trace budget {}: each executable graph's first {} launches traced, then windows of {} launches thinning by half at each doubling; traced {}{}",
                 self.limit,
                 self.limit,
+                (self.limit / 4).max(1),
                 shown.join(", "),
                 if more > 0 {
                     format!(" (and {more} more graphs)")
@@ -270,6 +375,34 @@ impl BudgetState {
                 self.steps,
                 step_range.unwrap_or("step")
             ));
+            let mut kinds: Vec<_> = self.step_kinds.iter().collect();
+            kinds.sort_by_key(|(content, _)| **content);
+            let exec_id = |exec: usize| {
+                self.execs
+                    .get(&exec)
+                    .and_then(|e| e.id)
+                    .map_or("?".to_owned(), |id| id.to_string())
+            };
+            let shown: Vec<String> = kinds
+                .iter()
+                .map(|(content, c)| {
+                    let what = match content {
+                        StepContent::Eager => "eager".to_owned(),
+                        StepContent::Replay(exec) => {
+                            format!("after replays of exec {}", exec_id(*exec))
+                        }
+                        StepContent::Building => "after graph building".to_owned(),
+                    };
+                    format!("{what} {} of {}", c.traced, c.seen)
+                })
+                .collect();
+            if kinds.len() > 1 {
+                notes.push(format!(
+                    "trace budget {}: steps sampled per kind (each kind is what the step before did): {}",
+                    self.limit,
+                    shown.join(", ")
+                ));
+            }
         }
         if self.pauses > 0 {
             notes.push(format!(
@@ -288,14 +421,15 @@ mod tests {
 
     #[test]
     fn a_graph_is_traced_for_its_first_launches_then_paused() {
-        let mut b = BudgetState::new(3);
+        let mut b = BudgetState::new(4);
         b.exec_created(0xa, 7);
-        let switches: Vec<Option<bool>> = (0..5).map(|_| b.graph_launch(0xa)).collect();
-        assert_eq!(switches, [None, None, None, Some(false), None]);
+        // Launch 5 is the first left out (windows of 1: 4 and 6 traced below 8).
+        let switches: Vec<Option<bool>> = (0..6).map(|_| b.graph_launch(0xa)).collect();
+        assert_eq!(switches, [None, None, None, None, None, Some(false)]);
         assert!(!b.tracing());
         let notes = b.notes(None, 0);
         assert!(
-            notes[0].contains("graph exec 7: 3 of 5 launches"),
+            notes[0].contains("graph exec 7: 5 of 6 launches"),
             "{notes:?}"
         );
         assert!(
@@ -305,26 +439,29 @@ mod tests {
         let sampling = b.sampling().expect("something was left out");
         let graph = SampledGraph {
             exec: 7,
-            launches: 5,
-            traced: 3,
+            launches: 6,
+            traced: 5,
         };
         assert_eq!(sampling.graphs, [graph]);
-        assert_eq!((sampling.budget, sampling.steps), (3, 0));
+        assert_eq!((sampling.budget, sampling.steps), (4, 0));
+        assert_eq!(b.graph_launch(0xa), Some(true), "launch 6: the next window");
+    }
+
+    /// Six launches of `exec` under a budget of 4: the sixth is left out.
+    fn over_budget(b: &mut BudgetState, exec: usize) {
+        for _ in 0..6 {
+            b.graph_launch(exec);
+        }
+        assert!(!b.tracing(), "launch 5 is left out");
     }
 
     #[test]
     fn a_new_graph_resumes_tracing_for_its_first_launch() {
-        let mut b = BudgetState::new(2);
-        for _ in 0..3 {
-            b.graph_launch(0xa);
-        }
-        assert!(!b.tracing());
+        let mut b = BudgetState::new(4);
+        over_budget(&mut b, 0xa);
         assert_eq!(b.graph_launch(0xb), Some(true), "fresh graph: traced");
-        assert_eq!(
-            b.graph_launch(0xa),
-            Some(false),
-            "over-budget graph: paused"
-        );
+        assert_eq!(b.graph_launch(0xa), None, "launch 6 of 0xa: sampled");
+        assert_eq!(b.graph_launch(0xa), Some(false), "launch 7: left out");
         assert_eq!(b.graph_launch(0xc), Some(true));
         assert_eq!(b.graph_launch(0xd), None, "still on");
     }
@@ -374,31 +511,26 @@ mod tests {
 
     #[test]
     fn building_a_graph_resumes_tracing_until_the_next_launch_over_budget() {
-        let mut b = BudgetState::new(1);
-        b.graph_launch(0xa);
-        assert_eq!(b.graph_launch(0xa), Some(false));
+        let mut b = BudgetState::new(4);
+        over_budget(&mut b, 0xa);
         assert_eq!(
             b.graph_building(),
             Some(true),
-            "capture while paused: resumed"
+            "graph built while paused: resumed"
         );
         assert_eq!(b.graph_building(), None, "already on");
-        assert_eq!(
-            b.graph_launch(0xa),
-            Some(false),
-            "over budget again: paused"
-        );
-        assert_eq!(b.launches(0xa), 3);
+        assert_eq!(b.graph_launch(0xa), None, "launch 6: sampled");
+        assert_eq!(b.graph_launch(0xa), Some(false), "left out again: paused");
+        assert_eq!(b.launches(0xa), 8);
         b.freeze();
         assert_eq!(b.graph_building(), None, "frozen");
     }
 
     #[test]
     fn a_reused_handle_counts_afresh_after_instantiation() {
-        let mut b = BudgetState::new(1);
+        let mut b = BudgetState::new(4);
         b.exec_created(0xa, 1);
-        b.graph_launch(0xa);
-        assert_eq!(b.graph_launch(0xa), Some(false));
+        over_budget(&mut b, 0xa);
         b.exec_created(0xa, 2);
         assert_eq!(
             b.graph_launch(0xa),
@@ -407,7 +539,7 @@ mod tests {
         );
         let notes = b.notes(None, 0);
         assert!(
-            notes[0].contains("graph exec 1: 1 of 2 launches"),
+            notes[0].contains("graph exec 1: 5 of 6 launches"),
             "{notes:?}"
         );
         assert!(!notes[0].contains("graph exec 2"), "{notes:?}");
@@ -415,27 +547,109 @@ mod tests {
 
     #[test]
     fn steps_after_the_limit_are_paused() {
-        let mut b = BudgetState::new(2);
-        let switches: Vec<Option<bool>> = (0..4).map(|_| b.step_started()).collect();
-        assert_eq!(switches, [None, None, Some(false), None]);
+        let mut b = BudgetState::new(4);
+        let switches: Vec<Option<bool>> = (0..6).map(|_| b.step_started()).collect();
+        assert_eq!(switches, [None, None, None, None, None, Some(false)]);
         let sampling = b.sampling().unwrap();
-        assert_eq!((sampling.steps, sampling.steps_traced), (4, 2));
+        assert_eq!((sampling.steps, sampling.steps_traced), (6, 5));
         assert!(sampling.graphs.is_empty());
         let notes = b.notes(Some("decode_step"), 0);
         assert!(
             notes
                 .iter()
-                .any(|n| n.contains("2 of 4 `decode_step` steps")),
+                .any(|n| n.contains("5 of 6 `decode_step` steps")),
             "{notes:?}"
         );
     }
 
     #[test]
     fn frozen_never_switches() {
-        let mut b = BudgetState::new(1);
+        let mut b = BudgetState::new(4);
         b.graph_launch(0xa);
         b.freeze();
         assert_eq!(b.graph_launch(0xa), None);
         assert!(b.tracing(), "left as it was when frozen");
+    }
+
+    #[test]
+    fn the_sample_thins_by_half_at_each_doubling_in_windows_of_a_quarter_of_the_limit() {
+        assert!((0..1000).all(|n| sampled(n, 0)), "0: everything");
+        let traced: Vec<u64> = (0..512).filter(|&n| sampled(n, 64)).collect();
+        // The first 64, then windows of 16: every second one below 128, every fourth below
+        // 256, every eighth below 512.
+        let windows: Vec<(u64, u64)> = traced
+            .chunk_by(|a, b| b == &(a + 1))
+            .map(|w| (w[0], w.len() as u64))
+            .collect();
+        assert_eq!(
+            windows,
+            [
+                (0, 80),
+                (96, 16),
+                (128, 16),
+                (192, 16),
+                (256, 16),
+                (384, 16)
+            ]
+        );
+        // About limit/2 more per doubling: a logarithmic count over a long run.
+        let long = (0..700_000u64).filter(|&n| sampled(n, 64)).count();
+        assert!((450..=550).contains(&long), "{long}");
+        // A 200-step phase keeps more than 100 steps under the default limit.
+        assert_eq!((0..200u64).filter(|&n| sampled(n, 64)).count(), 120);
+        assert!(sampled(u64::MAX, 1) || !sampled(u64::MAX, 1), "no overflow");
+    }
+
+    #[test]
+    fn a_long_eager_phase_leaves_the_graphed_phase_its_own_sample() {
+        let mut b = BudgetState::new(64);
+        let traced = |b: &mut BudgetState, content: StepContent, steps: u32| {
+            let mut n = 0;
+            for _ in 0..steps {
+                b.step_started();
+                n += u32::from(b.tracing());
+                b.step_ended(content);
+            }
+            n
+        };
+        let eager = traced(&mut b, StepContent::Eager, 320);
+        assert_eq!(eager, 64 + 32 + 32 + 16, "320 eager steps");
+        // One capture step, then the replays: the first replay step is still sampled as a
+        // step after a capture (what the step before did), the rest as replays of exec 0xa.
+        b.capture_began();
+        assert_eq!(traced(&mut b, StepContent::Building, 1), 1);
+        b.capture_ended();
+        let replays = traced(&mut b, StepContent::Replay(0xa), 200);
+        assert!(replays >= 120, "{replays} of 200 replay steps traced");
+        let notes = b.notes(Some("decode_step"), 0).join("\n");
+        // The capture step was sampled as eager (the step before it was) and held on.
+        assert!(
+            notes.contains("eager 145 of 321")
+                && notes.contains("after graph building 1 of 1")
+                && notes.contains("after replays of exec ? 119 of 199"),
+            "{notes}"
+        );
+    }
+
+    #[test]
+    fn no_pause_while_a_capture_is_under_way() {
+        let mut b = BudgetState::new(4);
+        let first: Vec<Option<bool>> = (0..6).map(|_| b.step_started()).collect();
+        assert_eq!(
+            first,
+            [None, None, None, None, None, Some(false)],
+            "step 5 is left out"
+        );
+        assert_eq!(b.capture_began(), Some(true), "a capture resumes tracing");
+        // A step range pushed inside the capture (the captured function marks its steps).
+        for _ in 0..4 {
+            assert_eq!(b.step_started(), None, "held on during the capture");
+            assert!(b.tracing());
+        }
+        assert_eq!(b.graph_launch(0xa), None);
+        b.capture_ended();
+        b.capture_ended(); // an unmatched end changes nothing
+        let later: Vec<Option<bool>> = (0..8).map(|_| b.step_started()).collect();
+        assert!(later.contains(&Some(false)), "pauses again: {later:?}");
     }
 }

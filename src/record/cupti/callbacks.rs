@@ -6,8 +6,10 @@
 //! Locks: callbacks take [`ACTIVE`] only long enough to clone an `Arc`; the state lock is never
 //! held while calling CUPTI or the driver from the subscriber callback.
 
-use super::budget::{BudgetState, SwitchOp};
-use super::config::{GRAPH_BUILDING_START_CBIDS, GRAPH_LAUNCH_CBIDS};
+use super::budget::{BudgetState, StepContent, SwitchOp};
+use super::config::{
+    CAPTURE_BEGIN_CBIDS, CAPTURE_END_CBIDS, GRAPH_BUILDING_START_CBIDS, GRAPH_LAUNCH_CBIDS,
+};
 use super::decode::{RecordStore, api_display_name};
 use super::graph::{Creation, GraphTable};
 use super::loader::{self, Cupti};
@@ -110,9 +112,10 @@ pub(crate) struct Budget {
     /// With a per-call API record filter in use: every call's switch, applied again after the
     /// API kinds are resumed (re-enabling a kind records every call again).
     pub api_filter: Mutex<Option<Vec<(sys::CUpti_CallbackDomain, u32, bool)>>>,
-    /// The graph-building API callbacks, off while paused, so that a paused step runs none of
-    /// ours but the budget's own. A capture, graph creation or instantiation resumes tracing
-    /// first (see [`is_graph_building_start`]), so no graph is built unseen.
+    /// The eager-hot graph-building API callbacks ([`super::config::paused_by_budget`]), off
+    /// while paused, so that a paused step runs none of ours but the budget's own. A capture,
+    /// graph creation or instantiation resumes tracing first (see [`is_graph_building_start`])
+    /// and a capture holds it on until it ends, so no graph is built unseen.
     pub api_callbacks: Mutex<Vec<(sys::CUpti_CallbackDomain, u32)>>,
     /// The subscriber those callbacks belong to (a `CUpti_SubscriberHandle`).
     pub subscriber: AtomicUsize,
@@ -195,6 +198,8 @@ thread_local! {
     static SELF_CORR: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
     /// This thread's open NVTX push ranges (default domain): `true` for a step range.
     static NVTX_STACK: RefCell<Vec<bool>> = const { RefCell::new(Vec::new()) };
+    /// What this thread's open outermost step has done so far (for the budget's step kinds).
+    static STEP_CONTENT: StdCell<StepContent> = const { StdCell::new(StepContent::Eager) };
 }
 
 /// Opens a LibraryCall scope on this thread.
@@ -338,22 +343,84 @@ unsafe fn on_api(
             stack.truncate(i);
         }
     });
-    if let Some(exec) = launched
-        && !inside_step()
-        && let Some(shared) = active()
-    {
-        budget_decides(&shared, |b| b.graph_launch(exec));
-    } else if BUDGET_ON.load(Ordering::Relaxed)
-        && d.callbackSite == sys::CUPTI_API_ENTER
-        && is_graph_building_start(domain, cbid)
-        && let Some(shared) = active()
-    {
+    if !BUDGET_ON.load(Ordering::Relaxed) {
+        return;
+    }
+    let entering = d.callbackSite == sys::CUPTI_API_ENTER;
+    // Most calls are none of the budget's: decide that before taking any lock.
+    let capture_begin = is_capture_begin(domain, cbid);
+    let capture_end = !entering && is_capture_end(domain, cbid);
+    let building = entering && !capture_begin && is_graph_building_start(domain, cbid);
+    if launched.is_none() && !capture_begin && !capture_end && !building {
+        return;
+    }
+    let Some(shared) = active() else {
+        return;
+    };
+    if let Some(exec) = launched {
+        if inside_step() {
+            step_did(StepContent::Replay(exec));
+            if let Some(budget) = &shared.budget {
+                lock(&budget.decisions).graph_launch_in_step(exec);
+            }
+        } else {
+            budget_decides(&shared, |b| b.graph_launch(exec));
+        }
+    } else if capture_begin {
+        if entering {
+            step_did(StepContent::Building);
+            budget_decides(&shared, |b| b.capture_began());
+        } else if returned_error(d)
+            && let Some(budget) = &shared.budget
+        {
+            // No capture began: it must not hold tracing on.
+            lock(&budget.decisions).capture_ended();
+        }
+    } else if capture_end {
+        if let Some(budget) = &shared.budget {
+            lock(&budget.decisions).capture_ended();
+        }
+    } else {
+        step_did(StepContent::Building);
         budget_decides(&shared, |b| b.graph_building());
     }
 }
 
+/// Whether the driver call this exit callback reports returned an error.
+fn returned_error(d: &sys::CUpti_CallbackData) -> bool {
+    // SAFETY: at API exit CUPTI points functionReturnValue at the call's CUresult.
+    !d.functionReturnValue.is_null() && unsafe { *(d.functionReturnValue as *const u32) } != 0
+}
+
+/// Notes what the open step on this thread did: building a graph outranks a replay, which
+/// outranks running eagerly.
+fn step_did(content: StepContent) {
+    if !inside_step() {
+        return;
+    }
+    let _ = STEP_CONTENT.try_with(|c| {
+        let now = c.get();
+        let rank = |x: StepContent| match x {
+            StepContent::Eager => 0,
+            StepContent::Replay(_) => 1,
+            StepContent::Building => 2,
+        };
+        if rank(content) > rank(now) {
+            c.set(content);
+        }
+    });
+}
+
 fn is_graph_building_start(domain: sys::CUpti_CallbackDomain, cbid: u32) -> bool {
     GRAPH_BUILDING_START_CBIDS.contains(&(domain, cbid))
+}
+
+fn is_capture_begin(domain: sys::CUpti_CallbackDomain, cbid: u32) -> bool {
+    CAPTURE_BEGIN_CBIDS.contains(&(domain, cbid))
+}
+
+fn is_capture_end(domain: sys::CUpti_CallbackDomain, cbid: u32) -> bool {
+    CAPTURE_END_CBIDS.contains(&(domain, cbid))
 }
 
 fn is_graph_launch(domain: sys::CUpti_CallbackDomain, cbid: u32) -> bool {
@@ -404,7 +471,12 @@ pub(super) fn apply_budget(shared: &Shared, budget: &Budget, cupti: Option<&Cupt
             continue;
         }
         match switch_kinds(budget, cupti, target) {
-            Ok(()) => *applied = Some(target),
+            Ok(()) => {
+                *applied = Some(target);
+                if target && let Some(cupti) = cupti {
+                    lock(&budget.decisions).resumed(now(cupti));
+                }
+            }
             Err(failed) => {
                 *applied = None;
                 lock(&budget.decisions).freeze();
@@ -560,7 +632,17 @@ unsafe fn on_nvtx(cbid: u32, data: *const NvtxData) {
     }
     match cbid {
         NVTX_RANGE_POP => {
-            let _ = NVTX_STACK.try_with(|s| s.borrow_mut().pop());
+            let popped = NVTX_STACK.try_with(|s| s.borrow_mut().pop()).ok().flatten();
+            if popped == Some(true)
+                && !inside_step()
+                && let Some(shared) = active()
+                && let Some(budget) = &shared.budget
+            {
+                let content = STEP_CONTENT
+                    .try_with(|c| c.replace(StepContent::Eager))
+                    .unwrap_or(StepContent::Eager);
+                lock(&budget.decisions).step_ended(content);
+            }
         }
         NVTX_RANGE_PUSH_A | NVTX_RANGE_PUSH_W | NVTX_RANGE_PUSH_EX => {
             let Some(shared) = active() else {
@@ -577,6 +659,7 @@ unsafe fn on_nvtx(cbid: u32, data: *const NvtxData) {
             let outermost_step = is_step && !inside_step();
             let _ = NVTX_STACK.try_with(|s| s.borrow_mut().push(is_step));
             if outermost_step {
+                let _ = STEP_CONTENT.try_with(|c| c.set(StepContent::Eager));
                 budget_decides(&shared, |b| b.step_started());
             }
         }
@@ -1128,9 +1211,9 @@ mod tests {
 
     #[test]
     fn a_switch_under_way_elsewhere_is_never_waited_for() {
-        let shared = shared_with_budget(1, None);
+        let shared = shared_with_budget(4, None);
         let budget = shared.budget.as_ref().unwrap();
-        for _ in 0..2 {
+        for _ in 0..6 {
             lock(&budget.decisions).graph_launch(0xa);
         }
         assert!(
@@ -1223,8 +1306,8 @@ mod tests {
         let decisions = lock(&budget.decisions);
         assert_eq!(
             decisions.launches(exec),
-            2,
-            "runtime launches, not their driver calls"
+            3,
+            "runtime launches, not their driver calls, the one inside the step included"
         );
         assert_eq!(decisions.steps(), 1, "only the step range's pushes");
         assert!(

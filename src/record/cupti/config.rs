@@ -224,10 +224,9 @@ pub(super) const KINDS: [(sys::CUpti_ActivityKind, &str); 7] = [
     ),
 ];
 
-/// Driver calls that start building or instantiating a graph (the runtime's calls go through
-/// them). Their callbacks stay on while tracing is paused, and each resumes it, so that the
-/// graph-building callbacks and API records see every graph that is made.
-pub(super) const GRAPH_BUILDING_START_CBIDS: [(sys::CUpti_CallbackDomain, u32); 12] = {
+/// Driver calls that begin a stream capture (the runtime's calls go through them). A capture
+/// holds tracing on until it ends ([`CAPTURE_END_CBIDS`]).
+pub(super) const CAPTURE_BEGIN_CBIDS: [(sys::CUpti_CallbackDomain, u32); 6] = {
     use sys::CUPTI_CB_DOMAIN_DRIVER_API as D;
     [
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture),
@@ -239,6 +238,32 @@ pub(super) const GRAPH_BUILDING_START_CBIDS: [(sys::CUpti_CallbackDomain, u32); 
             D,
             sys::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz,
         ),
+    ]
+};
+
+/// Driver calls that end a stream capture.
+pub(super) const CAPTURE_END_CBIDS: [(sys::CUpti_CallbackDomain, u32); 2] = {
+    use sys::CUPTI_CB_DOMAIN_DRIVER_API as D;
+    [
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz),
+    ]
+};
+
+/// Driver calls that start building or instantiating a graph, captures included (the
+/// runtime's calls go through them). Their callbacks stay on while tracing is paused, and each
+/// resumes it, so that the graph-building callbacks and API records see every graph that is
+/// made.
+pub(super) const GRAPH_BUILDING_START_CBIDS: [(sys::CUpti_CallbackDomain, u32); 12] = {
+    use sys::CUPTI_CB_DOMAIN_DRIVER_API as D;
+    let c = CAPTURE_BEGIN_CBIDS;
+    [
+        c[0],
+        c[1],
+        c[2],
+        c[3],
+        c[4],
+        c[5],
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphCreate),
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphClone),
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate),
@@ -247,6 +272,39 @@ pub(super) const GRAPH_BUILDING_START_CBIDS: [(sys::CUpti_CallbackDomain, u32); 
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams),
     ]
 };
+
+/// Graph-building callbacks of calls that eager code makes all the time — event waits and
+/// records, async copies and memsets, host functions, kernel launches: the only API callbacks
+/// the trace budget pauses (a capture holds them on). The others only build graphs and never
+/// pause, so an explicitly built graph is always seen with its creating calls.
+pub(super) fn paused_by_budget(call: (sys::CUpti_CallbackDomain, u32)) -> bool {
+    use sys::CUPTI_CB_DOMAIN_DRIVER_API as D;
+    use sys::CUPTI_CB_DOMAIN_RUNTIME_API as R;
+    const EAGER: [(sys::CUpti_CallbackDomain, u32); 16] = [
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecord),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecordWithFlags),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecord_v3020),
+        (
+            R,
+            sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecordWithFlags_v11010,
+        ),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020),
+    ];
+    EAGER.contains(&call)
+        || LAUNCH_CBIDS.contains(&call)
+        || call == (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_v10000)
+}
 
 /// `cudaGraphLaunch`/`cuGraphLaunch` and their per-thread-stream forms: the calls the trace
 /// budget counts.
@@ -410,5 +468,45 @@ mod tests {
         assert!(d.api_record_wanted("cudaGraphLaunch_v10000"));
         assert!(!d.api_record_wanted("cudaMemcpyAsync_v3020"));
         assert!(Diagnostics::default().api_record_wanted("cudaMemcpyAsync_v3020"));
+    }
+
+    #[test]
+    fn the_budget_pauses_only_the_eager_hot_callbacks() {
+        use sys::CUPTI_CB_DOMAIN_DRIVER_API as D;
+        use sys::CUPTI_CB_DOMAIN_RUNTIME_API as R;
+        assert!(paused_by_budget((
+            R,
+            sys::CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020
+        )));
+        assert!(paused_by_budget((
+            D,
+            sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel
+        )));
+        // Calls that only build graphs keep their callbacks whatever the budget.
+        for call in [
+            (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddEventWaitNode),
+            (
+                R,
+                sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddEventRecordNode_v11010,
+            ),
+            (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags),
+            (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphNodeGetType),
+        ] {
+            assert!(GRAPH_BUILDING_CBIDS.contains(&call), "{call:?}");
+            assert!(!paused_by_budget(call), "{call:?}");
+        }
+        // The budget's own: capture begins and ends, graph building starts, graph launches.
+        for &call in GRAPH_BUILDING_START_CBIDS
+            .iter()
+            .chain(&CAPTURE_END_CBIDS)
+            .chain(&GRAPH_LAUNCH_CBIDS)
+        {
+            assert!(!paused_by_budget(call), "{call:?}");
+        }
+        assert!(
+            CAPTURE_BEGIN_CBIDS
+                .iter()
+                .all(|c| GRAPH_BUILDING_START_CBIDS.contains(c))
+        );
     }
 }

@@ -4,8 +4,9 @@ use super::budget::TraceBudget;
 use super::buffers;
 use super::callbacks::{self, ACTIVE, Budget, PANICS, Shared, State, lock};
 use super::config::{
-    API_DOMAINS, ApiCallbacks, Diagnostics, GRAPH_BUILDING_CBIDS, GRAPH_BUILDING_START_CBIDS,
-    GRAPH_LAUNCH_CBIDS, KINDS, LAUNCH_CBIDS, RESOURCE_CBIDS, RecorderConfig,
+    API_DOMAINS, ApiCallbacks, CAPTURE_END_CBIDS, Diagnostics, GRAPH_BUILDING_CBIDS,
+    GRAPH_BUILDING_START_CBIDS, GRAPH_LAUNCH_CBIDS, KINDS, LAUNCH_CBIDS, RESOURCE_CBIDS,
+    RecorderConfig, paused_by_budget,
 };
 use super::error::CuptiError;
 use super::loader::{self, Cupti};
@@ -301,12 +302,13 @@ impl Recorder {
         let sub = self.subscriber_handle();
         if let Some(budget) = &self.shared.budget {
             *lock(&budget.kinds) = self.kinds_enabled.clone();
-            // The graph-building callbacks pause too, but not the ones the budget decides in.
+            // The eager-hot graph-building callbacks pause too; the budget's own and the calls
+            // that only build graphs never do.
             *lock(&budget.api_callbacks) = self
                 .api_enabled
                 .iter()
                 .copied()
-                .filter(|c| !GRAPH_BUILDING_START_CBIDS.contains(c))
+                .filter(|&c| paused_by_budget(c))
                 .collect();
             budget.subscriber.store(sub as usize, Ordering::SeqCst);
         }
@@ -325,6 +327,7 @@ impl Recorder {
         let budget_cbids = GRAPH_LAUNCH_CBIDS
             .iter()
             .chain(&GRAPH_BUILDING_START_CBIDS)
+            .chain(&CAPTURE_END_CBIDS)
             .chain(nvtx);
         for &(domain, cbid) in budget_cbids {
             // Already on, by call or (ApiCallbacks::All) by domain.
