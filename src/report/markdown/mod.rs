@@ -134,7 +134,7 @@ pub fn analysis_markdown(a: &Analysis) -> String {
 
     unpaired_gaps_section(&mut s, a);
     idle_section(&mut s, a);
-    s
+    crate::report::printable_report(s)
 }
 
 /// Cells no comparison covers (one trace, one regime) still show their largest gaps: the op
