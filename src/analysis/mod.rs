@@ -115,6 +115,6 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
         .collect();
     analysis.geomean_ratio = stats::Geomean::of(&ratios);
     analysis.mode_pairs = align::pair_modes(&analysis.cells);
-    analysis.remedies = remedy::remedies(&analysis);
+    (analysis.remedies, analysis.withheld_remedies) = remedy::remedies(&analysis);
     analysis
 }
