@@ -611,6 +611,8 @@ pub struct InputSummary {
     pub dropped_records: u64,
     pub notes: Vec<String>,
     pub kernels: usize,
+    /// What [`super::validate::check`] found damaged and left out, one line per kind.
+    pub damage: Vec<String>,
 }
 
 /// Everything `analyze` found.

@@ -24,6 +24,7 @@ pub fn command(traces: &[PathBuf], out: &OutputArgs) -> Result<ExitCode, Failure
     timer.lap("load");
     let analysis = analyze(&traces, &names);
     timer.lap("analysis");
+    note_damage(&analysis);
     check_origin_step(&analysis, out.origin.origin_step)?;
     let reports = report::output::analysis_reports(&analysis);
     print_summary(&reports, out)?;
@@ -65,6 +66,15 @@ pub fn write_outputs(
         wrote_line(dir, &written)
     ));
     Ok(())
+}
+
+/// What the analysis found damaged in each input (and left out), as notes.
+pub fn note_damage(analysis: &Analysis) {
+    for input in &analysis.inputs {
+        for damage in &input.damage {
+            note(&format!("{}: {damage}", input.path));
+        }
+    }
 }
 
 /// "wrote DIR/{a,b}": the one form every set's note takes.

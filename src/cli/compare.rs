@@ -3,7 +3,7 @@
 
 use super::args::CompareArgs;
 use super::inputs::{analyze, expand, load_with_steps, select};
-use super::analyze::wrote_line;
+use super::analyze::{note_damage, wrote_line};
 use super::{Failure, bad_input, check_output_folder, note, print_stdout};
 use gapscope::analysis;
 use gapscope::report;
@@ -24,11 +24,13 @@ pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
     let (mut head_traces, head_names) = load_with_steps(&expand(&a.head)?, steps)?;
     select(&mut base_traces, a.base_select.as_deref(), "--base-select")?;
     select(&mut head_traces, a.head_select.as_deref(), "--head-select")?;
-    let comparison = analysis::align::compare(
+    let (base, head) = (
         analyze(&base_traces, &base_names),
         analyze(&head_traces, &head_names),
-        a.threshold,
     );
+    note_damage(&base);
+    note_damage(&head);
+    let comparison = analysis::align::compare(base, head, a.threshold);
     if comparison.cells.is_empty() {
         // A CI gate must not pass on nothing.
         return Err(bad_input(format!(

@@ -2,7 +2,7 @@
 //! `gapscope run`: the sweep on the GPU (recorded by [`gapscope::workload`]), or the bundled
 //! traces without one; then the analysis set, and a merged report per multi-rank folder.
 
-use super::analyze::{print_summary, write_outputs, wrote_line};
+use super::analyze::{note_damage, print_summary, write_outputs, wrote_line};
 use super::args::{OutputArgs, RunArgs};
 use super::inputs::analyze;
 use super::{Failure, bad_input, check_output_folder, note, remove_temporaries_on_signal};
@@ -62,6 +62,7 @@ pub fn command(args: RunArgs, given: &[&str]) -> Result<ExitCode, Failure> {
         gapscope::trace::bundled::traces()?
     };
     let analysis = analyze(&traces, &names);
+    note_damage(&analysis);
     let out = OutputArgs {
         output: Some(args.output.clone()),
         print: args.print,

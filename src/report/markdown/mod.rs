@@ -369,6 +369,9 @@ fn inputs_section(s: &mut String, a: &Analysis, title: Option<&str>) {
         for n in &inp.notes {
             notes.push(format!("input {i}: {}", md_cell(n)));
         }
+        for n in &inp.damage {
+            notes.push(format!("⚠️ input {i} {}", md_cell(n)));
+        }
     }
     for n in notes {
         let _ = writeln!(s, "> {n}\n");
