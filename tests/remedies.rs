@@ -269,7 +269,10 @@ fn only_material_savings_beyond_their_spread_are_given() {
         for w in &a.withheld_remedies {
             let saving = w.remedy.predicted_saving_ns.expect("a prediction");
             let step = a.cells[w.remedy.cell].period.unwrap().median;
-            assert!(saving.p10 <= 0.0 || saving.median < 0.01 * step, "{name}: {w:?}");
+            assert!(
+                saving.p10 <= 0.0 || saving.median < 0.01 * step,
+                "{name}: {w:?}"
+            );
         }
     }
     let emu = bundled("emu-h200.json");
@@ -279,7 +282,10 @@ fn only_material_savings_beyond_their_spread_are_given() {
         .collect();
     assert_eq!(given, ["graphed mode=2 emu fresh"]);
     let replay = &emu.withheld_remedies[0];
-    assert_eq!(emu.cells[replay.remedy.cell].label, "graphed mode=2 emu replay");
+    assert_eq!(
+        emu.cells[replay.remedy.cell].label,
+        "graphed mode=2 emu replay"
+    );
     assert!(replay.why.contains("under 1 % of the"), "{}", replay.why);
 
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_gapscope"))
@@ -295,9 +301,15 @@ fn only_material_savings_beyond_their_spread_are_given() {
         .take_while(|l| l.starts_with("  "))
         .collect();
     assert_eq!(what.len(), 1, "{screen}");
-    assert!(what[0].starts_with("  graphed mode=2 emu fresh:"), "{screen}");
+    assert!(
+        what[0].starts_with("  graphed mode=2 emu fresh:"),
+        "{screen}"
+    );
     assert!(!screen.contains("predicted saving 0.10"), "{screen}");
     let md = gapscope::report::analysis_markdown(&emu);
-    assert!(md.contains("Not given (a remedy is given only when"), "{md}");
+    assert!(
+        md.contains("Not given (a remedy is given only when"),
+        "{md}"
+    );
     assert!(md.contains("- graphed mode=2 emu replay: NCCL graph usage mode: predicted saving 0.10 µs is under 1 % of the"), "{md}");
 }

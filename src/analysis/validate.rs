@@ -62,11 +62,7 @@ pub fn check(trace: &Trace) -> (Cow<'_, Trace>, Vec<String>) {
     if !cyclic.is_empty() {
         let graph_of: FxHashMap<u64, u32> =
             fixed.graph.nodes.iter().map(|n| (n.id, n.graph)).collect();
-        let in_cycle = |e: &GraphEdge| {
-            graph_of
-                .get(&e.to)
-                .is_some_and(|g| cyclic.contains(g))
-        };
+        let in_cycle = |e: &GraphEdge| graph_of.get(&e.to).is_some_and(|g| cyclic.contains(g));
         let edges = fixed.graph.edges.iter().filter(|e| in_cycle(e)).count();
         fixed.graph.edges.retain(|e| !in_cycle(e));
         let mut graphs: Vec<u32> = cyclic.into_iter().collect();
@@ -223,7 +219,10 @@ mod tests {
         });
         let (checked, notes) = check(&t);
         assert_eq!(notes.len(), 3, "{notes:?}");
-        assert!(notes[0].contains("2 API calls share 1 correlation ids"), "{notes:?}");
+        assert!(
+            notes[0].contains("2 API calls share 1 correlation ids"),
+            "{notes:?}"
+        );
         assert!(notes[1].contains("1 graph edges name nodes"), "{notes:?}");
         assert!(notes[2].contains("form a cycle"), "{notes:?}");
         assert!(checked.api_calls.iter().all(|a| a.corr != corr));
@@ -239,7 +238,10 @@ mod tests {
         t.kernels[3].end += 1_000_000_000;
         let (checked, notes) = check(&t);
         assert_eq!(notes.len(), 1, "{notes:?}");
-        assert!(notes[0].contains("1 kernels outside graphs end"), "{notes:?}");
+        assert!(
+            notes[0].contains("1 kernels outside graphs end"),
+            "{notes:?}"
+        );
         assert_eq!(checked.kernels.len(), n - 1);
         assert!(!checked.kernels.contains(&t.kernels[3]));
         // Within the tolerance: programmatic dependent launch, not damage.

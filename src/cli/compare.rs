@@ -1,9 +1,9 @@
 #![forbid(unsafe_code)]
 //! `gapscope compare BASE HEAD`: exit 3 when HEAD is slower beyond `--threshold`.
 
+use super::analyze::{note_damage, wrote_line};
 use super::args::CompareArgs;
 use super::inputs::{analyze, expand, load_with_steps, select};
-use super::analyze::{note_damage, wrote_line};
 use super::{Failure, bad_input, check_output_folder, note, print_stdout};
 use gapscope::analysis;
 use gapscope::report;

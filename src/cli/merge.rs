@@ -1,9 +1,9 @@
 #![forbid(unsafe_code)]
 //! `gapscope merge TRACE…`: per-rank traces into one report and one Perfetto trace.
 
+use super::analyze::wrote_line;
 use super::args::ClockArg;
 use super::inputs::{expand_all, load};
-use super::analyze::wrote_line;
 use super::{Failure, check_output_folder, note, print_stdout};
 use gapscope::analysis::merge;
 use gapscope::report;

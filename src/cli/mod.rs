@@ -98,7 +98,13 @@ pub fn check_output_folder(dir: &Path) -> Result<(), Failure> {
                     ),
                 });
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // Missing, or under a file ("afile/out"): the folder above decides.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
                 match existing.parent() {
                     Some(p) if !p.as_os_str().is_empty() => existing = p,
                     _ => {

@@ -170,10 +170,7 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
             };
             eprintln!(
                 "gapscope: error: {}",
-                crate::report::printable(&format!(
-                    "{}: {what} ({e})",
-                    program.to_string_lossy()
-                ))
+                crate::report::printable(&format!("{}: {what} ({e})", program.to_string_lossy()))
             );
             return Ok(ExitCode::from(code));
         }
@@ -205,7 +202,10 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     }
     if !written.is_empty() {
         let shown: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
-        note(&format!("analyse with: gapscope analyze {}", shown.join(" ")));
+        note(&format!(
+            "analyse with: gapscope analyze {}",
+            shown.join(" ")
+        ));
     }
     // The last line says why gapscope's exit code is not 0: it is the program's.
     if let Some(how) = ended_how(status) {
