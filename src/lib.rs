@@ -40,12 +40,31 @@ pub fn panic_message(info: &std::panic::PanicHookInfo<'_>) -> String {
 
 /// Threads for work split over cores (the Kineto import, step attribution):
 /// `GAPSCOPE_THREADS` when set to a positive number, else the cores available, at most 8.
+/// (The command line refuses any other value first: [`threads_setting`].)
 pub fn worker_threads() -> usize {
-    std::env::var("GAPSCOPE_THREADS")
+    threads_setting()
         .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n: &usize| n > 0)
+        .flatten()
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(8)))
+}
+
+/// `GAPSCOPE_THREADS`: `None` when unset or empty, else the positive count it names; anything
+/// else (`0`, `-1`, `abc`) is an error, as one line.
+pub fn threads_setting() -> Result<Option<usize>, String> {
+    let Some(value) = std::env::var_os("GAPSCOPE_THREADS") else {
+        return Ok(None);
+    };
+    let text = value.to_string_lossy();
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    match text.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(Some(n)),
+        _ => Err(format!(
+            "GAPSCOPE_THREADS={text:?}: expected a positive number of threads (or unset it for the cores available, at most 8)"
+        )),
+    }
 }
 
 /// `items` mapped through `f` on up to [`worker_threads`] threads, in order: the result is the

@@ -4,60 +4,84 @@
 
 mod cli;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use cli::args::{Cli, Command};
-use cli::{Failure, print_stdout};
+use cli::{Failure, bad_input, print_stdout};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let matches = match Cli::command().try_get_matches() {
+        Ok(matches) => matches,
+        Err(e) => return usage_error(e),
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
-    match run(cli) {
+    // Read by the import and the analysis deep down: refused here, before any work.
+    if let Err(message) = gapscope::threads_setting() {
+        return fail(bad_input(message));
+    }
+    let given = cli::args::run_sweep_flags_given(&matches);
+    match run(cli, &given) {
         Ok(code) => code,
-        Err(f) => {
-            // One line: the outermost context and its causes joined (a cause that a message
-            // already ends with, as "cannot read: <io error>", is not repeated).
-            let mut line = String::new();
-            for cause in f.error.chain().map(|e| e.to_string()) {
-                if line.ends_with(&cause) {
-                    continue;
-                }
-                if !line.is_empty() {
-                    line.push_str(": ");
-                }
-                line.push_str(&cause);
-            }
-            eprintln!("gapscope: error: {line}");
-            ExitCode::from(f.code)
-        }
+        Err(f) => fail(f),
     }
 }
 
-/// Help and version go to stdout (exit 0); a usage error is one line on stderr (exit 2).
+/// The failure's one line, last on stderr, and its exit code.
+fn fail(f: Failure) -> ExitCode {
+    cli::error(&cli::failure_line(&f.error));
+    ExitCode::from(f.code)
+}
+
+/// Help and version go to stdout (exit 0; a stdout that cannot be written is an error, exit 1);
+/// a usage error is one line on stderr (exit 2).
 fn usage_error(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
-            let _ = e.print();
-            ExitCode::SUCCESS
+            match print_stdout(e.render().to_string().trim_end()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(f) => fail(f),
+            }
         }
-        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            let _ = e.print();
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
+            cli::error("no command given; try gapscope --help");
             ExitCode::from(2)
         }
         _ => {
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("gapscope: error: {first} (see --help)");
+            cli::error(&format!("{} (see --help)", usage_line(&e.to_string())));
             ExitCode::from(2)
         }
     }
 }
 
-fn run(cli: Cli) -> Result<ExitCode, Failure> {
+/// clap's message on one line: its lines up to the usage joined, so what follows a colon (the
+/// missing arguments' names) or a tip stays in it.
+fn usage_line(text: &str) -> String {
+    let mut line = String::new();
+    for part in text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        // "tip: to pass '--foo' as a value, use '-- --foo'" misleads more than it helps.
+        .filter(|l| !l.is_empty() && !l.starts_with("tip: to pass"))
+    {
+        let part = part.strip_prefix("error: ").unwrap_or(part);
+        if !line.is_empty() {
+            line.push_str(if line.ends_with(':') { " " } else { "; " });
+        }
+        line.push_str(part);
+    }
+    if line.is_empty() {
+        "invalid arguments".to_owned()
+    } else {
+        line
+    }
+}
+
+fn run(cli: Cli, given: &[&'static str]) -> Result<ExitCode, Failure> {
     // Not for `record` (it waits for its child, which the signal reaches) nor `run` (it
     // installs the handler itself when it analyses the bundled traces).
     if !matches!(cli.command, Command::Run(_) | Command::Record(_)) {
@@ -72,7 +96,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             output,
             origin,
         } => cli::analyze::export(&traces, format, &output, origin.origin_step),
-        Command::Run(args) => cli::run::command(args),
+        Command::Run(args) => cli::run::command(args, given),
         Command::CheckKernels { tokens } => {
             gapscope::record::cupti::ensure_cuda_driver()?;
             let summary = gapscope::workload::htdecode::run_correctness_check(&tokens)

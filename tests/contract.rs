@@ -370,18 +370,18 @@ fn usage_errors_are_one_line() {
 fn notes_come_before_the_one_error_line() {
     let dir = tempfile::tempdir().unwrap();
     let p = write(dir.path(), "t.json", &synthetic::emu_experiment(2));
-    let file = dir.path().join("a-file");
-    std::fs::write(&file, "").unwrap();
+    // The note of the load, then the refusal of the step (tests/contract_cli.rs has the
+    // output folders, refused before the load).
     let out = gapscope(&[
         "analyze",
         &p,
         "--step-range",
         "nosuch",
-        "-o",
-        file.to_str().unwrap(),
+        "--origin-step",
+        "1000",
     ]);
-    let line = fails_after_notes(&out, 1);
-    assert!(line.contains("a-file"), "{line}");
+    let line = fails_after_notes(&out, 2);
+    assert!(line.contains("--origin-step 1000"), "{line}");
     assert!(
         stderr(&out).contains("gapscope: note: "),
         "the note is shown"

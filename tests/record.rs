@@ -264,7 +264,7 @@ fn injection_without_cuda_fails_in_one_line_and_only_once() {
     assert_eq!(got, "0 0", "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(
-        err.starts_with("gapscope: not tracing this process: "),
+        err.starts_with("gapscope: warning: not tracing this process: "),
         "{err}"
     );
     assert!(!dir.path().join("out").exists(), "{err}");

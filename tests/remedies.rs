@@ -52,9 +52,18 @@ fn bundled_mode2_graphed_cells_get_graph_usage_mode_measured_against_mode1() {
                 })
                 .collect()
         };
-        let remedies = of_kind(&a, RemedyKind::GraphUsageMode);
+        // Every mode-2 cell has the remedy: given, or withheld for its small saving.
+        let remedies: Vec<&Remedy> = of_kind(&a, RemedyKind::GraphUsageMode)
+            .into_iter()
+            .chain(
+                a.withheld_remedies
+                    .iter()
+                    .map(|w| &w.remedy)
+                    .filter(|r| r.kind == RemedyKind::GraphUsageMode),
+            )
+            .collect();
         assert_eq!(remedies.len(), graphed(2).len(), "{name}");
-        assert!(!remedies.is_empty());
+        assert!(!of_kind(&a, RemedyKind::GraphUsageMode).is_empty());
         for cell in graphed(2) {
             let r = remedies
                 .iter()
@@ -235,4 +244,72 @@ fn host_bound_graph_launches_name_the_launch_call_and_predict_nothing() {
     }
     // Emu's replays are bound by the graph, not by its launch call.
     assert!(of_kind(&bundled("emu-h200.json"), RemedyKind::LaunchBound).is_empty());
+}
+
+/// A remedy is given only when its predicted saving is beyond its spread and ≥ 1 % of the
+/// step; the others are withheld, with why. The worked example of the README: on the bundled
+/// emulation only the fresh-graph cell is told to change mode (the replays' 0.10 µs is under
+/// 1 % of a 26.7 µs step).
+#[test]
+fn only_material_savings_beyond_their_spread_are_given() {
+    for name in [
+        "emu-h200.json",
+        "ht-decode-h200.json",
+        "torch-graphs-record-h200.json",
+    ] {
+        let a = bundled(name);
+        for r in &a.remedies {
+            let Some(saving) = r.predicted_saving_ns else {
+                continue;
+            };
+            let step = a.cells[r.cell].period.unwrap().median;
+            assert!(saving.p10 > 0.0, "{name}: {r:?}");
+            assert!(saving.median >= 0.01 * step, "{name}: {r:?}");
+        }
+        for w in &a.withheld_remedies {
+            let saving = w.remedy.predicted_saving_ns.expect("a prediction");
+            let step = a.cells[w.remedy.cell].period.unwrap().median;
+            assert!(
+                saving.p10 <= 0.0 || saving.median < 0.01 * step,
+                "{name}: {w:?}"
+            );
+        }
+    }
+    let emu = bundled("emu-h200.json");
+    let given: Vec<&str> = of_kind(&emu, RemedyKind::GraphUsageMode)
+        .iter()
+        .map(|r| emu.cells[r.cell].label.as_str())
+        .collect();
+    assert_eq!(given, ["graphed mode=2 emu fresh"]);
+    let replay = &emu.withheld_remedies[0];
+    assert_eq!(
+        emu.cells[replay.remedy.cell].label,
+        "graphed mode=2 emu replay"
+    );
+    assert!(replay.why.contains("under 1 % of the"), "{}", replay.why);
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gapscope"))
+        .args(["analyze", "traces/emu-h200.json"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    let what: Vec<&str> = screen
+        .lines()
+        .skip_while(|l| *l != "What to change:")
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    assert_eq!(what.len(), 1, "{screen}");
+    assert!(
+        what[0].starts_with("  graphed mode=2 emu fresh:"),
+        "{screen}"
+    );
+    assert!(!screen.contains("predicted saving 0.10"), "{screen}");
+    let md = gapscope::report::analysis_markdown(&emu);
+    assert!(
+        md.contains("Not given (a remedy is given only when"),
+        "{md}"
+    );
+    assert!(md.contains("- graphed mode=2 emu replay: NCCL graph usage mode: predicted saving 0.10 µs is under 1 % of the"), "{md}");
 }

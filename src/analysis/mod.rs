@@ -12,6 +12,7 @@ pub mod remedy;
 pub mod stats;
 pub mod steps;
 pub mod timeline;
+pub mod validate;
 
 pub use model::*;
 
@@ -84,6 +85,8 @@ fn file_stem(path: &str) -> String {
 pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) -> Analysis {
     let mut analysis = Analysis::default();
     for (i, trace) in traces.iter().enumerate() {
+        // Damage that parsing accepts is taken out here, and named in the input's summary.
+        let (checked, damage) = validate::check(trace);
         analysis.inputs.push(InputSummary {
             path: paths.get(i).cloned().unwrap_or_default(),
             source: trace.metadata.source,
@@ -92,7 +95,9 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
             dropped_records: trace.dropped_records,
             notes: trace.metadata.notes.clone(),
             kernels: trace.kernels.len(),
+            damage,
         });
+        let trace = &*checked;
         let timeline = timeline::build(trace);
         // One index of launch calls for splitting into steps and for attribution.
         let launches = steps::LaunchIndex::new(trace);
@@ -115,6 +120,6 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
         .collect();
     analysis.geomean_ratio = stats::Geomean::of(&ratios);
     analysis.mode_pairs = align::pair_modes(&analysis.cells);
-    analysis.remedies = remedy::remedies(&analysis);
+    (analysis.remedies, analysis.withheld_remedies) = remedy::remedies(&analysis);
     analysis
 }

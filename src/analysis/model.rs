@@ -615,6 +615,8 @@ pub struct InputSummary {
     pub dropped_records: u64,
     pub notes: Vec<String>,
     pub kernels: usize,
+    /// What [`super::validate::check`] found damaged and left out, one line per kind.
+    pub damage: Vec<String>,
 }
 
 /// Everything `analyze` found.
@@ -631,6 +633,9 @@ pub struct Analysis {
     pub mode_pairs: Vec<CellComparison>,
     /// For each cause with a known fix: the fix and its predicted saving, by cell.
     pub remedies: Vec<super::remedy::Remedy>,
+    /// Remedies whose evidence is there but whose predicted saving is inside its spread or
+    /// immaterial ([`super::remedy::remedies`]): not given, said in the report.
+    pub withheld_remedies: Vec<super::remedy::Withheld>,
     /// Per input trace, its op timeline (reports draw from it).
     #[serde(skip)]
     pub timelines: Vec<TraceTimeline>,

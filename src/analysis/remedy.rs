@@ -180,8 +180,58 @@ pub struct Remedy {
     pub basis: String,
 }
 
-/// Every remedy whose evidence the analysis shows, by cell, in [`REMEDIES`] order.
-pub fn remedies(a: &Analysis) -> Vec<Remedy> {
+/// A predicted saving is material from this share of the cell's step period on.
+pub const MATERIAL_SHARE_OF_STEP: f64 = 0.01;
+
+/// A remedy whose evidence the analysis shows but which is not given: its predicted saving is
+/// inside its own spread or immaterial.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Withheld {
+    pub remedy: Remedy,
+    pub why: String,
+}
+
+/// Every remedy whose evidence the analysis shows, by cell, in [`REMEDIES`] order: those given,
+/// and those withheld because their predicted saving is not beyond its spread (its p10 is not
+/// above zero) or under [`MATERIAL_SHARE_OF_STEP`] of the step. A remedy that predicts nothing
+/// claims nothing, and is given on its evidence.
+pub fn remedies(a: &Analysis) -> (Vec<Remedy>, Vec<Withheld>) {
+    let mut given = Vec::new();
+    let mut withheld = Vec::new();
+    for r in candidates(a) {
+        match a.cells.get(r.cell).and_then(|c| why_withheld(&r, c)) {
+            Some(why) => withheld.push(Withheld { remedy: r, why }),
+            None => given.push(r),
+        }
+    }
+    (given, withheld)
+}
+
+/// Why `r`'s predicted saving does not earn it a place, if it does not.
+fn why_withheld(r: &Remedy, cell: &CellAnalysis) -> Option<String> {
+    let saving = r.predicted_saving_ns.as_ref()?;
+    if saving.p10 <= 0.0 {
+        return Some(format!(
+            "predicted saving {:.2} µs [{:.2}–{:.2}] is within its spread (p10 not above zero)",
+            saving.median / 1e3,
+            saving.p10 / 1e3,
+            saving.p90 / 1e3
+        ));
+    }
+    let step = cell.period.or(cell.first_launch_period)?.median;
+    if saving.median < MATERIAL_SHARE_OF_STEP * step {
+        return Some(format!(
+            "predicted saving {:.2} µs is under {:.0} % of the {:.2} µs step",
+            saving.median / 1e3,
+            MATERIAL_SHARE_OF_STEP * 100.0,
+            step / 1e3
+        ));
+    }
+    None
+}
+
+/// Every remedy whose evidence the analysis shows, given or not.
+fn candidates(a: &Analysis) -> Vec<Remedy> {
     let mut out = Vec::new();
     for (index, cell) in a.cells.iter().enumerate() {
         for spec in &REMEDIES {
@@ -616,7 +666,7 @@ mod tests {
         fresh.first_launch_period = fresh.period;
         fresh.period_block_medians = crate::analysis::stats::block_medians(&periods, 10);
         a.cells.push(fresh);
-        a.remedies = remedies(&a);
+        (a.remedies, a.withheld_remedies) = remedies(&a);
         a
     }
 

@@ -4,7 +4,7 @@
 
 use super::args::{Format, OutputArgs};
 use super::inputs::{analyze, expand_all, load, load_with_steps};
-use super::{Failure, PhaseTimer, bad_input, print_stdout};
+use super::{Failure, PhaseTimer, bad_input, check_output_folder, note, print_stdout};
 use gapscope::analysis::Analysis;
 use gapscope::report;
 use gapscope::report::output::Rendered;
@@ -15,15 +15,20 @@ use std::process::ExitCode;
 /// `gapscope analyze TRACE… [-o DIR]`.
 pub fn command(traces: &[PathBuf], out: &OutputArgs) -> Result<ExitCode, Failure> {
     let mut timer = PhaseTimer::from_env();
+    if let Some(dir) = &out.output {
+        check_output_folder(dir)?;
+    }
     // A folder stands for its trace files (as HTA's trace_dir).
     let paths = expand_all(traces)?;
-    let (traces, names) = load_with_steps(&paths, out.step_range.as_deref())?;
+    let (traces, names) = load_with_steps(&paths, out.steps.step_range.as_deref())?;
     timer.lap("load");
     let analysis = analyze(&traces, &names);
     timer.lap("analysis");
+    note_damage(&analysis);
+    check_origin_step(&analysis, out.origin.origin_step)?;
     let reports = report::output::analysis_reports(&analysis);
-    write_outputs(&traces, &reports, out)?;
     print_summary(&reports, out)?;
+    write_outputs(&traces, &reports, out)?;
     timer.lap("reports");
     Ok(ExitCode::SUCCESS)
 }
@@ -38,11 +43,12 @@ pub fn export(
     let (traces, names) = load(traces)?;
     let analysis = analyze(&traces, &names);
     export_one(&traces, &analysis, format, output, origin_step)?;
-    eprintln!("wrote {}", output.display());
+    note(&format!("wrote {}", output.display()));
     Ok(ExitCode::SUCCESS)
 }
 
-/// The analysis set into `-o DIR` when given ([`report::output::write_analysis_set`]).
+/// The analysis set into `-o DIR` when given ([`report::output::write_analysis_set`]), then
+/// what was written, as notes.
 pub fn write_outputs(
     traces: &[Trace],
     reports: &Rendered<'_, Analysis>,
@@ -51,17 +57,29 @@ pub fn write_outputs(
     let Some(dir) = &out.output else {
         return Ok(());
     };
-    check_origin_step(reports.value, out.origin.origin_step)?;
     let written = report::output::write_analysis_set(dir, traces, reports, out.origin.origin_step)?;
     if !written.iter().any(|n| n == "step.svg") {
-        eprintln!("gapscope: note: no eager/graphed pair in the input: no step.svg");
+        note("no eager/graphed pair in the input: no step.svg");
     }
-    eprintln!(
-        "wrote {}/{{{}}} (open the .perfetto.json at https://ui.perfetto.dev)",
-        dir.display(),
-        written.join(",")
-    );
+    note(&format!(
+        "{} (open the .perfetto.json at https://ui.perfetto.dev)",
+        wrote_line(dir, &written)
+    ));
     Ok(())
+}
+
+/// What the analysis found damaged in each input (and left out), as notes.
+pub fn note_damage(analysis: &Analysis) {
+    for input in &analysis.inputs {
+        for damage in &input.damage {
+            note(&format!("{}: {damage}", input.path));
+        }
+    }
+}
+
+/// "wrote DIR/{a,b}": the one form every set's note takes.
+pub fn wrote_line(dir: &Path, written: &[String]) -> String {
+    format!("wrote {}/{{{}}}", dir.display(), written.join(","))
 }
 
 /// The flag as the user spelled it: `--align-step` is the old name of `--origin-step`, kept
@@ -74,7 +92,8 @@ fn origin_step_flag() -> &'static str {
     if old { "--align-step" } else { "--origin-step" }
 }
 
-/// `--origin-step K` must name a step some cell has.
+/// `--origin-step K` must name a step some cell has: checked before any output, whether or
+/// not an output uses it.
 fn check_origin_step(analysis: &Analysis, origin_step: Option<usize>) -> Result<(), Failure> {
     let Some(k) = origin_step else {
         return Ok(());
@@ -124,9 +143,9 @@ fn export_one(
 /// Markdown report (`--full`) or the JSON report (`--json`).
 pub fn print_summary(reports: &Rendered<'_, Analysis>, out: &OutputArgs) -> Result<(), Failure> {
     let analysis = reports.value;
-    if out.json {
+    if out.print.json {
         print_stdout(reports.json())
-    } else if out.full {
+    } else if out.print.full {
         print_stdout(reports.markdown())
     } else {
         let path = out

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 kernel timelines, attributes every idle gap to a cause from the graph DAG and API records \
 (e.g. the external event wait NCCL graph usage mode 2 puts in front of a captured ncclAllGather), \
 and writes Perfetto, Markdown, JSON and SVG outputs.",
-    after_help = "Examples:\n  gapscope run                      # record on the GPU, or analyse the bundled H200 traces\n  gapscope analyze traces/*.json -o out\n  gapscope compare mode2.json mode1.json --threshold 1.02"
+    after_help = "Examples:\n  gapscope run                      # record on the GPU, or analyse the bundled H200 traces\n  gapscope analyze traces/emu-h200.json -o out\n  gapscope compare traces/ht-decode-2rank-h200/mode2-rank0.json traces/ht-decode-2rank-h200/mode1-rank0.json"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -38,8 +38,9 @@ pub enum Command {
         after_help = "Example:\n  gapscope analyze traces/emu-h200.json -o out   # writes out/report.md, report.json, trace.perfetto.json, step.svg"
     )]
     Analyze {
-        /// Trace files (gapscope JSON).
-        #[arg(required = true)]
+        /// Traces: gapscope trace files (.json) or torch.profiler (Kineto) exports (.json,
+        /// .json.gz), or folders of them.
+        #[arg(required = true, value_name = "TRACES")]
         traces: Vec<PathBuf>,
         #[command(flatten)]
         out: OutputArgs,
@@ -47,7 +48,7 @@ pub enum Command {
     /// Compare BASE with HEAD (e.g. mode 2 vs mode 1, or main vs a PR); exit 3 when HEAD is
     /// slower than --threshold beyond the run-to-run spread.
     #[command(
-        after_help = "Example:\n  gapscope compare main.json pr.json --threshold 1.02 || echo 'graphed step regressed'"
+        after_help = "Example:\n  gapscope compare traces/ht-decode-2rank-h200/mode2-rank0.json traces/ht-decode-2rank-h200/mode1-rank0.json -o out   # out/compare.md, compare.json\n  gapscope compare main.json pr.json --threshold 1.02 || echo 'graphed step regressed'"
     )]
     Compare(CompareArgs),
     /// Export one output format of an analysis to a file.
@@ -55,11 +56,13 @@ pub enum Command {
         after_help = "Example:\n  gapscope export traces/emu-h200.json --format perfetto -o emu.perfetto.json --origin-step 5"
     )]
     Export {
-        #[arg(required = true)]
+        /// Traces: gapscope trace files (.json) or torch.profiler (Kineto) exports (.json,
+        /// .json.gz).
+        #[arg(required = true, value_name = "TRACES")]
         traces: Vec<PathBuf>,
         #[arg(long, value_enum, default_value_t = Format::Perfetto)]
         format: Format,
-        /// Output file.
+        /// Output file (its folder must exist); a FIFO or device is written in place.
         #[arg(short, long)]
         output: PathBuf,
         #[command(flatten)]
@@ -79,17 +82,17 @@ pub enum Command {
     },
     /// Trace an unmodified CUDA program through CUDA injection: one trace per process.
     #[command(
-        after_help = "Example:\n  gapscope record -o traces --step-range step -- python examples/torch_step.py\n  gapscope analyze traces/trace-*.json"
+        after_help = "Example:\n  gapscope record -o my-traces --step-range step -- python examples/torch_step.py\n  gapscope analyze my-traces"
     )]
     Record(RecordArgs),
     /// Merge per-rank traces (trace-0.json, trace-1.json…) into one Perfetto trace and one
     /// report with a row per rank, the slowest rank highlighted.
     #[command(
-        after_help = "Example:\n  gapscope merge traces/trace-*.json -o out   # out/report.md, report.json, trace.perfetto.json"
+        after_help = "Example:\n  gapscope merge traces/torch-graphs-2rank-h200/mixing-1 -o out   # out/report.md, report.json, trace.perfetto.json"
     )]
     Merge {
-        /// Per-rank trace files, or folders of them (*.json).
-        #[arg(required = true)]
+        /// Per-rank trace files, or folders of them (*.json, *.json.gz).
+        #[arg(required = true, value_name = "TRACES")]
         traces: Vec<PathBuf>,
         /// Folder for report.md, report.json and trace.perfetto.json.
         #[arg(short, long)]
@@ -111,19 +114,34 @@ pub struct OriginStepArg {
     pub origin_step: Option<usize>,
 }
 
-#[derive(Args, Clone)]
-pub struct OutputArgs {
-    /// Folder for report.md, report.json, trace.perfetto.json and step.svg.
-    #[arg(short, long)]
-    pub output: Option<PathBuf>,
+/// What stdout gets instead of the summary: `--json` or `--full`, not both.
+#[derive(Args, Clone, Copy, Default)]
+pub struct PrintArgs {
     /// Print the JSON report on stdout instead of the summary.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "full")]
     pub json: bool,
     /// Print the whole Markdown report on stdout instead of the summary.
     #[arg(long)]
     pub full: bool,
+}
+
+/// `-o`, stdout and steps of `analyze` (and `run`, which sets them itself).
+#[derive(Args, Clone)]
+pub struct OutputArgs {
+    /// Folder for report.md, report.json, trace.perfetto.json and step.svg (made if missing).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub print: PrintArgs,
     #[command(flatten)]
     pub origin: OriginStepArg,
+    #[command(flatten)]
+    pub steps: StepRangeArg,
+}
+
+/// `--step-range NAME`, shared by `analyze` and `compare`.
+#[derive(Args, Clone, Default)]
+pub struct StepRangeArg {
     /// Use the host ranges of this name (NVTX ranges, torch record_function) as the steps.
     #[arg(long, value_name = "NAME")]
     pub step_range: Option<String>,
@@ -131,15 +149,12 @@ pub struct OutputArgs {
 
 #[derive(Args, Clone)]
 pub struct RunArgs {
-    /// Output folder.
+    /// Output folder: the recorded traces (GPU) and report.md, report.json,
+    /// trace.perfetto.json, step.svg.
     #[arg(short, long, default_value = "gapscope-out")]
     pub output: PathBuf,
-    /// Print the JSON report on stdout instead of the summary.
-    #[arg(long)]
-    pub json: bool,
-    /// Print the whole Markdown report on stdout instead of the summary.
-    #[arg(long)]
-    pub full: bool,
+    #[command(flatten)]
+    pub print: PrintArgs,
     /// Analyse the bundled traces even when a GPU is present.
     #[arg(long)]
     pub bundled: bool,
@@ -150,16 +165,16 @@ pub struct RunArgs {
 /// Arguments of `gapscope compare`.
 #[derive(Args)]
 pub struct CompareArgs {
-    /// Trace file or folder of trace files (*.json) for the base.
+    /// The base: a trace file (gapscope, or torch.profiler .json/.json.gz) or a folder of them.
     pub base: PathBuf,
-    /// Trace file or folder of trace files for the head.
+    /// The head: a trace file or a folder of them, as BASE.
     pub head: PathBuf,
     /// Largest allowed head/base period ratio (1.02 = 2 % slower).
     #[arg(long, default_value_t = 1.02)]
     pub threshold: f64,
     /// `github`: print the PR table (Markdown for a pull-request comment or
     /// $GITHUB_STEP_SUMMARY) instead of the summary.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, conflicts_with_all = ["json", "full"])]
     pub format: Option<CompareFormat>,
     /// Only the base cells whose request has KEY=VALUE (e.g. graph_usage_mode=2).
     #[arg(long, value_name = "KEY=VALUE")]
@@ -167,8 +182,13 @@ pub struct CompareArgs {
     /// Only the head cells whose request has KEY=VALUE (e.g. graph_usage_mode=1).
     #[arg(long, value_name = "KEY=VALUE")]
     pub head_select: Option<String>,
+    /// Folder for compare.md and compare.json (made if missing).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
     #[command(flatten)]
-    pub out: OutputArgs,
+    pub print: PrintArgs,
+    #[command(flatten)]
+    pub steps: StepRangeArg,
 }
 
 /// Arguments of `gapscope record`.
@@ -236,6 +256,37 @@ pub enum Format {
     Markdown,
     Json,
     Svg,
+}
+
+/// The flags of `gapscope run` given on the command line that choose what a GPU sweep records
+/// (`--tokens`, `--modes`…): without a GPU they do nothing, and `run` says so.
+pub fn run_sweep_flags_given(matches: &clap::ArgMatches) -> Vec<&'static str> {
+    const SWEEP_FLAGS: [&str; 17] = [
+        "workload",
+        "tokens",
+        "modes",
+        "launch",
+        "steps",
+        "warmup",
+        "backend",
+        "ranks",
+        "device",
+        "cupti_buffer_kib",
+        "cupti_max_buffers",
+        "cupti_api_callbacks",
+        "cupti_event_records",
+        "overhead",
+        "gpus",
+        "rank_timeout",
+        "rank_process",
+    ];
+    let Some(("run", run)) = matches.subcommand() else {
+        return Vec::new();
+    };
+    SWEEP_FLAGS
+        .into_iter()
+        .filter(|id| run.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+        .collect()
 }
 
 /// What `gapscope run` sweeps.

@@ -1,31 +1,36 @@
 #![forbid(unsafe_code)]
 //! `gapscope compare BASE HEAD`: exit 3 when HEAD is slower beyond `--threshold`.
 
+use super::analyze::{note_damage, wrote_line};
 use super::args::CompareArgs;
 use super::inputs::{analyze, expand, load_with_steps, select};
-use super::{Failure, bad_input, print_stdout};
+use super::{Failure, bad_input, check_output_folder, note, print_stdout};
 use gapscope::analysis;
 use gapscope::report;
 use std::process::ExitCode;
 
 pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
-    let out = &a.out;
     if !(a.threshold.is_finite() && a.threshold > 0.0) {
         return Err(bad_input(format!(
             "--threshold must be a positive ratio such as 1.02, got {}",
             a.threshold
         )));
     }
-    let steps = out.step_range.as_deref();
+    if let Some(dir) = &a.output {
+        check_output_folder(dir)?;
+    }
+    let steps = a.steps.step_range.as_deref();
     let (mut base_traces, base_names) = load_with_steps(&expand(&a.base)?, steps)?;
     let (mut head_traces, head_names) = load_with_steps(&expand(&a.head)?, steps)?;
     select(&mut base_traces, a.base_select.as_deref(), "--base-select")?;
     select(&mut head_traces, a.head_select.as_deref(), "--head-select")?;
-    let comparison = analysis::align::compare(
+    let (base, head) = (
         analyze(&base_traces, &base_names),
         analyze(&head_traces, &head_names),
-        a.threshold,
     );
+    note_damage(&base);
+    note_damage(&head);
+    let comparison = analysis::align::compare(base, head, a.threshold);
     if comparison.cells.is_empty() {
         // A CI gate must not pass on nothing.
         return Err(bad_input(format!(
@@ -34,17 +39,14 @@ pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
         )));
     }
     let reports = report::output::comparison_reports(&comparison);
-    if let Some(dir) = &out.output {
-        report::output::write_comparison_set(dir, &reports)?;
-    }
-    if out.json {
+    if a.print.json {
         print_stdout(reports.json())?;
-    } else if out.full {
+    } else if a.print.full {
         print_stdout(reports.markdown())?;
     } else if a.format.is_some() {
         print_stdout(&report::markdown::comparison_github(&comparison))?;
     } else {
-        let path = out
+        let path = a
             .output
             .as_ref()
             .map(|d| d.join("compare.md").display().to_string());
@@ -52,6 +54,10 @@ pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
             &comparison,
             path.as_deref(),
         ))?;
+    }
+    if let Some(dir) = &a.output {
+        let written = report::output::write_comparison_set(dir, &reports)?;
+        note(&wrote_line(dir, &written));
     }
     Ok(if comparison.breached.is_empty() {
         ExitCode::SUCCESS

@@ -2,7 +2,7 @@
 //! Command-line inputs: a folder stands for its trace files, Kineto files are imported,
 //! `--step-range` marks the steps, `--base-select`/`--head-select` keep some cells.
 
-use super::{Failure, bad_input};
+use super::{Failure, bad_input, note};
 use gapscope::analysis::{self, Analysis, AnalysisOptions};
 use gapscope::trace::{self, Trace, TraceError};
 use std::path::{Path, PathBuf};
@@ -12,7 +12,12 @@ pub fn analyze(traces: &[Trace], names: &[String]) -> Analysis {
     analysis::analyze(traces, names, &AnalysisOptions::default())
 }
 
-/// A file, or every `*.json` file of a folder (sorted).
+/// The JSON files gapscope writes into an `-o` folder: reports, not traces, so a folder once
+/// used as `-o` (or holding a trace beside its outputs) is still a folder of traces.
+const OWN_OUTPUTS: [&str; 3] = ["report.json", "compare.json", "trace.perfetto.json"];
+
+/// A file, or every `*.json` and `*.json.gz` file of a folder (sorted) but gapscope's own
+/// outputs ([`OWN_OUTPUTS`], skipped with a note).
 pub fn expand(path: &Path) -> Result<Vec<PathBuf>, Failure> {
     if !path.is_dir() {
         return Ok(vec![path.to_owned()]);
@@ -30,14 +35,39 @@ pub fn expand(path: &Path) -> Result<Vec<PathBuf>, Failure> {
         })
         .collect();
     files.sort();
+    let (outputs, files): (Vec<PathBuf>, Vec<PathBuf>) = files.into_iter().partition(|p| {
+        p.file_name()
+            .is_some_and(|n| OWN_OUTPUTS.iter().any(|o| n == *o))
+    });
+    let skipped = if outputs.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<String> = outputs
+            .iter()
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        format!(
+            "{}: {} skipped (gapscope's own outputs, not traces; name one to read it anyway)",
+            path.display(),
+            names.join(", ")
+        )
+    };
     if files.is_empty() {
         return Err(Failure {
             code: 2,
             error: anyhow::anyhow!(
-                "{}: no *.json or *.json.gz trace files in this folder",
-                path.display()
+                "{}: no *.json or *.json.gz trace files in this folder{}",
+                path.display(),
+                if outputs.is_empty() {
+                    ""
+                } else {
+                    " (only gapscope's own outputs)"
+                }
             ),
         });
+    }
+    if !skipped.is_empty() {
+        note(&skipped);
     }
     Ok(files)
 }
@@ -67,7 +97,7 @@ pub fn load_with_steps(
             // torch.profiler (Kineto) Chrome trace: imported; bad input exits 2 as for traces.
             let imported = trace::read_kineto(p).map_err(|e| Failure {
                 code: 2,
-                error: e.into(),
+                error: gzip_diagnosis(p, &e).map_or_else(|| e.into(), |m| anyhow::anyhow!(m)),
             })?;
             traces.push(imported);
         } else {
@@ -77,13 +107,52 @@ pub fn load_with_steps(
     if let Some(name) = step_range {
         for (t, p) in traces.iter_mut().zip(paths) {
             if t.mark_steps(name) == 0 {
-                eprintln!("gapscope: note: {}: no range named '{name}'", p.display());
+                note(&format!("{}: no range named '{name}'", p.display()));
             }
         }
     }
     Ok((
         traces,
         paths.iter().map(|p| p.display().to_string()).collect(),
+    ))
+}
+
+/// A better message for a gzip file the Kineto import refused, when one can be given: a
+/// gapscope trace inside (gapscope reads its own traces uncompressed), or whole gzip data
+/// followed by bytes that are not gzip (looked for only when the import called the gzip data
+/// damaged, so a refused gzip bomb is not decompressed to its end here). Read only after a
+/// refusal.
+fn gzip_diagnosis(path: &Path, refusal: &trace::ImportError) -> Option<String> {
+    use std::io::{BufRead, Read};
+    const HEAD: u64 = 64 << 10;
+    let mut file = std::io::BufReader::new(std::fs::File::open(path).ok()?);
+    if !file.fill_buf().ok()?.starts_with(&[0x1f, 0x8b]) {
+        return None;
+    }
+    let mut decoder = flate2::bufread::GzDecoder::new(file);
+    let mut head = Vec::new();
+    decoder.by_ref().take(HEAD).read_to_end(&mut head).ok()?;
+    let find = |pat: &[u8]| head.windows(pat.len()).any(|w| w == pat);
+    if !trace::looks_like_kineto(&head) && find(b"\"schema_version\"") {
+        return Some(format!(
+            "{}: a gzip-compressed gapscope trace; gapscope reads its own traces uncompressed: gunzip it first",
+            path.display()
+        ));
+    }
+    if !refusal.to_string().contains("gzip data is damaged") {
+        return None;
+    }
+    // The first gzip member decompressed to its end: what follows it, if anything.
+    std::io::copy(&mut decoder, &mut std::io::sink()).ok()?;
+    let mut rest = decoder.into_inner();
+    let rest_head = rest.fill_buf().ok()?;
+    if rest_head.is_empty() || rest_head.starts_with(&[0x1f, 0x8b]) {
+        return None;
+    }
+    let trailing = std::io::copy(&mut rest, &mut std::io::sink()).ok()?;
+    Some(format!(
+        "{}: the gzip data is whole but followed by {trailing} bytes that are not gzip (trailing garbage); remove them, or recompress the JSON",
+        path.display()
     ))
 }
 

@@ -1,9 +1,10 @@
 #![forbid(unsafe_code)]
 //! `gapscope merge TRACE…`: per-rank traces into one report and one Perfetto trace.
 
+use super::analyze::wrote_line;
 use super::args::ClockArg;
 use super::inputs::{expand_all, load};
-use super::{Failure, print_stdout};
+use super::{Failure, check_output_folder, note, print_stdout};
 use gapscope::analysis::merge;
 use gapscope::report;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,9 @@ pub fn command(
     json: bool,
     clock: Option<ClockArg>,
 ) -> Result<ExitCode, Failure> {
+    if let Some(dir) = output {
+        check_output_folder(dir)?;
+    }
     let paths = expand_all(traces)?;
     let (traces, names) = load(&paths)?;
     // A refused merge is bad input (exit 2).
@@ -23,14 +27,14 @@ pub fn command(
         error: e.into(),
     })?;
     let reports = report::output::merge_reports(&merged);
-    if let Some(dir) = output {
-        let written = report::output::write_merge_set(dir, &reports)?;
-        eprintln!("wrote {}/{{{}}}", dir.display(), written.join(","));
-    }
     print_stdout(if json {
         reports.json()
     } else {
         reports.markdown()
     })?;
+    if let Some(dir) = output {
+        let written = report::output::write_merge_set(dir, &reports)?;
+        note(&wrote_line(dir, &written));
+    }
     Ok(ExitCode::SUCCESS)
 }

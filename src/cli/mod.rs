@@ -6,6 +6,13 @@
 //!
 //! Exit codes: 0 success; 1 runtime failure (GPU, libraries); 2 bad input (usage, unreadable or
 //! malformed trace); 3 `compare` found a slowdown beyond `--threshold`.
+//!
+//! Messages: every line gapscope itself writes to stderr is `gapscope: note: …`,
+//! `gapscope: warning: …` or, last and once, `gapscope: error: …`, each escaped to one line
+//! ([`gapscope::report::printable`]: a newline in a path cannot split it). A command checks its
+//! output folder before any work ([`check_output_folder`]), writes stdout before its files (a
+//! full stdout fails the command with nothing written), and says what it wrote only once
+//! everything succeeded.
 
 pub mod analyze;
 pub mod args;
@@ -14,8 +21,10 @@ pub mod inputs;
 pub mod merge;
 pub mod run;
 
+use gapscope::report::printable;
 use gapscope::trace::{self, TraceError};
 use std::io::Write;
+use std::path::Path;
 
 /// A failure with its exit code; displayed as one line.
 pub struct Failure {
@@ -35,6 +44,86 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
             1
         };
         Failure { code, error }
+    }
+}
+
+/// `gapscope: note: MESSAGE` on stderr, on one line.
+pub fn note(message: &str) {
+    eprintln!("gapscope: note: {}", printable(message));
+}
+
+/// `gapscope: error: MESSAGE` on stderr, on one line: the last line a failing command writes.
+pub fn error(message: &str) {
+    eprintln!("gapscope: error: {}", printable(message));
+}
+
+/// The one line of a failure: the outermost context and its causes joined (a cause that a
+/// message already ends with, as "cannot read: <io error>", is not repeated).
+pub fn failure_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain().map(|e| e.to_string()) {
+        if line.ends_with(&cause) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&cause);
+    }
+    line
+}
+
+/// `-o DIR` checked before any work: `DIR` is a folder, or can be made in the nearest folder
+/// above it, and a file can be created there (a read-only folder, a file in the way, a path
+/// under `/proc` fail here, not after a sweep or an analysis). Nothing is left behind.
+pub fn check_output_folder(dir: &Path) -> Result<(), Failure> {
+    let cannot = |path: &Path, source: std::io::Error| Failure {
+        code: 1,
+        error: TraceError::Write {
+            path: path.to_owned(),
+            source,
+        }
+        .into(),
+    };
+    let mut existing = dir;
+    loop {
+        match std::fs::metadata(existing) {
+            Ok(m) if m.is_dir() => break,
+            Ok(_) => {
+                return Err(Failure {
+                    code: 1,
+                    error: anyhow::anyhow!(
+                        "{}: not a folder (-o names the folder the outputs go to)",
+                        existing.display()
+                    ),
+                });
+            }
+            // Missing, or under a file ("afile/out"): the folder above decides.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                match existing.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => existing = p,
+                    _ => {
+                        existing = Path::new(".");
+                        break;
+                    }
+                }
+            }
+            Err(e) => return Err(cannot(existing, e)),
+        }
+    }
+    let probe = existing.join(format!(".gapscope-{}.probe", std::process::id()));
+    match std::fs::File::create_new(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(cannot(dir, e)),
     }
 }
 
@@ -85,7 +174,7 @@ impl PhaseTimer {
 
     pub fn lap(&mut self, phase: &str) {
         if let Some(since) = &mut self.0 {
-            eprintln!("gapscope: {phase}: {:.3} s", since.elapsed().as_secs_f64());
+            note(&format!("{phase}: {:.3} s", since.elapsed().as_secs_f64()));
             *since = std::time::Instant::now();
         }
     }

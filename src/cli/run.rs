@@ -2,19 +2,21 @@
 //! `gapscope run`: the sweep on the GPU (recorded by [`gapscope::workload`]), or the bundled
 //! traces without one; then the analysis set, and a merged report per multi-rank folder.
 
-use super::analyze::{print_summary, write_outputs};
+use super::analyze::{note_damage, print_summary, write_outputs, wrote_line};
 use super::args::{OutputArgs, RunArgs};
 use super::inputs::analyze;
-use super::{Failure, bad_input, remove_temporaries_on_signal};
+use super::{Failure, bad_input, check_output_folder, note, remove_temporaries_on_signal};
 use gapscope::analysis::merge;
 use gapscope::report;
 use gapscope::trace::Trace;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-pub fn command(args: RunArgs) -> Result<ExitCode, Failure> {
+/// `given`: the sweep flags given on the command line ([`super::args::run_sweep_flags_given`]).
+pub fn command(args: RunArgs, given: &[&str]) -> Result<ExitCode, Failure> {
     let sweep: gapscope::workload::SweepOptions = args.sweep.into();
     sweep.validate().map_err(bad_input)?;
+    check_output_folder(&args.output)?;
     let gpu = !args.bundled && gapscope::workload::gpu_available();
     if !gpu {
         remove_temporaries_on_signal();
@@ -39,27 +41,37 @@ pub fn command(args: RunArgs) -> Result<ExitCode, Failure> {
         let names = rank0.iter().map(|(p, _)| p.display().to_string()).collect();
         (rank0.into_iter().map(|(_, t)| t).collect(), names)
     } else {
-        eprintln!(
-            "gapscope: {}: analysing the bundled traces instead",
+        note(&format!(
+            "{}: analysing the bundled traces instead",
             if args.bundled {
                 "--bundled"
             } else {
                 "no CUDA GPU found"
             }
-        );
+        ));
+        if !given.is_empty() {
+            let flags: Vec<String> = given
+                .iter()
+                .map(|id| format!("--{}", id.replace('_', "-")))
+                .collect();
+            note(&format!(
+                "{} ignored: they choose what a GPU sweep records, and the bundled traces are already recorded",
+                flags.join(", ")
+            ));
+        }
         gapscope::trace::bundled::traces()?
     };
     let analysis = analyze(&traces, &names);
+    note_damage(&analysis);
     let out = OutputArgs {
         output: Some(args.output.clone()),
-        json: args.json,
-        full: args.full,
+        print: args.print,
         origin: Default::default(),
-        step_range: None,
+        steps: Default::default(),
     };
     let reports = report::output::analysis_reports(&analysis);
-    write_outputs(&traces, &reports, &out)?;
     print_summary(&reports, &out)?;
+    write_outputs(&traces, &reports, &out)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -84,11 +96,7 @@ fn merge_ranks(recorded: &[(PathBuf, Trace)]) -> Result<(), Failure> {
         let out = dir.join("merged");
         let written =
             report::output::write_merge_set(&out, &report::output::merge_reports(&merged))?;
-        eprintln!(
-            "gapscope: ranks compared in {}/{{{}}}",
-            out.display(),
-            written.join(",")
-        );
+        note(&format!("ranks compared: {}", wrote_line(&out, &written)));
     }
     Ok(())
 }

@@ -122,9 +122,15 @@ fn env(name: &str) -> Option<String> {
 }
 
 /// One line on stderr, prefixed `gapscope:`; never panics.
+/// A `gapscope: warning: …` line from inside the traced process (it runs on regardless).
 fn say(msg: &str) {
-    let line = msg.replace(['\n', '\r'], " ");
-    let _ = writeln!(std::io::stderr(), "gapscope: {line}");
+    say_as("warning", msg);
+}
+
+/// `gapscope: LEVEL: MSG` on the traced process's stderr, on one line.
+fn say_as(level: &str, msg: &str) {
+    let line = crate::report::printable(msg);
+    let _ = writeln!(std::io::stderr(), "gapscope: {level}: {line}");
 }
 
 /// The command line of this process (from `/proc/self/cmdline`, else `std::env::args`).
@@ -269,7 +275,7 @@ fn initialize() -> Result<(), String> {
     std::fs::create_dir_all(&config.out)
         .map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;
     if let Err(e) = recorder.enable_nvtx_markers() {
-        say(&format!("NVTX ranges will not be recorded: {e}"));
+        say_as("note", &format!("NVTX ranges will not be recorded: {e}"));
     }
     recorder.add_cell(Cell {
         label: config.command.clone(),
@@ -346,10 +352,10 @@ fn write_trace(signal: Option<c_int>) {
     // A launcher (torchrun, mpirun) or helper process that initialised CUDA but ran nothing
     // would otherwise leave an empty trace that looks like a rank.
     if trace.kernels.is_empty() && trace.memcpys.is_empty() && trace.memsets.is_empty() {
-        say(&format!(
-            "process {} ran no GPU work: no trace written",
-            config.pid
-        ));
+        say_as(
+            "note",
+            &format!("process {} ran no GPU work: no trace written", config.pid),
+        );
         return;
     }
     if let Err(e) = trace::write_trace(&path, &trace) {

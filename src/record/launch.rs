@@ -169,8 +169,8 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
                 _ => (126, "cannot be run"),
             };
             eprintln!(
-                "gapscope: error: {}: {what} ({e})",
-                program.to_string_lossy()
+                "gapscope: error: {}",
+                crate::report::printable(&format!("{}: {what} ({e})", program.to_string_lossy()))
             );
             return Ok(ExitCode::from(code));
         }
@@ -181,29 +181,68 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         .filter(|(p, t)| before.get(p) != Some(t))
         .map(|(p, _)| p)
         .collect();
+    let note = |line: &str| eprintln!("gapscope: note: {}", crate::report::printable(line));
     if written.is_empty() {
-        eprintln!("gapscope: {NO_TRACE}");
+        note(NO_TRACE);
     }
     for p in &written {
         match crate::trace::read_trace(p) {
-            Ok(t) => eprintln!(
-                "gapscope: wrote {} ({} kernels, {} markers, {} dropped records)",
+            Ok(t) => note(&format!(
+                "wrote {} ({} kernels, {} markers, {} dropped records)",
                 p.display(),
                 t.kernels.len(),
                 t.markers.len(),
                 t.dropped_records
+            )),
+            Err(e) => eprintln!(
+                "gapscope: warning: {}",
+                crate::report::printable(&e.to_string())
             ),
-            Err(e) => eprintln!("gapscope: {e}"),
         }
     }
     if !written.is_empty() {
         let shown: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
-        eprintln!(
-            "gapscope: analyse with: gapscope analyze {}",
+        note(&format!(
+            "analyse with: gapscope analyze {}",
             shown.join(" ")
-        );
+        ));
+    }
+    // The last line says why gapscope's exit code is not 0: it is the program's.
+    if let Some(how) = ended_how(status) {
+        note(&format!(
+            "{} {how}; gapscope exits with its status",
+            program.to_string_lossy()
+        ));
     }
     Ok(exit_code(status))
+}
+
+/// How a program that did not succeed ended ("exited with status 7", "was killed by signal 15
+/// (SIGTERM)"); `None` for a success.
+fn ended_how(status: std::process::ExitStatus) -> Option<String> {
+    if status.success() {
+        return None;
+    }
+    if let Some(code) = status.code() {
+        return Some(format!("exited with status {code}"));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            let name = match sig {
+                libc::SIGHUP => " (SIGHUP)",
+                libc::SIGINT => " (SIGINT)",
+                libc::SIGKILL => " (SIGKILL)",
+                libc::SIGSEGV => " (SIGSEGV)",
+                libc::SIGABRT => " (SIGABRT)",
+                libc::SIGTERM => " (SIGTERM)",
+                _ => "",
+            };
+            return Some(format!("was killed by signal {sig}{name}"));
+        }
+    }
+    Some("failed".to_owned())
 }
 
 /// The child's exit code, or 128 + N when signal N ended it.

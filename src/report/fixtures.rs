@@ -349,6 +349,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
     let analysis = Analysis {
         mode_pairs: Vec::new(),
         remedies: Vec::new(),
+        withheld_remedies: Vec::new(),
         inputs: vec![InputSummary {
             path: "runs/ht_decode.trace.json".into(),
             source: Source::Synthetic,
@@ -357,6 +358,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             dropped_records: 3,
             notes: trace.metadata.notes.clone(),
             kernels: trace.kernels.len(),
+            damage: Vec::new(),
         }],
         cells,
         regime_pairs: vec![pair],

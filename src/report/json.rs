@@ -112,6 +112,7 @@ struct AnalysisBody<'a> {
     mode_pairs: &'a [CellComparison],
     geomean_ratio: &'a Option<Geomean>,
     remedies: &'a [crate::analysis::remedy::Remedy],
+    withheld_remedies: &'a [crate::analysis::remedy::Withheld],
 }
 
 impl<'a> AnalysisBody<'a> {
@@ -123,6 +124,7 @@ impl<'a> AnalysisBody<'a> {
             mode_pairs: &a.mode_pairs,
             geomean_ratio: &a.geomean_ratio,
             remedies: &a.remedies,
+            withheld_remedies: &a.withheld_remedies,
         }
     }
 }

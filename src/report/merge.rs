@@ -133,7 +133,7 @@ pub fn merge_markdown(merged: &Merged) -> String {
     }
     s.truncate(s.trim_end().len());
     s.push('\n');
-    s
+    crate::report::printable_report(s)
 }
 
 /// The report as pretty JSON: `{"gapscope_report_version", "kind": "merge", ...}`.

@@ -102,7 +102,8 @@ pub(crate) fn xml_escape(s: &str) -> String {
 /// JSON and Perfetto outputs keep the full name.
 pub fn short_op_name(name: &str) -> String {
     const MAX: usize = 80;
-    let name = name.strip_prefix("void ").unwrap_or(name);
+    let name = printable(name);
+    let name = name.strip_prefix("void ").unwrap_or(&name);
     let mut out = String::with_capacity(name.len().min(MAX + 8));
     let (mut angle, mut paren) = (0usize, 0usize);
     for c in name.chars() {
@@ -147,7 +148,44 @@ pub(crate) fn period_part_label(part: crate::analysis::PeriodPart) -> String {
 }
 
 pub(crate) fn md_cell(s: &str) -> String {
-    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+    printable(s).replace('|', "\\|")
+}
+
+/// `text` with every control character escaped as Rust writes it (`\n`, `\u{1b}`): a name
+/// from a trace, or a path, can then neither start a new line nor send the terminal an escape
+/// sequence (colours, cursor moves, a changed title).
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    escape_control(text, |_| true)
+}
+
+/// [`printable`] for a whole report or screen: line breaks and tabs stay, every other control
+/// character is escaped.
+pub fn printable_lines(text: &str) -> std::borrow::Cow<'_, str> {
+    escape_control(text, |c| !matches!(c, '\n' | '\t'))
+}
+
+/// A rendered report or screen through [`printable_lines`].
+pub(crate) fn printable_report(text: String) -> String {
+    match printable_lines(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(escaped) => escaped,
+    }
+}
+
+fn escape_control(text: &str, escaped: impl Fn(char) -> bool) -> std::borrow::Cow<'_, str> {
+    let is_escaped = |c: char| c.is_control() && escaped(c);
+    if !text.chars().any(is_escaped) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if is_escaped(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The snake_case name serde gives a cause kind ("external_event_wait").
@@ -196,7 +234,10 @@ mod tests {
         assert_eq!(us2_signed(1.0), "±0.00");
         assert_eq!(ratio(1.034), "1.03×");
         assert_eq!(xml_escape("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&apos;");
-        assert_eq!(md_cell("a|b\nc"), "a\\|b c");
+        assert_eq!(md_cell("a|b\nc"), "a\\|b\\nc");
+        assert_eq!(printable("red \u{1b}[31m\r\n"), "red \\u{1b}[31m\\r\\n");
+        assert_eq!(printable_lines("a\tb\n\u{9b}c"), "a\tb\n\\u{9b}c");
+        assert!(matches!(printable("plain"), std::borrow::Cow::Borrowed(_)));
         assert_eq!(
             cause_kind_id(CauseKind::ExternalEventWait),
             "external_event_wait"

@@ -13,6 +13,7 @@ pub fn remedies_section(a: &Analysis) -> String {
     let mut s = String::from("### What to change\n\n");
     if a.remedies.is_empty() {
         s.push_str("No cause with a known remedy.\n");
+        withheld_lines(&mut s, a);
         return s;
     }
     s.push_str(
@@ -33,7 +34,30 @@ pub fn remedies_section(a: &Analysis) -> String {
             md_cell(&r.basis)
         );
     }
+    withheld_lines(&mut s, a);
     s
+}
+
+/// The remedies not given, each with why (a saving inside its spread or under 1 % of the step).
+fn withheld_lines(s: &mut String, a: &Analysis) {
+    if a.withheld_remedies.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\nNot given (a remedy is given only when its predicted saving is beyond its spread and at least {:.0} % of the step):\n",
+        crate::analysis::remedy::MATERIAL_SHARE_OF_STEP * 100.0
+    );
+    for w in &a.withheld_remedies {
+        let cell = a.cells.get(w.remedy.cell).map_or("—", |c| c.label.as_str());
+        let _ = writeln!(
+            s,
+            "- {}: {}: {}",
+            md_cell(cell),
+            w.remedy.kind.label(),
+            md_cell(&w.why)
+        );
+    }
 }
 
 /// "### Predicted vs realised": per matched pair whose base had a predicted saving, the

@@ -50,10 +50,11 @@ fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
 /// Labels can be whole command lines; a screen needs the start.
 fn short_label(label: &str) -> String {
     const MAX: usize = 70;
+    let label = super::printable(label);
     if label.chars().count() > MAX {
         label.chars().take(MAX - 1).collect::<String>() + "…"
     } else {
-        label.to_owned()
+        label.into_owned()
     }
 }
 
@@ -183,7 +184,7 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
     }
     largest_gaps(a, &mut s);
     let _ = write!(s, "{}", full_report_line(full_report));
-    s
+    crate::report::printable_report(s)
 }
 
 /// The terminal summary of `compare`: the verdict first.
@@ -253,7 +254,7 @@ pub fn comparison_summary(c: &Comparison, full_report: Option<&str>) -> String {
         );
     }
     let _ = write!(s, "{}", full_report_line(full_report));
-    s
+    crate::report::printable_report(s)
 }
 
 #[cfg(test)]

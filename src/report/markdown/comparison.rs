@@ -81,7 +81,7 @@ pub fn comparison_markdown(c: &Comparison) -> String {
         let _ = writeln!(s);
     }
     let _ = writeln!(s, "**{verdict}**");
-    s
+    crate::report::printable_report(s)
 }
 
 /// The PR table of `compare --format github`: the verdict, per cell base vs head with n and
@@ -120,7 +120,7 @@ pub fn comparison_github(c: &Comparison) -> String {
     if !c.unmatched.is_empty() {
         let _ = writeln!(s, "\nNot compared: {}", md_cell(&c.unmatched.join("; ")));
     }
-    s
+    crate::report::printable_report(s)
 }
 
 pub(crate) fn verdict_line(c: &Comparison) -> String {

@@ -134,7 +134,7 @@ pub fn analysis_markdown(a: &Analysis) -> String {
 
     unpaired_gaps_section(&mut s, a);
     idle_section(&mut s, a);
-    s
+    crate::report::printable_report(s)
 }
 
 /// Cells no comparison covers (one trace, one regime) still show their largest gaps: the op
@@ -368,6 +368,9 @@ fn inputs_section(s: &mut String, a: &Analysis, title: Option<&str>) {
         }
         for n in &inp.notes {
             notes.push(format!("input {i}: {}", md_cell(n)));
+        }
+        for n in &inp.damage {
+            notes.push(format!("⚠️ input {i} {}", md_cell(n)));
         }
     }
     for n in notes {

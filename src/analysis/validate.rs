@@ -1,0 +1,263 @@
+//! Damage a trace can carry that parsing accepts (every field well-formed, the whole
+//! inconsistent): found before the analysis, named in the input's notes
+//! ([`super::InputSummary::damage`]), and left out of the figures it would corrupt.
+//!
+//! - API calls sharing a correlation id: which of them launched an op is unknown, so their ops
+//!   are joined to no launch call (no step, no launch time).
+//! - Graph edges to nodes the trace does not have, and every edge of a graph whose edges form a
+//!   cycle: a predecessor walk over them would name causes that are not in front of the op.
+//! - Kernels outside graphs that end more than [`STREAM_OVERLAP_TOLERANCE_NS`] after the next
+//!   kernel on their stream starts (a stream runs in order; programmatic dependent launch
+//!   overlaps a kernel with its predecessor's tail, far less than this): left out.
+//! - Every kernel of zero duration: not the timing of a run; every op is left out.
+#![forbid(unsafe_code)]
+
+use crate::trace::{GraphEdge, Trace};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::borrow::Cow;
+
+/// Overlap of two kernels on one stream, outside graphs, beyond which the later is damaged.
+pub const STREAM_OVERLAP_TOLERANCE_NS: u64 = 1_000_000;
+
+/// `trace` with its damage taken out (borrowed when it has none), and one note per kind of
+/// damage found.
+pub fn check(trace: &Trace) -> (Cow<'_, Trace>, Vec<String>) {
+    let mut notes = Vec::new();
+    let duplicated = duplicated_correlation_ids(trace);
+    let dangling = dangling_edges(trace);
+    let cyclic = cyclic_graphs(trace);
+    let overlapping = overlapping_kernels(trace);
+    let all_zero = all_zero_durations(trace);
+    if duplicated.is_empty()
+        && dangling == 0
+        && cyclic.is_empty()
+        && overlapping.is_empty()
+        && !all_zero
+    {
+        return (Cow::Borrowed(trace), notes);
+    }
+    let mut fixed = trace.clone();
+    if !duplicated.is_empty() {
+        let calls = fixed
+            .api_calls
+            .iter()
+            .filter(|a| duplicated.contains(&a.corr))
+            .count();
+        fixed.api_calls.retain(|a| !duplicated.contains(&a.corr));
+        notes.push(format!(
+            "damaged: {calls} API calls share {} correlation ids; the ops they launched are joined to no launch call (left out of the steps)",
+            duplicated.len()
+        ));
+    }
+    if dangling > 0 {
+        let known: FxHashSet<u64> = fixed.graph.nodes.iter().map(|n| n.id).collect();
+        fixed
+            .graph
+            .edges
+            .retain(|e| known.contains(&e.from) && known.contains(&e.to));
+        notes.push(format!(
+            "damaged: {dangling} graph edges name nodes the trace does not have; left out of the causes"
+        ));
+    }
+    if !cyclic.is_empty() {
+        let graph_of: FxHashMap<u64, u32> =
+            fixed.graph.nodes.iter().map(|n| (n.id, n.graph)).collect();
+        let in_cycle = |e: &GraphEdge| graph_of.get(&e.to).is_some_and(|g| cyclic.contains(g));
+        let edges = fixed.graph.edges.iter().filter(|e| in_cycle(e)).count();
+        fixed.graph.edges.retain(|e| !in_cycle(e));
+        let mut graphs: Vec<u32> = cyclic.into_iter().collect();
+        graphs.sort_unstable();
+        let names: Vec<String> = graphs.iter().map(u32::to_string).collect();
+        notes.push(format!(
+            "damaged: the edges of graph {} form a cycle (a graph is acyclic); its {edges} edges are left out of the causes",
+            names.join(", ")
+        ));
+    }
+    if all_zero {
+        notes.push(format!(
+            "damaged: all {} kernels have zero duration, so no figure can be made from them; every op is left out",
+            fixed.kernels.len()
+        ));
+        fixed.kernels.clear();
+        fixed.memcpys.clear();
+        fixed.memsets.clear();
+    } else if !overlapping.is_empty() {
+        notes.push(format!(
+            "damaged: {} kernels outside graphs end more than {:.0} µs after the next kernel on their stream starts (a stream runs in order); left out",
+            overlapping.len(),
+            STREAM_OVERLAP_TOLERANCE_NS as f64 / 1e3
+        ));
+        let mut index = 0;
+        fixed.kernels.retain(|_| {
+            index += 1;
+            !overlapping.contains(&(index - 1))
+        });
+    }
+    (Cow::Owned(fixed), notes)
+}
+
+/// Correlation ids (other than 0, "none") that more than one API call carries.
+fn duplicated_correlation_ids(trace: &Trace) -> FxHashSet<u32> {
+    let mut seen = FxHashSet::default();
+    let mut duplicated = FxHashSet::default();
+    for a in trace.api_calls.iter().filter(|a| a.corr != 0) {
+        if !seen.insert(a.corr) {
+            duplicated.insert(a.corr);
+        }
+    }
+    duplicated
+}
+
+/// Edges with an end that is no node of the trace.
+fn dangling_edges(trace: &Trace) -> usize {
+    let known: FxHashSet<u64> = trace.graph.nodes.iter().map(|n| n.id).collect();
+    trace
+        .graph
+        .edges
+        .iter()
+        .filter(|e| !known.contains(&e.from) || !known.contains(&e.to))
+        .count()
+}
+
+/// Graphs (by the id of the edges' target nodes) whose edges form a cycle: the nodes left
+/// after repeatedly removing those without predecessors (Kahn's algorithm).
+fn cyclic_graphs(trace: &Trace) -> FxHashSet<u32> {
+    let graph_of: FxHashMap<u64, u32> = trace.graph.nodes.iter().map(|n| (n.id, n.graph)).collect();
+    let edges: Vec<&GraphEdge> = trace
+        .graph
+        .edges
+        .iter()
+        .filter(|e| graph_of.contains_key(&e.from) && graph_of.contains_key(&e.to))
+        .collect();
+    let mut incoming: FxHashMap<u64, usize> = FxHashMap::default();
+    let mut successors: FxHashMap<u64, Vec<u64>> = FxHashMap::default();
+    for e in &edges {
+        *incoming.entry(e.to).or_default() += 1;
+        incoming.entry(e.from).or_default();
+        successors.entry(e.from).or_default().push(e.to);
+    }
+    let mut ready: Vec<u64> = incoming
+        .iter()
+        .filter(|&(_, &n)| n == 0)
+        .map(|(&id, _)| id)
+        .collect();
+    while let Some(id) = ready.pop() {
+        for next in successors.get(&id).into_iter().flatten() {
+            let n = incoming.get_mut(next).expect("every target counted");
+            *n -= 1;
+            if *n == 0 {
+                ready.push(*next);
+            }
+        }
+    }
+    incoming
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+        .filter_map(|(id, _)| graph_of.get(&id).copied())
+        .collect()
+}
+
+/// Indices of kernels outside graphs that end more than the tolerance after the next kernel on
+/// their (device, stream) starts: the one whose interval is impossible (a 1 s kernel covering
+/// its successors, or a kernel that claims to start long before its predecessor), not the
+/// successors it covers.
+fn overlapping_kernels(trace: &Trace) -> FxHashSet<usize> {
+    let mut eager: Vec<usize> = (0..trace.kernels.len())
+        .filter(|&i| trace.kernels[i].graph == 0 && trace.kernels[i].end != 0)
+        .collect();
+    eager.sort_by_key(|&i| {
+        let k = &trace.kernels[i];
+        (k.device, k.stream, k.start, k.end)
+    });
+    eager
+        .windows(2)
+        .filter_map(|w| {
+            let (a, b) = (&trace.kernels[w[0]], &trace.kernels[w[1]]);
+            let same_stream = (a.device, a.stream) == (b.device, b.stream);
+            (same_stream && b.start.saturating_add(STREAM_OVERLAP_TOLERANCE_NS) < a.end)
+                .then_some(w[0])
+        })
+        .collect()
+}
+
+/// Two or more kernels with timestamps, every one of zero duration.
+fn all_zero_durations(trace: &Trace) -> bool {
+    let mut timed = trace.kernels.iter().filter(|k| k.end != 0).peekable();
+    timed.peek().is_some() && trace.kernels.len() >= 2 && timed.all(|k| k.start == k.end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::synthetic::{self, SyntheticCell};
+
+    fn graphed() -> Trace {
+        synthetic::trace(&[SyntheticCell::emu(true, 2, 10)], 3)
+    }
+
+    #[test]
+    fn a_sound_trace_is_borrowed_as_it_is() {
+        let t = synthetic::emu_experiment(10);
+        let (checked, notes) = check(&t);
+        assert!(matches!(checked, Cow::Borrowed(_)));
+        assert!(notes.is_empty(), "{notes:?}");
+    }
+
+    #[test]
+    fn each_kind_of_damage_is_named_and_taken_out() {
+        let mut t = graphed();
+        let corr = t.api_calls[0].corr;
+        t.api_calls[1].corr = corr;
+        t.graph.edges.push(GraphEdge {
+            from: 0xdead,
+            to: t.graph.nodes[0].id,
+        });
+        let first = t.graph.edges[0];
+        t.graph.edges.push(GraphEdge {
+            from: first.to,
+            to: first.from,
+        });
+        let (checked, notes) = check(&t);
+        assert_eq!(notes.len(), 3, "{notes:?}");
+        assert!(
+            notes[0].contains("2 API calls share 1 correlation ids"),
+            "{notes:?}"
+        );
+        assert!(notes[1].contains("1 graph edges name nodes"), "{notes:?}");
+        assert!(notes[2].contains("form a cycle"), "{notes:?}");
+        assert!(checked.api_calls.iter().all(|a| a.corr != corr));
+        assert!(cyclic_graphs(&checked).is_empty());
+        assert_eq!(dangling_edges(&checked), 0);
+    }
+
+    #[test]
+    fn an_overlap_on_one_stream_beyond_the_tolerance_is_left_out() {
+        let mut t = synthetic::trace(&[SyntheticCell::emu(false, 1, 10)], 3);
+        let n = t.kernels.len();
+        // The fourth kernel claims to end 1 s after the fifth, on its stream, starts.
+        t.kernels[3].end += 1_000_000_000;
+        let (checked, notes) = check(&t);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].contains("1 kernels outside graphs end"),
+            "{notes:?}"
+        );
+        assert_eq!(checked.kernels.len(), n - 1);
+        assert!(!checked.kernels.contains(&t.kernels[3]));
+        // Within the tolerance: programmatic dependent launch, not damage.
+        let mut t = synthetic::trace(&[SyntheticCell::emu(false, 1, 10)], 3);
+        t.kernels[3].end = t.kernels[4].start + STREAM_OVERLAP_TOLERANCE_NS / 2;
+        assert!(check(&t).1.is_empty());
+    }
+
+    #[test]
+    fn all_zero_durations_leave_no_op() {
+        let mut t = synthetic::emu_experiment(5);
+        for k in &mut t.kernels {
+            k.end = k.start;
+        }
+        let (checked, notes) = check(&t);
+        assert!(notes[0].contains("zero duration"), "{notes:?}");
+        assert!(checked.kernels.is_empty() && checked.memcpys.is_empty());
+    }
+}

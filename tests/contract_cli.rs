@@ -1,0 +1,598 @@
+//! The CLI's contract, second round (issue 27): messages and damaged input. Every line
+//! gapscope writes to stderr is a note, a warning or, last and once, an error, each one line;
+//! usage errors are one line; a full stdout is an error everywhere; outputs are checked before
+//! any work and reported only once written; damaged traces are named and kept out of the
+//! figures. One test per case.
+
+use gapscope::trace::synthetic::{self, SyntheticCell};
+use gapscope::trace::{self, Trace};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gapscope"))
+}
+
+fn gapscope(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run gapscope")
+}
+
+/// gapscope with stdout on `/dev/full`; `None` where there is none.
+fn to_full_stdout(args: &[&str]) -> Option<Output> {
+    let full = std::fs::File::create("/dev/full").ok()?;
+    Some(
+        bin()
+            .args(args)
+            .stdout(full)
+            .output()
+            .expect("run gapscope"),
+    )
+}
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn bundled(name: &str) -> String {
+    repo().join("traces").join(name).display().to_string()
+}
+
+fn write(dir: &Path, name: &str, t: &Trace) -> String {
+    let p = dir.join(name);
+    trace::write_trace(&p, t).unwrap();
+    p.display().to_string()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every line gapscope itself writes is a note, a warning or an error.
+fn own_lines_are_tagged(err: &str) {
+    for line in err.lines().filter(|l| l.starts_with("gapscope")) {
+        assert!(
+            [
+                "gapscope: note: ",
+                "gapscope: warning: ",
+                "gapscope: error: "
+            ]
+            .iter()
+            .any(|p| line.starts_with(p)),
+            "{err}"
+        );
+    }
+}
+
+/// Exit `code`, the error the last line on stderr, only notes before it; returns the error.
+fn fails_after_notes(out: &Output, code: i32) -> String {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    let lines: Vec<&str> = err.trim_end().lines().collect();
+    let (last, notes) = lines.split_last().expect("an error line");
+    assert!(last.starts_with("gapscope: error: "), "{err}");
+    assert!(
+        notes.iter().all(|l| l.starts_with("gapscope: note: ")),
+        "{err}"
+    );
+    assert!(!err.contains("wrote "), "nothing reported written: {err}");
+    last.to_string()
+}
+
+/// Exit `code` with exactly one line on stderr, the error; returns it.
+fn fails_in_one_line(out: &Output, code: i32) -> String {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.starts_with("gapscope: error: "), "{err}");
+    err
+}
+
+// Row 5
+#[test]
+fn a_newline_or_escape_in_a_path_stays_inside_one_error_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("a\nb\u{1b}[2J.json");
+    let out = gapscope(&["analyze", missing.to_str().unwrap()]);
+    let line = fails_in_one_line(&out, 2);
+    assert!(line.contains("a\\nb\\u{1b}[2J.json"), "{line}");
+    // -o through a file whose name holds a newline.
+    let p = write(dir.path(), "t.json", &synthetic::emu_experiment(3));
+    let in_the_way = dir.path().join("x\ny");
+    std::fs::write(&in_the_way, "").unwrap();
+    let out = gapscope(&[
+        "analyze",
+        &p,
+        "-o",
+        in_the_way.join("out").to_str().unwrap(),
+    ]);
+    let line = fails_in_one_line(&out, 1);
+    assert!(line.contains("x\\ny: not a folder"), "{line}");
+}
+
+// Row 6
+#[test]
+fn usage_errors_are_one_line_that_names_what_is_missing() {
+    let line = fails_in_one_line(&gapscope(&[]), 2);
+    assert!(
+        line.contains("no command given; try gapscope --help"),
+        "{line}"
+    );
+    let line = fails_in_one_line(&gapscope(&["analyze"]), 2);
+    assert!(line.contains("<TRACES>"), "{line}");
+    let t = bundled("emu-h200.json");
+    let line = fails_in_one_line(&gapscope(&["export", &t]), 2);
+    assert!(line.contains("--output"), "{line}");
+    let line = fails_in_one_line(&gapscope(&["analyze", &t, "--nosuch"]), 2);
+    assert!(line.contains("'--nosuch'"), "{line}");
+    assert!(!line.contains("tip: to pass"), "{line}");
+}
+
+// Row 7
+#[cfg(unix)]
+#[test]
+fn a_full_stdout_is_an_error_for_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = bundled("emu-h200.json");
+    let ranks = bundled("torch-graphs-2rank-h200/mixing-1");
+    let o = dir.path().join("o");
+    let o = o.to_str().unwrap();
+    for args in [
+        vec!["--version"],
+        vec!["--help"],
+        vec!["analyze", "--help"],
+        vec!["help", "compare"],
+        vec!["analyze", &t],
+        vec!["analyze", &t, "--json"],
+        vec!["analyze", &t, "--full"],
+        vec!["compare", &t, &t],
+        vec!["compare", &t, &t, "--format", "github"],
+        vec!["merge", &ranks],
+        vec!["merge", &ranks, "--json"],
+        vec!["run", "--bundled", "-o", o],
+    ] {
+        let Some(out) = to_full_stdout(&args) else {
+            eprintln!("no /dev/full here");
+            return;
+        };
+        let line = fails_after_notes(&out, 1);
+        assert!(
+            line.contains("cannot write to standard output"),
+            "{args:?}: {line}"
+        );
+    }
+}
+
+// Row 8
+#[cfg(unix)]
+#[test]
+fn only_notes_come_before_the_error_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = bundled("emu-h200.json");
+    // An output folder that cannot be made, and a file in the way: refused before any work.
+    for o in ["/proc/gapscope-cannot-write-here".to_owned(), {
+        let f = dir.path().join("afile");
+        std::fs::write(&f, "").unwrap();
+        f.display().to_string()
+    }] {
+        let out = gapscope(&["run", "-o", &o]);
+        let line = fails_in_one_line(&out, 1);
+        assert!(line.contains(&o), "{line}");
+        let out = gapscope(&["analyze", &t, "-o", &o]);
+        fails_in_one_line(&out, 1);
+    }
+    // A full stdout: the notes (no GPU, bundled traces), the error, and no output set.
+    let d = dir.path().join("d");
+    let ranks = bundled("torch-graphs-2rank-h200/mixing-1");
+    for args in [
+        vec!["run", "--bundled", "--json", "-o", d.to_str().unwrap()],
+        vec!["analyze", &t, "-o", d.to_str().unwrap()],
+        vec!["merge", &ranks, "-o", d.to_str().unwrap()],
+        vec!["compare", &t, &t, "-o", d.to_str().unwrap()],
+    ] {
+        let Some(out) = to_full_stdout(&args) else {
+            return;
+        };
+        fails_after_notes(&out, 1);
+        for f in ["report.md", "report.json", "compare.json"] {
+            assert!(!d.join(f).exists(), "{args:?}: {f} written");
+        }
+    }
+    let out = gapscope(&["run", "--bundled", "-o", d.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.starts_with("gapscope: note: --bundled: analysing the bundled traces"),
+        "{err}"
+    );
+    own_lines_are_tagged(&err);
+    let last = err.trim_end().lines().last().unwrap();
+    assert!(last.starts_with("gapscope: note: wrote "), "{err}");
+}
+
+// Row 9
+#[cfg(unix)]
+#[test]
+fn record_keeps_the_programs_exit_code_and_ends_with_a_note() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("libgapscope.so");
+    std::fs::write(&lib, b"").unwrap();
+    for (script, body, code, says) in [
+        ("exit7.sh", "#!/bin/sh\nexit 7\n", 7, "exited with status 7"),
+        (
+            "selfkill.sh",
+            "#!/bin/sh\nkill -TERM $$\n",
+            143,
+            "was killed by signal 15 (SIGTERM)",
+        ),
+    ] {
+        let p = dir.path().join(script);
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = bin()
+            .args(["record", "-o", dir.path().join("o").to_str().unwrap(), "--"])
+            .arg(&p)
+            .env("GAPSCOPE_INJECTION_LIB", &lib)
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "{err}");
+        own_lines_are_tagged(&err);
+        let last = err.trim_end().lines().last().unwrap();
+        assert!(last.starts_with("gapscope: note: "), "{err}");
+        assert!(last.contains(says), "{err}");
+    }
+}
+
+// Row 11
+#[test]
+fn an_origin_step_past_the_steps_is_refused_before_any_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = write(dir.path(), "t.json", &synthetic::emu_experiment(5));
+    for extra in [None, Some("--json"), Some("--full")] {
+        let mut args = vec!["analyze", &t, "--origin-step", "100000"];
+        args.extend(extra);
+        let out = gapscope(&args);
+        let line = fails_in_one_line(&out, 2);
+        assert!(line.contains("--origin-step 100000"), "{line}");
+        assert!(out.stdout.is_empty(), "{extra:?}");
+    }
+    // compare writes no Perfetto trace or SVG: the flag is not one of its own.
+    let out = gapscope(&["compare", &t, &t, "--origin-step", "100000"]);
+    let line = fails_in_one_line(&out, 2);
+    assert!(line.contains("'--origin-step'"), "{line}");
+    assert!(out.stdout.is_empty());
+}
+
+/// A trace whose first kernel name and first cell label carry an escape sequence, a newline
+/// and a pipe.
+fn hostile_names() -> Trace {
+    let mut t = synthetic::emu_experiment(5);
+    let spin = t.strings.iter().position(|s| s == "spin").unwrap();
+    t.strings[spin] = "spin\u{1b}[31m\nred|x".into();
+    t.metadata.cells[0].label = "cell\u{1b}]0;title\u{7}".into();
+    t
+}
+
+// Bullet: names sanitised for the terminal and Markdown tables
+#[test]
+fn names_with_escapes_and_newlines_are_sanitised_on_the_terminal_and_in_markdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "t.json", &hostile_names());
+    let o = dir.path().join("o");
+    for flag in [None, Some("--full")] {
+        let mut args = vec!["analyze", &p, "-o", o.to_str().unwrap()];
+        args.extend(flag);
+        let out = gapscope(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let screen = stdout(&out);
+        assert!(
+            !screen.contains('\u{1b}') && !screen.contains('\u{7}'),
+            "{screen}"
+        );
+        assert!(
+            screen.contains("spin\\u{1b}[31m\\nred"),
+            "{flag:?}: {screen}"
+        );
+    }
+    let md = std::fs::read_to_string(o.join("report.md")).unwrap();
+    assert!(!md.contains('\u{1b}'), "{md}");
+    assert!(md.contains("spin\\u{1b}[31m\\nred\\|x"), "{md}");
+    // Every table row has as many cells as its header.
+    let mut columns = None;
+    for line in md.lines() {
+        if !line.starts_with('|') {
+            columns = None;
+            continue;
+        }
+        let n = line.replace("\\|", "").matches('|').count();
+        assert_eq!(*columns.get_or_insert(n), n, "{line}");
+    }
+    // JSON keeps the name as it is (escaped as JSON escapes it).
+    let json = std::fs::read_to_string(o.join("report.json")).unwrap();
+    assert!(json.contains("spin\\u001b[31m\\nred|x"), "{json}");
+}
+
+// Bullet: a folder once used as -o
+#[test]
+fn a_folder_once_used_as_output_is_still_a_folder_of_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("d");
+    let d_str = d.to_str().unwrap();
+    let t = synthetic::emu_experiment(5);
+    let outside = write(dir.path(), "t.json", &t);
+    assert_eq!(
+        gapscope(&["analyze", &outside, "-o", d_str]).status.code(),
+        Some(0)
+    );
+    assert_eq!(
+        gapscope(&["compare", &outside, &outside, "-o", d_str])
+            .status
+            .code(),
+        Some(0)
+    );
+    // Only gapscope's outputs: refused, saying so.
+    let line = fails_in_one_line(&gapscope(&["analyze", d_str]), 2);
+    assert!(line.contains("only gapscope's own outputs"), "{line}");
+    // With a trace beside them: the outputs are skipped, with a note.
+    write(&d, "trace.json", &t);
+    let out = gapscope(&["analyze", d_str, "--json"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(
+            "compare.json, report.json, trace.perfetto.json skipped (gapscope's own outputs"
+        ),
+        "{err}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["inputs"].as_array().unwrap().len(), 1);
+    // Named on its own, a report is still refused for what it is.
+    let out = gapscope(&["analyze", d.join("report.json").to_str().unwrap()]);
+    assert!(fails_in_one_line(&out, 2).contains("gapscope report"));
+}
+
+/// The analysis of `t` through the CLI: its JSON report and stderr.
+fn analyze_json(dir: &Path, name: &str, t: &Trace) -> (serde_json::Value, String) {
+    let p = write(dir, name, t);
+    let out = gapscope(&["analyze", &p, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    (serde_json::from_slice(&out.stdout).unwrap(), stderr(&out))
+}
+
+fn period_p90(report: &serde_json::Value, cell: usize) -> f64 {
+    report["cells"][cell]["period"]["p90"].as_f64().unwrap()
+}
+
+// Bullet: damaged traces named and kept out of the figures
+#[test]
+fn damaged_traces_are_named_in_a_note_and_kept_out_of_the_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let sound = synthetic::trace(&[SyntheticCell::emu(false, 1, 10)], 3);
+    let (clean, err) = analyze_json(dir.path(), "sound.json", &sound);
+    assert!(!err.contains("damaged"), "{err}");
+    assert_eq!(clean["inputs"][0]["damage"], serde_json::json!([]));
+
+    // A kernel that claims to run 1 s past the next one on its stream.
+    let mut overlap = sound.clone();
+    overlap.kernels[5].end += 1_000_000_000;
+    let (report, err) = analyze_json(dir.path(), "overlap.json", &overlap);
+    assert!(
+        err.contains("overlap.json: damaged: 1 kernels outside graphs end more than 1000 µs after"),
+        "{err}"
+    );
+    assert!(
+        report["inputs"][0]["damage"][0]
+            .as_str()
+            .unwrap()
+            .contains("a stream runs in order")
+    );
+    let (damaged, sound_p90) = (period_p90(&report, 0), period_p90(&clean, 0));
+    assert!(damaged < 1.5 * sound_p90, "{damaged} vs {sound_p90}");
+
+    // Duplicate correlation ids, edges to unknown nodes, a cycle: each named, none fatal.
+    let mut graphed = synthetic::trace(&[SyntheticCell::emu(true, 2, 10)], 3);
+    graphed.api_calls[1].corr = graphed.api_calls[0].corr;
+    let e = graphed.graph.edges[0];
+    graphed.graph.edges.push(trace::GraphEdge {
+        from: e.to,
+        to: e.from,
+    });
+    graphed.graph.edges.push(trace::GraphEdge {
+        from: 0xdead_beef,
+        to: e.to,
+    });
+    let (report, err) = analyze_json(dir.path(), "graphed.json", &graphed);
+    for says in [
+        "share 1 correlation ids",
+        "name nodes the trace does not have",
+        "form a cycle",
+    ] {
+        assert!(err.contains(says), "{says}: {err}");
+    }
+    assert_eq!(report["inputs"][0]["damage"].as_array().unwrap().len(), 3);
+    own_lines_are_tagged(&err);
+
+    // All-zero durations: named, and no figure made of them.
+    let mut zero = sound.clone();
+    for k in &mut zero.kernels {
+        k.end = k.start;
+    }
+    let p = write(dir.path(), "zero.json", &zero);
+    let out = gapscope(&["analyze", &p, "--json"]);
+    let err = stderr(&out);
+    assert!(err.contains("zero.json: damaged: all"), "{err}");
+    if out.status.success() {
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let periods = report["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| !c["period"].is_null())
+            .count();
+        assert_eq!(periods, 0, "{report}");
+    } else {
+        fails_after_notes(&out, 2);
+    }
+}
+
+// Bullet: --json with --full, GAPSCOPE_THREADS
+#[test]
+fn conflicting_flags_and_bad_thread_counts_are_refused() {
+    let t = bundled("emu-h200.json");
+    let line = fails_in_one_line(&gapscope(&["analyze", &t, "--json", "--full"]), 2);
+    assert!(
+        line.contains("'--json' cannot be used with '--full'"),
+        "{line}"
+    );
+    let line = fails_in_one_line(&gapscope(&["compare", &t, &t, "--full", "--json"]), 2);
+    assert!(line.contains("cannot be used with"), "{line}");
+    for value in ["0", "-1", "abc"] {
+        let out = bin()
+            .args(["analyze", &t])
+            .env("GAPSCOPE_THREADS", value)
+            .output()
+            .unwrap();
+        let line = fails_in_one_line(&out, 2);
+        assert!(
+            line.contains(&format!("GAPSCOPE_THREADS=\"{value}\"")),
+            "{line}"
+        );
+        assert!(out.stdout.is_empty());
+    }
+    let out = bin()
+        .args(["analyze", &t])
+        .env("GAPSCOPE_THREADS", "2")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+// Bullet: misleading refusals of gzip files
+#[test]
+fn gzip_refusals_say_what_is_wrong() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let gz = |name: &str, bytes: &[u8], tail: &[u8]| -> String {
+        let p = dir.path().join(name);
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(bytes).unwrap();
+        let mut data = e.finish().unwrap();
+        data.extend_from_slice(tail);
+        std::fs::write(&p, data).unwrap();
+        p.display().to_string()
+    };
+    let ours = std::fs::read(repo().join("traces/emu-h200.json")).unwrap();
+    let line = fails_in_one_line(&gapscope(&["analyze", &gz("t.json.gz", &ours, b"")]), 2);
+    assert!(line.contains("a gzip-compressed gapscope trace"), "{line}");
+    assert!(line.contains("gunzip"), "{line}");
+    assert!(!line.contains("Kineto"), "{line}");
+    let kineto = std::fs::read(repo().join("traces/torch-step-kineto-h200.json")).unwrap();
+    let p = gz("k.json.gz", &kineto, b"trailing garbage\n");
+    let line = fails_in_one_line(&gapscope(&["analyze", &p]), 2);
+    assert!(
+        line.contains("followed by 17 bytes that are not gzip (trailing garbage)"),
+        "{line}"
+    );
+    // Cut short is still called so.
+    let whole = std::fs::read(&p).unwrap();
+    std::fs::write(&p, &whole[..whole.len() / 2]).unwrap();
+    let line = fails_in_one_line(&gapscope(&["analyze", &p]), 2);
+    assert!(line.contains("damaged or cut short"), "{line}");
+}
+
+/// The help of `command`, as printed.
+fn help(command: &str) -> String {
+    let out = gapscope(&[command, "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    stdout(&out)
+}
+
+// Bullet: help texts
+#[test]
+fn help_texts_say_what_the_commands_do() {
+    let analyze = help("analyze");
+    for says in ["torch.profiler", ".json.gz", "folders of them"] {
+        assert!(analyze.contains(says), "{says}: {analyze}");
+    }
+    let compare = help("compare");
+    assert!(
+        compare.contains("Folder for compare.md and compare.json"),
+        "{compare}"
+    );
+    assert!(!compare.contains("report.md"), "{compare}");
+    assert!(!compare.contains("--origin-step"), "{compare}");
+    assert!(help("merge").contains("*.json.gz"));
+}
+
+/// Every example in the help texts of the commands that need no GPU runs as written, from a
+/// folder holding the bundled traces as `traces/`.
+#[cfg(unix)]
+#[test]
+fn help_examples_run_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(repo().join("traces"), dir.path().join("traces")).unwrap();
+    let mut ran = 0;
+    let top = stdout(&gapscope(&["--help"]));
+    let texts: Vec<String> = ["analyze", "compare", "export", "merge"]
+        .iter()
+        .map(|c| help(c))
+        .chain([top])
+        .collect();
+    for text in &texts {
+        for line in text.lines().map(str::trim) {
+            let Some(rest) = line.strip_prefix("gapscope ") else {
+                continue;
+            };
+            let command = rest.split('#').next().unwrap().split("||").next().unwrap();
+            let args: Vec<&str> = command.split_whitespace().collect();
+            if !["analyze", "compare", "export", "merge"].contains(&args[0])
+                || args
+                    .iter()
+                    .any(|a| a.contains("main.json") || a.contains('*'))
+            {
+                continue;
+            }
+            let out = bin()
+                .args(&args)
+                .current_dir(dir.path())
+                .stdout(Stdio::null())
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(0), "{line}: {}", stderr(&out));
+            ran += 1;
+        }
+    }
+    assert!(ran >= 5, "{ran} examples run");
+}
+
+// Bullet: run's sweep flags without a GPU
+#[test]
+fn run_without_a_gpu_says_which_flags_it_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = dir.path().join("o");
+    let out = gapscope(&[
+        "run",
+        "--bundled",
+        "--tokens",
+        "1,8",
+        "--modes",
+        "1",
+        "--gpus",
+        "2",
+        "-o",
+        o.to_str().unwrap(),
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("gapscope: note: --tokens, --modes, --gpus ignored: they choose what a GPU sweep records"),
+        "{err}"
+    );
+    let plain = gapscope(&["run", "--bundled", "-o", o.to_str().unwrap()]);
+    assert!(!stderr(&plain).contains("ignored"), "{}", stderr(&plain));
+}
