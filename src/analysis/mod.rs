@@ -6,8 +6,10 @@
 
 pub mod align;
 pub mod cause;
+pub mod coverage;
 pub mod merge;
 mod model;
+pub mod provenance;
 pub mod remedy;
 pub mod stats;
 pub mod steps;
@@ -99,11 +101,18 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
         let cells =
             steps::split_mixed_regimes(steps::split_cells(trace, &timeline, &launches), &timeline);
         let mut ctx = cause::TraceContext::new(trace, launches);
+        let first_cell = analysis.cells.len();
         for cell in cells {
             analysis
                 .cells
                 .push(cause::analyze_cell(i, &mut ctx, &timeline, cell, options));
         }
+        coverage::measure(
+            &timeline,
+            ctx.launches(),
+            ctx.provenance(),
+            &mut analysis.cells[first_cell..],
+        );
         analysis.timelines.push(timeline);
     }
     name_inputs_in_labels(&mut analysis.cells, traces, paths);

@@ -707,6 +707,7 @@ fn intern_creation(state: &mut State, raw: &RawCreation) -> Creation {
     Creation {
         created_by,
         library_call: raw.library_call,
+        library_frame: None,
         wait_external: raw.wait_external,
         record_external: raw.record_external,
         explicit_add: raw.explicit_add,
