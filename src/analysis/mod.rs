@@ -6,6 +6,7 @@
 
 pub mod align;
 pub mod cause;
+pub mod completeness;
 pub mod coverage;
 pub mod merge;
 mod model;
@@ -85,6 +86,8 @@ fn file_stem(path: &str) -> String {
 /// `paths` name the traces in reports (same order as `traces`).
 pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) -> Analysis {
     let mut analysis = Analysis::default();
+    // Per input, the cells its missing records fall in.
+    let mut touched: Vec<Vec<usize>> = Vec::with_capacity(traces.len());
     for (i, trace) in traces.iter().enumerate() {
         analysis.inputs.push(InputSummary {
             path: paths.get(i).cloned().unwrap_or_default(),
@@ -92,8 +95,18 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
             device: trace.metadata.device.as_ref().map(|d| d.name.clone()),
             versions: trace.metadata.versions.clone(),
             dropped_records: trace.dropped_records,
-            notes: trace.metadata.notes.clone(),
+            notes: trace
+                .metadata
+                .notes
+                .iter()
+                .cloned()
+                .chain(
+                    (trace.metadata.source == crate::trace::Source::Kineto)
+                        .then(|| provenance::KINETO_NOTE.to_owned()),
+                )
+                .collect(),
             kernels: trace.kernels.len(),
+            completeness: completeness::check(trace),
         });
         let timeline = timeline::build(trace);
         // One index of launch calls for splitting into steps and for attribution.
@@ -113,9 +126,26 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
             ctx.provenance(),
             &mut analysis.cells[first_cell..],
         );
+        touched.push(
+            completeness::touched_cells(
+                &analysis.inputs[i].completeness,
+                &analysis.cells[first_cell..],
+                &timeline,
+                ctx.launches(),
+            )
+            .into_iter()
+            .map(|c| first_cell + c)
+            .collect::<Vec<usize>>(),
+        );
         analysis.timelines.push(timeline);
     }
     name_inputs_in_labels(&mut analysis.cells, traces, paths);
+    for (input, cells) in analysis.inputs.iter_mut().zip(touched) {
+        input.completeness.cells = cells
+            .into_iter()
+            .map(|c| analysis.cells[c].label.clone())
+            .collect();
+    }
     analysis.regime_pairs = align::pair_regimes(&analysis.cells, traces, &analysis.timelines);
     let ratios: Vec<f64> = analysis
         .regime_pairs

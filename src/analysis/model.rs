@@ -624,6 +624,8 @@ pub struct InputSummary {
     pub dropped_records: u64,
     pub notes: Vec<String>,
     pub kernels: usize,
+    /// What the recording lost without saying (see [`super::completeness`]).
+    pub completeness: super::completeness::Completeness,
 }
 
 /// Everything `analyze` found.

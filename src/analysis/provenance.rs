@@ -14,6 +14,13 @@ use crate::trace::{GraphNode, HostRanges, StrId, Trace};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
+/// What a torch.profiler (Kineto) import cannot have of the above, said once per input.
+pub const KINETO_NOTE: &str = "torch.profiler (Kineto) records no graph node creation: \
+replayed ops carry no provenance (no NVTX ranges at capture, no library call), so no graphed cell \
+can name where its replayed kernels came from; graph coverage, the eager ops' provenance (from \
+the imported ranges) and the launch ↔ device record check are read as for a recording, NVTX \
+ranges never ended cannot be counted";
+
 /// Where an op came from: `ranges` outermost first; `library` the library function that
 /// launched it (e.g. `ncclAllGather`, `cublasLtMatmul`), when the trace holds it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]

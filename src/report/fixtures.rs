@@ -361,6 +361,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             dropped_records: 3,
             notes: trace.metadata.notes.clone(),
             kernels: trace.kernels.len(),
+            completeness: crate::analysis::completeness::check(&trace),
         }],
         cells,
         regime_pairs: vec![pair],

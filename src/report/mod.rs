@@ -125,6 +125,29 @@ pub(crate) fn eager_in_graphed_label(e: &crate::analysis::coverage::EagerInGraph
     )
 }
 
+/// What a recording lost without saying, for a note: `(lost_work, line)` — `lost_work` when
+/// launches or device records are missing (a warning), not only NVTX ranges never ended;
+/// `None` when it adds up.
+pub(crate) fn completeness_line(
+    c: &crate::analysis::completeness::Completeness,
+) -> Option<(bool, String)> {
+    if c.total() == 0 {
+        return None;
+    }
+    let lost_work = c.total() > c.unended_ranges;
+    let cells = if !c.cells.is_empty() {
+        format!("; cells it touches: {}", c.cells.join("; "))
+    } else if lost_work {
+        "; in no cell's time".to_owned()
+    } else {
+        " (left out of the trace: their end is unknown)".to_owned()
+    };
+    Some((
+        lost_work,
+        format!("the recording does not add up: {}{cells}", c.describe()),
+    ))
+}
+
 /// Escapes text for XML content and attribute values.
 pub(crate) fn xml_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

@@ -184,6 +184,18 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
     if a.cells.len() > MAX_CELLS {
         let _ = writeln!(s, "  … and {} more cells", a.cells.len() - MAX_CELLS);
     }
+    for (i, input) in a.inputs.iter().enumerate() {
+        if let Some((lost_work, line)) = super::completeness_line(&input.completeness) {
+            let mark = if lost_work { "⚠" } else { "Note:" };
+            let _ = writeln!(s, "{mark} input {i}: {line}");
+        }
+        if input.source == crate::trace::Source::Kineto {
+            let _ = writeln!(
+                s,
+                "Note: input {i} (Kineto import) records no graph node creation: its replayed ops have no provenance"
+            );
+        }
+    }
     for c in &a.cells {
         if let Some(e) = &c.observed.eager_in_graphed {
             let _ = writeln!(

@@ -325,6 +325,14 @@ mod tests {
             "ranges of other threads do not count"
         );
         assert_eq!(tag(ours), Some(42));
+        let wait_node = dag.nodes.iter().find(|n| n.id == wait).unwrap();
+        assert_eq!(
+            (wait_node.created_at, wait_node.created_thread),
+            (Some(150), Some(7)),
+            "the creation is kept for the analysis' provenance"
+        );
+        let clone = dag.nodes.iter().find(|n| n.id == (5u64 << 32) | 1).unwrap();
+        assert_eq!(clone.created_at, None, "its creation time was unknown");
         assert_eq!(
             tag((5u64 << 32) | 1),
             Some(11),

@@ -382,6 +382,10 @@ fn inputs_section(s: &mut String, a: &Analysis, title: Option<&str>) {
                 inp.dropped_records
             ));
         }
+        if let Some((lost_work, line)) = super::completeness_line(&inp.completeness) {
+            let mark = if lost_work { "⚠️ " } else { "" };
+            notes.push(format!("{mark}input {i}: {}", md_cell(&line)));
+        }
         for n in &inp.notes {
             notes.push(format!("input {i}: {}", md_cell(n)));
         }
