@@ -6,6 +6,10 @@
 //! template, since capture, not instantiation, is where the program's code ran. An eager op
 //! takes the ranges open on its launch call's thread when the call started, and the innermost
 //! library-call range there (NCCL's NVTX ranges, or gapscope's own markers).
+//!
+//! Any output can name every op's provenance (the Perfetto writer in its slice args): build a
+//! [`ProvenanceIndex`] and a [`LaunchIndex`] once per trace, then ask [`ProvenanceIndex::of`]
+//! per op of the trace's timeline.
 #![forbid(unsafe_code)]
 
 use super::Op;
