@@ -32,6 +32,7 @@ pub struct TraceContext<'a> {
     launched_execs: rustc_hash::FxHashSet<u32>,
     /// Library-call ranges (ours and NCCL's NVTX ranges), per thread.
     library_calls: crate::trace::HostRanges,
+    provenance: super::provenance::ProvenanceIndex,
     /// Per graph node: what stands in front of it, and the node-level cause if any.
     /// (A lock: steps are built on several threads.)
     node_causes: std::sync::Mutex<FxHashMap<u64, (Predecessors, Option<Cause>)>>,
@@ -74,7 +75,18 @@ impl<'a> TraceContext<'a> {
             launched_execs: Default::default(),
             node_causes: Default::default(),
             library_calls: crate::trace::HostRanges::library_calls(trace, true),
+            provenance: super::provenance::ProvenanceIndex::new(trace),
         }
+    }
+
+    /// The trace's launch calls by correlation id.
+    pub fn launches(&self) -> &LaunchIndex {
+        &self.launches
+    }
+
+    /// Where each op of the trace came from.
+    pub fn provenance(&self) -> &super::provenance::ProvenanceIndex {
+        &self.provenance
     }
 
     /// The library call that launched `op`: its graph node's tag, or the innermost
@@ -766,6 +778,7 @@ fn canonical_sequence(
             gap_cause,
             gap_cause_label,
             library_call: ctx.library_call_of(representative),
+            provenance: ctx.provenance.of(trace, &ctx.launches, representative),
         })
     };
     crate::parallel_map(rows, entry)
@@ -856,6 +869,7 @@ fn observe(ctx: &TraceContext, steps: &[Step]) -> Observed {
         host_nodes: h,
         graph_usage_mode,
         node_counts,
+        ..Observed::default() // coverage: filled once every cell of the trace is known
     }
 }
 

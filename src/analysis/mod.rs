@@ -6,8 +6,11 @@
 
 pub mod align;
 pub mod cause;
+pub mod completeness;
+pub mod coverage;
 pub mod merge;
 mod model;
+pub mod provenance;
 pub mod remedy;
 pub mod stats;
 pub mod steps;
@@ -84,6 +87,8 @@ fn file_stem(path: &str) -> String {
 /// `paths` name the traces in reports (same order as `traces`).
 pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) -> Analysis {
     let mut analysis = Analysis::default();
+    // Per input, the cells its missing records fall in.
+    let mut touched: Vec<Vec<usize>> = Vec::with_capacity(traces.len());
     for (i, trace) in traces.iter().enumerate() {
         // Damage that parsing accepts is taken out here, and named in the input's summary.
         let (checked, damage) = validate::check(trace);
@@ -93,9 +98,19 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
             device: trace.metadata.device.as_ref().map(|d| d.name.clone()),
             versions: trace.metadata.versions.clone(),
             dropped_records: trace.dropped_records,
-            notes: trace.metadata.notes.clone(),
+            notes: trace
+                .metadata
+                .notes
+                .iter()
+                .cloned()
+                .chain(
+                    (trace.metadata.source == crate::trace::Source::Kineto)
+                        .then(|| provenance::KINETO_NOTE.to_owned()),
+                )
+                .collect(),
             kernels: trace.kernels.len(),
             damage,
+            completeness: completeness::check(trace),
         });
         let trace = &*checked;
         let timeline = timeline::build(trace);
@@ -104,14 +119,38 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
         let cells =
             steps::split_mixed_regimes(steps::split_cells(trace, &timeline, &launches), &timeline);
         let mut ctx = cause::TraceContext::new(trace, launches);
+        let first_cell = analysis.cells.len();
         for cell in cells {
             analysis
                 .cells
                 .push(cause::analyze_cell(i, &mut ctx, &timeline, cell, options));
         }
+        coverage::measure(
+            &timeline,
+            ctx.launches(),
+            ctx.provenance(),
+            &mut analysis.cells[first_cell..],
+        );
+        touched.push(
+            completeness::touched_cells(
+                &analysis.inputs[i].completeness,
+                &analysis.cells[first_cell..],
+                &timeline,
+                ctx.launches(),
+            )
+            .into_iter()
+            .map(|c| first_cell + c)
+            .collect::<Vec<usize>>(),
+        );
         analysis.timelines.push(timeline);
     }
     name_inputs_in_labels(&mut analysis.cells, traces, paths);
+    for (input, cells) in analysis.inputs.iter_mut().zip(touched) {
+        input.completeness.cells = cells
+            .into_iter()
+            .map(|c| analysis.cells[c].label.clone())
+            .collect();
+    }
     analysis.regime_pairs = align::pair_regimes(&analysis.cells, traces, &analysis.timelines);
     let ratios: Vec<f64> = analysis
         .regime_pairs

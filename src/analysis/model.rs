@@ -300,6 +300,16 @@ pub struct Observed {
     /// Node types of the cell's first executable graph, with counts ("EventWait (external)",
     /// "Kernel", ...): what a comparison of two graphed cells can diff.
     pub node_counts: BTreeMap<String, usize>,
+    /// Share (0…1) of the cell's device time (op durations summed) that graph replays ran;
+    /// the rest eager launches (see [`super::coverage`]). `None` for a cell without ops.
+    pub graph_coverage: Option<f64>,
+    /// The same share counted in ops.
+    pub graph_coverage_ops: Option<f64>,
+    /// A graphed cell whose steps also launched eager ops: how many steps, how many ops.
+    pub eager_in_graphed: Option<super::coverage::EagerInGraphed>,
+    /// Share (0…1) of the cell's replayed ops whose graph node carries a provenance (NVTX
+    /// ranges at its creation, or a library); `None` without replayed ops.
+    pub replayed_with_provenance: Option<f64>,
 }
 
 /// Per position of a cell's canonical op sequence: durations and the gap before, over steps.
@@ -317,6 +327,9 @@ pub struct SequenceEntry {
     /// The library call that launched this op (e.g. `ncclAllGather`): from the graph node's
     /// tag, or, eager, from the library-call marker around its launch.
     pub library_call: Option<String>,
+    /// Where the op came from in the program (of the op at this position in a representative
+    /// step); `None` when the trace holds nothing.
+    pub provenance: Option<super::provenance::Provenance>,
 }
 
 /// Idle time of one cause, per step.
@@ -617,6 +630,8 @@ pub struct InputSummary {
     pub kernels: usize,
     /// What [`super::validate::check`] found damaged and left out, one line per kind.
     pub damage: Vec<String>,
+    /// What the recording lost without saying (see [`super::completeness`]).
+    pub completeness: super::completeness::Completeness,
 }
 
 /// Everything `analyze` found.

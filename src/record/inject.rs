@@ -401,6 +401,7 @@ fn metadata(config: &Config, recorder: &Recorder, signal: Option<c_int>) -> Meta
         workload,
         notes,
         sampling: None, // filled by the recorder
+        unended_ranges: 0,
     }
 }
 

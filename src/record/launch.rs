@@ -187,13 +187,21 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     }
     for p in &written {
         match crate::trace::read_trace(p) {
-            Ok(t) => note(&format!(
-                "wrote {} ({} kernels, {} markers, {} dropped records)",
-                p.display(),
-                t.kernels.len(),
-                t.markers.len(),
-                t.dropped_records
-            )),
+            Ok(t) => {
+                let lost = crate::analysis::completeness::check(&t);
+                note(&format!(
+                    "wrote {} ({} kernels, {} markers, {} dropped records{})",
+                    p.display(),
+                    t.kernels.len(),
+                    t.markers.len(),
+                    t.dropped_records,
+                    if lost.total() > 0 {
+                        format!("; not adding up: {}", lost.describe())
+                    } else {
+                        String::new()
+                    }
+                ))
+            }
             Err(e) => eprintln!(
                 "gapscope: warning: {}",
                 crate::report::printable(&e.to_string())

@@ -84,6 +84,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
         workload: BTreeMap::new(),
         notes: vec!["made by a test".into()],
         sampling: None,
+        unended_ranges: 0,
     };
     let mut b = TraceBuilder::new(meta);
     let names: Vec<u32> = SHAPE.iter().map(|s| b.intern(s.0)).collect();
@@ -296,6 +297,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
                     .unwrap_or((CauseKind::Unattributed, "unattributed".into()));
                 SequenceEntry {
                     library_call: None,
+                    provenance: None,
                     name: name.to_owned(),
                     kind,
                     duration: Stat::of_ns(steps.iter().map(|s| {
@@ -325,6 +327,8 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
                 external_record_nodes: usize::from(regime == Regime::Graphed),
                 host_nodes: 0,
                 graph_usage_mode: (regime == Regime::Graphed).then(|| "2 (mixing)".to_owned()),
+                graph_coverage: Some(if regime == Regime::Graphed { 1.0 } else { 0.0 }),
+                ..Observed::default()
             },
             mismatches: if cell == 1 {
                 vec!["requested graph usage mode 1, observed 2 (mixing)".into()]
@@ -359,6 +363,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             notes: trace.metadata.notes.clone(),
             kernels: trace.kernels.len(),
             damage: Vec::new(),
+            completeness: crate::analysis::completeness::check(&trace),
         }],
         cells,
         regime_pairs: vec![pair],

@@ -78,6 +78,76 @@ pub(crate) fn ratio(r: f64) -> String {
     }
 }
 
+/// A share (0…1) as a whole percentage ("98 %"); "99.6 %" is not rounded up to 100, nor a
+/// share above 0 down to 0: either would say "all" or "none" where that is not so.
+pub(crate) fn percent(share: f64) -> String {
+    let p = share * 100.0;
+    if p > 0.0 && p < 1.0 {
+        format!("{p:.1} %")
+    } else if p > 99.0 && p < 100.0 {
+        format!("{:.1} %", (p * 10.0).floor() / 10.0)
+    } else {
+        format!("{p:.0} %")
+    }
+}
+
+/// An op of a canonical sequence as tables name it: its short name, then where it came from
+/// ("nvjet_… (decode_step/mlp ← cublasLtMatmul)").
+pub(crate) fn op_with_provenance(e: &crate::analysis::SequenceEntry) -> String {
+    let name = short_op_name(&e.name);
+    match &e.provenance {
+        Some(p) => format!("{name} ({})", p.label()),
+        None => name,
+    }
+}
+
+/// "graphs ran 98 % of device time, 95 % of ops; 17 % of replayed ops have a provenance".
+pub(crate) fn coverage_label(o: &crate::analysis::Observed) -> Option<String> {
+    let time = o.graph_coverage?;
+    let mut s = format!("graphs ran {} of device time", percent(time));
+    if let Some(ops) = o.graph_coverage_ops {
+        s += &format!(", {} of ops", percent(ops));
+    }
+    if let Some(p) = o.replayed_with_provenance {
+        s += &format!("; {} of replayed ops have a provenance", percent(p));
+    }
+    Some(s)
+}
+
+/// "3 of 40 graphed steps also launched 12 eager op(s) (45.10 µs of device time)".
+pub(crate) fn eager_in_graphed_label(e: &crate::analysis::coverage::EagerInGraphed) -> String {
+    format!(
+        "{} of {} graphed steps also launched {} eager op(s) ({} µs of device time): part of this phase ran eagerly",
+        e.steps,
+        e.of,
+        e.ops,
+        us2(e.device_ns as f64)
+    )
+}
+
+/// What a recording lost without saying, for a note: `(lost_work, line)` — `lost_work` when
+/// launches or device records are missing (a warning), not only NVTX ranges never ended;
+/// `None` when it adds up.
+pub(crate) fn completeness_line(
+    c: &crate::analysis::completeness::Completeness,
+) -> Option<(bool, String)> {
+    if c.total() == 0 {
+        return None;
+    }
+    let lost_work = c.total() > c.unended_ranges;
+    let cells = if !c.cells.is_empty() {
+        format!("; cells it touches: {}", c.cells.join("; "))
+    } else if lost_work {
+        "; in no cell's time".to_owned()
+    } else {
+        " (left out of the trace: their end is unknown)".to_owned()
+    };
+    Some((
+        lost_work,
+        format!("the recording does not add up: {}{cells}", c.describe()),
+    ))
+}
+
 /// Escapes text for XML content and attribute values.
 pub(crate) fn xml_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

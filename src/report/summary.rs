@@ -2,7 +2,7 @@
 //! What the terminal shows: a screen, not a report. The verdict, the mode comparison, the cells
 //! with their periods, the largest gaps with their causes, and where the full report is.
 
-use super::{md_cell, ratio, short_op_name, stat_us, us2, us2_signed};
+use super::{md_cell, op_with_provenance, ratio, stat_us, us2, us2_signed};
 use crate::analysis::{Analysis, CellAnalysis, Comparison};
 use std::fmt::Write as _;
 
@@ -40,8 +40,11 @@ fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
         .sampled
         .map(|s| format!(" ({})", s.describe()))
         .unwrap_or_default();
+    let coverage = super::coverage_label(&c.observed)
+        .map(|l| format!("; {l}"))
+        .unwrap_or_default();
     format!(
-        "  {} — {}{mode}: {period}{sampled}{vs}",
+        "  {} — {}{mode}: {period}{sampled}{vs}{coverage}",
         short_label(&c.label),
         super::regime_label(c.observed.regime)
     )
@@ -81,7 +84,7 @@ fn largest_gaps(a: &Analysis, s: &mut String) {
             s,
             "  {} before {} in {} — {}",
             stat_us(&e.gap_before),
-            short_op_name(&e.name),
+            op_with_provenance(e),
             short_label(&c.label),
             e.gap_cause_label
         );
@@ -182,6 +185,28 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
     if a.cells.len() > MAX_CELLS {
         let _ = writeln!(s, "  … and {} more cells", a.cells.len() - MAX_CELLS);
     }
+    for (i, input) in a.inputs.iter().enumerate() {
+        if let Some((lost_work, line)) = super::completeness_line(&input.completeness) {
+            let mark = if lost_work { "⚠" } else { "Note:" };
+            let _ = writeln!(s, "{mark} input {i}: {line}");
+        }
+        if input.source == crate::trace::Source::Kineto {
+            let _ = writeln!(
+                s,
+                "Note: input {i} (Kineto import) records no graph node creation: its replayed ops have no provenance"
+            );
+        }
+    }
+    for c in &a.cells {
+        if let Some(e) = &c.observed.eager_in_graphed {
+            let _ = writeln!(
+                s,
+                "⚠ {}: {}",
+                short_label(&c.label),
+                super::eager_in_graphed_label(e)
+            );
+        }
+    }
     largest_gaps(a, &mut s);
     let _ = write!(s, "{}", full_report_line(full_report));
     crate::report::printable_report(s)
@@ -261,6 +286,7 @@ pub fn comparison_summary(c: &Comparison, full_report: Option<&str>) -> String {
 mod tests {
     use super::*;
     use crate::analysis::{self, AnalysisOptions};
+    use crate::report::short_op_name;
     use crate::trace::synthetic::{self, SyntheticCell};
 
     fn analyze(t: &crate::trace::Trace) -> Analysis {
@@ -288,7 +314,10 @@ mod tests {
         let a = analyze(&t);
         assert!(a.regime_pairs.is_empty());
         let s = analysis_summary(&a, None);
-        assert!(s.contains("n=19 before coll in graphed mode=2"), "{s}");
+        assert!(
+            s.contains("n=19 before coll (← ncclAllGather) in graphed mode=2"),
+            "{s}"
+        );
         assert_eq!(
             a.cells[0].observed.regime,
             Some(crate::analysis::Regime::Graphed)

@@ -554,7 +554,10 @@ impl Trace {
             }
         }
         for (i, node) in self.graph.nodes.iter().enumerate() {
-            for id in [node.created_by, node.library_call].into_iter().flatten() {
+            for id in [node.created_by, node.library_call, node.library_frame]
+                .into_iter()
+                .flatten()
+            {
                 check_str("graph node", i, id)?;
             }
         }

@@ -1,6 +1,6 @@
-//! Host ranges (NVTX push/pop, library calls) indexed per thread, for "which range encloses
+//! Host ranges (NVTX push/pop, library calls) indexed per thread, for "which ranges enclose
 //! this instant on this thread": the recorder tags graph nodes with it, the analysis eager
-//! launches.
+//! launches and every op's provenance.
 #![forbid(unsafe_code)]
 
 use super::{MarkerKind, StrId, Trace};
@@ -69,14 +69,30 @@ impl HostRanges {
 
     /// The innermost range of `thread` that encloses `at`.
     pub fn innermost(&self, thread: u32, at: u64) -> Option<StrId> {
-        let v = self.by_thread.get(&thread)?;
-        let mut i = v.partition_point(|r| r.0 <= at).checked_sub(1)?;
-        loop {
-            if v[i].1 >= at {
-                return Some(v[i].2);
+        self.open_at(thread, at).next()
+    }
+
+    /// Every range of `thread` that encloses `at`, outermost first.
+    pub fn enclosing(&self, thread: u32, at: u64) -> Vec<StrId> {
+        let mut names: Vec<StrId> = self.open_at(thread, at).collect();
+        names.reverse();
+        names
+    }
+
+    /// The ranges of `thread` open at `at`, innermost first: up from the last range started
+    /// at or before it, past the ones that closed before `at`.
+    fn open_at(&self, thread: u32, at: u64) -> impl Iterator<Item = StrId> + '_ {
+        let v = self.by_thread.get(&thread).map_or(&[][..], Vec::as_slice);
+        let mut next = v.partition_point(|r| r.0 <= at).checked_sub(1);
+        std::iter::from_fn(move || {
+            loop {
+                let r = v[next?];
+                next = r.3;
+                if r.1 >= at {
+                    return Some(r.2);
+                }
             }
-            i = v[i].3?;
-        }
+        })
     }
 }
 
@@ -104,6 +120,10 @@ mod tests {
         assert_eq!(ranges.innermost(1, 101), None);
         assert_eq!(ranges.innermost(2, 15), Some(9), "another thread's ranges");
         assert_eq!(ranges.innermost(3, 15), None, "a thread without ranges");
+        assert_eq!(ranges.enclosing(1, 15), [1, 2], "outermost first");
+        assert_eq!(ranges.enclosing(1, 25), [1]);
+        assert_eq!(ranges.enclosing(1, 101), [] as [StrId; 0]);
+        assert_eq!(ranges.enclosing(3, 15), [] as [StrId; 0]);
         assert_eq!(HostRanges::default().innermost(1, 0), None);
     }
 

@@ -89,6 +89,14 @@ pub struct Metadata {
     /// was traced (and in traces written before the budget existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling: Option<Sampling>,
+    /// NVTX ranges the program started but never ended: the recorder leaves them out (their
+    /// end is unknown). 0 in traces written before it was counted here (their notes say it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unended_ranges: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The part of a program a trace budget traced.
@@ -371,6 +379,19 @@ pub struct GraphNode {
     /// For a clone made at instantiation: the template node it was cloned from.
     #[serde(default)]
     pub cloned_from: Option<u64>,
+    /// When (ns, the trace's clock) and on which thread the node was created (a clone: when
+    /// its executable graph was instantiated): the NVTX ranges open there are the node's
+    /// provenance. Absent in traces recorded before the recorder wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_thread: Option<u32>,
+    /// The function of a known library (cuBLAS, cuBLASLt, cuDNN, NCCL, libtorch_cuda, a Triton
+    /// launcher) that the program called when the node was created: the outermost frame on
+    /// the creating thread's stack inside that library (e.g. `cublasLtMatmul`). Absent when no
+    /// such frame was found, and in traces recorded before the recorder looked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub library_frame: Option<StrId>,
 }
 
 /// `to` depends on `from` (`from` must finish before `to` starts).

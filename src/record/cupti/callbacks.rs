@@ -717,70 +717,6 @@ fn raw_creation(at: u64) -> RawCreation {
     raw
 }
 
-/// The NCCL API function this thread is inside, from its return addresses: of the frames in a
-/// library named `libnccl…` (whichever NCCL the program loaded), the outermost — the call the
-/// program made — named by its exported symbol (`pncclAllGather` read as `ncclAllGather`).
-/// Inner frames are NCCL's own static functions, which `dladdr` can only name by a nearby
-/// export, so they are never the answer. `None` outside NCCL, or when unwinding stops early.
-fn calling_nccl_function() -> Option<String> {
-    let mut frames = [std::ptr::null_mut::<c_void>(); 64];
-    // SAFETY: backtrace writes at most `frames.len()` return addresses into the buffer.
-    let n = unsafe { libc::backtrace(frames.as_mut_ptr(), frames.len() as std::ffi::c_int) };
-    // dladdr scans a library's symbol table: each return address is looked up once per thread
-    // (a capture creates many nodes from the same few call sites).
-    FRAME_NCCL_NAMES
-        .try_with(|names| {
-            let mut names = names.borrow_mut();
-            frames
-                .iter()
-                .take(n.max(0) as usize)
-                .filter_map(|&address| {
-                    names
-                        .entry(address as usize)
-                        .or_insert_with(|| nccl_function_at(address))
-                        .clone()
-                })
-                .last()
-        })
-        .ok()
-        .flatten()
-}
-
-thread_local! {
-    /// Return address → the NCCL API function it lies in (`None`: not in NCCL).
-    static FRAME_NCCL_NAMES: RefCell<std::collections::HashMap<usize, Option<String>>> =
-        RefCell::new(std::collections::HashMap::new());
-}
-
-/// The NCCL API function whose code holds `address`: its library is a `libnccl…` and its
-/// nearest exported symbol an NCCL name.
-fn nccl_function_at(address: *mut c_void) -> Option<String> {
-    let mut info = libc::Dl_info {
-        dli_fname: std::ptr::null(),
-        dli_fbase: std::ptr::null_mut(),
-        dli_sname: std::ptr::null(),
-        dli_saddr: std::ptr::null_mut(),
-    };
-    // SAFETY: dladdr only looks `address` up in the loader's tables and fills `info` with
-    // pointers to NUL-terminated strings that live as long as the library stays loaded.
-    if unsafe { libc::dladdr(address, &mut info) } == 0
-        || info.dli_fname.is_null()
-        || info.dli_sname.is_null()
-    {
-        return None;
-    }
-    // SAFETY: non-null, NUL-terminated (dladdr's contract).
-    let file = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
-    let file_name = file.rsplit(|&b| b == b'/').next().unwrap_or(file);
-    if !file_name.starts_with(b"libnccl") {
-        return None;
-    }
-    // SAFETY: as above.
-    let symbol = unsafe { CStr::from_ptr(info.dli_sname) }.to_string_lossy();
-    let symbol = symbol.strip_prefix('p').unwrap_or(&symbol);
-    crate::trace::is_library_call_range(symbol).then(|| symbol.to_owned())
-}
-
 fn intern_creation(state: &mut State, raw: &RawCreation) -> Creation {
     let created_by = (!raw.outermost.is_null()).then(|| {
         // SAFETY: functionName is a NUL-terminated global constant string.
@@ -790,6 +726,7 @@ fn intern_creation(state: &mut State, raw: &RawCreation) -> Creation {
     Creation {
         created_by,
         library_call: raw.library_call,
+        library_frame: None,
         wait_external: raw.wait_external,
         record_external: raw.record_external,
         explicit_add: raw.explicit_add,
@@ -948,20 +885,20 @@ fn node_created(cupti: &Cupti, shared: &Shared, gd: &sys::CUpti_GraphData) -> Re
     let graph = graph_id(cupti, gd.graph)?;
     let (ty, corr) = driver_node_type(gd.node);
     let raw = raw_creation(now(cupti));
-    // No library-call marker of ours: the program's own NCCL, found on the stack (its NVTX
-    // ranges, when it emits them, are joined when the recording ends).
-    let nccl = raw
-        .library_call
-        .is_none()
-        .then(calling_nccl_function)
-        .flatten();
+    // The library calls on the stack (node creation is not a hot path). Without a
+    // library-call marker of ours, the program's own NCCL call tags the node (its NVTX ranges,
+    // when it emits them, are joined when the recording ends).
+    let libraries = super::frames::calling_libraries();
     let mut state = lock(&shared.state);
     state.self_corr.extend(corr);
     let node_type = node_type_or_fallback(&mut state, ty, gd.nodeType);
     let mut how = intern_creation(&mut state, &raw);
-    if let Some(name) = nccl {
+    if how.library_call.is_none()
+        && let Some(name) = libraries.nccl
+    {
         how.library_call = Some(state.records.intern(&name));
     }
+    how.library_frame = libraries.frame.map(|name| state.records.intern(&name));
     state.graph.node_created(id, graph, node_type, how);
     Ok(())
 }

@@ -12,6 +12,9 @@ pub(crate) struct Creation {
     pub created_by: Option<StrId>,
     /// Innermost open LibraryCall marker on the thread.
     pub library_call: Option<StrId>,
+    /// The outermost frame of a known library on the thread's stack (see
+    /// [`crate::trace::GraphNode::library_frame`]).
+    pub library_frame: Option<StrId>,
     /// An active `cudaStreamWaitEvent`/`cuStreamWaitEvent` was called with the external flag.
     pub wait_external: bool,
     /// An active `cudaEventRecordWithFlags`/`cuEventRecordWithFlags` had the external flag.
@@ -26,6 +29,16 @@ pub(crate) struct Creation {
 }
 
 impl Creation {
+    /// A node with only the creation's time and thread set (none when the time is unknown).
+    fn when(&self) -> GraphNode {
+        let known = self.at != 0;
+        GraphNode {
+            created_at: known.then_some(self.at),
+            created_thread: known.then_some(self.thread),
+            ..GraphNode::default()
+        }
+    }
+
     /// Whether a node of `node_type` made in these circumstances is "external" in the trace
     /// schema's sense: an event wait made with `cudaEventWaitExternal` (or added explicitly to
     /// a graph), an event record added explicitly or recorded with `cudaEventRecordExternal`.
@@ -44,16 +57,11 @@ pub(crate) struct GraphTable {
     nodes: HashMap<u64, GraphNode>,
     edges: Vec<GraphEdge>,
     execs: Vec<GraphExec>,
-    /// (time, thread) of creation of nodes made outside any library-call marker of ours.
-    untagged: HashMap<u64, (u64, u32)>,
 }
 
 impl GraphTable {
     /// GRAPHNODE_CREATED. The first report of an id wins.
     pub fn node_created(&mut self, id: u64, graph: u32, node_type: NodeType, how: Creation) {
-        if how.library_call.is_none() && how.at != 0 {
-            self.untagged.entry(id).or_insert((how.at, how.thread));
-        }
         self.nodes.entry(id).or_insert(GraphNode {
             id,
             graph,
@@ -62,6 +70,8 @@ impl GraphTable {
             created_by: how.created_by,
             library_call: how.library_call,
             cloned_from: None,
+            library_frame: how.library_frame,
+            ..how.when()
         });
     }
 
@@ -91,6 +101,8 @@ impl GraphTable {
                 created_by: t.created_by,
                 library_call: t.library_call,
                 cloned_from: Some(template),
+                library_frame: t.library_frame,
+                ..how.when()
             },
             None => GraphNode {
                 id,
@@ -100,6 +112,8 @@ impl GraphTable {
                 created_by: how.created_by,
                 library_call: how.library_call,
                 cloned_from: Some(template),
+                library_frame: how.library_frame,
+                ..how.when()
             },
         };
         if self.nodes.contains_key(&template) {
@@ -131,12 +145,12 @@ impl GraphTable {
     /// (thread, start, end, name) that encloses their creation on their thread; clones follow
     /// their templates.
     pub fn into_dag(mut self, ranges: &crate::trace::HostRanges) -> GraphDag {
-        for (id, (at, thread)) in &self.untagged {
-            if let (Some(node), Some(name)) =
-                (self.nodes.get_mut(id), ranges.innermost(*thread, *at))
-                && node.library_call.is_none()
+        for node in self.nodes.values_mut() {
+            if node.library_call.is_none()
+                && node.cloned_from.is_none()
+                && let (Some(at), Some(thread)) = (node.created_at, node.created_thread)
             {
-                node.library_call = Some(name);
+                node.library_call = ranges.innermost(thread, at);
             }
         }
         let tagged: HashMap<u64, StrId> = self
@@ -311,6 +325,14 @@ mod tests {
             "ranges of other threads do not count"
         );
         assert_eq!(tag(ours), Some(42));
+        let wait_node = dag.nodes.iter().find(|n| n.id == wait).unwrap();
+        assert_eq!(
+            (wait_node.created_at, wait_node.created_thread),
+            (Some(150), Some(7)),
+            "the creation is kept for the analysis' provenance"
+        );
+        let clone = dag.nodes.iter().find(|n| n.id == (5u64 << 32) | 1).unwrap();
+        assert_eq!(clone.created_at, None, "its creation time was unknown");
         assert_eq!(
             tag((5u64 << 32) | 1),
             Some(11),

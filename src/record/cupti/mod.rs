@@ -5,9 +5,10 @@
 //! * `loader`: finds libcupti at run time, resolves libcuda's functions from the library
 //!   [`crate::cuda`] opens, checks symbols, turns status codes into
 //!   [`CuptiError`];
-//! * `decode`, `graph`, `budget`, `buffers`, `callbacks`: what CUPTI calls into (activity
-//!   buffers, API, NVTX and graph callbacks), decoding records into [`crate::trace`] types and
-//!   deciding which launches the trace budget leaves untraced;
+//! * `decode`, `graph`, `budget`, `buffers`, `callbacks`, `frames`: what CUPTI calls into
+//!   (activity buffers, API, NVTX and graph callbacks), decoding records into [`crate::trace`]
+//!   types, naming the library call a graph node was made in, and deciding which launches the
+//!   trace budget leaves untraced;
 //! * `config` ([`RecorderConfig`]: what is enabled) and [`Recorder`]: the public face.
 //!
 //! Nothing here links against CUDA: analysis and export run where no CUDA is installed.
@@ -18,6 +19,7 @@ mod callbacks;
 mod config;
 mod decode;
 mod error;
+mod frames;
 #[cfg(test)]
 mod gpu_tests;
 mod graph;

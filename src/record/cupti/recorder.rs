@@ -757,6 +757,7 @@ impl Recorder {
         }
 
         let unclosed = state.records.unclosed_markers();
+        metadata.unended_ranges = unclosed as u64;
         if unclosed > 0 {
             metadata.notes.push(format!(
                 "recorder: {unclosed} NVTX ranges were started but never ended (left out)"

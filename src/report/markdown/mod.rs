@@ -55,9 +55,9 @@ pub fn analysis_markdown(a: &Analysis) -> String {
         let _ = writeln!(s, "### Workload {}\n", key_label(key));
         let _ = writeln!(
             s,
-            "| cell | regime observed | graph usage mode observed | n | median µs | p10–p90 µs | first launches µs | CUDA-event period µs | graphed/eager | change |"
+            "| cell | regime observed | graph usage mode observed | n | median µs | p10–p90 µs | first launches µs | CUDA-event period µs | graphed/eager | change | in graphs (device time / ops) | replayed ops with a provenance |"
         );
-        let _ = writeln!(s, "|---|---|---|--:|--:|--:|--:|--:|--:|---|");
+        let _ = writeln!(s, "|---|---|---|--:|--:|--:|--:|--:|--:|---|--:|--:|");
         // With several eager cells in one table, name the one each ratio is against.
         let bases: std::collections::BTreeSet<usize> = a
             .regime_pairs
@@ -88,17 +88,33 @@ pub fn analysis_markdown(a: &Analysis) -> String {
                 ),
                 None => ("0".to_owned(), "—".to_owned(), "—".to_owned()),
             };
+            let o = &c.observed;
+            let share = |v: Option<f64>| v.map_or("—".to_owned(), super::percent);
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {n} | {median} | {spread} | {} | {} | {r} | {change} |",
+                "| {} | {} | {} | {n} | {median} | {spread} | {} | {} | {r} | {change} | {} / {} | {} |",
                 md_cell(&c.label),
-                super::regime_label(c.observed.regime),
-                md_cell(c.observed.graph_usage_mode.as_deref().unwrap_or("—")),
+                super::regime_label(o.regime),
+                md_cell(o.graph_usage_mode.as_deref().unwrap_or("—")),
                 opt_stat_cell(c.first_launch_period.as_ref()),
                 opt_stat_cell(c.event_period.as_ref()),
+                share(o.graph_coverage),
+                share(o.graph_coverage_ops),
+                share(o.replayed_with_provenance),
             );
         }
         let _ = writeln!(s);
+        for &ci in cells {
+            let c = &a.cells[ci];
+            if let Some(e) = &c.observed.eager_in_graphed {
+                let _ = writeln!(
+                    s,
+                    "> ⚠️ {}: {} (torch.compile falls back to eager this way when it skips cudagraphs).\n",
+                    md_cell(&c.label),
+                    super::eager_in_graphed_label(e)
+                );
+            }
+        }
         let sampled: Vec<String> = cells
             .iter()
             .filter_map(|&ci| {
@@ -167,8 +183,8 @@ fn unpaired_gaps_section(s: &mut String, a: &Analysis) {
         for e in gaps.into_iter().take(5) {
             let _ = writeln!(
                 s,
-                "| `{}` | {} | {} |",
-                md_cell(&super::short_op_name(&e.name)).replace('`', "'"),
+                "| {} | {} | {} |",
+                op_cell(e),
                 stat_us(&e.gap_before),
                 md_cell(&e.gap_cause_label)
             );
@@ -366,6 +382,10 @@ fn inputs_section(s: &mut String, a: &Analysis, title: Option<&str>) {
                 inp.dropped_records
             ));
         }
+        if let Some((lost_work, line)) = super::completeness_line(&inp.completeness) {
+            let mark = if lost_work { "⚠️ " } else { "" };
+            notes.push(format!("{mark}input {i}: {}", md_cell(&line)));
+        }
         for n in &inp.notes {
             notes.push(format!("input {i}: {}", md_cell(n)));
         }
@@ -464,8 +484,8 @@ fn pair_section(s: &mut String, p: &CellComparison, base: &CellAnalysis, head: &
             .or_else(|| base_gap.map(|b| e.gap_before.median - b.median));
         let _ = writeln!(
             s,
-            "| {i} | `{}` | {} | {} | {} | {} |",
-            md_cell(&super::short_op_name(&e.name)).replace('`', "'"),
+            "| {i} | {} | {} | {} | {} | {} |",
+            op_cell(e),
             stat_us(&e.gap_before),
             base_gap.map_or("— (no aligned op)".to_owned(), |b| stat_us(&b)),
             growth.map_or("—".to_owned(), us2_signed),
@@ -473,6 +493,18 @@ fn pair_section(s: &mut String, p: &CellComparison, base: &CellAnalysis, head: &
         );
     }
     let _ = writeln!(s);
+}
+
+/// An op in a gap table: its short name as code, then its provenance.
+fn op_cell(e: &crate::analysis::SequenceEntry) -> String {
+    let name = format!(
+        "`{}`",
+        md_cell(&super::short_op_name(&e.name)).replace('`', "'")
+    );
+    match &e.provenance {
+        Some(p) => format!("{name} ({})", md_cell(&p.label())),
+        None => name,
+    }
 }
 
 fn regime_name(c: &CellAnalysis, fallback: &'static str) -> &'static str {

@@ -284,6 +284,7 @@ impl Generator {
                     created_by: Some(created_by),
                     library_call,
                     cloned_from: cloned.then_some(id(template, index)),
+                    ..GraphNode::default()
                 });
             }
             for &(from, to) in &edges {

@@ -1,0 +1,161 @@
+//! Where each device op came from in the program: the NVTX ranges open on the launching thread
+//! (outermost first) and the library call that launched it.
+//!
+//! A replayed op has no launch call of its own (its corr is the graph launch's): it inherits
+//! the provenance of its graph node, taken when the node was created — a clone's from its
+//! template, since capture, not instantiation, is where the program's code ran. An eager op
+//! takes the ranges open on its launch call's thread when the call started, and the innermost
+//! library-call range there (NCCL's NVTX ranges, or gapscope's own markers).
+//!
+//! Any output can name every op's provenance (the Perfetto writer in its slice args): build a
+//! [`ProvenanceIndex`] and a [`LaunchIndex`] once per trace, then ask [`ProvenanceIndex::of`]
+//! per op of the trace's timeline.
+#![forbid(unsafe_code)]
+
+use super::Op;
+use super::steps::LaunchIndex;
+use crate::trace::{GraphNode, HostRanges, StrId, Trace};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+/// What a torch.profiler (Kineto) import cannot have of the above, said once per input.
+pub const KINETO_NOTE: &str = "torch.profiler (Kineto) records no graph node creation: \
+replayed ops carry no provenance (no NVTX ranges at capture, no library call), so no graphed cell \
+can name where its replayed kernels came from; graph coverage, the eager ops' provenance (from \
+the imported ranges) and the launch ↔ device record check are read as for a recording, NVTX \
+ranges never ended cannot be counted";
+
+/// Where an op came from: `ranges` outermost first; `library` the library function that
+/// launched it (e.g. `ncclAllGather`, `cublasLtMatmul`), when the trace holds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Provenance {
+    pub ranges: Vec<String>,
+    pub library: Option<String>,
+}
+
+impl Provenance {
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty() && self.library.is_none()
+    }
+
+    /// "decode_step/layer 3/mlp ← cublasLtMatmul"; a library's own NVTX range (NCCL's
+    /// `ncclAllGather`) is not repeated before its name.
+    pub fn label(&self) -> String {
+        let mut ranges: &[String] = &self.ranges;
+        if let (Some(last), Some(lib)) = (ranges.last(), &self.library)
+            && last == lib
+        {
+            ranges = &ranges[..ranges.len() - 1];
+        }
+        let path = ranges.join("/");
+        match (&self.library, path.is_empty()) {
+            (Some(lib), true) => format!("← {lib}"),
+            (Some(lib), false) => format!("{path} ← {lib}"),
+            (None, _) => path,
+        }
+    }
+}
+
+/// Per trace: every node's provenance, and the ranges for eager launches.
+pub struct ProvenanceIndex {
+    /// Every host range (step markers, NVTX ranges, library calls) by thread.
+    ranges: HostRanges,
+    library_calls: HostRanges,
+    /// Graph node id → its provenance; nodes without any are absent.
+    nodes: FxHashMap<u64, Provenance>,
+}
+
+impl ProvenanceIndex {
+    pub fn new(trace: &Trace) -> ProvenanceIndex {
+        let ranges = HostRanges::new(
+            trace
+                .markers
+                .iter()
+                .map(|m| (m.thread, m.start, m.end, m.name)),
+        );
+        let by_id: FxHashMap<u64, &GraphNode> =
+            trace.graph.nodes.iter().map(|n| (n.id, n)).collect();
+        let names = |ids: Vec<StrId>| ids.into_iter().map(|s| trace.str(s).to_owned()).collect();
+        let nodes = trace
+            .graph
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                // A clone was made at instantiation: its template holds the capture's context.
+                let origin = n.cloned_from.and_then(|t| by_id.get(&t)).copied();
+                let creation = [origin, Some(n)]
+                    .into_iter()
+                    .flatten()
+                    .find_map(|c| Some((c.created_thread?, c.created_at?)));
+                let library = [origin, Some(n)]
+                    .into_iter()
+                    .flatten()
+                    .find_map(|c| c.library_frame.or(c.library_call))
+                    .map(|s| trace.str(s).to_owned());
+                let p = Provenance {
+                    ranges: creation
+                        .map_or_else(Vec::new, |(thread, at)| names(ranges.enclosing(thread, at))),
+                    library,
+                };
+                (!p.is_empty()).then_some((n.id, p))
+            })
+            .collect();
+        ProvenanceIndex {
+            ranges,
+            library_calls: HostRanges::library_calls(trace, true),
+            nodes,
+        }
+    }
+
+    /// The provenance of `op`: its node's for a replayed op, its launch call's for an eager
+    /// one; `None` when the trace holds none.
+    pub fn of(&self, trace: &Trace, launches: &LaunchIndex, op: &Op) -> Option<Provenance> {
+        if op.graph != 0 {
+            return self.nodes.get(&op.node).cloned();
+        }
+        let (launched, _, thread) = launches.call(op.corr)?;
+        let p = Provenance {
+            ranges: self
+                .ranges
+                .enclosing(thread, launched)
+                .into_iter()
+                .map(|s| trace.str(s).to_owned())
+                .collect(),
+            library: self
+                .library_calls
+                .innermost(thread, launched)
+                .map(|s| trace.str(s).to_owned()),
+        };
+        (!p.is_empty()).then_some(p)
+    }
+
+    /// Whether the replayed op of graph node `node` has a provenance.
+    pub fn node_has_provenance(&self, node: u64) -> bool {
+        self.nodes.contains_key(&node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_label_is_the_range_path_then_the_library() {
+        let p = |ranges: &[&str], library: Option<&str>| Provenance {
+            ranges: ranges.iter().map(|s| s.to_string()).collect(),
+            library: library.map(str::to_owned),
+        };
+        assert_eq!(
+            p(&["decode_step", "layer 3", "mlp"], Some("cublasLtMatmul")).label(),
+            "decode_step/layer 3/mlp ← cublasLtMatmul"
+        );
+        assert_eq!(
+            p(&["decode_step", "ncclAllGather"], Some("ncclAllGather")).label(),
+            "decode_step ← ncclAllGather",
+            "NCCL's own range is not said twice"
+        );
+        assert_eq!(p(&[], Some("ncclAllGather")).label(), "← ncclAllGather");
+        assert_eq!(p(&["a", "b"], None).label(), "a/b");
+        assert!(p(&[], None).is_empty());
+    }
+}
