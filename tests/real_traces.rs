@@ -510,7 +510,9 @@ fn torch_graphs_launched_outside_nvtx_ranges_form_cells_by_what_the_graph_is() {
 /// The same program under torch.profiler (`--eager-steps 50 --replays 50 --fresh 10 --profile
 /// --profile-out …`): Kineto records no graph ids on CUDA 13 and no DAG, so the 120 graph
 /// launches (replays and first launches of both graphs, same kernels) are one cell, found from
-/// their `cudaGraphLaunch`.
+/// their `cudaGraphLaunch`. No `ProfilerStep` marks the 50 eager steps: they are found in the
+/// kernel sequence, every one of them, and the two fill kernels torch launches before each of
+/// the 22 captures are the graphs' work, not a loop of eager steps.
 #[test]
 fn torch_graphs_kineto_graph_launches_are_found_without_step_markers() {
     let path =
@@ -521,11 +523,30 @@ fn torch_graphs_kineto_graph_launches_are_found_without_step_markers() {
         &["kineto".into()],
         &AnalysisOptions::default(),
     );
-    assert_eq!(a.cells.len(), 1);
-    let c = &a.cells[0];
-    assert_eq!(c.label, "graph G1 launches (graph ids not recorded, 6 ops)");
-    assert_eq!(c.observed.regime, Some(Regime::Graphed));
-    assert_eq!(c.steps.len(), 120);
+    let labels: Vec<&str> = a.cells.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "eager loop E1 (steps of 6 ops found in the kernel sequence)",
+            "graph G1 launches (graph ids not recorded, 6 ops)"
+        ]
+    );
+    let (eager, graphed) = (&a.cells[0], &a.cells[1]);
+    assert_eq!(graphed.observed.regime, Some(Regime::Graphed));
+    assert_eq!(graphed.steps.len(), 120);
+    assert_eq!(eager.observed.regime, Some(Regime::Eager));
+    assert_eq!(eager.steps.len(), 50);
+    let found = &a.inputs[0].steps;
+    assert_eq!((found.left_over, found.beside_graphs), (0, 44));
+    // Phased as the graph is: both start at the first GEMM, and every op aligns.
+    assert_eq!(eager.sequence[0].name, graphed.sequence[0].name);
+    let pair = &a.regime_pairs[0];
+    assert_eq!((pair.base, pair.head), (0, 1));
+    assert!(
+        pair.aligned
+            .iter()
+            .all(|o| o.base.is_some() && o.head.is_some())
+    );
 }
 
 /// Both ranks' traces of one NCCL_GRAPH_MIXING_SUPPORT setting under `folder`, with names.

@@ -1,4 +1,5 @@
-//! `timeline` → `steps` (markers and graph launches → steps and cells) → `align` (graphed ↔
+//! `timeline` → `steps` (markers and graph launches → steps and cells; `discover` finds
+//! eager steps in the kernel sequence when nothing marks them) → `align` (graphed ↔
 //! eager kernels) → `cause` (each gap's cause) → `stats`; `remedy` turns causes into changes to
 //! make, `merge` compares ranks. The types every stage shares are in `model`. Safe Rust, no GPU
 //! needed.
@@ -6,6 +7,7 @@
 
 pub mod align;
 pub mod cause;
+pub mod discover;
 pub mod merge;
 mod model;
 pub mod remedy;
@@ -84,6 +86,11 @@ fn file_stem(path: &str) -> String {
 pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) -> Analysis {
     let mut analysis = Analysis::default();
     for (i, trace) in traces.iter().enumerate() {
+        let timeline = timeline::build(trace);
+        // One index of launch calls for splitting into steps and for attribution.
+        let launches = steps::LaunchIndex::new(trace);
+        let (cells, found) = steps::split_cells(trace, &timeline, &launches);
+        let cells = steps::split_mixed_regimes(cells, &timeline);
         analysis.inputs.push(InputSummary {
             path: paths.get(i).cloned().unwrap_or_default(),
             source: trace.metadata.source,
@@ -92,12 +99,8 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
             dropped_records: trace.dropped_records,
             notes: trace.metadata.notes.clone(),
             kernels: trace.kernels.len(),
+            steps: found,
         });
-        let timeline = timeline::build(trace);
-        // One index of launch calls for splitting into steps and for attribution.
-        let launches = steps::LaunchIndex::new(trace);
-        let cells =
-            steps::split_mixed_regimes(steps::split_cells(trace, &timeline, &launches), &timeline);
         let mut ctx = cause::TraceContext::new(trace, launches);
         for cell in cells {
             analysis

@@ -361,6 +361,9 @@ pub struct CellAnalysis {
     /// For a cell of graph launches outside step markers: the graph's identity and how its
     /// executable graphs were launched (see [`super::steps`]).
     pub graph_group: Option<super::steps::GraphGroup>,
+    /// For a cell of eager steps found in the kernel sequence (no step markers): its unit and
+    /// steps (see [`super::discover`]).
+    pub found: Option<super::discover::FoundSteps>,
     /// When `gapscope record`'s trace budget traced only part of this cell's work: how much.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampled: Option<Sampled>,
@@ -458,12 +461,20 @@ impl CellAnalysis {
     /// [`Self::workload_key`] leaving out `extra` keys too. A discovered graph cell adds its
     /// graph's op sequence (`graph`) and launch pattern (`launch`) as keys.
     pub fn workload_key_without(&self, extra: &[&str]) -> String {
-        let discovered = self.graph_group.iter().flat_map(|g| {
-            [
-                ("graph", g.identity.ops_key()),
-                ("launch", format!("\"{}\"", g.launch.label())),
-            ]
-        });
+        let discovered = self
+            .graph_group
+            .iter()
+            .flat_map(|g| {
+                [
+                    ("graph", g.identity.ops_key()),
+                    ("launch", format!("\"{}\"", g.launch.label())),
+                ]
+            })
+            .chain(
+                self.found
+                    .iter()
+                    .map(|f| ("loop", format!("\"E{}\"", f.ordinal))),
+            );
         self.requested
             .iter()
             .map(|(k, v)| (k.as_str(), v.to_string()))
@@ -611,6 +622,8 @@ pub struct InputSummary {
     pub dropped_records: u64,
     pub notes: Vec<String>,
     pub kernels: usize,
+    /// How the trace's eager steps were found (markers, the kernel sequence, or not at all).
+    pub steps: super::discover::StepFinding,
 }
 
 /// Everything `analyze` found.

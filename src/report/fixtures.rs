@@ -312,6 +312,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
         cells.push(CellAnalysis {
             reference: Default::default(),
             graph_group: None,
+            found: None,
             sampled: None,
             period_runs: None,
             period_block_medians: Vec::new(),
@@ -357,6 +358,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             dropped_records: 3,
             notes: trace.metadata.notes.clone(),
             kernels: trace.kernels.len(),
+            steps: Default::default(),
         }],
         cells,
         regime_pairs: vec![pair],
