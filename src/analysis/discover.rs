@@ -885,18 +885,18 @@ impl StepFinding {
                         } else {
                             String::new()
                         };
-                        format!("E{}{run}: {}", l.ordinal, l.describe())
+                        format!("E{}{run} {}", l.ordinal, l.describe())
                     })
                     .collect();
                 lines.push(format!(
-                    "steps found from the kernel sequence ({where_}): {}; {} of {} eager ops left over{beside}",
+                    "Steps found from the kernel sequence ({where_}): {}; {} of {} eager ops left over{beside}",
                     loops.join("; "),
                     self.left_over,
                     self.eager_ops
                 ));
             }
             StepSource::NoRepetition if self.eager_ops > 0 => lines.push(format!(
-                "no step markers, and no repeating sequence among the {} eager ops: {}{beside}",
+                "Steps: no step markers, and no repeating sequence among the {} eager ops: {}{beside}",
                 self.eager_ops,
                 if self.graphs {
                     "they are in no cell"
@@ -908,7 +908,7 @@ impl StepFinding {
         }
         if let Some(h) = &self.step_range_hint {
             lines.push(format!(
-                "the host range `{}` repeats around device work ({} ranges): pass `--step-range {}` to make each one a step",
+                "Step range: the host range `{}` repeats around device work ({} ranges): pass `--step-range {}` to make each one a step",
                 h.name, h.ranges, h.name
             ));
         }

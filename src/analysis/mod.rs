@@ -110,7 +110,7 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
         analysis.timelines.push(timeline);
     }
     name_inputs_in_labels(&mut analysis.cells, traces, paths);
-    analysis.regime_pairs = align::pair_regimes(&analysis.cells, traces, &analysis.timelines);
+    (analysis.regime_pairs, analysis.not_paired) = align::pair_regimes(&analysis.cells);
     let ratios: Vec<f64> = analysis
         .regime_pairs
         .iter()

@@ -362,6 +362,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
         }],
         cells,
         regime_pairs: vec![pair],
+        not_paired: Vec::new(),
         geomean_ratio,
         timelines: vec![TraceTimeline { ops }],
     };
@@ -396,6 +397,7 @@ pub fn compare_between(
         })
         .collect();
     CellComparison {
+        pairing: None,
         graph_difference: None,
         duration_delta_total: 0.0,
         one_sided_ops_total: 0.0,
