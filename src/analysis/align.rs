@@ -345,19 +345,17 @@ impl KernelMatch {
             "paired by kernel sequence: {pct} % of the graph's {} ops match the eager step's by name, in order ({} of {}; the eager step has {})",
             self.graph_ops, self.matched, self.graph_ops, self.eager_ops
         );
+        let library_pairs =
+            compiled > 0 && self.library_matched >= 2 && library_share >= 0.8 && eager_share >= 0.1;
         let confidence = if graph_share >= 0.8 && eager_share >= 0.8 {
             Confidence::Sure
-        } else if graph_share >= 0.5 && eager_share >= 0.25 {
-            Confidence::Likely
-        } else if compiled > 0
-            && self.library_matched >= 2
-            && library_share >= 0.8
-            && eager_share >= 0.1
-        {
+        } else if library_pairs {
             text = format!(
                 "paired by kernel sequence: {} of the graph's {} library kernels (GEMMs, collectives) match the eager step's by name, in order; its {compiled} compiler-generated kernels stand for eager ones ({pct} % of all its ops match; the eager step has {})",
                 self.library_matched, self.library_ops, self.eager_ops
             );
+            Confidence::Likely
+        } else if graph_share >= 0.5 && eager_share >= 0.25 {
             Confidence::Likely
         } else {
             return None;

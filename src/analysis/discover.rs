@@ -801,7 +801,7 @@ pub fn step_range_hint(
         ranges.sort_unstable();
         let overlapping = ranges
             .windows(2)
-            .any(|w| w[0].0 == w[1].0 && w[1].1 <= w[0].2);
+            .any(|w| w[0].0 == w[1].0 && w[1].1 < w[0].2);
         if overlapping {
             continue;
         }

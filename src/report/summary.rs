@@ -148,7 +148,11 @@ fn pairings(a: &Analysis, s: &mut String) {
         let _ = writeln!(s, "{l}");
     }
     if lines.len() > MAX_GAPS {
-        let _ = writeln!(s, "  … and {} more (see the report)", lines.len() - MAX_GAPS);
+        let _ = writeln!(
+            s,
+            "  … and {} more (see the report)",
+            lines.len() - MAX_GAPS
+        );
     }
 }
 
