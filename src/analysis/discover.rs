@@ -642,6 +642,7 @@ pub fn discover(
     }
     let mut ids: FxHashMap<(u32, u8, u32), u32> = FxHashMap::default();
     let mut name_of: Vec<u32> = Vec::new();
+    let mut kernel_symbol: Vec<bool> = Vec::new();
     let symbols: Vec<u32> = order
         .iter()
         .map(|&k| {
@@ -650,6 +651,7 @@ pub fn discover(
             *ids.entry((op.name, op.kind as u8, op.stream))
                 .or_insert_with(|| {
                     name_of.push(op.name);
+                    kernel_symbol.push(op.kind == super::OpKind::Kernel);
                     next
                 })
         })
@@ -708,6 +710,13 @@ pub fn discover(
     let mut taken = 0;
     let mut kept: Vec<(LoopSpan, usize)> = Vec::new();
     for l in &loops {
+        // A step computes: a unit of copies and memsets alone (a library's set-up) is none.
+        if !symbols[l.unit.0..l.unit.1]
+            .iter()
+            .any(|&s| kernel_symbol[s as usize])
+        {
+            continue;
+        }
         let with_graph = l
             .steps
             .iter()
