@@ -859,7 +859,10 @@ fn bundled() -> Vec<(String, trace::Trace)> {
         }
     }
     let mut paths = Vec::new();
-    walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("traces"), &mut paths);
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("traces"),
+        &mut paths,
+    );
     paths.sort();
     paths
         .into_iter()
@@ -941,7 +944,10 @@ fn torch_graphs_with_the_step_ranges_stripped_finds_the_same_steps() {
             e.steps.len(),
             eager_marked.steps.len()
         );
-        let (pf, pm) = (e.period.unwrap().median, eager_marked.period.unwrap().median);
+        let (pf, pm) = (
+            e.period.unwrap().median,
+            eager_marked.period.unwrap().median,
+        );
         assert!((pf - pm).abs() <= 0.05 * pm, "{name}: {pf} vs {pm}");
         let hint = a.inputs[0].steps.step_range_hint.as_ref().unwrap();
         assert_eq!(hint.name, "decode_step", "{name}");
