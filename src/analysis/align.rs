@@ -230,7 +230,7 @@ fn graph_difference(base: &CellAnalysis, head: &CellAnalysis) -> Option<String> 
 /// Pairs each graphed cell with the eager cell of the same workload (and graph usage mode, when
 /// the eager cells were run per mode), each pair saying how it was made. A discovered graph
 /// cell (launches outside step markers) has no requested workload: it pairs with the eager
-/// cell of its trace whose op sequence it matches best ([`kernel_pairing`]), and with none
+/// cell of its trace whose op sequence it matches best ([`KernelMatch::pairing`]), and with none
 /// when no eager cell matches well enough — then, when the trace has eager cells, a
 /// [`NotPaired`] says how close the closest came.
 pub fn pair_regimes(cells: &[CellAnalysis]) -> (Vec<CellComparison>, Vec<NotPaired>) {

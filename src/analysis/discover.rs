@@ -8,7 +8,7 @@
 //! a sampling kernel). Splitting the stream at each occurrence of such an *anchor* gives steps
 //! that are identical, which prefix hashes compare in O(1) each, so every op identity can be
 //! tried as the anchor in O(n) over all of them. The anchor whose loops cover most ops wins;
-//! among anchors that cover as much (within [`COVERAGE_SLACK`]), the one with the most steps —
+//! among anchors that cover as much (within half a percent of the stream), the one with the most steps —
 //! the smallest unit: not a layer of the model (every last layer's step holds the LM head and
 //! fits no unit), and not a group of N tokens made identical by a bookkeeping kernel every N
 //! tokens (the token's unit covers as much, counting that step off the unit). A step that
