@@ -511,7 +511,9 @@ fn torch_graphs_launched_outside_nvtx_ranges_form_cells_by_what_the_graph_is() {
 /// The same program under torch.profiler (`--eager-steps 50 --replays 50 --fresh 10 --profile
 /// --profile-out …`): Kineto records no graph ids on CUDA 13 and no DAG, so the 120 graph
 /// launches (replays and first launches of both graphs, same kernels) are one cell, found from
-/// their `cudaGraphLaunch`.
+/// their `cudaGraphLaunch`. No `ProfilerStep` marks the 50 eager steps: they are found in the
+/// kernel sequence, every one of them, and the two fill kernels torch launches before each of
+/// the 22 captures are the graphs' work, not a loop of eager steps.
 #[test]
 fn torch_graphs_kineto_graph_launches_are_found_without_step_markers() {
     let path =
@@ -522,11 +524,30 @@ fn torch_graphs_kineto_graph_launches_are_found_without_step_markers() {
         &["kineto".into()],
         &AnalysisOptions::default(),
     );
-    assert_eq!(a.cells.len(), 1);
-    let c = &a.cells[0];
-    assert_eq!(c.label, "graph G1 launches (graph ids not recorded, 6 ops)");
-    assert_eq!(c.observed.regime, Some(Regime::Graphed));
-    assert_eq!(c.steps.len(), 120);
+    let labels: Vec<&str> = a.cells.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "eager loop E1 (steps of 6 ops found in the kernel sequence)",
+            "graph G1 launches (graph ids not recorded, 6 ops)"
+        ]
+    );
+    let (eager, graphed) = (&a.cells[0], &a.cells[1]);
+    assert_eq!(graphed.observed.regime, Some(Regime::Graphed));
+    assert_eq!(graphed.steps.len(), 120);
+    assert_eq!(eager.observed.regime, Some(Regime::Eager));
+    assert_eq!(eager.steps.len(), 50);
+    let found = &a.inputs[0].steps;
+    assert_eq!((found.left_over, found.beside_graphs), (0, 44));
+    // Phased as the graph is: both start at the first GEMM, and every op aligns.
+    assert_eq!(eager.sequence[0].name, graphed.sequence[0].name);
+    let pair = &a.regime_pairs[0];
+    assert_eq!((pair.base, pair.head), (0, 1));
+    assert!(
+        pair.aligned
+            .iter()
+            .all(|o| o.base.is_some() && o.head.is_some())
+    );
 }
 
 /// Both ranks' traces of one NCCL_GRAPH_MIXING_SUPPORT setting under `folder`, with names.
@@ -892,4 +913,133 @@ fn a_resume_between_two_traced_steps_breaks_the_period_chain() {
     let (n, long_n, gaps_n) = long(&t);
     assert_eq!(n, joined - 1, "the replay after the resume has no period");
     assert_eq!((long_n, gaps_n), (long_before, gaps_before));
+}
+
+/// Every bundled recording, as `gapscope analyze` reads it.
+fn bundled() -> Vec<(String, trace::Trace)> {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.to_string_lossy().ends_with(".json")
+                || p.to_string_lossy().ends_with(".json.gz")
+            {
+                out.push(p);
+            }
+        }
+    }
+    let mut paths = Vec::new();
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("traces"),
+        &mut paths,
+    );
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| {
+            let t = if trace::is_kineto_file(&p) {
+                trace::read_kineto(&p).unwrap()
+            } else {
+                trace::read_trace(&p).unwrap()
+            };
+            (p.display().to_string(), t)
+        })
+        .collect()
+}
+
+/// Where a recording marks its steps, nothing is looked for in the kernel sequence: its cells
+/// are the marked ones and the graph launches, as before. The two torch.profiler recordings
+/// without `ProfilerStep` get their eager loop found (and the `step` range named).
+#[test]
+fn bundled_recordings_with_step_markers_keep_their_cells() {
+    use gapscope::analysis::discover::StepSource;
+    let all = bundled();
+    assert!(all.len() >= 20, "{}", all.len());
+    for (path, t) in &all {
+        let a = analyze_one(t);
+        let marked = t.markers.iter().any(|m| m.kind == trace::MarkerKind::Step);
+        let found = a.cells.iter().filter(|c| c.found.is_some()).count();
+        if marked {
+            assert_eq!(a.inputs[0].steps.source, StepSource::Markers, "{path}");
+            assert_eq!(found, 0, "{path}");
+            assert!(a.inputs[0].steps.describe().is_empty(), "{path}");
+        } else {
+            assert!(path.contains("kineto"), "{path}: unmarked");
+            assert_eq!(found, 1, "{path}");
+        }
+    }
+}
+
+/// `torch_graphs.py` recorded with `--step-range decode_step`, read as if recorded without
+/// it (the step markers turned back into plain NVTX ranges): the eager steps are found in
+/// the kernel sequence, as many as the ranges marked (±1: the phase can cut one), with the
+/// same period, the range is named with the flag to pass, and the graph cells pair with the
+/// eager cell found, by kernel sequence. The program's warm-up (5 steps, on a side stream,
+/// twice each with external events) is a loop of its own, before.
+#[test]
+fn torch_graphs_with_the_step_ranges_stripped_finds_the_same_steps() {
+    let traces = [
+        "torch-graphs-record-h200.json",
+        "torch-graphs-budget-h200.json",
+        "torch-graphs-sampling-h200.json",
+        "torch-graphs-2rank-h200/mixing-1/trace-0.json",
+        "torch-graphs-2rank-h200/mixing-0/trace-1.json",
+    ];
+    for name in traces {
+        let marked = read(name);
+        let by_markers = analyze_one(&marked);
+        let eager_marked = by_markers
+            .cells
+            .iter()
+            .find(|c| c.observed.regime == Some(Regime::Eager))
+            .unwrap();
+        let mut stripped = marked.clone();
+        for m in &mut stripped.markers {
+            if m.kind == trace::MarkerKind::Step {
+                m.kind = trace::MarkerKind::Range;
+                m.cell = None;
+            }
+        }
+        stripped.metadata.cells.clear();
+        let a = analyze_one(&stripped);
+        let found: Vec<&CellAnalysis> = a.cells.iter().filter(|c| c.found.is_some()).collect();
+        let warm_up = if name.contains("2rank") { 5 } else { 10 };
+        let steps: Vec<usize> = found.iter().map(|c| c.steps.len()).collect();
+        assert_eq!(steps.len(), 2, "{name}: {:?}", a.inputs[0].steps);
+        assert!(steps[0].abs_diff(warm_up) <= 1, "{name}: {steps:?}");
+        let e = found[1];
+        assert!(
+            e.steps.len().abs_diff(eager_marked.steps.len()) <= 1,
+            "{name}: {} found, {} marked",
+            e.steps.len(),
+            eager_marked.steps.len()
+        );
+        let (pf, pm) = (
+            e.period.unwrap().median,
+            eager_marked.period.unwrap().median,
+        );
+        assert!((pf - pm).abs() <= 0.05 * pm, "{name}: {pf} vs {pm}");
+        let hint = a.inputs[0].steps.step_range_hint.as_ref().unwrap();
+        assert_eq!(hint.name, "decode_step", "{name}");
+        // The graph cells are those of the marked reading, paired now with the loop found.
+        let graphs = |a: &Analysis| -> Vec<String> {
+            a.cells
+                .iter()
+                .filter(|c| c.graph_group.is_some())
+                .map(|c| c.label.clone())
+                .collect()
+        };
+        assert_eq!(graphs(&a), graphs(&by_markers), "{name}");
+        for p in &a.regime_pairs {
+            assert_eq!(a.cells[p.base].label, e.label, "{name}");
+            let pairing = p.pairing.as_ref().unwrap();
+            assert_eq!(pairing.basis, gapscope::analysis::PairBasis::KernelSequence);
+        }
+        assert_eq!(
+            a.regime_pairs.len(),
+            by_markers.regime_pairs.len(),
+            "{name}"
+        );
+    }
 }

@@ -6,8 +6,10 @@
 #![forbid(unsafe_code)]
 
 use super::stats::{Change, Geomean};
-use super::{AlignedOp, Analysis, CauseKind, CellAnalysis, CellComparison, Comparison, Regime};
-use crate::trace::Trace;
+use super::{
+    AlignedOp, Analysis, CauseKind, CellAnalysis, CellComparison, Comparison, Confidence,
+    NotPaired, PairBasis, Pairing, Regime,
+};
 use std::collections::BTreeMap;
 
 /// Above this many DP cells (n × m) the alignment falls back to a greedy linear matcher:
@@ -212,6 +214,7 @@ pub fn compare_cells(
         causes_gone_in_head,
         duration_delta_total,
         one_sided_ops_total,
+        pairing: None,
         graph_difference: graph_difference(base, head),
     }
 }
@@ -236,29 +239,44 @@ fn graph_difference(base: &CellAnalysis, head: &CellAnalysis) -> Option<String> 
 }
 
 /// Pairs each graphed cell with the eager cell of the same workload (and graph usage mode, when
-/// the eager cells were run per mode). A discovered graph cell (launches outside step markers)
-/// has no requested workload: it pairs with the eager cell of its trace whose op sequence it
-/// aligns with best.
-pub fn pair_regimes(
-    cells: &[CellAnalysis],
-    _traces: &[Trace],
-    _timelines: &[super::TraceTimeline],
-) -> Vec<CellComparison> {
+/// the eager cells were run per mode), each pair saying how it was made. A discovered graph
+/// cell (launches outside step markers) has no requested workload: it pairs with the eager
+/// cell of its trace whose op sequence it matches best ([`KernelMatch::pairing`]), and with none
+/// when no eager cell matches well enough — then, when the trace has eager cells, a
+/// [`NotPaired`] says how close the closest came.
+pub fn pair_regimes(cells: &[CellAnalysis]) -> (Vec<CellComparison>, Vec<NotPaired>) {
     let mut pairs = Vec::new();
+    let mut not_paired = Vec::new();
     for (hi, head) in cells.iter().enumerate() {
         if head.observed.regime != Some(Regime::Graphed) {
             continue;
         }
-        let best = if head.graph_group.is_some() {
-            best_aligned_eager(cells, head)
-        } else {
-            same_workload_eager(cells, head)
-        };
-        if let Some(bi) = best {
-            pairs.push(compare_cells(bi, hi, &cells[bi], head));
+        if head.graph_group.is_some() {
+            match best_by_kernels(cells, head) {
+                Ok((bi, pairing)) => {
+                    let mut pair = compare_cells(bi, hi, &cells[bi], head);
+                    pair.pairing = Some(pairing);
+                    pairs.push(pair);
+                }
+                Err(Some(note)) => not_paired.push(NotPaired { cell: hi, ..note }),
+                Err(None) => {}
+            }
+        } else if let Some(bi) = same_workload_eager(cells, head) {
+            let mut pair = compare_cells(bi, hi, &cells[bi], head);
+            let key = head.workload_key_without(&["launch"]);
+            pair.pairing = Some(Pairing {
+                basis: PairBasis::Workload,
+                confidence: Confidence::Sure,
+                text: if key.is_empty() {
+                    "paired by workload: both cells' requests are the same".to_owned()
+                } else {
+                    format!("paired by workload: the same request ({key})")
+                },
+            });
+            pairs.push(pair);
         }
     }
-    pairs
+    (pairs, not_paired)
 }
 
 fn same_workload_eager(cells: &[CellAnalysis], head: &CellAnalysis) -> Option<usize> {
@@ -267,6 +285,7 @@ fn same_workload_eager(cells: &[CellAnalysis], head: &CellAnalysis) -> Option<us
     let candidates = cells.iter().enumerate().filter(|(_, c)| {
         c.observed.regime == Some(Regime::Eager)
             && c.graph_group.is_none()
+            && c.found.is_none()
             && c.workload_key_without(&["launch"]) == key
     });
     let mut best: Option<usize> = None;
@@ -282,23 +301,152 @@ fn same_workload_eager(cells: &[CellAnalysis], head: &CellAnalysis) -> Option<us
     best
 }
 
-/// The eager cell of `head`'s trace whose op names align with most of `head`'s (at least
-/// half of them), first on ties.
-fn best_aligned_eager(cells: &[CellAnalysis], head: &CellAnalysis) -> Option<usize> {
-    let names =
-        |c: &CellAnalysis| -> Vec<String> { c.sequence.iter().map(|e| e.name.clone()).collect() };
-    let head_names = names(head);
-    let mut best: Option<(usize, usize)> = None;
+/// Kernels a compiler generated for one program (torch inductor's `triton_poi_fused_…`):
+/// eager code runs library kernels in their place, so they cannot match by name.
+fn compiler_generated(name: &str) -> bool {
+    name.starts_with("triton")
+}
+
+/// How an eager cell's step and a graph's ops match by name, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelMatch {
+    pub matched: usize,
+    pub graph_ops: usize,
+    pub eager_ops: usize,
+    /// The graph's ops a library provides (all but compiler-generated ones), and how many of
+    /// them matched.
+    pub library_ops: usize,
+    pub library_matched: usize,
+}
+
+impl KernelMatch {
+    pub fn of(eager: &CellAnalysis, graph: &CellAnalysis) -> KernelMatch {
+        let e: Vec<&str> = eager.sequence.iter().map(|x| x.name.as_str()).collect();
+        let g: Vec<&str> = graph.sequence.iter().map(|x| x.name.as_str()).collect();
+        let pairs = lcs_pairs(&e, &g);
+        KernelMatch {
+            matched: pairs.len(),
+            graph_ops: g.len(),
+            eager_ops: e.len(),
+            library_ops: g.iter().filter(|n| !compiler_generated(n)).count(),
+            library_matched: pairs
+                .iter()
+                .filter(|&&(_, j)| !compiler_generated(g[j]))
+                .count(),
+        }
+    }
+
+    fn share(part: usize, of: usize) -> f64 {
+        part as f64 / of.max(1) as f64
+    }
+
+    /// The pair this match supports, if any: sure when 80 % of both sides' ops match; likely
+    /// when half the graph's do, or, for a graph of compiler-generated kernels, 80 % of its
+    /// library kernels (GEMMs, collectives). Eager and graphed steps of different sizes (one
+    /// holding two tokens) make it likely at best.
+    pub fn pairing(&self) -> Option<Pairing> {
+        let graph_share = Self::share(self.matched, self.graph_ops);
+        let eager_share = Self::share(self.matched, self.eager_ops);
+        let library_share = Self::share(self.library_matched, self.library_ops);
+        let compiled = self.graph_ops - self.library_ops;
+        let size = Self::share(self.eager_ops, self.graph_ops);
+        let same_size = (0.67..=1.5).contains(&size);
+        let pct = (100.0 * graph_share).round();
+        let mut text = format!(
+            "paired by kernel sequence: {pct} % of the graph's {} ops match the eager step's by name, in order ({} of {}; the eager step has {})",
+            self.graph_ops, self.matched, self.graph_ops, self.eager_ops
+        );
+        let library_pairs =
+            compiled > 0 && self.library_matched >= 2 && library_share >= 0.8 && eager_share >= 0.1;
+        let confidence = if graph_share >= 0.8 && eager_share >= 0.8 {
+            Confidence::Sure
+        } else if library_pairs {
+            text = format!(
+                "paired by kernel sequence: {} of the graph's {} library kernels (GEMMs, collectives) match the eager step's by name, in order; its {compiled} compiler-generated kernels stand for eager ones ({pct} % of all its ops match; the eager step has {})",
+                self.library_matched, self.library_ops, self.eager_ops
+            );
+            Confidence::Likely
+        } else if graph_share >= 0.5 && eager_share >= 0.25 {
+            Confidence::Likely
+        } else {
+            return None;
+        };
+        let confidence = if same_size {
+            confidence
+        } else {
+            text += &format!("; the eager step holds {size:.1}× the graph's ops");
+            Confidence::Likely
+        };
+        if confidence == Confidence::Likely {
+            text += " — likely, not certain";
+        }
+        Some(Pairing {
+            basis: PairBasis::KernelSequence,
+            confidence,
+            text,
+        })
+    }
+}
+
+/// The eager cell of `head`'s trace whose op names match `head`'s best, with how the pair was
+/// made; else, when the trace has eager cells, a note naming the closest (cell 0: filled in by
+/// the caller).
+fn best_by_kernels(
+    cells: &[CellAnalysis],
+    head: &CellAnalysis,
+) -> Result<(usize, Pairing), Option<NotPaired>> {
+    let mut best: Option<(usize, KernelMatch, Pairing)> = None;
+    let mut closest: Option<(usize, KernelMatch)> = None;
+    let mut ties = 0;
     for (ci, c) in cells.iter().enumerate() {
         if c.trace != head.trace || c.observed.regime != Some(Regime::Eager) {
             continue;
         }
-        let matched = lcs_pairs(&names(c), &head_names).len();
-        if 2 * matched >= head_names.len().max(1) && best.is_none_or(|(_, m)| matched > m) {
-            best = Some((ci, matched));
+        let m = KernelMatch::of(c, head);
+        if closest.is_none_or(|(_, b)| m.matched > b.matched) {
+            closest = Some((ci, m));
+        }
+        let Some(p) = m.pairing() else {
+            continue;
+        };
+        let steps = |i: usize| cells[i].steps.len();
+        let rank = |m: &KernelMatch, p: &Pairing| (p.confidence, m.matched);
+        match &best {
+            Some((bi, bm, bp)) if rank(bm, bp) > rank(&m, &p) => {}
+            Some((bi, bm, bp)) if rank(bm, bp) == rank(&m, &p) => {
+                ties += 1;
+                if steps(ci) > steps(*bi) {
+                    best = Some((ci, m, p));
+                }
+            }
+            _ => {
+                ties = 0;
+                best = Some((ci, m, p));
+            }
         }
     }
-    best.map(|(ci, _)| ci)
+    match best {
+        Some((ci, _, mut p)) => {
+            if ties > 0 {
+                p.text += &format!(
+                    "; {} other eager cell(s) match as well: the one with the most steps",
+                    ties
+                );
+            }
+            Ok((ci, p))
+        }
+        None => Err(closest.map(|(ci, m)| NotPaired {
+            cell: 0,
+            closest: Some(ci),
+            text: format!(
+                "not paired: the closest eager cell, `{}`, shares {} of the graph's {} ops by name ({} %), too few to say it does the same work",
+                cells[ci].label,
+                m.matched,
+                m.graph_ops,
+                (100.0 * KernelMatch::share(m.matched, m.graph_ops)).round()
+            ),
+        })),
+    }
 }
 
 /// Pairs each graphed mode-2 cell with the graphed mode-1 cell (else mode 0) of the same

@@ -598,9 +598,10 @@ pub fn analyze_cell(
     let sequence = canonical_sequence(ctx, timeline, &with_period);
     let observed = observe(ctx, &steps);
     let mut requested = meta_cell.map(|c| c.requested.clone()).unwrap_or_default();
-    let mut label = match &cell.graph_group {
-        Some(g) => g.label(),
-        None => meta_cell.map_or_else(
+    let mut label = match (&cell.graph_group, &cell.found) {
+        (Some(g), _) => g.label(),
+        (None, Some(f)) => f.label(),
+        (None, None) => meta_cell.map_or_else(
             || "all steps".to_owned(),
             |c| recorded_label(trace, &c.label),
         ),
@@ -636,6 +637,7 @@ pub fn analyze_cell(
             cell.graph_group.as_ref(),
         ),
         graph_group: cell.graph_group,
+        found: cell.found,
     }
 }
 

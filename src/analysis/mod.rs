@@ -1,4 +1,5 @@
-//! `timeline` → `steps` (markers and graph launches → steps and cells) → `align` (graphed ↔
+//! `timeline` → `steps` (markers and graph launches → steps and cells; `discover` finds
+//! eager steps in the kernel sequence when nothing marks them) → `align` (graphed ↔
 //! eager kernels) → `cause` (each gap's cause) → `stats`; `remedy` turns causes into changes to
 //! make, `merge` compares ranks. The types every stage shares are in `model`. Safe Rust, no GPU
 //! needed.
@@ -8,6 +9,7 @@ pub mod align;
 pub mod cause;
 pub mod completeness;
 pub mod coverage;
+pub mod discover;
 pub mod merge;
 mod model;
 pub mod provenance;
@@ -92,6 +94,14 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
     for (i, trace) in traces.iter().enumerate() {
         // Damage that parsing accepts is taken out here, and named in the input's summary.
         let (checked, damage) = validate::check(trace);
+        let completeness = completeness::check(trace);
+        let recorded = trace;
+        let trace = &*checked;
+        let timeline = timeline::build(trace);
+        // One index of launch calls for splitting into steps and for attribution.
+        let launches = steps::LaunchIndex::new(trace);
+        let (cells, found) = steps::split_cells(trace, &timeline, &launches);
+        let cells = steps::split_mixed_regimes(cells, &timeline);
         analysis.inputs.push(InputSummary {
             path: paths.get(i).cloned().unwrap_or_default(),
             source: trace.metadata.source,
@@ -108,16 +118,11 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
                         .then(|| provenance::KINETO_NOTE.to_owned()),
                 )
                 .collect(),
-            kernels: trace.kernels.len(),
+            kernels: recorded.kernels.len(),
             damage,
-            completeness: completeness::check(trace),
+            completeness,
+            steps: found,
         });
-        let trace = &*checked;
-        let timeline = timeline::build(trace);
-        // One index of launch calls for splitting into steps and for attribution.
-        let launches = steps::LaunchIndex::new(trace);
-        let cells =
-            steps::split_mixed_regimes(steps::split_cells(trace, &timeline, &launches), &timeline);
         let mut ctx = cause::TraceContext::new(trace, launches);
         let first_cell = analysis.cells.len();
         for cell in cells {
@@ -151,7 +156,7 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
             .map(|c| analysis.cells[c].label.clone())
             .collect();
     }
-    analysis.regime_pairs = align::pair_regimes(&analysis.cells, traces, &analysis.timelines);
+    (analysis.regime_pairs, analysis.not_paired) = align::pair_regimes(&analysis.cells);
     let ratios: Vec<f64> = analysis
         .regime_pairs
         .iter()

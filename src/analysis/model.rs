@@ -374,6 +374,9 @@ pub struct CellAnalysis {
     /// For a cell of graph launches outside step markers: the graph's identity and how its
     /// executable graphs were launched (see [`super::steps`]).
     pub graph_group: Option<super::steps::GraphGroup>,
+    /// For a cell of eager steps found in the kernel sequence (no step markers): its unit and
+    /// steps (see [`super::discover`]).
+    pub found: Option<super::discover::FoundSteps>,
     /// When `gapscope record`'s trace budget traced only part of this cell's work: how much.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampled: Option<Sampled>,
@@ -471,12 +474,20 @@ impl CellAnalysis {
     /// [`Self::workload_key`] leaving out `extra` keys too. A discovered graph cell adds its
     /// graph's op sequence (`graph`) and launch pattern (`launch`) as keys.
     pub fn workload_key_without(&self, extra: &[&str]) -> String {
-        let discovered = self.graph_group.iter().flat_map(|g| {
-            [
-                ("graph", g.identity.ops_key()),
-                ("launch", format!("\"{}\"", g.launch.label())),
-            ]
-        });
+        let discovered = self
+            .graph_group
+            .iter()
+            .flat_map(|g| {
+                [
+                    ("graph", g.identity.ops_key()),
+                    ("launch", format!("\"{}\"", g.launch.label())),
+                ]
+            })
+            .chain(
+                self.found
+                    .iter()
+                    .map(|f| ("loop", format!("\"E{}\"", f.ordinal))),
+            );
         self.requested
             .iter()
             .map(|(k, v)| (k.as_str(), v.to_string()))
@@ -555,6 +566,8 @@ pub struct CellComparison {
     /// the sum of medians.
     pub duration_delta_total: f64,
     pub one_sided_ops_total: f64,
+    /// For an eager ↔ graphed pair: how it was made and how sure it is.
+    pub pairing: Option<Pairing>,
     /// For two graphed cells: how the head's graph differs from the base's, by node type
     /// (e.g. "+1 EventWait (external), +1 EventRecord (external)"); `None` when either has no
     /// DAG or they are the same.
@@ -618,6 +631,44 @@ impl CellComparison {
     }
 }
 
+/// What an eager ↔ graphed pair rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PairBasis {
+    /// The two cells' requests name the same workload (`gapscope run`, marked cells).
+    Workload,
+    /// The graph's op names and the eager step's, aligned (no shared marker).
+    KernelSequence,
+}
+
+/// How sure a pair is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Confidence {
+    /// Part of the ops match (a compiler's kernels on one side, the library's on the other).
+    Likely,
+    /// Declared, or nearly every op matches on both sides.
+    Sure,
+}
+
+/// How an eager ↔ graphed pair was made, said wherever the pair is shown.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pairing {
+    pub basis: PairBasis,
+    pub confidence: Confidence,
+    /// e.g. "paired by kernel sequence: 87 % of the graph's 7 ops match the eager step's by
+    /// name, in order (6 of 7; the eager step has 7)".
+    pub text: String,
+}
+
+/// A graphed cell with no eager partner, and why, when an eager cell was there to pair with.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NotPaired {
+    pub cell: usize,
+    pub closest: Option<usize>,
+    pub text: String,
+}
+
 /// Per trace: what reports must show about the input.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InputSummary {
@@ -632,6 +683,8 @@ pub struct InputSummary {
     pub damage: Vec<String>,
     /// What the recording lost without saying (see [`super::completeness`]).
     pub completeness: super::completeness::Completeness,
+    /// How the trace's eager steps were found (markers, the kernel sequence, or not at all).
+    pub steps: super::discover::StepFinding,
 }
 
 /// Everything `analyze` found.
@@ -641,6 +694,8 @@ pub struct Analysis {
     pub cells: Vec<CellAnalysis>,
     /// Eager vs graphed of the same workload and graph usage mode.
     pub regime_pairs: Vec<CellComparison>,
+    /// Graphed cells of a trace with eager cells that were not paired, and why.
+    pub not_paired: Vec<NotPaired>,
     /// Geometric mean of graphed/eager period ratios over the pairs, with range.
     pub geomean_ratio: Option<Geomean>,
     /// Graphed graph usage mode 1 (or 0) as base vs graphed mode 2 as head, same workload and

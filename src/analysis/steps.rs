@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 use super::TraceTimeline;
+use super::discover::{self, StepFinding, StepSource};
 use crate::trace::{GraphNode, MarkerKind, NodeType, Trace};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -31,6 +32,8 @@ pub struct CellSteps {
     /// Set for cells of graph launches outside step markers: what the graph is and how it
     /// was launched.
     pub graph_group: Option<GraphGroup>,
+    /// Set for cells of eager steps found in the kernel sequence (no markers).
+    pub found: Option<super::discover::FoundSteps>,
 }
 
 /// How the executable graphs of a discovered cell were launched.
@@ -156,6 +159,7 @@ pub fn split_mixed_regimes(cells: Vec<CellSteps>, timeline: &TraceTimeline) -> V
                 steps,
                 regime_split: Some(regime),
                 graph_group: None,
+                found: None,
             });
         }
     }
@@ -211,74 +215,150 @@ impl LaunchIndex {
     }
 }
 
-/// Splits the timeline into cells of steps (see the module doc).
+/// Splits the timeline into cells of steps (see the module doc), and says how the eager steps
+/// were found.
+///
+/// Without step markers, eager steps are looked for in the kernel sequence
+/// ([`super::discover`]); so they are inside a marked cell of one step (one `ProfilerStep`
+/// around a whole generate call), whose graph launches then make graph cells as unmarked ones
+/// do. Cells of steps found keep the op order of the timeline.
 pub fn split_cells(
     trace: &Trace,
     timeline: &TraceTimeline,
     launches: &LaunchIndex,
-) -> Vec<CellSteps> {
-    let mut markers: Vec<(u64, u64, Option<u32>)> = trace
+) -> (Vec<CellSteps>, StepFinding) {
+    let mut markers: Vec<(u64, u64, Option<u32>, u32)> = trace
         .markers
         .iter()
         .filter(|m| m.kind == MarkerKind::Step)
-        .map(|m| (m.start, m.end, m.cell))
+        .map(|m| (m.start, m.end, m.cell, m.name))
         .collect();
+    let graphs = timeline.ops.iter().any(|o| o.graph != 0);
     if markers.is_empty() {
-        let graphed: Vec<usize> = (0..timeline.ops.len())
-            .filter(|&i| timeline.ops[i].graph != 0)
-            .collect();
-        if graphed.is_empty() {
-            // No graphs and no markers: the whole trace is one eager step.
+        let (eager, graphed): (Vec<usize>, Vec<usize>) =
+            (0..timeline.ops.len()).partition(|&i| timeline.ops[i].graph == 0);
+        let found = discover::discover(trace, timeline, launches, &eager, None);
+        let mut finding = finding_of(&found, eager.len(), graphs);
+        finding.step_range_hint = discover::step_range_hint(trace, timeline, launches);
+        let mut cells = found_cells(found);
+        if cells.is_empty() && graphed.is_empty() {
+            // No graphs, no markers, no repetition: the whole trace is one eager step.
             if timeline.ops.is_empty() {
-                return Vec::new();
+                return (Vec::new(), finding);
             }
-            return vec![CellSteps {
+            cells.push(CellSteps {
                 cell: (trace.metadata.cells.len() == 1).then_some(0),
                 steps: vec![(0..timeline.ops.len()).collect()],
                 ..Default::default()
-            }];
+            });
         }
-        return group_graph_launches(trace, timeline, &graphed);
+        cells.extend(group_graph_launches(trace, timeline, &graphed));
+        return (cells, finding);
     }
     markers.sort_unstable();
+    let spans: Vec<(u64, u64)> = markers.iter().map(|m| (m.0, m.1)).collect();
     let mut per_marker: Vec<Vec<usize>> = vec![Vec::new(); markers.len()];
     let mut unmarked_graph_ops = Vec::new();
     for (i, op) in timeline.ops.iter().enumerate() {
-        let marker = launches.call(op.corr).and_then(|(launched, _, _)| {
-            crate::trace::last_containing(&markers, |mk| (mk.0, mk.1), launched)
-        });
+        let marker = launches
+            .call(op.corr)
+            .and_then(|(launched, _, _)| crate::trace::last_containing(&spans, |&mk| mk, launched));
         match marker {
             Some(m) => per_marker[m].push(i),
             None if op.graph != 0 => unmarked_graph_ops.push(i),
             None => {}
         }
     }
-    let mut cells: BTreeMap<Option<u32>, CellSteps> = BTreeMap::new();
+    let mut cells: BTreeMap<Option<u32>, (CellSteps, u32)> = BTreeMap::new();
     for (marker, ops) in markers.iter().zip(per_marker) {
         if ops.is_empty() {
             continue;
         }
         cells
             .entry(marker.2)
-            .or_insert_with(|| CellSteps {
-                cell: marker.2.map(|c| c as usize),
-                ..Default::default()
+            .or_insert_with(|| {
+                (
+                    CellSteps {
+                        cell: marker.2.map(|c| c as usize),
+                        ..Default::default()
+                    },
+                    marker.3,
+                )
             })
+            .0
             .steps
             .push(ops);
     }
+    // A cell of one step has no period: loops inside it are its steps.
+    let mut finding = StepFinding::default();
+    let mut found_inside = Vec::new();
+    cells.retain(|_, (cell, name)| {
+        if cell.steps.len() != 1 {
+            return true;
+        }
+        let (eager, graphed): (Vec<usize>, Vec<usize>) = cell.steps[0]
+            .iter()
+            .partition(|&&i| timeline.ops[i].graph == 0);
+        let found = discover::discover(trace, timeline, launches, &eager, Some(trace.str(*name)));
+        if found.cells.is_empty() {
+            return true;
+        }
+        let f = finding_of(&found, eager.len(), graphs);
+        if finding.source == StepSource::KernelSequence {
+            // Several cells of one step each: one finding for the trace.
+            finding.loops.extend(f.loops);
+            finding.eager_ops += f.eager_ops;
+            finding.left_over += f.left_over;
+            finding.beside_graphs += f.beside_graphs;
+        } else {
+            finding = f;
+        }
+        found_inside.extend(found_cells(found));
+        unmarked_graph_ops.extend(graphed);
+        false
+    });
+    unmarked_graph_ops.sort_unstable();
     // Launches outside the markers of an executable graph that the markers also launch are
     // that step's warm-up (as `gapscope run` does), not steps of their own.
     let marked_graphs: rustc_hash::FxHashSet<u32> = cells
         .values()
-        .flat_map(|c| c.steps.iter().flatten())
+        .flat_map(|c| c.0.steps.iter().flatten())
         .map(|&i| timeline.ops[i].graph)
         .filter(|&g| g != 0)
         .collect();
     unmarked_graph_ops.retain(|&i| !marked_graphs.contains(&timeline.ops[i].graph));
-    let mut out: Vec<CellSteps> = cells.into_values().collect();
+    let mut out: Vec<CellSteps> = cells.into_values().map(|c| c.0).collect();
+    out.extend(found_inside);
     out.extend(group_graph_launches(trace, timeline, &unmarked_graph_ops));
-    out
+    (out, finding)
+}
+
+fn finding_of(found: &discover::Discovered, eager_ops: usize, graphs: bool) -> StepFinding {
+    StepFinding {
+        source: if found.cells.is_empty() {
+            StepSource::NoRepetition
+        } else {
+            StepSource::KernelSequence
+        },
+        loops: found.cells.iter().map(|c| c.1.clone()).collect(),
+        eager_ops,
+        left_over: found.left_over,
+        beside_graphs: found.beside_graphs,
+        graphs,
+        step_range_hint: None,
+    }
+}
+
+fn found_cells(found: discover::Discovered) -> Vec<CellSteps> {
+    found
+        .cells
+        .into_iter()
+        .map(|(steps, f)| CellSteps {
+            steps,
+            found: Some(f),
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// Groups graph ops (indices into the timeline, in start order) into launches — ops sharing
@@ -354,6 +434,7 @@ fn group_graph_launches(
                     cell: None,
                     steps: Vec::new(),
                     regime_split: None,
+                    found: None,
                     graph_group: Some(GraphGroup {
                         ordinal: identity + 1,
                         identity: identities[identity].clone(),

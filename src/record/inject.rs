@@ -375,7 +375,7 @@ fn metadata(config: &Config, recorder: &Recorder, signal: Option<c_int>) -> Meta
     ];
     if config.step_range.is_none() {
         notes.push(format!(
-            "no {STEP_RANGE_VAR} given: NVTX ranges are plain ranges, steps come from graph launches"
+            "no {STEP_RANGE_VAR} given: NVTX ranges are plain ranges, steps come from graph launches and the kernel sequence"
         ));
     }
     if let Some(sig) = signal {

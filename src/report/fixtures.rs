@@ -314,6 +314,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
         cells.push(CellAnalysis {
             reference: Default::default(),
             graph_group: None,
+            found: None,
             sampled: None,
             period_runs: None,
             period_block_medians: Vec::new(),
@@ -364,9 +365,11 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             kernels: trace.kernels.len(),
             damage: Vec::new(),
             completeness: crate::analysis::completeness::check(&trace),
+            steps: Default::default(),
         }],
         cells,
         regime_pairs: vec![pair],
+        not_paired: Vec::new(),
         geomean_ratio,
         timelines: vec![TraceTimeline { ops }],
     };
@@ -401,6 +404,7 @@ pub fn compare_between(
         })
         .collect();
     CellComparison {
+        pairing: None,
         graph_difference: None,
         duration_delta_total: 0.0,
         one_sided_ops_total: 0.0,

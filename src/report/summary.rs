@@ -28,7 +28,14 @@ fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
         .regime_pairs
         .iter()
         .find(|p| p.head == i)
-        .and_then(|p| p.ratio.map(|r| format!(", {} of eager", ratio(r))))
+        .and_then(|p| {
+            let base = &a.cells[p.base];
+            let of = match &base.found {
+                Some(_) => cell_name(base),
+                None => "eager".to_owned(),
+            };
+            p.ratio.map(|r| format!(", {} of {of}", ratio(r)))
+        })
         .unwrap_or_default();
     let mode = c
         .observed
@@ -48,6 +55,15 @@ fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
         short_label(&c.label),
         super::regime_label(c.observed.regime)
     )
+}
+
+/// A cell's name in a line about it: "eager loop E1", "graph G1 replays", else its label.
+fn cell_name(c: &CellAnalysis) -> String {
+    match (&c.found, &c.graph_group) {
+        (Some(f), _) => format!("eager loop E{}", f.ordinal),
+        (None, Some(_)) => short_label(c.label.split(" (").next().unwrap_or(&c.label)),
+        (None, None) => short_label(&c.label),
+    }
 }
 
 /// Labels can be whole command lines; a screen needs the start.
@@ -87,6 +103,59 @@ fn largest_gaps(a: &Analysis, s: &mut String) {
             op_with_provenance(e),
             short_label(&c.label),
             e.gap_cause_label
+        );
+    }
+}
+
+/// How each input's eager steps were found, when not from markers, and the step range to pass.
+fn steps_found(a: &Analysis, s: &mut String) {
+    for (i, input) in a.inputs.iter().enumerate() {
+        for line in input.steps.describe() {
+            let whose = if a.inputs.len() > 1 {
+                format!("[input {i}] ")
+            } else {
+                String::new()
+            };
+            let _ = writeln!(s, "{whose}{line}");
+        }
+    }
+}
+
+/// Pairs that rest on the kernel sequence (no shared marker) say so, and how sure they are;
+/// graphed cells left unpaired say why.
+fn pairings(a: &Analysis, s: &mut String) {
+    let lines: Vec<String> = a
+        .regime_pairs
+        .iter()
+        .filter_map(|p| {
+            let pairing = p.pairing.as_ref()?;
+            (pairing.basis == crate::analysis::PairBasis::KernelSequence).then(|| {
+                format!(
+                    "  {} ↔ {}: {}",
+                    cell_name(&a.cells[p.head]),
+                    cell_name(&a.cells[p.base]),
+                    pairing.text
+                )
+            })
+        })
+        .chain(
+            a.not_paired
+                .iter()
+                .map(|n| format!("  {}: {}", cell_name(&a.cells[n.cell]), n.text)),
+        )
+        .collect();
+    if lines.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "Pairs without a shared marker:");
+    for l in lines.iter().take(MAX_GAPS) {
+        let _ = writeln!(s, "{l}");
+    }
+    if lines.len() > MAX_GAPS {
+        let _ = writeln!(
+            s,
+            "  … and {} more (see the report)",
+            lines.len() - MAX_GAPS
         );
     }
 }
@@ -178,6 +247,7 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
             };
         }
     }
+    steps_found(a, &mut s);
     let _ = writeln!(s, "Cells (step period median [p10–p90] n):");
     for (i, c) in a.cells.iter().enumerate().take(MAX_CELLS) {
         let _ = writeln!(s, "{}", cell_line(a, i, c));
@@ -207,6 +277,7 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
             );
         }
     }
+    pairings(a, &mut s);
     largest_gaps(a, &mut s);
     let _ = write!(s, "{}", full_report_line(full_report));
     crate::report::printable_report(s)

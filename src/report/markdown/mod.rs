@@ -148,6 +148,14 @@ pub fn analysis_markdown(a: &Analysis) -> String {
         }
     }
 
+    for n in &a.not_paired {
+        let _ = writeln!(
+            s,
+            "> `{}`: {}\n",
+            a.cells[n.cell].label.replace('`', "'"),
+            md_cell(&n.text)
+        );
+    }
     unpaired_gaps_section(&mut s, a);
     idle_section(&mut s, a);
     crate::report::printable_report(s)
@@ -392,6 +400,9 @@ fn inputs_section(s: &mut String, a: &Analysis, title: Option<&str>) {
         for n in &inp.damage {
             notes.push(format!("⚠️ input {i} {}", md_cell(n)));
         }
+        for line in inp.steps.describe() {
+            notes.push(format!("input {i}: {}", md_cell(&line)));
+        }
     }
     for n in notes {
         let _ = writeln!(s, "> {n}\n");
@@ -431,6 +442,9 @@ fn pair_section(s: &mut String, p: &CellComparison, base: &CellAnalysis, head: &
         md_cell(&p.head_label),
         md_cell(&p.base_label)
     );
+    if let Some(pairing) = &p.pairing {
+        let _ = writeln!(s, "- {}", md_cell(&pairing.text));
+    }
     let _ = writeln!(s, "- {}", duration_check(p, base, head));
     let _ = writeln!(s, "- {}", explain(p));
     let only_head: Vec<String> = p

@@ -318,3 +318,125 @@ pub fn emu_experiment(steps: usize) -> Trace {
         42,
     )
 }
+
+/// A trace of eager kernels and graph replays launched one after another by one host thread
+/// on one stream, with no step markers (unless added): for the tests and the benchmark of
+/// steps found in the kernel sequence. Host-bound like an eager decode loop: each launch
+/// call takes 2 µs, and a kernel starts when both its launch and the previous kernel are done.
+pub struct KernelStream {
+    b: TraceBuilder,
+    host: u64,
+    device: u64,
+    corr: u32,
+    launch: StrId,
+    graph_launch: StrId,
+}
+
+impl Default for KernelStream {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KernelStream {
+    pub fn new() -> KernelStream {
+        let mut b = TraceBuilder::new(Metadata {
+            tool: format!("gapscope {}", env!("CARGO_PKG_VERSION")),
+            source: Source::Synthetic,
+            notes: vec!["synthetic trace: generated, not recorded on a GPU".to_owned()],
+            ..Metadata::default()
+        });
+        let launch = b.intern("cudaLaunchKernel");
+        let graph_launch = b.intern("cudaGraphLaunch");
+        KernelStream {
+            b,
+            host: 1_000_000,
+            device: 1_000_000,
+            corr: 1,
+            launch,
+            graph_launch,
+        }
+    }
+
+    /// Host time now (ns), e.g. to open a range.
+    pub fn host_now(&self) -> u64 {
+        self.host
+    }
+
+    fn call(&mut self, name: StrId, host_gap: u64) -> (u32, u64) {
+        self.host += host_gap;
+        let corr = self.corr;
+        self.corr += 1;
+        self.b.trace.api_calls.push(ApiCall {
+            start: self.host,
+            end: self.host + 2_000,
+            corr,
+            thread: 1,
+            name,
+            domain: Default::default(),
+        });
+        self.host += 2_000;
+        (corr, self.host)
+    }
+
+    fn run(&mut self, name: &str, corr: u32, launched: u64, duration: u64, graph: u32, node: u64) {
+        let name = self.b.intern(name);
+        let start = self.device.max(launched + 500) + 300;
+        self.device = start + duration;
+        self.b.trace.kernels.push(Kernel {
+            start,
+            end: self.device,
+            device: 0,
+            stream: STREAM,
+            corr,
+            name,
+            graph,
+            node,
+        });
+    }
+
+    /// One eager kernel, launched after `host_gap` ns of host work, running `duration` ns.
+    pub fn kernel(&mut self, name: &str, host_gap: u64, duration: u64) {
+        let (corr, launched) = self.call(self.launch, host_gap);
+        self.run(name, corr, launched, duration, 0, 0);
+    }
+
+    /// Eager kernels, one launch each, 1 µs of host work before each and 3 µs on the device.
+    pub fn kernels(&mut self, names: &[&str]) {
+        for name in names {
+            self.kernel(name, 1_000, 3_000);
+        }
+    }
+
+    /// One launch of executable graph `exec` running `names` (3 µs each), after `host_gap` ns.
+    pub fn replay(&mut self, exec: u32, names: &[&str], host_gap: u64) {
+        let (corr, launched) = self.call(self.graph_launch, host_gap);
+        for (i, name) in names.iter().enumerate() {
+            self.run(
+                name,
+                corr,
+                launched,
+                3_000,
+                exec,
+                (u64::from(exec) << 32) | i as u64,
+            );
+        }
+    }
+
+    /// A host range (an NVTX range, not a step marker) from `start` to now.
+    pub fn range(&mut self, name: &str, start: u64) {
+        let name = self.b.intern(name);
+        self.b.trace.markers.push(Marker {
+            start,
+            end: self.host,
+            name,
+            kind: MarkerKind::Range,
+            thread: 1,
+            cell: None,
+        });
+    }
+
+    pub fn finish(self) -> Trace {
+        self.b.finish()
+    }
+}

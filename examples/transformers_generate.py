@@ -1,0 +1,121 @@
+"""A transformers Llama-style model of random weights (built from a config: nothing is
+downloaded) generating tokens with `model.generate()`, first eagerly, then with the library's
+own torch.compile and CUDA graphs (a static cache, `disable_compile=False`): the decode loop
+users bring most often, which marks no step — no NVTX range, no `ProfilerStep` (issue 24).
+Needs torch and transformers (a version whose generate() takes `disable_compile`, 4.50 or
+later).
+
+Phases (each generated token's period from CUDA events, recorded by a logits processor that
+generate() calls once a token, in µs):
+  eager      --rounds generate() calls of --new-tokens tokens, disable_compile=True
+  compiled   the same with the library's compile (mode reduce-overhead: CUDA graph replays),
+             after one untimed generate() call that compiles and captures
+
+  python examples/transformers_generate.py
+  gapscope record -o traces/tf -- python examples/transformers_generate.py
+  gapscope analyze traces/tf
+
+What the analysis should show (issue 24 acceptance; NOT run yet: written without a GPU): an
+eager loop found from the kernel sequence with about --rounds × --new-tokens steps, its period
+within 5 % of this program's eager period (or the tracer's share stated), the compiled phase's
+graph replays as a graph cell, and the two paired by kernel sequence (the compiler's triton
+kernels against the eager library kernels: on the GEMMs), the basis and how sure on screen.
+"""
+import argparse
+import json
+import statistics
+
+import torch
+import transformers
+from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsProcessorList
+
+
+def percentile(sorted_values, q):
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+class TokenEvents(LogitsProcessor):
+    """Records a CUDA event each time generate() asks for the next token's scores."""
+
+    def __init__(self):
+        self.events = []
+
+    def __call__(self, input_ids, scores):
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        self.events.append(event)
+        return scores
+
+    def periods_us(self):
+        torch.cuda.synchronize()
+        return [a.elapsed_time(b) * 1e3 for a, b in zip(self.events, self.events[1:])]
+
+
+def generate(model, input_ids, args, compiled):
+    """One generate() call of exactly --new-tokens tokens; returns each token's period, µs."""
+    timer = TokenEvents()
+    model.generate(
+        input_ids=input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        max_new_tokens=args.new_tokens,
+        min_new_tokens=args.new_tokens,
+        do_sample=False,
+        cache_implementation="static",
+        disable_compile=not compiled,
+        logits_processor=LogitsProcessorList([timer]),
+        pad_token_id=0,
+    )
+    return timer.periods_us()
+
+
+def main():
+    summary, _, details = __doc__.partition("\n\n")
+    p = argparse.ArgumentParser(description=summary, epilog=details,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--new-tokens", type=int, default=64, help="tokens per generate() (default %(default)s)")
+    p.add_argument("--prompt", type=int, default=32, help="prompt tokens (default %(default)s)")
+    p.add_argument("--rounds", type=int, default=3, help="timed generate() calls per phase (default %(default)s)")
+    p.add_argument("--layers", type=int, default=8, help="decoder layers (default %(default)s)")
+    p.add_argument("--hidden", type=int, default=1024, help="hidden size (default %(default)s)")
+    p.add_argument("--json", metavar="PATH", help="write the periods as JSON there")
+    args = p.parse_args()
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=32000,
+        hidden_size=args.hidden,
+        intermediate_size=4 * args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        max_position_embeddings=args.prompt + args.new_tokens + 16,
+    )
+    model = LlamaForCausalLM(config).to(device="cuda", dtype=torch.bfloat16).eval()
+    input_ids = torch.randint(1, config.vocab_size, (1, args.prompt), device="cuda")
+
+    periods = {}
+    with torch.inference_mode():
+        generate(model, input_ids, args, compiled=False)  # warm-up: cuBLAS, allocator
+        periods["eager"] = sum((generate(model, input_ids, args, compiled=False)
+                                for _ in range(args.rounds)), [])
+        generate(model, input_ids, args, compiled=True)  # compiles and captures the graphs
+        periods["compiled"] = sum((generate(model, input_ids, args, compiled=True)
+                                   for _ in range(args.rounds)), [])
+
+    print(f"torch={torch.__version__} transformers={transformers.__version__} "
+          f"device={torch.cuda.get_device_name()!r} layers={args.layers} hidden={args.hidden}")
+    for name, values in periods.items():
+        s = sorted(values)
+        print(f"phase={name} n={len(s)} median_us={statistics.median(s):.2f} "
+              f"p10_us={percentile(s, 0.1):.2f} p90_us={percentile(s, 0.9):.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"torch": torch.__version__, "transformers": transformers.__version__,
+                       "phases": periods}, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1037 @@
+//! Steps found in the kernel stream itself, for programs that mark none: a model library's
+//! `generate()`, a serving engine's loop, a benchmark script. A decode step launches the same
+//! sequence of device ops again and again, so the eager ops (graph replays make graph cells of
+//! their own) are read as a sequence of identities — name, kind, stream; the trace holds no
+//! grid or block — in launch order, and its repeating units are looked for.
+//!
+//! How: a step of a loop holds some op exactly once (an embedding lookup, the LM head's GEMM,
+//! a sampling kernel). Splitting the stream at each occurrence of such an *anchor* gives steps
+//! that are identical, which prefix hashes compare in O(1) each, so every op identity can be
+//! tried as the anchor in O(n) over all of them. The anchor whose loops cover most ops wins;
+//! among anchors that cover as much (within half a percent of the stream), the one with the most steps —
+//! the smallest unit: not a layer of the model (every last layer's step holds the LM head and
+//! fits no unit), and not a group of N tokens made identical by a bookkeeping kernel every N
+//! tokens (the token's unit covers as much, counting that step off the unit). A step that
+//! differs from the unit by a few ops (at most 5 %, [`off_unit_tolerance`]) stays in its loop
+//! and is counted off the unit; ops that fit no loop are left over, and counted. Loops found,
+//! their ops are taken out and the search repeats on what is left, so a program's loops
+//! (prefill and decode, two batch sizes, a warm-up) each become a loop. The phase: a step
+//! starts at the op of the unit before which the host waited longest (in a decode loop, the
+//! sampling and bookkeeping between tokens).
+//!
+//! Nothing is invented: a loop needs [`MIN_STEPS`] steps, [`MIN_RUN`] of them identical in a
+//! row, and [`MIN_LOOP_OPS`] ops, which chance repeats in a long stream do not reach.
+#![forbid(unsafe_code)]
+
+use super::TraceTimeline;
+use super::steps::LaunchIndex;
+use crate::trace::{MarkerKind, Trace};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+/// Steps a loop needs: three periods.
+pub const MIN_STEPS: usize = 4;
+/// Identical steps in a row that open a loop.
+pub const MIN_RUN: usize = 3;
+/// Ops a loop needs: short repeats occur by chance in any long stream.
+pub const MIN_LOOP_OPS: usize = 24;
+/// Anchors whose loops cover this share of the stream less than the best still compete, and
+/// the one with more steps wins.
+const COVERAGE_SLACK: f64 = 0.005;
+/// Rounds of the search (one or more loops each).
+const MAX_ROUNDS: usize = 16;
+/// Anchors fully evaluated per round, the best by identical steps.
+const SHORTLIST: usize = 8;
+
+/// Ops a step may have more or fewer than its unit and still be a step of the loop (off the
+/// unit): 5 % of the unit, at least 2, at most 32.
+pub fn off_unit_tolerance(unit_len: usize) -> usize {
+    (unit_len / 20).clamp(2, 32)
+}
+
+/// A loop found in a sequence of op identities: its steps as position ranges `[start, end)`,
+/// in order and disjoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoopSpan {
+    /// Positions of one step identical to the unit.
+    pub unit: (usize, usize),
+    pub steps: Vec<(usize, usize)>,
+    /// Steps that are not identical to the unit.
+    pub off_unit: usize,
+}
+
+impl LoopSpan {
+    pub fn unit_len(&self) -> usize {
+        self.unit.1 - self.unit.0
+    }
+
+    fn start(&self) -> usize {
+        self.steps[0].0
+    }
+
+    fn end(&self) -> usize {
+        self.steps[self.steps.len() - 1].1
+    }
+
+    fn ops(&self) -> usize {
+        self.steps.iter().map(|s| s.1 - s.0).sum()
+    }
+
+    fn accepted(&self) -> bool {
+        self.steps.len() >= MIN_STEPS && self.ops() >= MIN_LOOP_OPS
+    }
+}
+
+/// Polynomial prefix hashes of a sequence: the hash of any span in O(1).
+struct SpanHashes {
+    prefix: Vec<u64>,
+    power: Vec<u64>,
+}
+
+const HASH_BASE: u64 = 0x100_0000_01b3_u64 | (1 << 40) | 1;
+
+fn mix(x: u64) -> u64 {
+    let mut x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl SpanHashes {
+    fn new(symbols: &[u32]) -> SpanHashes {
+        let mut prefix = Vec::with_capacity(symbols.len() + 1);
+        let mut power = Vec::with_capacity(symbols.len() + 1);
+        let (mut h, mut p) = (0u64, 1u64);
+        prefix.push(h);
+        power.push(p);
+        for &s in symbols {
+            h = h.wrapping_mul(HASH_BASE).wrapping_add(mix(u64::from(s)));
+            p = p.wrapping_mul(HASH_BASE);
+            prefix.push(h);
+            power.push(p);
+        }
+        SpanHashes { prefix, power }
+    }
+
+    fn of(&self, start: usize, end: usize) -> u64 {
+        self.prefix[end].wrapping_sub(self.prefix[start].wrapping_mul(self.power[end - start]))
+    }
+}
+
+/// The search's state: the sequence, and which positions no loop has taken yet, as segments
+/// (a step never spans a taken position).
+struct Search<'a> {
+    symbols: &'a [u32],
+    gap_before: &'a [u64],
+    prefer: &'a dyn Fn(&[u32]) -> Option<usize>,
+    hashes: SpanHashes,
+    /// Segment id per position; `u32::MAX` once a loop took it.
+    segment: Vec<u32>,
+    /// Where each segment ends (exclusive), by id.
+    segment_ends: Vec<usize>,
+}
+
+impl Search<'_> {
+    fn same(&self, a: (usize, usize), b: (usize, usize)) -> bool {
+        a.1 - a.0 == b.1 - b.0
+            && self.hashes.of(a.0, a.1) == self.hashes.of(b.0, b.1)
+            && self.symbols[a.0..a.1] == self.symbols[b.0..b.1]
+    }
+
+    /// Whether `step` differs from `unit` by at most the tolerance in ops (a banded LCS).
+    fn near(&self, step: (usize, usize), unit: (usize, usize)) -> bool {
+        let a = &self.symbols[step.0..step.1];
+        let b = &self.symbols[unit.0..unit.1];
+        let tol = off_unit_tolerance(b.len());
+        if a.len().abs_diff(b.len()) > tol {
+            return false;
+        }
+        banded_lcs(a, b, tol) + tol >= a.len().max(b.len())
+    }
+
+    /// Occurrences of `anchor` at positions no loop took, grouped by segment.
+    fn occurrences(&self, positions: &[u32], lo: usize, hi: usize) -> Vec<Vec<usize>> {
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut last_segment = u32::MAX;
+        for &p in positions {
+            let p = p as usize;
+            if p < lo || p >= hi || self.segment[p] == u32::MAX {
+                continue;
+            }
+            if self.segment[p] != last_segment || groups.is_empty() {
+                groups.push(Vec::new());
+                last_segment = self.segment[p];
+            }
+            groups.last_mut().expect("pushed").push(p);
+        }
+        groups
+    }
+
+    /// Where the segment of position `p` ends (exclusive), not past `hi`.
+    fn segment_end(&self, p: usize, hi: usize) -> usize {
+        self.segment_ends[self.segment[p] as usize].min(hi)
+    }
+
+    /// Ops in runs of identical steps (at least [`MIN_RUN`] in a row) when the stream is split
+    /// at `anchor`, and their steps: a cheap first score. A run's last step may run on into
+    /// other work (to the next occurrence, or the segment's end): it counts when it starts
+    /// with the run's step.
+    fn identical_runs(&self, groups: &[Vec<usize>]) -> (usize, usize) {
+        let (mut covered, mut steps) = (0, 0);
+        for occ in groups {
+            let end = self.segment_ends[self.segment[occ[0]] as usize];
+            let step = |k: usize| (occ[k], occ.get(k + 1).copied().unwrap_or(end));
+            let key = |k: usize| {
+                let (s, e) = step(k);
+                (self.hashes.of(s, e), e - s)
+            };
+            let mut k = 0;
+            while k < occ.len() {
+                let first = key(k);
+                let mut run = 1;
+                while k + run < occ.len() && key(k + run) == first {
+                    run += 1;
+                }
+                if let Some((s, e)) = (k + run < occ.len()).then(|| step(k + run))
+                    && e - s > first.1
+                    && self.hashes.of(s, s + first.1) == first.0
+                {
+                    run += 1;
+                }
+                if run >= MIN_RUN && run * first.1 >= MIN_LOOP_OPS {
+                    covered += run * first.1;
+                    steps += run;
+                }
+                k += run;
+            }
+        }
+        (covered, steps)
+    }
+
+    /// The loops of the stream split at the occurrences in `groups` (one list per segment),
+    /// each step ending at the next occurrence or, for the last, where its segment (or `hi`)
+    /// ends.
+    fn loops_at(&self, groups: &[Vec<usize>], hi: usize) -> Vec<LoopSpan> {
+        let mut loops = Vec::new();
+        for occ in groups {
+            let end = self.segment_end(*occ.last().expect("non-empty"), hi);
+            let steps: Vec<(usize, usize)> = (0..occ.len())
+                .map(|k| (occ[k], occ.get(k + 1).copied().unwrap_or(end)))
+                .collect();
+            let mut open: Option<LoopSpan> = None;
+            let mut k = 0;
+            while k < steps.len() {
+                let step = steps[k];
+                if let Some(cur) = open.as_mut() {
+                    let len = cur.unit_len();
+                    if self.same(step, cur.unit) {
+                        cur.steps.push(step);
+                        k += 1;
+                        continue;
+                    }
+                    if self.near(step, cur.unit) {
+                        cur.steps.push(step);
+                        cur.off_unit += 1;
+                        k += 1;
+                        continue;
+                    }
+                    // The loop's last step runs on into other work: the unit, then the rest.
+                    let head = (step.0, step.0 + len);
+                    let ends_here = step.1 - step.0 > len && self.same(head, cur.unit);
+                    if ends_here {
+                        cur.steps.push(head);
+                    }
+                    let done = open.take().expect("open");
+                    if done.accepted() {
+                        loops.push(done);
+                    }
+                    if ends_here {
+                        k += 1;
+                        continue;
+                    }
+                }
+                // A loop opens at MIN_RUN identical steps in a row.
+                let run = steps[k..]
+                    .iter()
+                    .take(MIN_RUN)
+                    .take_while(|s| self.same(**s, step))
+                    .count();
+                if run == MIN_RUN {
+                    open = Some(LoopSpan {
+                        unit: step,
+                        steps: Vec::new(),
+                        off_unit: 0,
+                    });
+                } else {
+                    k += 1;
+                }
+            }
+            if let Some(done) = open.take()
+                && done.accepted()
+            {
+                loops.push(done);
+            }
+        }
+        loops
+    }
+
+    /// Moves the loop's step boundaries to offset `k` of the unit: the offset `prefer` names,
+    /// else the op before which the host waited longest (median over the identical steps).
+    /// A step's new boundary is its op that the unit's op `k` is (the same occurrence of the
+    /// same op, so a step with an op more or fewer keeps it); before the first boundary and
+    /// after the last, a rotated unit's worth of ops within `lo..hi` makes a step if it is one.
+    fn phased(&self, l: LoopSpan, lo: usize, hi: usize) -> LoopSpan {
+        let (u0, len) = (l.unit.0, l.unit_len());
+        let unit = &self.symbols[u0..u0 + len];
+        let identical: Vec<usize> = l
+            .steps
+            .iter()
+            .filter(|s| self.same(**s, l.unit))
+            .map(|s| s.0)
+            .collect();
+        if identical.is_empty() || len < 2 {
+            return l;
+        }
+        let median_gap = |k: usize| {
+            let mut g: Vec<u64> = identical.iter().map(|&s| self.gap_before[s + k]).collect();
+            let mid = g.len() / 2;
+            *g.select_nth_unstable(mid).1
+        };
+        let k = match (self.prefer)(unit).filter(|&k| k < len) {
+            Some(k) => k,
+            None => {
+                let mut best = (median_gap(0), 0);
+                for k in 1..len {
+                    let g = median_gap(k);
+                    if g > best.0 {
+                        best = (g, k);
+                    }
+                }
+                best.1
+            }
+        };
+        if k == 0 {
+            return l;
+        }
+        // The op at offset k is the j-th occurrence of its symbol in the unit.
+        let symbol = unit[k];
+        let nth = unit[..k].iter().filter(|&&x| x == symbol).count();
+        let boundary = |(s, e): (usize, usize)| {
+            if self.hashes.of(s, s + k.min(e - s)) == self.hashes.of(u0, u0 + k) && s + k < e {
+                return s + k;
+            }
+            (s..e)
+                .filter(|&p| self.symbols[p] == symbol)
+                .nth(nth)
+                .unwrap_or((s + k).min(e))
+        };
+        let mut bounds: Vec<usize> = l.steps.iter().map(|&st| boundary(st)).collect();
+        let rotated: Vec<u32> = unit[k..].iter().chain(&unit[..k]).copied().collect();
+        let is_rotated_unit =
+            |a: usize| a >= lo && a + len <= hi && self.symbols[a..a + len] == rotated[..];
+        let first = bounds[0];
+        let before = first.checked_sub(len).filter(|&a| is_rotated_unit(a));
+        let last = *bounds.last().expect("steps");
+        let mut end = last;
+        if is_rotated_unit(last) {
+            end = last + len;
+        }
+        if let Some(a) = before {
+            bounds.insert(0, a);
+        }
+        bounds.push(end);
+        bounds.dedup();
+        let steps: Vec<(usize, usize)> = bounds.windows(2).map(|w| (w[0], w[1])).collect();
+        let Some(&unit) = steps
+            .iter()
+            .find(|s| s.1 - s.0 == len && self.symbols[s.0..s.1] == rotated[..])
+        else {
+            return l;
+        };
+        if steps.len() + 1 < l.steps.len() {
+            return l;
+        }
+        let off_unit = steps.iter().filter(|s| !self.same(**s, unit)).count();
+        LoopSpan {
+            unit,
+            steps,
+            off_unit,
+        }
+    }
+}
+
+/// LCS length of `a` and `b` over alignments that stay within `band` of the diagonal: exact
+/// whenever the LCS leaves at most `band` ops of each unmatched.
+fn banded_lcs(a: &[u32], b: &[u32], band: usize) -> usize {
+    let m = b.len();
+    let mut prev = vec![0usize; m + 1];
+    let mut cur = vec![0usize; m + 1];
+    for i in 1..=a.len() {
+        let lo = i.saturating_sub(band).max(1);
+        let hi = (i + band).min(m);
+        if lo > 1 {
+            cur[lo - 1] = 0;
+        }
+        for j in lo..=hi {
+            cur[j] = if a[i - 1] == b[j - 1] {
+                prev[j - 1] + 1
+            } else {
+                prev[j].max(cur[j - 1])
+            };
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[m]
+}
+
+/// The loops of a sequence of op identities, in order. The phase: the offset in a unit that
+/// `prefer` gives (the start of a graph that does the same work), else where the host waited
+/// longest: `gap_before[p]` is how long the host (or, without launch records, the device)
+/// waited before position `p`.
+pub fn find_loops(
+    symbols: &[u32],
+    gap_before: &[u64],
+    prefer: &dyn Fn(&[u32]) -> Option<usize>,
+) -> Vec<LoopSpan> {
+    assert_eq!(symbols.len(), gap_before.len());
+    let n = symbols.len();
+    if n < MIN_LOOP_OPS {
+        return Vec::new();
+    }
+    let mut search = Search {
+        symbols,
+        gap_before,
+        prefer,
+        hashes: SpanHashes::new(symbols),
+        segment: vec![0; n],
+        segment_ends: vec![n],
+    };
+    let alphabet = symbols.iter().max().map_or(0, |&m| m as usize + 1);
+    let mut found: Vec<LoopSpan> = Vec::new();
+    for _ in 0..MAX_ROUNDS {
+        // Positions of each symbol not taken yet.
+        let mut positions: Vec<Vec<u32>> = vec![Vec::new(); alphabet];
+        for (p, &s) in symbols.iter().enumerate() {
+            if search.segment[p] != u32::MAX {
+                positions[s as usize].push(p as u32);
+            }
+        }
+        let free = positions.iter().map(Vec::len).sum::<usize>();
+        // First score: identical steps only; the best few, one per (ops, steps) outcome
+        // (anchors that occur once per step all give the same one), are evaluated fully.
+        let mut scored: Vec<(usize, usize, usize)> = Vec::new();
+        for (anchor, pos) in positions.iter().enumerate() {
+            if pos.len() <= MIN_RUN {
+                continue;
+            }
+            let (covered, steps) = search.identical_runs(&search.occurrences(pos, 0, n));
+            if covered > 0 {
+                scored.push((covered, steps, anchor));
+            }
+        }
+        scored.sort_by(|x, y| y.0.cmp(&x.0).then(y.1.cmp(&x.1)).then(x.2.cmp(&y.2)));
+        let Some(&(top, _, _)) = scored.first() else {
+            break;
+        };
+        scored.dedup_by_key(|s| (s.0, s.1));
+        let shortlist = scored.iter().filter(|s| 5 * s.0 >= 2 * top).take(SHORTLIST);
+        let mut best: Option<(usize, usize, Vec<LoopSpan>)> = None;
+        for &(_, _, anchor) in shortlist {
+            let loops = search.loops_at(&search.occurrences(&positions[anchor], 0, n), n);
+            let covered: usize = loops.iter().map(LoopSpan::ops).sum();
+            let steps: usize = loops.iter().map(|l| l.steps.len()).sum();
+            let better = match &best {
+                None => covered > 0,
+                Some((c, s, _)) => {
+                    let slack = (COVERAGE_SLACK * free as f64) as usize;
+                    if covered > c + slack {
+                        true
+                    } else {
+                        covered + slack >= *c && steps > *s
+                    }
+                }
+            };
+            if better {
+                best = Some((covered, steps, loops));
+            }
+        }
+        let Some((_, _, loops)) = best else {
+            break;
+        };
+        // Phase each loop within its neighbours' bounds, then take its positions.
+        let mut bounds_lo = 0;
+        for i in 0..loops.len() {
+            let l = &loops[i];
+            let seg = search.segment[l.start()];
+            let mut lo = l.start().saturating_sub(l.unit_len()).max(bounds_lo);
+            while lo < l.start() && search.segment[lo] != seg {
+                lo += 1;
+            }
+            let next = loops.get(i + 1).map_or(n, LoopSpan::start);
+            let hi = (l.end() + l.unit_len()).min(next).min(n);
+            let hi = search.segment_end(l.start(), hi);
+            let l = search.phased(l.clone(), lo, hi);
+            bounds_lo = l.end();
+            for p in l.start()..l.end() {
+                search.segment[p] = u32::MAX;
+            }
+            found.push(l);
+        }
+        // Renumber the segments left.
+        search.segment_ends.clear();
+        let mut in_segment = false;
+        for p in 0..n {
+            if search.segment[p] == u32::MAX {
+                if in_segment {
+                    search.segment_ends.push(p);
+                }
+                in_segment = false;
+            } else {
+                search.segment[p] = search.segment_ends.len() as u32;
+                in_segment = true;
+            }
+        }
+        if in_segment {
+            search.segment_ends.push(n);
+        }
+    }
+    found.sort_by_key(LoopSpan::start);
+    found
+}
+
+/// A cell of steps found in the kernel sequence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FoundSteps {
+    /// Position of the unit among the trace's units, in order of first appearance (E1…).
+    pub ordinal: usize,
+    /// Ops of the unit (an identical step).
+    pub unit_ops: usize,
+    pub steps: usize,
+    /// Steps that differ from the unit by a few ops (a sampling or bookkeeping kernel every N
+    /// steps): kept in the cell, counted here.
+    pub off_unit_steps: usize,
+    /// Which run of this unit the cell is (1-based) and how many runs of it the trace has
+    /// (a warm-up, then the timed loop).
+    pub run: usize,
+    pub runs: usize,
+    /// The step marker the steps were found inside (a `ProfilerStep` around a whole
+    /// generate call), if any.
+    pub inside_marker: Option<String>,
+}
+
+impl FoundSteps {
+    pub fn label(&self) -> String {
+        let run = if self.runs > 1 {
+            format!(", run {} of {}", self.run, self.runs)
+        } else {
+            String::new()
+        };
+        format!(
+            "eager loop E{}{run} (steps of {} ops found in the kernel sequence)",
+            self.ordinal, self.unit_ops
+        )
+    }
+
+    /// "unit of 6 ops, 99 steps, 2 off the unit".
+    pub fn describe(&self) -> String {
+        let off = if self.off_unit_steps > 0 {
+            format!(", {} off the unit", self.off_unit_steps)
+        } else {
+            String::new()
+        };
+        format!("unit of {} ops, {} steps{off}", self.unit_ops, self.steps)
+    }
+}
+
+/// Steps found among some eager ops of a trace.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Discovered {
+    /// Each loop's steps (ops as timeline indices, in start order) with what it is.
+    pub cells: Vec<(Vec<Vec<usize>>, FoundSteps)>,
+    /// Ops of loops whose steps each launch a graph too: they belong to graph replays (a
+    /// framework's fill kernels beside each replay), not to eager steps.
+    pub beside_graphs: usize,
+    /// Eager ops in no step.
+    pub left_over: usize,
+}
+
+/// API calls that launch, capture or instantiate a graph: eager ops that repeat with each of
+/// them are the graph's, not a step's (`cudaStreamIsCapturing`, which eager code calls too, is
+/// not one).
+fn is_graph_work_api(name: &str) -> bool {
+    [
+        "GraphLaunch",
+        "BeginCapture",
+        "EndCapture",
+        "GraphInstantiate",
+    ]
+    .iter()
+    .any(|w| name.contains(w))
+}
+
+/// Distinct op-name sequences of the trace's graph launches (the first few), for phasing.
+fn graph_sequences(timeline: &TraceTimeline) -> Vec<Vec<u32>> {
+    const MAX: usize = 8;
+    let mut by_launch: FxHashMap<(u32, u32), Vec<u32>> = FxHashMap::default();
+    let mut order: Vec<(u32, u32)> = Vec::new();
+    for o in timeline.ops.iter().filter(|o| o.graph != 0) {
+        by_launch
+            .entry((o.corr, o.graph))
+            .or_insert_with(|| {
+                order.push((o.corr, o.graph));
+                Vec::new()
+            })
+            .push(o.name);
+    }
+    let mut seqs: Vec<Vec<u32>> = Vec::new();
+    for key in order {
+        let seq = &by_launch[&key];
+        if !seqs.contains(seq) {
+            seqs.push(seq.clone());
+            if seqs.len() == MAX {
+                break;
+            }
+        }
+    }
+    seqs
+}
+
+/// The offset in `unit` (op names) that starts a graph's sequence, when a rotation of the unit
+/// aligns with half of a graph's ops or more: the graph then does the step's work, and the two
+/// start at the same op.
+fn graph_phase(unit: &[u32], graphs: &[Vec<u32>]) -> Option<usize> {
+    let mut best: Option<(usize, usize)> = None;
+    for g in graphs {
+        let Some(&first) = g.first() else {
+            continue;
+        };
+        for k in (0..unit.len()).filter(|&k| unit[k] == first) {
+            let rotated: Vec<u32> = unit[k..].iter().chain(&unit[..k]).copied().collect();
+            let matched = super::align::lcs_pairs(&rotated, g).len();
+            if 2 * matched >= g.len().min(unit.len()) && best.is_none_or(|b| matched > b.0) {
+                best = Some((matched, k));
+            }
+        }
+    }
+    best.map(|b| b.1)
+}
+
+/// The loops of the eager ops `ops` (timeline indices) of `trace`: see the module doc.
+pub fn discover(
+    trace: &Trace,
+    timeline: &TraceTimeline,
+    launches: &LaunchIndex,
+    ops: &[usize],
+    inside_marker: Option<&str>,
+) -> Discovered {
+    let calls: Vec<Option<(u64, u64, u32)>> = ops
+        .iter()
+        .map(|&i| launches.call(timeline.ops[i].corr))
+        .collect();
+    let by_host = calls.iter().all(Option::is_some);
+    // Launch order: the host's (streams make the device's start order vary step to step).
+    let mut order: Vec<usize> = (0..ops.len()).collect();
+    if by_host {
+        order.sort_by_key(|&k| {
+            (
+                calls[k].map_or(0, |c| c.0),
+                timeline.ops[ops[k]].corr,
+                ops[k],
+            )
+        });
+    }
+    let mut ids: FxHashMap<(u32, u8, u32), u32> = FxHashMap::default();
+    let mut name_of: Vec<u32> = Vec::new();
+    let mut kernel_symbol: Vec<bool> = Vec::new();
+    let symbols: Vec<u32> = order
+        .iter()
+        .map(|&k| {
+            let op = &timeline.ops[ops[k]];
+            let next = ids.len() as u32;
+            *ids.entry((op.name, op.kind as u8, op.stream))
+                .or_insert_with(|| {
+                    name_of.push(op.name);
+                    kernel_symbol.push(op.kind == super::OpKind::Kernel);
+                    next
+                })
+        })
+        .collect();
+    let gap_before: Vec<u64> = (0..order.len())
+        .map(|p| {
+            let Some(prev) = p.checked_sub(1) else {
+                return 0;
+            };
+            let (k, j) = (order[p], order[prev]);
+            if by_host {
+                let (a, b) = (calls[k].map_or(0, |c| c.0), calls[j].map_or(0, |c| c.1));
+                a.saturating_sub(b)
+            } else {
+                let (a, b) = (&timeline.ops[ops[k]], &timeline.ops[ops[j]]);
+                a.start.saturating_sub(b.end)
+            }
+        })
+        .collect();
+    let graphs = graph_sequences(timeline);
+    let prefer = |unit: &[u32]| {
+        let names: Vec<u32> = unit.iter().map(|&s| name_of[s as usize]).collect();
+        graph_phase(&names, &graphs)
+    };
+    let loops = find_loops(&symbols, &gap_before, &prefer);
+
+    // Host instants of graph launches, captures and instantiations: a loop whose steps each
+    // hold one is a graph's.
+    let graph_apis: Vec<bool> = trace.strings.iter().map(|s| is_graph_work_api(s)).collect();
+    let mut graph_launches: Vec<u64> = trace
+        .api_calls
+        .iter()
+        .filter(|a| graph_apis.get(a.name as usize).copied().unwrap_or(false))
+        .map(|a| a.start)
+        .chain(
+            timeline
+                .ops
+                .iter()
+                .filter(|o| o.graph != 0)
+                .filter_map(|o| launches.call(o.corr).map(|c| c.0)),
+        )
+        .collect();
+    graph_launches.sort_unstable();
+    graph_launches.dedup();
+    let host_at = |p: usize| calls[order[p]].map(|c| c.0);
+    let holds_graph_launch = |from: Option<u64>, to: Option<u64>| match (from, to) {
+        (Some(a), Some(b)) => {
+            let i = graph_launches.partition_point(|&t| t < a);
+            graph_launches.get(i).is_some_and(|&t| t < b)
+        }
+        _ => false,
+    };
+
+    let mut out = Discovered::default();
+    let mut units: Vec<&[u32]> = Vec::new();
+    let mut taken = 0;
+    let mut kept: Vec<(LoopSpan, usize)> = Vec::new();
+    for l in &loops {
+        // A step computes: a unit of copies and memsets alone (a library's set-up) is none.
+        if !symbols[l.unit.0..l.unit.1]
+            .iter()
+            .any(|&s| kernel_symbol[s as usize])
+        {
+            continue;
+        }
+        let with_graph = l
+            .steps
+            .iter()
+            .zip(l.steps.iter().skip(1).map(|s| host_at(s.0)).chain([None]))
+            .filter(|(s, next)| {
+                let end = next.or_else(|| host_at(s.1 - 1).map(|t| t + 1));
+                holds_graph_launch(host_at(s.0), end)
+            })
+            .count();
+        if by_host && 4 * with_graph >= l.steps.len() {
+            out.beside_graphs += l.ops();
+            taken += l.ops();
+            continue;
+        }
+        let unit = &symbols[l.unit.0..l.unit.1];
+        let ordinal = match units.iter().position(|u| *u == unit) {
+            Some(i) => i + 1,
+            None => {
+                units.push(unit);
+                units.len()
+            }
+        };
+        taken += l.ops();
+        kept.push((l.clone(), ordinal));
+    }
+    let runs_of = |ordinal: usize| kept.iter().filter(|k| k.1 == ordinal).count();
+    let mut run_counter: FxHashMap<usize, usize> = FxHashMap::default();
+    for (l, ordinal) in &kept {
+        let run = run_counter.entry(*ordinal).or_default();
+        *run += 1;
+        let steps: Vec<Vec<usize>> = l
+            .steps
+            .iter()
+            .map(|&(s, e)| {
+                let mut step: Vec<usize> = (s..e).map(|p| ops[order[p]]).collect();
+                step.sort_unstable();
+                step
+            })
+            .collect();
+        out.cells.push((
+            steps,
+            FoundSteps {
+                ordinal: *ordinal,
+                unit_ops: l.unit_len(),
+                steps: l.steps.len(),
+                off_unit_steps: l.off_unit,
+                run: *run,
+                runs: runs_of(*ordinal),
+                inside_marker: inside_marker.map(str::to_owned),
+            },
+        ));
+    }
+    out.left_over = ops.len() - taken;
+    out
+}
+
+/// A repeated host range around device work, for the note that names the flag to pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RangeHint {
+    pub name: String,
+    /// Ranges of that name with device work launched inside.
+    pub ranges: usize,
+}
+
+/// The plain host range (NVTX, `record_function`) that most looks like a step: ranges of one
+/// name, at least [`MIN_STEPS`] of them with device work launched inside, never overlapping
+/// each other on a thread; of several, the one whose ranges hold the most device work (the
+/// outermost), then the fewer ranges. Library calls (NCCL's ranges) are not steps.
+pub fn step_range_hint(
+    trace: &Trace,
+    timeline: &TraceTimeline,
+    launches: &LaunchIndex,
+) -> Option<RangeHint> {
+    let mut launched: Vec<(u32, u64)> = timeline
+        .ops
+        .iter()
+        .filter_map(|o| launches.call(o.corr).map(|c| (c.2, c.0)))
+        .collect();
+    launched.sort_unstable();
+    let mut by_name: FxHashMap<u32, Vec<(u32, u64, u64)>> = FxHashMap::default();
+    for m in &trace.markers {
+        if m.kind == MarkerKind::Range && !crate::trace::is_library_call_range(trace.str(m.name)) {
+            by_name
+                .entry(m.name)
+                .or_default()
+                .push((m.thread, m.start, m.end));
+        }
+    }
+    let mut best: Option<(usize, std::cmp::Reverse<usize>, u32)> = None;
+    for (name, mut ranges) in by_name {
+        ranges.sort_unstable();
+        let overlapping = ranges
+            .windows(2)
+            .any(|w| w[0].0 == w[1].0 && w[1].1 < w[0].2);
+        if overlapping {
+            continue;
+        }
+        let (mut with_work, mut ops) = (0, 0);
+        for &(thread, start, end) in &ranges {
+            let from = launched.partition_point(|&l| l < (thread, start));
+            let to = launched.partition_point(|&l| l <= (thread, end));
+            if to > from {
+                with_work += 1;
+                ops += to - from;
+            }
+        }
+        if with_work < MIN_STEPS {
+            continue;
+        }
+        let key = (ops, std::cmp::Reverse(with_work), name);
+        if best.as_ref().is_none_or(|b| (b.0, b.1) < (key.0, key.1)) {
+            best = Some(key);
+        }
+    }
+    best.map(|(_, std::cmp::Reverse(ranges), name)| RangeHint {
+        name: trace.str(name).to_owned(),
+        ranges,
+    })
+}
+
+/// How a trace's eager steps were found, for every report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepSource {
+    /// Step markers (`--step-range`, `ProfilerStep`, `gapscope run`'s own).
+    #[default]
+    Markers,
+    /// Loops found in the kernel sequence.
+    KernelSequence,
+    /// Neither markers nor a repeating sequence.
+    NoRepetition,
+}
+
+/// What a trace's reports say about its steps.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct StepFinding {
+    pub source: StepSource,
+    /// The loops found, one per eager cell they made.
+    pub loops: Vec<FoundSteps>,
+    /// Eager ops searched, those in no step, and those of loops beside graph replays.
+    pub eager_ops: usize,
+    pub left_over: usize,
+    pub beside_graphs: usize,
+    /// The trace has graph replays (their cells need no markers).
+    pub graphs: bool,
+    /// Without step markers: a repeated host range that could mark the steps.
+    pub step_range_hint: Option<RangeHint>,
+}
+
+impl StepFinding {
+    /// Lines for the screen and the report: how the steps were found, and the flag to pass.
+    pub fn describe(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let beside = if self.beside_graphs > 0 {
+            format!(
+                "; {} ops repeat beside each graph replay and belong to the replays",
+                self.beside_graphs
+            )
+        } else {
+            String::new()
+        };
+        match self.source {
+            StepSource::Markers => {}
+            StepSource::KernelSequence => {
+                let where_ = match self.loops.first().and_then(|l| l.inside_marker.as_deref()) {
+                    Some(m) => format!("inside the one step marker `{m}`"),
+                    None => "no step markers".to_owned(),
+                };
+                let loops: Vec<String> = self
+                    .loops
+                    .iter()
+                    .map(|l| {
+                        let run = if l.runs > 1 {
+                            format!(" run {}", l.run)
+                        } else {
+                            String::new()
+                        };
+                        format!("E{}{run} {}", l.ordinal, l.describe())
+                    })
+                    .collect();
+                lines.push(format!(
+                    "Steps found from the kernel sequence ({where_}): {}; {} of {} eager ops left over{beside}",
+                    loops.join("; "),
+                    self.left_over,
+                    self.eager_ops
+                ));
+            }
+            StepSource::NoRepetition if self.eager_ops > 0 => lines.push(format!(
+                "Steps: no step markers, and no repeating sequence among the {} eager ops: {}{beside}",
+                self.eager_ops,
+                if self.graphs {
+                    "they are in no cell"
+                } else {
+                    "they are one step, with no period"
+                }
+            )),
+            StepSource::NoRepetition => {}
+        }
+        if let Some(h) = &self.step_range_hint {
+            lines.push(format!(
+                "Step range: the host range `{}` repeats around device work ({} ranges): pass `--step-range {}` to make each one a step",
+                h.name, h.ranges, h.name
+            ));
+        }
+        lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream from a pattern of letters, one op per letter; no host gaps.
+    fn stream(s: &str) -> Vec<u32> {
+        s.bytes().map(u32::from).collect()
+    }
+
+    fn loops(symbols: &[u32]) -> Vec<LoopSpan> {
+        find_loops(symbols, &vec![0; symbols.len()], &|_| None)
+    }
+
+    fn lengths(l: &LoopSpan) -> Vec<usize> {
+        l.steps.iter().map(|s| s.1 - s.0).collect()
+    }
+
+    #[test]
+    fn a_repeated_unit_is_found_with_every_step() {
+        let s = stream(&"abcdefgh".repeat(20));
+        let found = loops(&s);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].unit_len(), 8);
+        assert_eq!(found[0].steps.len(), 20);
+        assert_eq!(found[0].off_unit, 0);
+        assert_eq!(found[0].ops(), s.len());
+    }
+
+    #[test]
+    fn a_bookkeeping_op_every_n_steps_stays_with_its_step_and_is_counted() {
+        // 40 steps of 10 ops; every 8th step ends with an extra "z".
+        let mut text = String::new();
+        for i in 0..40 {
+            text += "abcdefghij";
+            if i % 8 == 7 {
+                text += "z";
+            }
+        }
+        let s = stream(&text);
+        let found = loops(&s);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let l = &found[0];
+        assert_eq!(l.unit_len(), 10, "the token's unit, not 8 tokens of 81 ops");
+        assert_eq!(l.steps.len(), 40);
+        assert_eq!(l.off_unit, 5);
+        assert_eq!(l.ops(), s.len(), "no op dropped");
+        assert_eq!(lengths(l).iter().filter(|&&n| n == 11).count(), 5);
+    }
+
+    #[test]
+    fn a_model_layer_is_not_the_step_when_the_token_holds_more() {
+        // A token: an embedding, 6 identical layers of 4 ops, a head of 3 ops; 12 tokens.
+        let token = format!("e{}nhs", "qkvo".repeat(6));
+        let s = stream(&token.repeat(12));
+        let found = loops(&s);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].unit_len(), token.len());
+        assert_eq!(found[0].steps.len(), 12);
+    }
+
+    #[test]
+    fn two_loops_one_after_another_are_two_loops() {
+        let text = "abcdef".repeat(30) + &"uvwxyz0123".repeat(20);
+        let found = loops(&stream(&text));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert_eq!((found[0].unit_len(), found[0].steps.len()), (6, 30));
+        assert_eq!((found[1].unit_len(), found[1].steps.len()), (10, 20));
+    }
+
+    #[test]
+    fn a_stream_without_repetition_has_no_loop() {
+        // Pseudo-random ops from an alphabet of 4 and of 300: chance repeats make no loop.
+        for alphabet in [4u64, 300] {
+            let mut x = 7u64;
+            let s: Vec<u32> = (0..50_000)
+                .map(|_| {
+                    x = mix(x);
+                    (x % alphabet) as u32
+                })
+                .collect();
+            assert!(loops(&s).is_empty(), "alphabet {alphabet}");
+        }
+        assert!(loops(&stream("abc")).is_empty());
+        assert!(loops(&[]).is_empty());
+    }
+
+    #[test]
+    fn the_phase_is_where_the_host_waits_longest() {
+        let s = stream(&"abcdef".repeat(10));
+        // The host waits before every "d" (index 3 of the unit).
+        let gaps: Vec<u64> = s
+            .iter()
+            .map(|&c| if c == u32::from(b'd') { 50 } else { 1 })
+            .collect();
+        let found = find_loops(&s, &gaps, &|_| None);
+        assert_eq!(found.len(), 1);
+        let l = &found[0];
+        assert!(l.steps.iter().all(|st| s[st.0] == u32::from(b'd')), "{l:?}");
+        // The first "abc" is before the first step; 9 whole steps, the last ends the stream.
+        assert_eq!(l.steps.len(), 9);
+        assert_eq!(l.start(), 3);
+    }
+
+    #[test]
+    fn banded_lcs_is_exact_within_the_band() {
+        assert_eq!(banded_lcs(&[1, 2, 3, 4], &[1, 2, 9, 3, 4], 2), 4);
+        assert_eq!(banded_lcs(&[1, 2, 3], &[1, 2, 3], 2), 3);
+        assert_eq!(banded_lcs(&[], &[1], 2), 0);
+    }
+}
