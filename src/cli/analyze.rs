@@ -7,13 +7,18 @@ use super::inputs::{analyze, expand_all, load, load_with_steps};
 use super::{Failure, PhaseTimer, bad_input, print_stdout};
 use gapscope::analysis::Analysis;
 use gapscope::report;
+use gapscope::report::PerfettoFormat;
 use gapscope::report::output::Rendered;
 use gapscope::trace::{self, Trace};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// `gapscope analyze TRACE… [-o DIR]`.
-pub fn command(traces: &[PathBuf], out: &OutputArgs) -> Result<ExitCode, Failure> {
+pub fn command(
+    traces: &[PathBuf],
+    out: &OutputArgs,
+    perfetto: PerfettoFormat,
+) -> Result<ExitCode, Failure> {
     let mut timer = PhaseTimer::from_env();
     // A folder stands for its trace files (as HTA's trace_dir).
     let paths = expand_all(traces)?;
@@ -22,7 +27,7 @@ pub fn command(traces: &[PathBuf], out: &OutputArgs) -> Result<ExitCode, Failure
     let analysis = analyze(&traces, &names);
     timer.lap("analysis");
     let reports = report::output::analysis_reports(&analysis);
-    write_outputs(&traces, &reports, out)?;
+    write_outputs(&traces, &reports, out, perfetto)?;
     print_summary(&reports, out)?;
     timer.lap("reports");
     Ok(ExitCode::SUCCESS)
@@ -42,24 +47,28 @@ pub fn export(
     Ok(ExitCode::SUCCESS)
 }
 
-/// The analysis set into `-o DIR` when given ([`report::output::write_analysis_set`]).
+/// The analysis set into `-o DIR` when given ([`report::output::write_analysis_set`]), its
+/// Perfetto trace in `perfetto`.
 pub fn write_outputs(
     traces: &[Trace],
     reports: &Rendered<'_, Analysis>,
     out: &OutputArgs,
+    perfetto: PerfettoFormat,
 ) -> Result<(), Failure> {
     let Some(dir) = &out.output else {
         return Ok(());
     };
     check_origin_step(reports.value, out.origin.origin_step)?;
-    let written = report::output::write_analysis_set(dir, traces, reports, out.origin.origin_step)?;
+    let written =
+        report::output::write_analysis_set(dir, traces, reports, out.origin.origin_step, perfetto)?;
     if !written.iter().any(|n| n == "step.svg") {
         eprintln!("gapscope: note: no eager/graphed pair in the input: no step.svg");
     }
     eprintln!(
-        "wrote {}/{{{}}} (open the .perfetto.json at https://ui.perfetto.dev)",
+        "wrote {}/{{{}}} (open {} at https://ui.perfetto.dev)",
         dir.display(),
-        written.join(",")
+        written.join(","),
+        perfetto.file_name()
     );
     Ok(())
 }
@@ -105,7 +114,8 @@ fn export_one(
     let name = match format {
         Format::Markdown => "report.md",
         Format::Json => "report.json",
-        Format::Perfetto => "trace.perfetto.json",
+        Format::Perfetto => PerfettoFormat::Protobuf.file_name(),
+        Format::PerfettoJson => PerfettoFormat::Json.file_name(),
         Format::Svg => "step.svg",
     };
     if matches!(format, Format::Svg) && report::svg::worst_pair(analysis).is_none() {

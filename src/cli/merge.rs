@@ -14,6 +14,7 @@ pub fn command(
     output: Option<&Path>,
     json: bool,
     clock: Option<ClockArg>,
+    perfetto: report::PerfettoFormat,
 ) -> Result<ExitCode, Failure> {
     let paths = expand_all(traces)?;
     let (traces, names) = load(&paths)?;
@@ -24,7 +25,7 @@ pub fn command(
     })?;
     let reports = report::output::merge_reports(&merged);
     if let Some(dir) = output {
-        let written = report::output::write_merge_set(dir, &reports)?;
+        let written = report::output::write_merge_set(dir, &reports, perfetto)?;
         eprintln!("wrote {}/{{{}}}", dir.display(), written.join(","));
     }
     print_stdout(if json {
