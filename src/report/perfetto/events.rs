@@ -4,7 +4,7 @@
 
 use super::{Annotate, CellLayout, Payload, SliceName, mid};
 use crate::trace::Trace;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
@@ -263,14 +263,14 @@ impl<'a> EventWriter<'a> {
     ) -> io::Result<()> {
         let mut names = NameCache::new(l.trace);
         // Where each launch call landed, for the flow arrows.
-        let mut api_at: HashMap<u32, (u64, u64)> = HashMap::new(); // corr -> (tid, ts)
+        let mut api_at: FxHashMap<u32, (u64, u64)> = FxHashMap::default(); // corr -> (tid, ts)
         for (e, &tid) in l.evs.iter().zip(&l.tids) {
             if let Payload::Api(corr, _) = e.payload {
                 api_at.insert(corr, (tid, mid(e)));
             }
         }
         // One arrow per launch call: to its first op.
-        let mut flowed = HashSet::new();
+        let mut flowed = FxHashSet::default();
         for &i in &l.order {
             let (e, tid) = (&l.evs[i as usize], l.tids[i as usize]);
             let (ts, dur) = (l.shift.apply(e.start), e.end - e.start);

@@ -37,6 +37,7 @@
 
 use crate::analysis::{Analysis, CellAnalysis, Op, OpKind};
 use crate::trace::{ApiCall, Source, Trace};
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
@@ -184,8 +185,8 @@ impl Shift {
 struct Plan<'a> {
     traces: &'a [Trace],
     analysis: &'a Analysis,
-    api_index: HashMap<usize, HashMap<u32, &'a ApiCall>>,
-    no_apis: HashMap<u32, &'a ApiCall>,
+    api_index: HashMap<usize, FxHashMap<u32, &'a ApiCall>>,
+    no_apis: FxHashMap<u32, &'a ApiCall>,
     shifts: Vec<Option<Shift>>,
     /// Cells in display order: by workload, eager above graphed, then label.
     order: Vec<usize>,
@@ -196,11 +197,11 @@ struct Plan<'a> {
 impl<'a> Plan<'a> {
     fn new(traces: &'a [Trace], analysis: &'a Analysis, opts: &PerfettoOptions) -> Plan<'a> {
         // One launch-call index per trace.
-        let mut api_index: HashMap<usize, HashMap<u32, &ApiCall>> = HashMap::new();
+        let mut api_index: HashMap<usize, FxHashMap<u32, &ApiCall>> = HashMap::new();
         for cell in &analysis.cells {
             if let Some(t) = traces.get(cell.trace) {
                 api_index.entry(cell.trace).or_insert_with(|| {
-                    let mut m = HashMap::with_capacity(t.api_calls.len());
+                    let mut m = FxHashMap::with_capacity_and_hasher(t.api_calls.len(), Default::default());
                     for a in &t.api_calls {
                         // Several records may share a correlation id (runtime and driver); keep
                         // the outermost (earliest, longest).
@@ -222,7 +223,7 @@ impl<'a> Plan<'a> {
             traces,
             analysis,
             api_index,
-            no_apis: HashMap::new(),
+            no_apis: FxHashMap::default(),
             shifts: Vec::new(),
             order: (0..analysis.cells.len()).collect(),
             sort_index: vec![0; analysis.cells.len()],
@@ -249,7 +250,7 @@ impl<'a> Plan<'a> {
         plan
     }
 
-    fn apis(&self, trace: usize) -> &HashMap<u32, &'a ApiCall> {
+    fn apis(&self, trace: usize) -> &FxHashMap<u32, &'a ApiCall> {
         self.api_index.get(&trace).unwrap_or(&self.no_apis)
     }
 
@@ -333,7 +334,7 @@ struct CellLayout<'a> {
     cell: &'a CellAnalysis,
     ops: &'a [Op],
     trace: Option<&'a Trace>,
-    apis: &'a HashMap<u32, &'a ApiCall>,
+    apis: &'a FxHashMap<u32, &'a ApiCall>,
     /// (tid, name) of each track, in display order; tids count from 1.
     tracks: Vec<(u64, String)>,
     evs: Vec<Ev>,
@@ -488,7 +489,7 @@ fn shifts(
 fn cell_earliest(
     cell: &CellAnalysis,
     analysis: &Analysis,
-    apis: &HashMap<u32, &ApiCall>,
+    apis: &FxHashMap<u32, &ApiCall>,
 ) -> Option<u64> {
     let ops = &analysis.timelines.get(cell.trace)?.ops;
     let mut min: Option<u64> = None;
@@ -565,9 +566,9 @@ struct Ev {
     payload: Payload,
 }
 
-fn collect_cell(cell: &CellAnalysis, ops: &[Op], apis: &HashMap<u32, &ApiCall>) -> Vec<Ev> {
+fn collect_cell(cell: &CellAnalysis, ops: &[Op], apis: &FxHashMap<u32, &ApiCall>) -> Vec<Ev> {
     let mut evs = Vec::new();
-    let mut seen_corr = std::collections::HashSet::new();
+    let mut seen_corr = rustc_hash::FxHashSet::default();
     for (si, s) in cell.steps.iter().enumerate() {
         evs.push(Ev {
             track: Track::Steps,

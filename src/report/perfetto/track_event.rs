@@ -14,7 +14,7 @@ use super::{Annotate, CellLayout, Ev, Payload, SliceName};
 use crate::trace::{GraphNode, HostRanges, Trace};
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::io::{self, Write};
 
 /// Field numbers of `perfetto_trace.proto` (perfetto.protos).
@@ -54,6 +54,7 @@ mod field {
     pub const ANNOTATION_NAME_IID: u32 = 1;
     pub const BOOL_VALUE: u32 = 2;
     pub const UINT_VALUE: u32 = 3;
+    #[cfg(test)]
     pub const STRING_VALUE: u32 = 6;
     pub const STRING_VALUE_IID: u32 = 17;
     // InternedData
@@ -162,6 +163,8 @@ pub(super) struct PacketWriter<'w> {
     categories: Interner,
     keys: Interner,
     values: Interner,
+    /// The value iid of each hex number written (node ids).
+    hex_ids: FxHashMap<u64, u64>,
     header: Vec<u8>,
 }
 
@@ -179,6 +182,7 @@ impl<'w> PacketWriter<'w> {
             categories: Interner::new(field::EVENT_CATEGORIES),
             keys: Interner::new(field::DEBUG_ANNOTATION_NAMES),
             values: Interner::new(field::DEBUG_ANNOTATION_STRING_VALUES),
+            hex_ids: FxHashMap::default(),
             header: Vec::with_capacity(16),
         }
     }
@@ -188,8 +192,8 @@ impl<'w> PacketWriter<'w> {
         self.next_uuid - 1
     }
 
-    /// Writes one packet: the pending interned data, `timestamp`, and `body` (already in
-    /// `self.event`) as field `body_field`.
+    /// Writes one packet: the pending interned data, `timestamp`, and the body in
+    /// `self.event` as field `body_field` (written straight from that buffer).
     fn emit(&mut self, timestamp: Option<u64>, body_field: u32) -> io::Result<()> {
         let p = &mut self.packet;
         p.clear();
@@ -213,16 +217,21 @@ impl<'w> PacketWriter<'w> {
         if flags != 0 {
             p.uint(field::SEQUENCE_FLAGS, flags);
         }
-        p.len_delimited(body_field, self.event.bytes());
-        self.event.clear();
+        p.len_header(body_field, self.event.bytes().len());
         self.header.clear();
         put_varint(
             &mut self.header,
             u64::from(field::PACKET) << 3 | 2, // length-delimited
         );
-        put_varint(&mut self.header, p.bytes().len() as u64);
+        put_varint(
+            &mut self.header,
+            (p.bytes().len() + self.event.bytes().len()) as u64,
+        );
         self.w.write_all(&self.header)?;
-        self.w.write_all(p.bytes())
+        self.w.write_all(p.bytes())?;
+        self.w.write_all(self.event.bytes())?;
+        self.event.clear();
+        Ok(())
     }
 
     /// A track descriptor, under a fresh uuid, filled by `fill`; returns the uuid.
@@ -278,7 +287,7 @@ impl<'w> PacketWriter<'w> {
         let track_of = |i: usize| uuids[(l.tids[i] - 1) as usize];
         let flows = self.flows(l);
         // The gap each op ended, for its cause.
-        let mut gap_before: HashMap<usize, (usize, usize)> = HashMap::new();
+        let mut gap_before: FxHashMap<usize, (usize, usize)> = FxHashMap::default();
         for (si, s) in l.cell.steps.iter().enumerate() {
             for (gi, g) in s.gaps.iter().enumerate() {
                 if !g.is_empty() {
@@ -296,24 +305,19 @@ impl<'w> PacketWriter<'w> {
             self.event_header(SLICE_BEGIN, track);
             let (name, cat) = l.name(e);
             self.name_and_category(l.trace, &name, cat);
-            match e.payload {
-                Payload::Api(corr, _) => {
-                    for &id in flows.from_call.get(&corr).into_iter().flatten() {
-                        self.event.fixed64(field::FLOW_IDS, id);
-                    }
-                }
-                Payload::Op(..) => {
-                    if let Some(&id) = flows.to_op.get(&i) {
-                        self.event.fixed64(field::TERMINATING_FLOW_IDS, id);
-                    }
-                }
-                _ => {}
+            for &id in flows.started_by(i as usize) {
+                self.event.fixed64(field::FLOW_IDS, id);
+            }
+            if flows.ends[i as usize] != 0 {
+                self.event
+                    .fixed64(field::TERMINATING_FLOW_IDS, flows.ends[i as usize]);
             }
             let mut args = ProtoArgs {
                 event: &mut self.event,
                 interned: &mut self.interned,
                 keys: &mut self.keys,
                 values: &mut self.values,
+                hex_ids: &mut self.hex_ids,
                 trace: l.trace,
             };
             l.annotate(e, &mut args);
@@ -359,24 +363,37 @@ impl<'w> PacketWriter<'w> {
 
     /// One flow per op that has a launch call in the cell: the call starts it, the op ends it.
     fn flows(&mut self, l: &CellLayout<'_>) -> Flows {
-        let mut calls = std::collections::HashSet::new();
-        for e in &l.evs {
+        let mut call_event: FxHashMap<u32, u32> = FxHashMap::default();
+        for (i, e) in l.evs.iter().enumerate() {
             if let Payload::Api(corr, _) = e.payload {
-                calls.insert(corr);
+                call_event.insert(corr, i as u32);
             }
         }
-        let mut flows = Flows::default();
+        let mut flows = Flows {
+            ends: vec![0; l.evs.len()],
+            starts: Vec::new(),
+            first: vec![0; l.evs.len() + 1],
+        };
+        let mut pairs: Vec<(u32, u64)> = Vec::new(); // (call event, flow id)
         for &i in &l.order {
-            if let Payload::Op(oi, _) = l.evs[i as usize].payload {
-                let corr = l.ops[oi].corr;
-                if calls.contains(&corr) {
-                    let id = self.next_flow;
-                    self.next_flow += 1;
-                    flows.from_call.entry(corr).or_default().push(id);
-                    flows.to_op.insert(i, id);
-                }
+            if let Payload::Op(oi, _) = l.evs[i as usize].payload
+                && let Some(&call) = call_event.get(&l.ops[oi].corr)
+            {
+                let id = self.next_flow;
+                self.next_flow += 1;
+                pairs.push((call, id));
+                flows.ends[i as usize] = id;
             }
         }
+        // Grouped by call (ids in time order within a call): starts[first[c]..first[c + 1]].
+        pairs.sort_unstable();
+        for &(call, _) in &pairs {
+            flows.first[call as usize + 1] += 1;
+        }
+        for c in 0..l.evs.len() {
+            flows.first[c + 1] += flows.first[c];
+        }
+        flows.starts = pairs.into_iter().map(|(_, id)| id).collect();
         flows
     }
 
@@ -385,13 +402,19 @@ impl<'w> PacketWriter<'w> {
     }
 }
 
-/// The flow ids of one cell.
-#[derive(Default)]
+/// The flow ids of one cell, by event index (flow ids count from 1).
 struct Flows {
-    /// Per launch call (correlation id): the flows it starts.
-    from_call: HashMap<u32, Vec<u64>>,
-    /// Per op event: the flow it ends.
-    to_op: HashMap<u32, u64>,
+    /// The flow an op event ends (0: none).
+    ends: Vec<u64>,
+    /// The flows each launch call starts: `starts[first[e]..first[e + 1]]` for event `e`.
+    starts: Vec<u64>,
+    first: Vec<u32>,
+}
+
+impl Flows {
+    fn started_by(&self, event: usize) -> &[u64] {
+        &self.starts[self.first[event] as usize..self.first[event + 1] as usize]
+    }
 }
 
 /// What only the protobuf carries: an op's stream, graph node and provenance, and the cause of
@@ -400,7 +423,7 @@ fn provenance(
     l: &CellLayout<'_>,
     e: &Ev,
     prov: &Provenance<'_>,
-    gap_before: &HashMap<usize, (usize, usize)>,
+    gap_before: &FxHashMap<usize, (usize, usize)>,
     a: &mut dyn Annotate,
 ) {
     let library_call_of_launch = |corr: u32| {
@@ -453,6 +476,7 @@ struct ProtoArgs<'b, 't> {
     interned: &'b mut Message,
     keys: &'b mut Interner,
     values: &'b mut Interner,
+    hex_ids: &'b mut FxHashMap<u64, u64>,
     trace: Option<&'t Trace>,
 }
 
@@ -473,11 +497,22 @@ impl Annotate for ProtoArgs<'_, '_> {
     fn bool(&mut self, key: &'static str, v: bool) {
         self.annotation(key, |m| m.bool(field::BOOL_VALUE, v));
     }
+    /// Interned too: causes, regimes and node ids repeat on every step.
     fn str(&mut self, key: &'static str, v: &str) {
-        self.annotation(key, |m| m.str(field::STRING_VALUE, v));
+        let iid = self.values.text(v, self.interned);
+        self.annotation(key, |m| m.uint(field::STRING_VALUE_IID, iid));
     }
     fn hex(&mut self, key: &'static str, v: u64) {
-        self.str(key, &format!("{v:#x}"));
+        // Formatted and interned once per value (every replay repeats its graph's node ids).
+        let iid = match self.hex_ids.get(&v) {
+            Some(&iid) => iid,
+            None => {
+                let iid = self.values.text(&format!("{v:#x}"), self.interned);
+                self.hex_ids.insert(v, iid);
+                iid
+            }
+        };
+        self.annotation(key, |m| m.uint(field::STRING_VALUE_IID, iid));
     }
     fn trace_str(&mut self, key: &'static str, id: u32) {
         let iid = self.values.trace_str(self.trace, id, self.interned);

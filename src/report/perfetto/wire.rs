@@ -67,25 +67,36 @@ impl Message {
 
     /// A `string` or `bytes` field, or an already encoded message.
     pub fn len_delimited(&mut self, field: u32, v: &[u8]) {
-        self.key(field, LEN);
-        put_varint(&mut self.buf, v.len() as u64);
+        self.len_header(field, v.len());
         self.buf.extend_from_slice(v);
+    }
+
+    /// The key and length of a length-delimited field whose `len` bytes follow this buffer
+    /// (the caller writes them next, from elsewhere).
+    pub fn len_header(&mut self, field: u32, len: usize) {
+        self.key(field, LEN);
+        put_varint(&mut self.buf, len as u64);
     }
 
     pub fn str(&mut self, field: u32, v: &str) {
         self.len_delimited(field, v.as_bytes());
     }
 
-    /// A nested message written by `fill`: its bytes go straight into this buffer and the
-    /// length is put in front afterwards (a short move: packets are small).
+    /// A nested message written by `fill`: its bytes go straight into this buffer behind a
+    /// one-byte length, widened afterwards in the rare case it is 128 bytes or more.
     pub fn nested(&mut self, field: u32, fill: impl FnOnce(&mut Message)) {
         self.key(field, LEN);
-        let start = self.buf.len();
+        let at = self.buf.len();
+        self.buf.push(0);
         fill(self);
-        let len = self.buf.len() - start;
-        let mut prefix = Vec::with_capacity(10);
-        put_varint(&mut prefix, len as u64);
-        self.buf.splice(start..start, prefix);
+        let len = self.buf.len() - at - 1;
+        if len < 0x80 {
+            self.buf[at] = len as u8;
+        } else {
+            let mut prefix = Vec::with_capacity(10);
+            put_varint(&mut prefix, len as u64);
+            self.buf.splice(at..=at, prefix);
+        }
     }
 }
 
