@@ -57,8 +57,7 @@ fn main() {
         for _ in 0..runs {
             let mut out = io::BufWriter::with_capacity(1 << 16, Counter::default());
             let start = Instant::now();
-            write_trace(&mut out, format, traces, &a, &PerfettoOptions::default())
-                .expect("export");
+            write_trace(&mut out, format, traces, &a, &PerfettoOptions::default()).expect("export");
             out.flush().expect("flush");
             secs.push(start.elapsed().as_secs_f64());
             let bytes = out.into_inner().ok().expect("flushed").0;

@@ -201,7 +201,8 @@ impl<'a> Plan<'a> {
         for cell in &analysis.cells {
             if let Some(t) = traces.get(cell.trace) {
                 api_index.entry(cell.trace).or_insert_with(|| {
-                    let mut m = FxHashMap::with_capacity_and_hasher(t.api_calls.len(), Default::default());
+                    let mut m =
+                        FxHashMap::with_capacity_and_hasher(t.api_calls.len(), Default::default());
                     for a in &t.api_calls {
                         // Several records may share a correlation id (runtime and driver); keep
                         // the outermost (earliest, longest).
