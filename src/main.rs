@@ -88,7 +88,11 @@ fn run(cli: Cli, given: &[&'static str]) -> Result<ExitCode, Failure> {
         cli::remove_temporaries_on_signal();
     }
     match cli.command {
-        Command::Analyze { traces, out } => cli::analyze::command(&traces, &out),
+        Command::Analyze {
+            traces,
+            out,
+            perfetto,
+        } => cli::analyze::command(&traces, &out, perfetto.format()),
         Command::Compare(args) => cli::compare::command(&args),
         Command::Export {
             traces,
@@ -110,6 +114,7 @@ fn run(cli: Cli, given: &[&'static str]) -> Result<ExitCode, Failure> {
             output,
             json,
             clock,
-        } => cli::merge::command(&traces, output.as_deref(), json, clock),
+            perfetto,
+        } => cli::merge::command(&traces, output.as_deref(), json, clock, perfetto.format()),
     }
 }

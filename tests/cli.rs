@@ -71,6 +71,20 @@ fn malformed_input_exits_2_and_writes_nothing() {
     one_error_line(&missing);
 }
 
+/// The packets of a protobuf Perfetto trace file, each checked to be a well-formed message.
+fn perfetto_packets(path: &std::path::Path) -> usize {
+    use gapscope::report::perfetto::wire::fields;
+    let bytes = std::fs::read(path).unwrap();
+    fields(&bytes)
+        .map(|f| {
+            let (number, value) = f.expect("well-formed protobuf");
+            assert_eq!(number, 1, "a Trace holds packets only");
+            let packet = value.as_bytes().expect("a packet is a message");
+            assert!(fields(packet).all(|f| f.is_ok()));
+        })
+        .count()
+}
+
 #[test]
 fn analyze_writes_all_outputs() {
     let dir = tempfile::tempdir().unwrap();
@@ -98,12 +112,26 @@ fn analyze_writes_all_outputs() {
     for f in [
         "report.md",
         "report.json",
-        "trace.perfetto.json",
+        "trace.perfetto-trace",
         "step.svg",
     ] {
         let bytes = std::fs::read(out_dir.join(f)).unwrap_or_else(|_| panic!("{f} missing"));
         assert!(!bytes.is_empty());
     }
+    // The Perfetto trace is TrackEvent protobuf: a Trace message of packets (field 1).
+    let packets = perfetto_packets(&out_dir.join("trace.perfetto-trace"));
+    assert!(packets > 100, "{packets} packets");
+    assert!(!out_dir.join("trace.perfetto.json").exists());
+    // --perfetto-json: the Chrome JSON instead, and the protobuf of the earlier run goes.
+    let out = gapscope(&[
+        "analyze",
+        &p,
+        "-o",
+        out_dir.to_str().unwrap(),
+        "--perfetto-json",
+    ]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("open trace.perfetto.json"));
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out_dir.join("trace.perfetto.json")).unwrap())
             .unwrap();
@@ -112,6 +140,24 @@ fn analyze_writes_all_outputs() {
             .as_array()
             .is_some_and(|e| !e.is_empty())
     );
+    assert!(!out_dir.join("trace.perfetto-trace").exists());
+    // export: protobuf by default, JSON on request.
+    let file = dir.path().join("one.perfetto-trace");
+    let out = gapscope(&["export", &p, "-o", file.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert!(perfetto_packets(&file) > 100);
+    let file = dir.path().join("one.perfetto.json");
+    let out = gapscope(&[
+        "export",
+        &p,
+        "--format",
+        "perfetto-json",
+        "-o",
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert!(json["traceEvents"].is_array());
     // No temporary files left behind.
     assert!(
         std::fs::read_dir(&out_dir).unwrap().all(|e| !e

@@ -64,7 +64,7 @@ fn temporaries(dir: &Path) -> Vec<String> {
 const SET: [&str; 4] = [
     "report.md",
     "report.json",
-    "trace.perfetto.json",
+    "trace.perfetto-trace",
     "step.svg",
 ];
 

@@ -259,6 +259,7 @@ fn cli_reports_the_offset_and_writes_one_perfetto_file() {
         "-o",
         out_dir.to_str().unwrap(),
         "--json",
+        "--perfetto-json",
     ]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -316,6 +317,17 @@ fn cli_reports_the_offset_and_writes_one_perfetto_file() {
     for (a, b) in ends[0].iter().zip(&ends[1]) {
         assert!((a - b).abs() <= 1.0, "{a} µs vs {b} µs");
     }
+    // By default the merged trace is protobuf, and replaces the JSON of the run before.
+    let out = gapscope(&[
+        "merge",
+        &fixtures().join("two-hosts").display().to_string(),
+        "-o",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let pb = std::fs::read(out_dir.join("trace.perfetto-trace")).unwrap();
+    assert!(gapscope::report::perfetto::wire::fields(&pb).all(|f| f.is_ok_and(|(n, _)| n == 1)));
+    assert!(!out_dir.join("trace.perfetto.json").exists());
 }
 
 #[test]

@@ -14,6 +14,7 @@ fn analyse_and_render(t: &trace::Trace) {
     let _ = report::json::analysis_json(&a);
     let mut sink = std::io::sink();
     report::perfetto::write_chrome_trace(&mut sink, traces, &a, &Default::default()).unwrap();
+    report::perfetto::write_perfetto_trace(&mut sink, traces, &a, &Default::default()).unwrap();
     for pair in &a.regime_pairs {
         let _ = report::svg::step_svg(traces, &a, pair, 1);
     }

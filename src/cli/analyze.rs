@@ -7,13 +7,18 @@ use super::inputs::{analyze, expand_all, load, load_with_steps};
 use super::{Failure, PhaseTimer, bad_input, check_output_folder, note, print_stdout};
 use gapscope::analysis::Analysis;
 use gapscope::report;
+use gapscope::report::PerfettoFormat;
 use gapscope::report::output::Rendered;
 use gapscope::trace::{self, Trace};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// `gapscope analyze TRACE… [-o DIR]`.
-pub fn command(traces: &[PathBuf], out: &OutputArgs) -> Result<ExitCode, Failure> {
+pub fn command(
+    traces: &[PathBuf],
+    out: &OutputArgs,
+    perfetto: PerfettoFormat,
+) -> Result<ExitCode, Failure> {
     let mut timer = PhaseTimer::from_env();
     if let Some(dir) = &out.output {
         check_output_folder(dir)?;
@@ -28,7 +33,7 @@ pub fn command(traces: &[PathBuf], out: &OutputArgs) -> Result<ExitCode, Failure
     check_origin_step(&analysis, out.origin.origin_step)?;
     let reports = report::output::analysis_reports(&analysis);
     print_summary(&reports, out)?;
-    write_outputs(&traces, &reports, out)?;
+    write_outputs(&traces, &reports, out, perfetto)?;
     timer.lap("reports");
     Ok(ExitCode::SUCCESS)
 }
@@ -47,23 +52,26 @@ pub fn export(
     Ok(ExitCode::SUCCESS)
 }
 
-/// The analysis set into `-o DIR` when given ([`report::output::write_analysis_set`]), then
-/// what was written, as notes.
+/// The analysis set into `-o DIR` when given ([`report::output::write_analysis_set`]), its
+/// Perfetto trace in `perfetto`, then what was written, as notes.
 pub fn write_outputs(
     traces: &[Trace],
     reports: &Rendered<'_, Analysis>,
     out: &OutputArgs,
+    perfetto: PerfettoFormat,
 ) -> Result<(), Failure> {
     let Some(dir) = &out.output else {
         return Ok(());
     };
-    let written = report::output::write_analysis_set(dir, traces, reports, out.origin.origin_step)?;
+    let written =
+        report::output::write_analysis_set(dir, traces, reports, out.origin.origin_step, perfetto)?;
     if !written.iter().any(|n| n == "step.svg") {
         note("no eager/graphed pair in the input: no step.svg");
     }
     note(&format!(
-        "{} (open the .perfetto.json at https://ui.perfetto.dev)",
-        wrote_line(dir, &written)
+        "{} (open {} at https://ui.perfetto.dev)",
+        wrote_line(dir, &written),
+        perfetto.file_name()
     ));
     Ok(())
 }
@@ -124,7 +132,8 @@ fn export_one(
     let name = match format {
         Format::Markdown => "report.md",
         Format::Json => "report.json",
-        Format::Perfetto => "trace.perfetto.json",
+        Format::Perfetto => PerfettoFormat::Protobuf.file_name(),
+        Format::PerfettoJson => PerfettoFormat::Json.file_name(),
         Format::Svg => "step.svg",
     };
     if matches!(format, Format::Svg) && report::svg::worst_pair(analysis).is_none() {

@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use gapscope::analysis::merge::ClockAlignment;
 use gapscope::record::cupti::ApiCallbacks;
 use gapscope::record::launch::RecordOptions;
+use gapscope::report::PerfettoFormat;
 use gapscope::workload::capture::Launch;
 use gapscope::workload::collective::{Backend, EMU_IS_A_WORKLOAD};
 use gapscope::workload::{SweepOptions, Workload};
@@ -35,7 +36,7 @@ pub struct Cli {
 pub enum Command {
     /// Analyse trace files: steps, eager ↔ graphed alignment, gaps by cause.
     #[command(
-        after_help = "Example:\n  gapscope analyze traces/emu-h200.json -o out   # writes out/report.md, report.json, trace.perfetto.json, step.svg"
+        after_help = "Example:\n  gapscope analyze traces/emu-h200.json -o out   # writes out/report.md, report.json, trace.perfetto-trace, step.svg"
     )]
     Analyze {
         /// Traces: gapscope trace files (.json) or torch.profiler (Kineto) exports (.json,
@@ -44,6 +45,8 @@ pub enum Command {
         traces: Vec<PathBuf>,
         #[command(flatten)]
         out: OutputArgs,
+        #[command(flatten)]
+        perfetto: PerfettoArg,
     },
     /// Compare BASE with HEAD (e.g. mode 2 vs mode 1, or main vs a PR); exit 3 when HEAD is
     /// slower than --threshold beyond the run-to-run spread.
@@ -53,7 +56,7 @@ pub enum Command {
     Compare(CompareArgs),
     /// Export one output format of an analysis to a file.
     #[command(
-        after_help = "Example:\n  gapscope export traces/emu-h200.json --format perfetto -o emu.perfetto.json --origin-step 5"
+        after_help = "Example:\n  gapscope export traces/emu-h200.json --format perfetto -o emu.perfetto-trace --origin-step 5"
     )]
     Export {
         /// Traces: gapscope trace files (.json) or torch.profiler (Kineto) exports (.json,
@@ -88,13 +91,13 @@ pub enum Command {
     /// Merge per-rank traces (trace-0.json, trace-1.json…) into one Perfetto trace and one
     /// report with a row per rank, the slowest rank highlighted.
     #[command(
-        after_help = "Example:\n  gapscope merge traces/torch-graphs-2rank-h200/mixing-1 -o out   # out/report.md, report.json, trace.perfetto.json"
+        after_help = "Example:\n  gapscope merge traces/torch-graphs-2rank-h200/mixing-1 -o out   # out/report.md, report.json, trace.perfetto-trace"
     )]
     Merge {
         /// Per-rank trace files, or folders of them (*.json, *.json.gz).
         #[arg(required = true, value_name = "TRACES")]
         traces: Vec<PathBuf>,
-        /// Folder for report.md, report.json and trace.perfetto.json.
+        /// Folder for report.md, report.json and trace.perfetto-trace.
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Print the JSON report on stdout instead of the Markdown summary.
@@ -103,7 +106,28 @@ pub enum Command {
         /// Clock alignment; default: collectives when the traces name several hosts, else none.
         #[arg(long, value_enum, alias = "align")]
         clock: Option<ClockArg>,
+        #[command(flatten)]
+        perfetto: PerfettoArg,
     },
+}
+
+/// `--perfetto-json`, for the commands whose output set holds a Perfetto trace.
+#[derive(Args, Clone, Copy, Default)]
+pub struct PerfettoArg {
+    /// Write the Perfetto trace as Chrome JSON (trace.perfetto.json, a format Perfetto loads
+    /// best-effort) instead of TrackEvent protobuf (trace.perfetto-trace).
+    #[arg(long)]
+    pub perfetto_json: bool,
+}
+
+impl PerfettoArg {
+    pub fn format(self) -> PerfettoFormat {
+        if self.perfetto_json {
+            PerfettoFormat::Json
+        } else {
+            PerfettoFormat::Protobuf
+        }
+    }
 }
 
 /// `--origin-step K` (old name `--align-step`), shared by `export` and the output set.
@@ -128,7 +152,8 @@ pub struct PrintArgs {
 /// `-o`, stdout and steps of `analyze` (and `run`, which sets them itself).
 #[derive(Args, Clone)]
 pub struct OutputArgs {
-    /// Folder for report.md, report.json, trace.perfetto.json and step.svg (made if missing).
+    /// Folder for report.md, report.json, trace.perfetto-trace (--perfetto-json:
+    /// trace.perfetto.json) and step.svg (made if missing).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     #[command(flatten)]
@@ -150,7 +175,7 @@ pub struct StepRangeArg {
 #[derive(Args, Clone)]
 pub struct RunArgs {
     /// Output folder: the recorded traces (GPU) and report.md, report.json,
-    /// trace.perfetto.json, step.svg.
+    /// trace.perfetto-trace, step.svg.
     #[arg(short, long, default_value = "gapscope-out")]
     pub output: PathBuf,
     #[command(flatten)]
@@ -158,6 +183,8 @@ pub struct RunArgs {
     /// Analyse the bundled traces even when a GPU is present.
     #[arg(long)]
     pub bundled: bool,
+    #[command(flatten)]
+    pub perfetto: PerfettoArg,
     #[command(flatten)]
     pub sweep: SweepArgs,
 }
@@ -252,7 +279,10 @@ pub enum CompareFormat {
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Format {
+    /// TrackEvent protobuf (open at ui.perfetto.dev).
     Perfetto,
+    /// Chrome trace JSON, which Perfetto loads best-effort.
+    PerfettoJson,
     Markdown,
     Json,
     Svg,

@@ -15,6 +15,7 @@ pub fn command(
     output: Option<&Path>,
     json: bool,
     clock: Option<ClockArg>,
+    perfetto: report::PerfettoFormat,
 ) -> Result<ExitCode, Failure> {
     if let Some(dir) = output {
         check_output_folder(dir)?;
@@ -33,7 +34,7 @@ pub fn command(
         reports.markdown()
     })?;
     if let Some(dir) = output {
-        let written = report::output::write_merge_set(dir, &reports)?;
+        let written = report::output::write_merge_set(dir, &reports, perfetto)?;
         note(&wrote_line(dir, &written));
     }
     Ok(ExitCode::SUCCESS)

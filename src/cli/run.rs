@@ -28,7 +28,7 @@ pub fn command(args: RunArgs, given: &[&str]) -> Result<ExitCode, Failure> {
             // A rank started by `gapscope run`: its parent analyses every rank.
             return Ok(ExitCode::SUCCESS);
         }
-        merge_ranks(&recorded)?;
+        merge_ranks(&recorded, args.perfetto.format())?;
         // The report is rank 0's (every mode set); the merged reports compare the ranks.
         let rank0: Vec<(PathBuf, Trace)> = recorded
             .into_iter()
@@ -71,13 +71,16 @@ pub fn command(args: RunArgs, given: &[&str]) -> Result<ExitCode, Failure> {
     };
     let reports = report::output::analysis_reports(&analysis);
     print_summary(&reports, &out)?;
-    write_outputs(&traces, &reports, &out)?;
+    write_outputs(&traces, &reports, &out, args.perfetto.format())?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// Per-rank traces of one run, by folder (one folder per mode set): each folder with more than
 /// one rank gets a merged report in `<folder>/merged` (a row per rank, the slowest marked).
-fn merge_ranks(recorded: &[(PathBuf, Trace)]) -> Result<(), Failure> {
+fn merge_ranks(
+    recorded: &[(PathBuf, Trace)],
+    perfetto: report::PerfettoFormat,
+) -> Result<(), Failure> {
     let mut by_set: std::collections::BTreeMap<PathBuf, (Vec<Trace>, Vec<String>)> =
         Default::default();
     for (path, trace) in recorded.iter().filter(|(_, t)| t.metadata.world > 1) {
@@ -94,8 +97,11 @@ fn merge_ranks(recorded: &[(PathBuf, Trace)]) -> Result<(), Failure> {
             error: e.into(),
         })?;
         let out = dir.join("merged");
-        let written =
-            report::output::write_merge_set(&out, &report::output::merge_reports(&merged))?;
+        let written = report::output::write_merge_set(
+            &out,
+            &report::output::merge_reports(&merged),
+            perfetto,
+        )?;
         note(&format!("ranks compared: {}", wrote_line(&out, &written)));
     }
     Ok(())

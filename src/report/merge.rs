@@ -3,7 +3,7 @@
 //! across ranks, the JSON report (`"kind": "merge"`), and the merged Perfetto trace (a process
 //! per rank and cell, every rank on the reference clock).
 
-use super::{PerfettoOptions, md_cell, ratio, stat_us};
+use super::{PerfettoFormat, PerfettoOptions, md_cell, ratio, stat_us};
 use crate::analysis::merge::{COLLECTIVE_PREFIX, ClockAlignment, Merged};
 use crate::analysis::stats::Change;
 use crate::trace::Source;
@@ -157,11 +157,16 @@ pub fn merge_json(merged: &Merged) -> String {
     s
 }
 
-/// The merged Chrome trace (Perfetto): one process per (rank, cell), named
+/// The merged Perfetto trace in `format`: one process per (rank, cell), named
 /// "rank R: `<cell label>` …", every rank on the reference clock.
-pub fn write_merge_chrome_trace(merged: &Merged, w: &mut dyn io::Write) -> io::Result<()> {
-    super::write_chrome_trace(
+pub fn write_merge_trace(
+    merged: &Merged,
+    format: PerfettoFormat,
+    w: &mut dyn io::Write,
+) -> io::Result<()> {
+    super::perfetto::write_trace(
         w,
+        format,
         &merged.traces,
         &merged.analysis,
         &PerfettoOptions::default(),

@@ -26,7 +26,9 @@ pub use json::{
     JsonOptions, analysis_json, analysis_json_with, comparison_json, comparison_json_with,
 };
 pub use markdown::{analysis_markdown, comparison_markdown};
-pub use perfetto::{PerfettoOptions, chrome_trace, write_chrome_trace};
+pub use perfetto::{
+    PerfettoFormat, PerfettoOptions, chrome_trace, write_chrome_trace, write_perfetto_trace,
+};
 pub use svg::{step_svg, step_svg_between};
 
 use crate::analysis::stats::Stat;

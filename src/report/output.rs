@@ -117,10 +117,11 @@ impl OutputSet {
 }
 
 /// The files of an analysis set (`analyze -o`, `run`); `step.svg` only with an eager/graphed
-/// pair to draw (a stale one is removed).
-pub const ANALYSIS_SET: [&str; 4] = [
+/// pair to draw, the Perfetto trace in one encoding (a stale one is removed).
+pub const ANALYSIS_SET: [&str; 5] = [
     "report.md",
     "report.json",
+    "trace.perfetto-trace",
     "trace.perfetto.json",
     "step.svg",
 ];
@@ -129,7 +130,12 @@ pub const ANALYSIS_SET: [&str; 4] = [
 pub const COMPARISON_SET: [&str; 2] = ["compare.md", "compare.json"];
 
 /// The files of a rank-merge set (`merge -o`, `run`'s `merged/` folders).
-pub const MERGE_SET: [&str; 3] = ["report.md", "report.json", "trace.perfetto.json"];
+pub const MERGE_SET: [&str; 4] = [
+    "report.md",
+    "report.json",
+    "trace.perfetto-trace",
+    "trace.perfetto.json",
+];
 
 /// A report's Markdown and JSON, each rendered on first use and then kept: an output set and
 /// stdout share them.
@@ -204,9 +210,10 @@ pub fn write_analysis_file(
     match name {
         "report.md" => w.write_all(reports.markdown().as_bytes()),
         "report.json" => w.write_all(reports.json().as_bytes()),
-        "trace.perfetto.json" => {
+        "trace.perfetto-trace" | "trace.perfetto.json" => {
             let opts = super::perfetto::PerfettoOptions { origin_step };
-            super::perfetto::write_chrome_trace(w, traces, analysis, &opts)
+            let format = super::PerfettoFormat::of_file(name).expect("a Perfetto file name");
+            super::perfetto::write_trace(w, format, traces, analysis, &opts)
         }
         "step.svg" => {
             let pair = super::svg::worst_pair(analysis).ok_or_else(|| {
@@ -221,19 +228,21 @@ pub fn write_analysis_file(
     }
 }
 
-/// Writes the analysis set into `dir`: the Markdown and JSON reports, the Perfetto trace and,
-/// when the analysis has an eager/graphed pair, `step.svg` (see [`write_analysis_file`]).
-/// Returns the names written.
+/// Writes the analysis set into `dir`: the Markdown and JSON reports, the Perfetto trace in
+/// `perfetto` and, when the analysis has an eager/graphed pair, `step.svg` (see
+/// [`write_analysis_file`]). Returns the names written.
 pub fn write_analysis_set(
     dir: &Path,
     traces: &[Trace],
     reports: &Rendered<'_, Analysis>,
     origin_step: Option<usize>,
+    perfetto: super::PerfettoFormat,
 ) -> Result<Vec<String>, OutputError> {
     let mut set = OutputSet::create(dir)?;
     let with_svg = super::svg::worst_pair(reports.value).is_some();
     for name in ANALYSIS_SET {
-        if name == "step.svg" && !with_svg {
+        let other_encoding = super::PerfettoFormat::of_file(name).is_some_and(|f| f != perfetto);
+        if (name == "step.svg" && !with_svg) || other_encoding {
             continue;
         }
         set.add(name, |w| {
@@ -254,17 +263,18 @@ pub fn write_comparison_set(
     set.commit(&COMPARISON_SET)
 }
 
-/// Writes the rank-merge report (`report.md`, `report.json`) and the merged Perfetto trace into
-/// `dir`. Returns the names written.
+/// Writes the rank-merge report (`report.md`, `report.json`) and the merged Perfetto trace in
+/// `perfetto` into `dir`. Returns the names written.
 pub fn write_merge_set(
     dir: &Path,
     reports: &Rendered<'_, Merged>,
+    perfetto: super::PerfettoFormat,
 ) -> Result<Vec<String>, OutputError> {
     let mut set = OutputSet::create(dir)?;
     set.add_text("report.md", reports.markdown())?;
     set.add_text("report.json", reports.json())?;
-    set.add("trace.perfetto.json", |w| {
-        super::merge::write_merge_chrome_trace(reports.value, w)
+    set.add(perfetto.file_name(), |w| {
+        super::merge::write_merge_trace(reports.value, perfetto, w)
     })?;
     set.commit(&MERGE_SET)
 }

@@ -2,7 +2,9 @@
 //! The Chrome trace JSON encoding of [`super::write_chrome_trace`]: events written one per line
 //! from integers (no float formatting), trace strings escaped once each.
 
+use super::{Annotate, CellLayout, Payload, SliceName, mid};
 use crate::trace::Trace;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
@@ -67,39 +69,48 @@ impl<'t> NameCache<'t> {
 }
 
 /// The `args` object of an event, appended to the event's buffer (keys are fixed identifiers).
-pub(super) struct Args<'b>(&'b mut String, bool);
+pub(super) struct Args<'b, 't> {
+    buf: &'b mut String,
+    names: &'b mut NameCache<'t>,
+    any: bool,
+}
 
-impl Args<'_> {
-    pub(super) fn key(&mut self, k: &str) {
-        if self.1 {
-            self.0.push(',');
+impl Args<'_, '_> {
+    fn key(&mut self, k: &str) {
+        if self.any {
+            self.buf.push(',');
         }
-        self.1 = true;
-        self.0.push('"');
-        self.0.push_str(k);
-        self.0.push_str("\":");
+        self.any = true;
+        self.buf.push('"');
+        self.buf.push_str(k);
+        self.buf.push_str("\":");
     }
-    pub(super) fn num(&mut self, k: &str, v: u64) {
+}
+
+impl Annotate for Args<'_, '_> {
+    fn num(&mut self, k: &'static str, v: u64) {
         self.key(k);
-        push_u64(self.0, v);
+        push_u64(self.buf, v);
     }
-    pub(super) fn bool(&mut self, k: &str, v: bool) {
+    fn bool(&mut self, k: &'static str, v: bool) {
         self.key(k);
-        self.0.push_str(if v { "true" } else { "false" });
+        self.buf.push_str(if v { "true" } else { "false" });
     }
-    pub(super) fn str(&mut self, k: &str, v: &str) {
+    fn str(&mut self, k: &'static str, v: &str) {
         self.key(k);
-        self.0.push_str(&json_str(v));
+        self.buf.push_str(&json_str(v));
     }
-    /// `v` as a hex string (`"0x1f"`).
-    pub(super) fn hex(&mut self, k: &str, v: impl std::fmt::LowerHex) {
+    fn hex(&mut self, k: &'static str, v: u64) {
         self.key(k);
-        let _ = write!(self.0, "\"{v:#x}\"");
+        let _ = write!(self.buf, "\"{v:#x}\"");
     }
-    /// `v` is already JSON.
-    pub(super) fn raw(&mut self, k: &str, v: &str) {
+    fn trace_str(&mut self, k: &'static str, id: u32) {
         self.key(k);
-        self.0.push_str(v);
+        self.buf.push_str(self.names.get(id));
+    }
+    fn null(&mut self, k: &'static str) {
+        self.key(k);
+        self.buf.push_str("null");
     }
 }
 
@@ -172,17 +183,18 @@ impl<'a> EventWriter<'a> {
         self.end()
     }
 
-    /// A complete ("X") slice; `name` is a JSON string literal; `args` fills the args object.
+    /// A complete ("X") slice; `args` fills the args object.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn slice(
+    fn slice(
         &mut self,
         pid: u64,
         tid: u64,
         ts: u64,
         dur: u64,
-        name: &str,
+        name: &SliceName,
         cat: &str,
-        args: impl FnOnce(&mut Args<'_>),
+        names: &mut NameCache<'_>,
+        args: impl FnOnce(&mut dyn Annotate),
     ) -> io::Result<()> {
         let b = self.begin();
         b.push_str("{\"ph\":\"X\",\"pid\":");
@@ -194,11 +206,18 @@ impl<'a> EventWriter<'a> {
         b.push_str(",\"dur\":");
         push_us(b, dur);
         b.push_str(",\"name\":");
-        b.push_str(name);
+        match name {
+            SliceName::Text(t) => b.push_str(&json_str(t)),
+            SliceName::TraceStr(id) => b.push_str(names.get(*id)),
+        }
         b.push_str(",\"cat\":\"");
         b.push_str(cat);
         b.push_str("\",\"args\":{");
-        args(&mut Args(b, false));
+        args(&mut Args {
+            buf: &mut *b,
+            names,
+            any: false,
+        });
         b.push_str("}}");
         self.end()
     }
@@ -233,6 +252,45 @@ impl<'a> EventWriter<'a> {
         b.push_str(bp);
         b.push('}');
         self.end()
+    }
+
+    /// The slices and flow arrows of one laid-out cell (its process and tracks are written).
+    pub(super) fn cell(
+        &mut self,
+        l: &CellLayout<'_>,
+        pid: u64,
+        next_flow: &mut u64,
+    ) -> io::Result<()> {
+        let mut names = NameCache::new(l.trace);
+        // Where each launch call landed, for the flow arrows.
+        let mut api_at: FxHashMap<u32, (u64, u64)> = FxHashMap::default(); // corr -> (tid, ts)
+        for (e, &tid) in l.evs.iter().zip(&l.tids) {
+            if let Payload::Api(corr, _) = e.payload {
+                api_at.insert(corr, (tid, mid(e)));
+            }
+        }
+        // One arrow per launch call: to its first op.
+        let mut flowed = FxHashSet::default();
+        for &i in &l.order {
+            let (e, tid) = (&l.evs[i as usize], l.tids[i as usize]);
+            let (ts, dur) = (l.shift.apply(e.start), e.end - e.start);
+            let (name, cat) = l.name(e);
+            self.slice(pid, tid, ts, dur, &name, cat, &mut names, |a| {
+                l.annotate(e, a)
+            })?;
+            if let Payload::Op(oi, _) = e.payload {
+                let corr = l.ops[oi].corr;
+                if flowed.insert(corr)
+                    && let Some(&(api_tid, api_ts)) = api_at.get(&corr)
+                {
+                    let id = *next_flow;
+                    *next_flow += 1;
+                    self.flow(pid, api_tid, l.shift.apply(api_ts), id, false)?;
+                    self.flow(pid, tid, l.shift.apply(mid(e)), id, true)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     pub(super) fn finish(self) -> io::Result<()> {

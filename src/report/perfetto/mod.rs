@@ -1,41 +1,54 @@
 #![forbid(unsafe_code)]
-//! Chrome trace JSON (`{"traceEvents":[...],"displayTimeUnit":"ns"}`) that ui.perfetto.dev and
-//! chrome://tracing load, showing every cell one above the other with its gaps named by cause.
+//! The Perfetto trace of an analysis, showing every cell one above the other with its gaps
+//! named by cause. Two encodings of one layout:
+//! - TrackEvent protobuf (`trace.perfetto-trace`, [`write_perfetto_trace`]), the default: what
+//!   Perfetto recommends writing; `track_event` encodes it;
+//! - Chrome trace JSON (`trace.perfetto.json`, [`write_chrome_trace`]), which ui.perfetto.dev
+//!   and chrome://tracing load best-effort; `events` encodes it.
 //!
 //! Layout:
-//! - one process (pid) per cell, named "`<cell label>` [observed regime, mode] — trace `i`:
+//! - one process per cell, named "`<cell label>` [observed regime, mode] — trace `i`:
 //!   `<path>` rank `r`"; processes are sorted so cells of one workload sit together, eager
 //!   above graphed;
-//! - per process, tracks (tids) in this order: "steps" (one slice per step, from its window
-//!   start to its end), "host thread N" (the launch API calls of the step's ops), "stream N"
-//!   (kernels, memcpys, memsets), "gaps" (one slice per gap, named by [`crate::analysis::Cause::label`]);
-//! - flow arrows from each launch API call to the first op it launched (a graph launch gets one
-//!   arrow, to the first op of the replay, not one per kernel);
-//! - timestamps in µs with exactly three decimals, written from integer nanoseconds (no float
-//!   rounding): 1234567 ns → `1234.567`.
+//! - per process, tracks in this order: "steps" (one slice per step, from its window start to
+//!   its end), "host thread N" (the launch API calls of the step's ops), "stream N" (kernels,
+//!   memcpys, memsets), "gaps" (one slice per gap, named by [`crate::analysis::Cause::label`]);
+//!   the protobuf adds a counter track "idle per step" (ns, at each step's window start);
+//! - flow arrows from each launch API call to what it launched: in the JSON one arrow per call,
+//!   to its first op (a graph launch's to the first op of the replay); in the protobuf one
+//!   arrow per op (a graph launch fans out to every op of its replay);
+//! - slice arguments: the step's figures, each op's correlation id, graph and node; the
+//!   protobuf also carries the op's stream, its graph node's type and provenance (the API call
+//!   that created the node, the library call around it, the template it was cloned from; eager:
+//!   the library call around the launch) and the cause of the gap it ended;
+//! - times from integer nanoseconds (JSON: µs with exactly three decimals, 1234567 ns →
+//!   `1234.567`; protobuf: ns).
 //!
 //! Only ops that belong to a step of the analysis are written (with their launch calls and
-//! the step's gaps): warm-up, set-up and anything between cells stay out, which keeps the file
-//! small enough for the UI (very large JSON files crash it).
+//! the step's gaps): warm-up, set-up and anything between cells stay out.
 //!
-//! No two slices on one track overlap: Perfetto would silently move one of them elsewhere. When
-//! records overlap on one stream (clock jitter between records) or one host thread (nested
-//! runtime/driver calls), the later slice goes to an overflow track named "stream N
-//! (overflow k)". Slices that merely touch (one ends where the next starts) share a track.
+//! No two slices on one track overlap: Perfetto would silently move one of them elsewhere (JSON)
+//! or mis-nest them (protobuf). When records overlap on one stream (clock jitter between
+//! records) or one host thread (nested runtime/driver calls), the later slice goes to an
+//! overflow track named "stream N (overflow k)". Slices that merely touch (one ends where the
+//! next starts) share a track.
 //!
-//! This file lays the events out (processes, tracks, lanes, origins); `events` encodes them.
+//! Both encoders stream: they hold one cell's events at a time, never the output.
 
 use crate::analysis::{Analysis, CellAnalysis, Op, OpKind};
 use crate::trace::{ApiCall, Source, Trace};
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
 mod events;
+mod track_event;
+pub mod wire;
 
+use events::EventWriter;
 pub use events::fmt_us;
-use events::{EventWriter, NameCache, json_str};
 
-/// Options of the Chrome trace export.
+/// Options of the Perfetto export.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PerfettoOptions {
     /// `--origin-step`: when `Some(k)`, each process is shifted so that the window of its step `k` (the cell's
@@ -47,6 +60,54 @@ pub struct PerfettoOptions {
     pub origin_step: Option<usize>,
 }
 
+/// The encoding of a Perfetto trace file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PerfettoFormat {
+    /// TrackEvent protobuf (`trace.perfetto-trace`).
+    #[default]
+    Protobuf,
+    /// Chrome trace JSON (`trace.perfetto.json`).
+    Json,
+}
+
+impl PerfettoFormat {
+    /// The file name of this encoding in an output set.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            PerfettoFormat::Protobuf => PROTOBUF_FILE,
+            PerfettoFormat::Json => JSON_FILE,
+        }
+    }
+
+    /// The encoding of an output-set file name, if it is a Perfetto trace.
+    pub fn of_file(name: &str) -> Option<PerfettoFormat> {
+        match name {
+            PROTOBUF_FILE => Some(PerfettoFormat::Protobuf),
+            JSON_FILE => Some(PerfettoFormat::Json),
+            _ => None,
+        }
+    }
+}
+
+/// The protobuf trace's name in an output set.
+pub const PROTOBUF_FILE: &str = "trace.perfetto-trace";
+/// The Chrome JSON trace's name in an output set.
+pub const JSON_FILE: &str = "trace.perfetto.json";
+
+/// Streams the trace in `format` to `w`.
+pub fn write_trace(
+    w: &mut dyn Write,
+    format: PerfettoFormat,
+    traces: &[Trace],
+    analysis: &Analysis,
+    opts: &PerfettoOptions,
+) -> io::Result<()> {
+    match format {
+        PerfettoFormat::Protobuf => write_perfetto_trace(w, traces, analysis, opts),
+        PerfettoFormat::Json => write_chrome_trace(w, traces, analysis, opts),
+    }
+}
+
 /// The Chrome trace as one string. Prefer [`write_chrome_trace`] for large traces.
 pub fn chrome_trace(traces: &[Trace], analysis: &Analysis, opts: &PerfettoOptions) -> String {
     let mut out = Vec::new();
@@ -54,86 +115,53 @@ pub fn chrome_trace(traces: &[Trace], analysis: &Analysis, opts: &PerfettoOption
     String::from_utf8(out).expect("the writer emits UTF-8 only")
 }
 
-/// Streams the Chrome trace to `w`. Memory use is one cell's events at a time.
+/// Streams the Chrome trace JSON to `w`. Memory use is one cell's events at a time.
 pub fn write_chrome_trace(
     w: &mut dyn Write,
     traces: &[Trace],
     analysis: &Analysis,
     opts: &PerfettoOptions,
 ) -> io::Result<()> {
-    // One launch-call index per trace, built on first use.
-    let mut api_index: HashMap<usize, HashMap<u32, &ApiCall>> = HashMap::new();
-    for cell in &analysis.cells {
-        if let Some(t) = traces.get(cell.trace) {
-            api_index.entry(cell.trace).or_insert_with(|| {
-                let mut m = HashMap::with_capacity(t.api_calls.len());
-                for a in &t.api_calls {
-                    // Several records may share a correlation id (runtime and driver); keep
-                    // the outermost (earliest, longest).
-                    m.entry(a.corr)
-                        .and_modify(|b: &mut &ApiCall| {
-                            if (a.start, std::cmp::Reverse(a.end))
-                                < (b.start, std::cmp::Reverse(b.end))
-                            {
-                                *b = a;
-                            }
-                        })
-                        .or_insert(a);
-                }
-                m
-            });
-        }
-    }
-    let empty = HashMap::new();
-    let apis = |trace: usize| api_index.get(&trace).unwrap_or(&empty);
-
-    // Pass 1: the earliest timestamp each cell writes, for the origin/alignment.
-    let earliest: Vec<Option<u64>> = analysis
-        .cells
-        .iter()
-        .map(|c| cell_earliest(c, analysis, apis(c.trace)))
-        .collect();
-    let shifts = shifts(analysis, &earliest, opts);
-
-    // Process order: by workload, eager above graphed, then label.
-    let mut order: Vec<usize> = (0..analysis.cells.len()).collect();
-    order.sort_by(|&a, &b| {
-        let (x, y) = (&analysis.cells[a], &analysis.cells[b]);
-        (x.workload_key(), x.observed.regime, &x.label, a).cmp(&(
-            y.workload_key(),
-            y.observed.regime,
-            &y.label,
-            b,
-        ))
-    });
-    let mut sort_index = vec![0usize; analysis.cells.len()];
-    for (rank, &c) in order.iter().enumerate() {
-        sort_index[c] = rank;
-    }
-
+    let plan = Plan::new(traces, analysis, opts);
     let mut out = EventWriter::new(w)?;
     let mut next_flow = 1u64;
-    for (ci, cell) in analysis.cells.iter().enumerate() {
+    for ci in 0..analysis.cells.len() {
         let pid = ci as u64 + 1;
-        let trace = traces.get(cell.trace);
-        out.meta_process(pid, &process_name(cell, analysis, trace), sort_index[ci])?;
-        let Some(shift) = shifts[ci] else {
+        out.meta_process(pid, &plan.process_name(ci), plan.sort_index[ci])?;
+        let Some(layout) = plan.layout(ci) else {
             continue; // a cell without steps: its name only
         };
-        let Some(timeline) = analysis.timelines.get(cell.trace) else {
+        for (tid, name) in &layout.tracks {
+            out.meta_thread(pid, *tid, name)?;
+        }
+        out.cell(&layout, pid, &mut next_flow)?;
+    }
+    out.finish()
+}
+
+/// Streams the TrackEvent protobuf trace to `w`, packet by packet. Memory use is one cell's
+/// events at a time, plus the interned names.
+pub fn write_perfetto_trace(
+    w: &mut dyn Write,
+    traces: &[Trace],
+    analysis: &Analysis,
+    opts: &PerfettoOptions,
+) -> io::Result<()> {
+    let plan = Plan::new(traces, analysis, opts);
+    let mut out = track_event::PacketWriter::new(w);
+    let mut provenance: HashMap<usize, track_event::Provenance<'_>> = HashMap::new();
+    // Processes numbered in display order: the UI lists processes by pid.
+    for (position, &ci) in plan.order.iter().enumerate() {
+        let pid = position as u64 + 1;
+        let process = out.process(pid, &plan.process_name(ci))?;
+        let Some(layout) = plan.layout(ci) else {
             continue;
         };
-        let events = collect_cell(cell, &timeline.ops, apis(cell.trace));
-        write_cell(
-            &mut out,
-            pid,
-            shift,
-            cell,
-            &timeline.ops,
-            trace,
-            events,
-            &mut next_flow,
-        )?;
+        let trace_index = layout.cell.trace;
+        let prov = provenance
+            .entry(trace_index)
+            .or_insert_with(|| track_event::Provenance::new(traces.get(trace_index)));
+        out.cell(process, &layout, prov)?;
     }
     out.finish()
 }
@@ -149,6 +177,265 @@ impl Shift {
     fn apply(self, ts: u64) -> u64 {
         (i128::from(ts) - i128::from(self.sub) + i128::from(self.add))
             .clamp(0, i128::from(u64::MAX)) as u64
+    }
+}
+
+/// What both encodings share: the launch-call index per trace, each cell's time shift and the
+/// display order of the cells.
+struct Plan<'a> {
+    traces: &'a [Trace],
+    analysis: &'a Analysis,
+    api_index: HashMap<usize, FxHashMap<u32, &'a ApiCall>>,
+    no_apis: FxHashMap<u32, &'a ApiCall>,
+    shifts: Vec<Option<Shift>>,
+    /// Cells in display order: by workload, eager above graphed, then label.
+    order: Vec<usize>,
+    /// The position of each cell in `order`.
+    sort_index: Vec<usize>,
+}
+
+impl<'a> Plan<'a> {
+    fn new(traces: &'a [Trace], analysis: &'a Analysis, opts: &PerfettoOptions) -> Plan<'a> {
+        // One launch-call index per trace.
+        let mut api_index: HashMap<usize, FxHashMap<u32, &ApiCall>> = HashMap::new();
+        for cell in &analysis.cells {
+            if let Some(t) = traces.get(cell.trace) {
+                api_index.entry(cell.trace).or_insert_with(|| {
+                    let mut m =
+                        FxHashMap::with_capacity_and_hasher(t.api_calls.len(), Default::default());
+                    for a in &t.api_calls {
+                        // Several records may share a correlation id (runtime and driver); keep
+                        // the outermost (earliest, longest).
+                        m.entry(a.corr)
+                            .and_modify(|b: &mut &ApiCall| {
+                                if (a.start, std::cmp::Reverse(a.end))
+                                    < (b.start, std::cmp::Reverse(b.end))
+                                {
+                                    *b = a;
+                                }
+                            })
+                            .or_insert(a);
+                    }
+                    m
+                });
+            }
+        }
+        let mut plan = Plan {
+            traces,
+            analysis,
+            api_index,
+            no_apis: FxHashMap::default(),
+            shifts: Vec::new(),
+            order: (0..analysis.cells.len()).collect(),
+            sort_index: vec![0; analysis.cells.len()],
+        };
+        // The earliest timestamp each cell writes, for the origin/alignment.
+        let earliest: Vec<Option<u64>> = analysis
+            .cells
+            .iter()
+            .map(|c| cell_earliest(c, analysis, plan.apis(c.trace)))
+            .collect();
+        plan.shifts = shifts(analysis, &earliest, opts);
+        plan.order.sort_by(|&a, &b| {
+            let (x, y) = (&analysis.cells[a], &analysis.cells[b]);
+            (x.workload_key(), x.observed.regime, &x.label, a).cmp(&(
+                y.workload_key(),
+                y.observed.regime,
+                &y.label,
+                b,
+            ))
+        });
+        for (rank, &c) in plan.order.iter().enumerate() {
+            plan.sort_index[c] = rank;
+        }
+        plan
+    }
+
+    fn apis(&self, trace: usize) -> &FxHashMap<u32, &'a ApiCall> {
+        self.api_index.get(&trace).unwrap_or(&self.no_apis)
+    }
+
+    fn process_name(&self, ci: usize) -> String {
+        let cell = &self.analysis.cells[ci];
+        process_name(cell, self.analysis, self.traces.get(cell.trace))
+    }
+
+    /// Cell `ci`'s events on their tracks, or `None` for a cell without steps.
+    fn layout(&self, ci: usize) -> Option<CellLayout<'_>> {
+        let cell = &self.analysis.cells[ci];
+        let shift = self.shifts[ci]?;
+        let ops = &self.analysis.timelines.get(cell.trace)?.ops;
+        let apis = self.apis(cell.trace);
+        let mut evs = collect_cell(cell, ops, apis);
+        let (lanes, counts) = assign_lanes(&mut evs);
+        let one_device = evs
+            .iter()
+            .filter_map(|e| match e.track {
+                Track::Stream(d, _) => Some(d),
+                _ => None,
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            <= 1;
+        // tids: sequential in track order, lanes after their main track.
+        let mut tracks = Vec::new();
+        let mut first_tid: BTreeMap<Track, u64> = BTreeMap::new();
+        for (&track, &n) in &counts {
+            first_tid.insert(track, tracks.len() as u64 + 1);
+            for l in 0..n {
+                let base = match track {
+                    Track::Steps => "steps".to_owned(),
+                    Track::Host(t) => format!("host thread {t}"),
+                    Track::Stream(_, s) if one_device => format!("stream {s}"),
+                    Track::Stream(d, s) => format!("device {d} stream {s}"),
+                    Track::Gaps => "gaps".to_owned(),
+                };
+                let name = if l == 0 {
+                    base
+                } else {
+                    format!("{base} (overflow {l})")
+                };
+                tracks.push((tracks.len() as u64 + 1, name));
+            }
+        }
+        // The tid of each event (events are in track order here, so one lookup per track).
+        let mut tids = Vec::with_capacity(evs.len());
+        let mut last: Option<(Track, u64)> = None;
+        for (e, &l) in evs.iter().zip(&lanes) {
+            let base = match last {
+                Some((t, b)) if t == e.track => b,
+                _ => first_tid[&e.track],
+            };
+            last = Some((e.track, base));
+            tids.push(base + l as u64);
+        }
+        // Written in time order (the lanes needed track order).
+        let mut order: Vec<u32> = (0..evs.len() as u32).collect();
+        order.sort_unstable_by_key(|&i| {
+            let e = &evs[i as usize];
+            (e.start, std::cmp::Reverse(e.end), i)
+        });
+        Some(CellLayout {
+            shift,
+            cell,
+            ops,
+            trace: self.traces.get(cell.trace),
+            apis,
+            tracks,
+            evs,
+            tids,
+            order,
+        })
+    }
+}
+
+/// One cell's events on their tracks, ready for an encoder.
+struct CellLayout<'a> {
+    shift: Shift,
+    cell: &'a CellAnalysis,
+    ops: &'a [Op],
+    trace: Option<&'a Trace>,
+    apis: &'a FxHashMap<u32, &'a ApiCall>,
+    /// (tid, name) of each track, in display order; tids count from 1.
+    tracks: Vec<(u64, String)>,
+    evs: Vec<Ev>,
+    /// The tid of each event.
+    tids: Vec<u64>,
+    /// Event indices in time order (start, longer first).
+    order: Vec<u32>,
+}
+
+/// A slice's name: made for it, or a string of the cell's trace.
+enum SliceName {
+    Text(String),
+    TraceStr(u32),
+}
+
+/// Where a slice's arguments go (the JSON `args` object, the protobuf debug annotations).
+trait Annotate {
+    fn num(&mut self, key: &'static str, v: u64);
+    fn bool(&mut self, key: &'static str, v: bool);
+    fn str(&mut self, key: &'static str, v: &str);
+    /// `v` as hex text (`"0x1f"`): node ids exceed the 2^53 a JavaScript number holds exactly.
+    fn hex(&mut self, key: &'static str, v: u64);
+    /// String `id` of the cell's trace.
+    fn trace_str(&mut self, key: &'static str, id: u32);
+    /// No value (JSON `null`; the protobuf leaves the annotation out).
+    fn null(&mut self, key: &'static str);
+}
+
+impl CellLayout<'_> {
+    /// The name and category of event `e`.
+    fn name(&self, e: &Ev) -> (SliceName, &'static str) {
+        match e.payload {
+            Payload::Step(si) => {
+                let s = &self.cell.steps[si];
+                let mut name = format!("step {}", s.index);
+                if s.first_launch {
+                    name += " (first launch)";
+                }
+                (SliceName::Text(name), "step")
+            }
+            Payload::Op(oi, _) => {
+                let op = &self.ops[oi];
+                let cat = match op.kind {
+                    OpKind::Kernel => "kernel",
+                    OpKind::Memcpy => "memcpy",
+                    OpKind::Memset => "memset",
+                };
+                (SliceName::TraceStr(op.name), cat)
+            }
+            Payload::Api(_, name) => (SliceName::TraceStr(name), "api"),
+            Payload::Gap(si, gi) => (
+                SliceName::Text(self.cell.steps[si].gaps[gi].cause.label()),
+                "gap",
+            ),
+        }
+    }
+
+    /// The arguments both encodings write for event `e`.
+    fn annotate(&self, e: &Ev, a: &mut dyn Annotate) {
+        match e.payload {
+            Payload::Step(si) => {
+                let s = &self.cell.steps[si];
+                a.str("regime", s.regime.label());
+                if let Some(g) = s.graph_exec {
+                    a.num("graph_exec", u64::from(g));
+                }
+                a.bool("first_launch", s.first_launch);
+                if let Some(p) = s.period {
+                    a.num("period_ns", p);
+                }
+                a.num("busy_ns", s.busy);
+                a.num("idle_ns", s.idle);
+                a.num("ops", s.ops.len() as u64);
+                a.num("gaps", s.gaps.len() as u64);
+            }
+            Payload::Op(oi, si) => {
+                let op = &self.ops[oi];
+                a.num("corr", u64::from(op.corr));
+                a.num("graph", u64::from(op.graph));
+                a.hex("node", op.node);
+                a.num("duration_ns", op.end.saturating_sub(op.start));
+                a.num("step", self.cell.steps[si].index as u64);
+            }
+            Payload::Api(corr, _) => a.num("corr", u64::from(corr)),
+            Payload::Gap(si, gi) => {
+                let g = &self.cell.steps[si].gaps[gi];
+                a.str("cause", &super::cause_kind_id(g.cause.kind()));
+                a.num("length_ns", g.len());
+                a.num("stream", u64::from(g.stream));
+                match g.before.and_then(|b| self.ops.get(b)) {
+                    Some(op) => a.trace_str("before", op.name),
+                    None => a.null("before"),
+                }
+                match self.ops.get(g.after) {
+                    Some(op) => a.trace_str("after", op.name),
+                    None => a.str("after", "?"),
+                }
+                a.num("step", self.cell.steps[si].index as u64);
+            }
+        }
     }
 }
 
@@ -203,7 +490,7 @@ fn shifts(
 fn cell_earliest(
     cell: &CellAnalysis,
     analysis: &Analysis,
-    apis: &HashMap<u32, &ApiCall>,
+    apis: &FxHashMap<u32, &ApiCall>,
 ) -> Option<u64> {
     let ops = &analysis.timelines.get(cell.trace)?.ops;
     let mut min: Option<u64> = None;
@@ -280,9 +567,9 @@ struct Ev {
     payload: Payload,
 }
 
-fn collect_cell(cell: &CellAnalysis, ops: &[Op], apis: &HashMap<u32, &ApiCall>) -> Vec<Ev> {
+fn collect_cell(cell: &CellAnalysis, ops: &[Op], apis: &FxHashMap<u32, &ApiCall>) -> Vec<Ev> {
     let mut evs = Vec::new();
-    let mut seen_corr = std::collections::HashSet::new();
+    let mut seen_corr = rustc_hash::FxHashSet::default();
     for (si, s) in cell.steps.iter().enumerate() {
         evs.push(Ev {
             track: Track::Steps,
@@ -352,156 +639,6 @@ fn assign_lanes(evs: &mut [Ev]) -> (Vec<usize>, BTreeMap<Track, usize>) {
     (lane, counts)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn write_cell(
-    out: &mut EventWriter<'_>,
-    pid: u64,
-    shift: Shift,
-    cell: &CellAnalysis,
-    ops: &[Op],
-    trace: Option<&Trace>,
-    mut evs: Vec<Ev>,
-    next_flow: &mut u64,
-) -> io::Result<()> {
-    let (lanes, counts) = assign_lanes(&mut evs);
-    let one_device = evs
-        .iter()
-        .filter_map(|e| match e.track {
-            Track::Stream(d, _) => Some(d),
-            _ => None,
-        })
-        .collect::<std::collections::BTreeSet<_>>()
-        .len()
-        <= 1;
-    // tids: sequential in track order, lanes after their main track.
-    let mut first_tid: BTreeMap<Track, u64> = BTreeMap::new();
-    let mut next_tid = 1u64;
-    for (&track, &n) in &counts {
-        first_tid.insert(track, next_tid);
-        for l in 0..n {
-            let base = match track {
-                Track::Steps => "steps".to_owned(),
-                Track::Host(t) => format!("host thread {t}"),
-                Track::Stream(_, s) if one_device => format!("stream {s}"),
-                Track::Stream(d, s) => format!("device {d} stream {s}"),
-                Track::Gaps => "gaps".to_owned(),
-            };
-            let name = if l == 0 {
-                base
-            } else {
-                format!("{base} (overflow {l})")
-            };
-            out.meta_thread(pid, next_tid, &name)?;
-            next_tid += 1;
-        }
-    }
-    // The tid of each event (events are in track order here, so one lookup per track).
-    let mut tids = Vec::with_capacity(evs.len());
-    let mut last: Option<(Track, u64)> = None;
-    for (e, &l) in evs.iter().zip(&lanes) {
-        let base = match last {
-            Some((t, b)) if t == e.track => b,
-            _ => first_tid[&e.track],
-        };
-        last = Some((e.track, base));
-        tids.push(base + l as u64);
-    }
-    drop(lanes);
-    let mut names = NameCache::new(trace);
-    // Where each launch call landed, for the flow arrows.
-    let mut api_at: HashMap<u32, (u64, u64)> = HashMap::new(); // corr -> (tid, ts)
-    for (e, &tid) in evs.iter().zip(&tids) {
-        if let Payload::Api(corr, _) = e.payload {
-            api_at.insert(corr, (tid, mid(e)));
-        }
-    }
-    // Written in time order (the lanes needed track order).
-    let mut order: Vec<u32> = (0..evs.len() as u32).collect();
-    order.sort_unstable_by_key(|&i| {
-        let e = &evs[i as usize];
-        (e.start, std::cmp::Reverse(e.end), i)
-    });
-    let mut flowed = std::collections::HashSet::new();
-    for i in order {
-        let (e, tid) = (&evs[i as usize], tids[i as usize]);
-        let (ts, dur) = (shift.apply(e.start), e.end - e.start);
-        match e.payload {
-            Payload::Step(si) => {
-                let s = &cell.steps[si];
-                let mut name = format!("step {}", s.index);
-                if s.first_launch {
-                    name += " (first launch)";
-                }
-                let name = json_str(&name);
-                out.slice(pid, tid, ts, dur, &name, "step", |a| {
-                    a.str("regime", s.regime.label());
-                    if let Some(g) = s.graph_exec {
-                        a.num("graph_exec", u64::from(g));
-                    }
-                    a.bool("first_launch", s.first_launch);
-                    if let Some(p) = s.period {
-                        a.num("period_ns", p);
-                    }
-                    a.num("busy_ns", s.busy);
-                    a.num("idle_ns", s.idle);
-                    a.num("ops", s.ops.len() as u64);
-                    a.num("gaps", s.gaps.len() as u64);
-                })?;
-            }
-            Payload::Op(oi, si) => {
-                let op = &ops[oi];
-                let cat = match op.kind {
-                    OpKind::Kernel => "kernel",
-                    OpKind::Memcpy => "memcpy",
-                    OpKind::Memset => "memset",
-                };
-                let step = cell.steps[si].index;
-                out.slice(pid, tid, ts, dur, names.get(op.name), cat, |a| {
-                    a.num("corr", u64::from(op.corr));
-                    a.num("graph", u64::from(op.graph));
-                    // As hex text: node ids exceed the 2^53 a JavaScript number holds exactly.
-                    a.hex("node", op.node);
-                    a.num("duration_ns", op.end.saturating_sub(op.start));
-                    a.num("step", step as u64);
-                })?;
-                if flowed.insert(op.corr)
-                    && let Some(&(api_tid, api_ts)) = api_at.get(&op.corr)
-                {
-                    let id = *next_flow;
-                    *next_flow += 1;
-                    out.flow(pid, api_tid, shift.apply(api_ts), id, false)?;
-                    out.flow(pid, tid, shift.apply(mid(e)), id, true)?;
-                }
-            }
-            Payload::Api(corr, name) => {
-                out.slice(pid, tid, ts, dur, names.get(name), "api", |a| {
-                    a.num("corr", u64::from(corr));
-                })?;
-            }
-            Payload::Gap(si, gi) => {
-                let g = &cell.steps[si].gaps[gi];
-                let step = cell.steps[si].index;
-                let label = json_str(&g.cause.label());
-                let before = g.before.and_then(|b| ops.get(b)).map(|o| o.name);
-                let after = ops.get(g.after).map(|o| o.name);
-                let (before, after) = (
-                    before.map(|n| names.get(n).to_owned()),
-                    after.map_or_else(|| "\"?\"".to_owned(), |n| names.get(n).to_owned()),
-                );
-                out.slice(pid, tid, ts, dur, &label, "gap", |a| {
-                    a.str("cause", &super::cause_kind_id(g.cause.kind()));
-                    a.num("length_ns", g.len());
-                    a.num("stream", u64::from(g.stream));
-                    a.raw("before", before.as_deref().unwrap_or("null"));
-                    a.raw("after", &after);
-                    a.num("step", step as u64);
-                })?;
-            }
-        }
-    }
-    Ok(())
-}
-
 /// The middle of a slice: flow events placed there bind to it unambiguously (at its start
 /// the slice may not be open yet in the importer's order).
 fn mid(e: &Ev) -> u64 {
@@ -524,11 +661,12 @@ mod tests {
     }
 
     /// Exact ns from a µs number written with three decimals.
-    fn ns(v: &Value) -> u64 {
+    pub(super) fn ns(v: &Value) -> u64 {
         (v.as_f64().unwrap() * 1000.0).round() as u64
     }
 
-    fn names(v: &Value, what: &str) -> HashMap<(u64, u64), String> {
+    /// The names of the metadata events `what` ("process_name", "thread_name") by (pid, tid).
+    pub(super) fn names(v: &Value, what: &str) -> HashMap<(u64, u64), String> {
         events(v)
             .iter()
             .filter(|e| e["ph"] == "M" && e["name"] == what)
