@@ -1043,3 +1043,33 @@ fn torch_graphs_with_the_step_ranges_stripped_finds_the_same_steps() {
         );
     }
 }
+
+/// Under the trace budget the untraced step ranges keep their markers: the eager cell states
+/// what tracing added to its host step, measured on the same run's untraced steps.
+#[test]
+fn a_budgeted_eager_cell_states_the_tracers_share_from_its_untraced_steps() {
+    let (_, a) = load("torch-graphs-sampling-h200.json");
+    let eager = a
+        .cells
+        .iter()
+        .find(|c| c.observed.regime == Some(Regime::Eager))
+        .unwrap();
+    let share = eager.tracer_share.as_ref().expect("64 of 200 steps traced");
+    // 64 traced steps in a row give 63 periods; 136 untraced give 135.
+    assert_eq!((share.traced.n, share.untraced.n), (63, 135));
+    assert!(share.ratio > 0.5 && share.ratio < 3.0, "{share:?}");
+    assert!(
+        (share.added_ns - (share.traced.median - share.untraced.median)).abs() < 1e-6,
+        "{share:?}"
+    );
+    // Graph cells get none (their untraced launches leave no host record), nor do traces
+    // recorded without a budget.
+    assert!(
+        a.cells
+            .iter()
+            .filter(|c| c.graph_group.is_some())
+            .all(|c| c.tracer_share.is_none())
+    );
+    let (_, whole) = load("torch-graphs-record-h200.json");
+    assert!(whole.cells.iter().all(|c| c.tracer_share.is_none()));
+}

@@ -212,6 +212,12 @@ pub fn compare_cells(
         period_delta,
         gap_growth_by_cause,
         causes_gone_in_head,
+        within_tracer_effect: period_delta.and_then(|d| {
+            super::tracer_share::TracerShare::explains(
+                [base.tracer_share.as_ref(), head.tracer_share.as_ref()],
+                d,
+            )
+        }),
         duration_delta_total,
         one_sided_ops_total,
         pairing: None,

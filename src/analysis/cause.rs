@@ -636,6 +636,10 @@ pub fn analyze_cell(
             trace.metadata.sampling.as_ref(),
             cell.graph_group.as_ref(),
         ),
+        tracer_share: cell
+            .cell
+            .filter(|_| cell.graph_group.is_none())
+            .and_then(|c| super::tracer_share::of_marked_cell(trace, c)),
         graph_group: cell.graph_group,
         found: cell.found,
     }

@@ -17,6 +17,7 @@ pub mod remedy;
 pub mod stats;
 pub mod steps;
 pub mod timeline;
+pub mod tracer_share;
 pub mod validate;
 
 pub use model::*;

@@ -380,6 +380,10 @@ pub struct CellAnalysis {
     /// When `gapscope record`'s trace budget traced only part of this cell's work: how much.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampled: Option<Sampled>,
+    /// What tracing added to this cell's host step period, from the untraced steps of the
+    /// same run (step-range cells under a trace budget).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tracer_share: Option<super::tracer_share::TracerShare>,
 }
 
 /// The part of a cell's launches or steps a trace budget traced (the rest ran untraced).
@@ -560,6 +564,9 @@ pub struct CellComparison {
     pub gap_growth_by_cause: Vec<(CauseKind, String, f64)>,
     /// Causes of [`CellComparison::gap_growth_by_cause`] that no gap of the head has: removed.
     pub causes_gone_in_head: Vec<CauseKind>,
+    /// Whether the period difference is no larger than what tracing added to either cell's
+    /// step (`None`: neither cell's tracer share is known).
+    pub within_tracer_effect: Option<bool>,
     /// Net change of aligned op durations (ns), and the time of one-sided ops (head only
     /// minus base only, ns). With the gap changes these decompose the period delta; what is
     /// left is overlap between streams and the difference between the median of a sum and

@@ -316,6 +316,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             graph_group: None,
             found: None,
             sampled: None,
+            tracer_share: None,
             period_runs: None,
             period_block_medians: Vec::new(),
             trace: 0,
@@ -426,6 +427,7 @@ pub fn compare_between(
             hp.median - bp.median,
         )],
         causes_gone_in_head: Vec::new(),
+        within_tracer_effect: None,
     }
 }
 

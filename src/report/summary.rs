@@ -50,11 +50,25 @@ fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
     let coverage = super::coverage_label(&c.observed)
         .map(|l| format!("; {l}"))
         .unwrap_or_default();
+    let tracing = c
+        .tracer_share
+        .as_ref()
+        .map(|t| format!("; {}", t.describe()))
+        .unwrap_or_default();
     format!(
-        "  {} — {}{mode}: {period}{sampled}{vs}{coverage}",
+        "  {} — {}{mode}: {period}{sampled}{vs}{coverage}{tracing}",
         short_label(&c.label),
         super::regime_label(c.observed.regime)
     )
+}
+
+/// " — within the tracer's effect" when tracing added at least this difference to a step.
+fn tracer_effect_note(p: &crate::analysis::CellComparison) -> &'static str {
+    if p.within_tracer_effect == Some(true) {
+        " — within what tracing adds to a step: not a finding"
+    } else {
+        ""
+    }
 }
 
 /// A cell's name in a line about it: "eager loop E1", "graph G1 replays", else its label.
@@ -201,7 +215,7 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
             let change = p.change.map_or("—".to_owned(), |c| c.label().to_owned());
             let _ = writeln!(
                 s,
-                "  {}: mode 1 {} → mode 2 {} µs ({}, Δ {} µs; external event wait {} µs)",
+                "  {}: mode 1 {} → mode 2 {} µs ({}, Δ {} µs; external event wait {} µs){}",
                 short_label(&a.cells[p.head].label),
                 a.cells[p.base]
                     .period
@@ -213,7 +227,8 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
                     .map_or("—".into(), |x| us2(x.median)),
                 change,
                 p.period_delta.map_or("—".into(), us2_signed),
-                us2_signed(external)
+                us2_signed(external),
+                tracer_effect_note(p)
             );
         }
     }
@@ -311,12 +326,13 @@ pub fn comparison_summary(c: &Comparison, full_report: Option<&str>) -> String {
             .unwrap_or_default();
         let _ = writeln!(
             s,
-            "  {}: {} → {} ({}, {}){top}",
+            "  {}: {} → {} ({}, {}){top}{}",
             short_label(&super::markdown::pair_name(m)),
             med(&c.base, m.base),
             med(&c.head, m.head),
             m.ratio.map_or("—".to_owned(), ratio),
             m.change.map_or("—".to_owned(), |x| x.label().to_owned()),
+            tracer_effect_note(m),
         );
     }
     if c.cells.len() > MAX_CELLS {

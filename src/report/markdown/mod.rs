@@ -130,6 +130,17 @@ pub fn analysis_markdown(a: &Analysis) -> String {
                 sampled.join("; ")
             );
         }
+        for &ci in cells {
+            let c = &a.cells[ci];
+            if let Some(t) = &c.tracer_share {
+                let _ = writeln!(
+                    s,
+                    "> Tracer's share, {}: {} — measured on this run's untraced steps; differences smaller than it are not findings.\n",
+                    md_cell(&c.label),
+                    t.describe()
+                );
+            }
+        }
         let traced_first_launches = cells.iter().any(|&ci| {
             let c = &a.cells[ci];
             c.first_launch_period.is_some() && recorded_by_cupti(a, c)

@@ -1,0 +1,179 @@
+//! What tracing added to a cell's step period, measured in the same run: under `gapscope
+//! record`'s trace budget the untraced step ranges still have their NVTX markers, so the host
+//! period between two untraced steps can be set against the period between two traced ones.
+#![forbid(unsafe_code)]
+
+use super::stats::Stat;
+use crate::trace::{MarkerKind, Trace};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+/// Fewest host periods on each side for a share to be stated.
+const MIN_PERIODS: usize = 5;
+
+/// The host step period of a cell's traced and untraced step ranges (start to next start, ns).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TracerShare {
+    pub traced: Stat,
+    pub untraced: Stat,
+    /// traced / untraced median.
+    pub ratio: f64,
+    /// traced − untraced median (ns): what tracing added to each step.
+    pub added_ns: f64,
+}
+
+impl TracerShare {
+    /// "tracing ×1.12 on the host step (+15.2 µs: traced 142.1 n=63, untraced 126.9 n=135)".
+    pub fn describe(&self) -> String {
+        format!(
+            "tracing ×{:.2} on the host step ({:+.1} µs: traced {:.1} µs n={}, untraced {:.1} µs n={})",
+            self.ratio,
+            self.added_ns / 1e3,
+            self.traced.median / 1e3,
+            self.traced.n,
+            self.untraced.median / 1e3,
+            self.untraced.n
+        )
+    }
+
+    /// Whether a period difference between two cells (ns) is no larger than what tracing can
+    /// explain: what it added to either cell's step.
+    pub fn explains(shares: [Option<&TracerShare>; 2], difference_ns: f64) -> Option<bool> {
+        let added = shares
+            .iter()
+            .flatten()
+            .map(|s| s.added_ns.abs())
+            .reduce(f64::max)?;
+        Some(difference_ns.abs() <= added)
+    }
+}
+
+/// The share for the step markers of metadata cell `cell`, when the trace budget left enough of
+/// them untraced (a marker is traced when an API call was recorded inside it on its thread: the
+/// API kinds pause with the rest).
+pub fn of_marked_cell(trace: &Trace, cell: usize) -> Option<TracerShare> {
+    trace.metadata.sampling.as_ref()?;
+    let mut calls: FxHashMap<u32, Vec<u64>> = FxHashMap::default();
+    for c in &trace.api_calls {
+        calls.entry(c.thread).or_default().push(c.start);
+    }
+    for starts in calls.values_mut() {
+        starts.sort_unstable();
+    }
+    let traced = |thread: u32, start: u64, end: u64| {
+        calls.get(&thread).is_some_and(|s| {
+            let i = s.partition_point(|&t| t < start);
+            s.get(i).is_some_and(|&t| t <= end)
+        })
+    };
+    let mut per_thread: FxHashMap<u32, Vec<(u64, bool)>> = FxHashMap::default();
+    for m in trace
+        .markers
+        .iter()
+        .filter(|m| m.kind == MarkerKind::Step && m.cell == Some(cell as u32))
+    {
+        per_thread
+            .entry(m.thread)
+            .or_default()
+            .push((m.start, traced(m.thread, m.start, m.end)));
+    }
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for steps in per_thread.values_mut() {
+        steps.sort_unstable();
+        for w in steps.windows(2) {
+            let period = w[1].0.saturating_sub(w[0].0) as f64;
+            match (w[0].1, w[1].1) {
+                (true, true) => on.push(period),
+                (false, false) => off.push(period),
+                _ => {}
+            }
+        }
+    }
+    if on.len() < MIN_PERIODS || off.len() < MIN_PERIODS {
+        return None;
+    }
+    let (traced, untraced) = (Stat::of(&mut on)?, Stat::of(&mut off)?);
+    (untraced.median > 0.0).then(|| TracerShare {
+        ratio: traced.median / untraced.median,
+        added_ns: traced.median - untraced.median,
+        traced,
+        untraced,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{ApiCall, Marker, Sampling};
+
+    /// 20 steps on one thread: the first 10 traced (an API call inside, 120 µs apart), the
+    /// rest untraced (100 µs apart).
+    fn budgeted() -> Trace {
+        let mut t = crate::trace::synthetic::emu_experiment(1);
+        t.markers.clear();
+        t.api_calls.clear();
+        t.metadata.sampling = Some(Sampling {
+            budget: 10,
+            steps: 20,
+            steps_traced: 10,
+            ..Default::default()
+        });
+        let mut at = 1_000_000u64;
+        for i in 0..20 {
+            t.markers.push(Marker {
+                start: at,
+                end: at + 50_000,
+                kind: MarkerKind::Step,
+                thread: 7,
+                cell: Some(0),
+                ..Default::default()
+            });
+            if i < 10 {
+                t.api_calls.push(ApiCall {
+                    start: at + 1_000,
+                    end: at + 2_000,
+                    thread: 7,
+                    ..Default::default()
+                });
+            }
+            at += if i < 10 { 120_000 } else { 100_000 };
+        }
+        t
+    }
+
+    #[test]
+    fn traced_and_untraced_steps_of_one_run_give_the_tracers_share() {
+        let s = of_marked_cell(&budgeted(), 0).expect("both sides");
+        assert_eq!(
+            (s.traced.n, s.untraced.n),
+            (9, 9),
+            "the mixed pair is left out"
+        );
+        assert!((s.ratio - 1.2).abs() < 1e-9, "{s:?}");
+        assert!((s.added_ns - 20_000.0).abs() < 1e-6);
+        assert_eq!(
+            TracerShare::explains([Some(&s), None], 15_000.0),
+            Some(true)
+        );
+        assert_eq!(
+            TracerShare::explains([Some(&s), None], -25_000.0),
+            Some(false)
+        );
+        assert_eq!(TracerShare::explains([None, None], 1.0), None);
+        assert!(
+            s.describe()
+                .starts_with("tracing ×1.20 on the host step (+20.0 µs")
+        );
+    }
+
+    #[test]
+    fn no_share_without_a_budget_or_without_enough_of_each() {
+        let mut t = budgeted();
+        assert_eq!(of_marked_cell(&t, 1), None, "another cell");
+        t.metadata.sampling = None;
+        assert_eq!(of_marked_cell(&t, 0), None, "everything traced");
+        let mut t = budgeted();
+        t.markers.truncate(13);
+        assert_eq!(of_marked_cell(&t, 0), None, "two untraced periods only");
+    }
+}
