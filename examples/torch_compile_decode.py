@@ -1,0 +1,62 @@
+"""A decode loop run eagerly, then compiled with torch.compile(mode="reduce-overhead") (CUDA graph
+trees replayed inside the compiled call), each step inside the NVTX range "decode_step": the
+shape of issue 23's first program. Prints each phase's CUDA-event period per step (µs) so that a
+recording can be checked against the program's own figures. Needs torch with a CUDA GPU.
+
+  python examples/torch_compile_decode.py
+  gapscope record -o traces --step-range decode_step -- python examples/torch_compile_decode.py
+"""
+import argparse
+import statistics
+
+import torch
+
+
+def make_model(hidden, layers):
+    blocks = []
+    for _ in range(layers):
+        blocks += [torch.nn.Linear(hidden, 4 * hidden), torch.nn.GELU(), torch.nn.Linear(4 * hidden, hidden)]
+    return torch.nn.Sequential(*blocks).cuda().half().eval()
+
+
+def run(step, x, steps, name):
+    """`steps` steps, each in an NVTX decode_step range, timed with CUDA events."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
+    for i in range(steps):
+        starts[i].record()
+        with torch.cuda.nvtx.range("decode_step"):
+            x = step(x)
+    starts[steps].record()
+    torch.cuda.synchronize()
+    periods = [1e3 * starts[i].elapsed_time(starts[i + 1]) for i in range(steps)]
+    tail = sorted(periods[len(periods) // 10:])  # the first tenth is warm-up
+    print(f"phase={name} n={len(tail)} median_us={statistics.median(tail):.2f} "
+          f"p10_us={tail[len(tail) // 10]:.2f} p90_us={tail[9 * len(tail) // 10]:.2f}")
+    return x
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=200, help="steps per phase")
+    p.add_argument("--hidden", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=4)
+    args = p.parse_args()
+    model = make_model(args.hidden, args.layers)
+    x = torch.randn(8, args.hidden, device="cuda", dtype=torch.half)
+
+    @torch.no_grad()
+    def eager_step(h):
+        return model(h).tanh()
+
+    compiled = torch.compile(eager_step, mode="reduce-overhead")
+
+    def compiled_step(h):
+        # Graph trees reuse their output buffers: copy what the next step reads.
+        return compiled(h).clone()
+
+    x = run(eager_step, x, args.steps, "eager")
+    x = run(compiled_step, x, args.steps, "compiled")
+
+
+if __name__ == "__main__":
+    main()
