@@ -2,12 +2,15 @@
 //! `gapscope record -- CMD [ARGS…]`: runs an unmodified program with gapscope's CUDA injection
 //! library (see [`crate::record::inject`]) and reports the trace each of its processes wrote.
 //!
-//! The child gets `CUDA_INJECTION64_PATH` (libgapscope.so), `NVTX_INJECTION64_PATH` (libcupti,
-//! so NVTX ranges reach CUPTI; an existing value is kept), `GAPSCOPE_OUT`,
+//! The child gets `CUDA_INJECTION64_PATH` (libgapscope.so), `CUPTI_LIB` (the libcupti that
+//! [`crate::library_search`] finds for the command, e.g. in its Python environment; `record`
+//! says which), `NVTX_INJECTION64_PATH` (the same libcupti, so NVTX ranges reach CUPTI; an
+//! existing value is kept), `GAPSCOPE_OUT`,
 //! `GAPSCOPE_TRACE_BUDGET` and, with `--step-range`, `GAPSCOPE_STEP_RANGE`. Its exit status is passed on (128 + N when a signal
 //! N killed it). Ctrl-C reaches the child through the terminal (same process group); gapscope
 //! itself ignores it and waits for the child, so the child's trace is still listed.
 
+use crate::record::cupti::CuptiError;
 use crate::record::inject::{OUT_VAR, STEP_RANGE_VAR, TRACE_BUDGET_VAR};
 use anyhow::{Context, bail};
 use std::collections::BTreeMap;
@@ -122,6 +125,22 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         exe.as_deref(),
         cwd.as_deref(),
     )?;
+    // The child loads the CUPTI resolved here, for the program's own environment, and says
+    // which (its processes all see the same `CUPTI_LIB`).
+    let cupti_env = crate::library_search::Environment::current(args.command.clone());
+    let cupti = match crate::record::cupti::cupti_library(&cupti_env) {
+        Ok(cupti) => {
+            eprintln!("{}", cupti.note());
+            Some(cupti)
+        }
+        Err(e) => match cupti_failure(&e, crate::cuda::library().err().as_ref()) {
+            CuptiFailure::Stop => return Err(e.into()),
+            CuptiFailure::Note(note) => {
+                eprintln!("{note}");
+                None
+            }
+        },
+    };
     let out = match &cwd {
         Some(cwd) if args.output.is_relative() => cwd.join(&args.output),
         _ => args.output.clone(),
@@ -146,12 +165,11 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         "LD_PRELOAD",
         preload_list(&lib, std::env::var_os("LD_PRELOAD")),
     );
-    if std::env::var_os("NVTX_INJECTION64_PATH").is_none_or(|v| v.is_empty()) {
-        match crate::record::cupti::cupti_library() {
-            Ok((path, _)) => {
-                cmd.env("NVTX_INJECTION64_PATH", path);
-            }
-            Err(e) => eprintln!("gapscope: note: NVTX ranges will not be recorded: {e}"),
+    if let Some(cupti) = &cupti {
+        cmd.env(crate::library_search::CUPTI.variable, &cupti.path);
+        if std::env::var_os("NVTX_INJECTION64_PATH").is_none_or(|v| v.is_empty()) {
+            // So that NVTX ranges reach CUPTI.
+            cmd.env("NVTX_INJECTION64_PATH", &cupti.path);
         }
     }
 
@@ -204,6 +222,34 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(exit_code(status))
+}
+
+/// What `record` does when no usable CUPTI is found.
+#[derive(Debug, PartialEq, Eq)]
+enum CuptiFailure {
+    /// Fail before starting the program: it would run untraced.
+    Stop,
+    /// Run it anyway, saying so: there is no CUDA driver, so it cannot use the GPU.
+    Note(String),
+}
+
+/// With a CUDA driver (`no_driver` is `None`), or a `CUPTI_LIB` that is wrong, a missing
+/// CUPTI stops `record`; without a driver the program runs untraced (it may not use CUDA at all).
+fn cupti_failure(error: &CuptiError, no_driver: Option<&String>) -> CuptiFailure {
+    match (error, no_driver) {
+        (CuptiError::CuptiLibInvalid { .. }, _) | (_, None) => CuptiFailure::Stop,
+        (_, Some(reason)) => {
+            let reason = reason.replace('\n', " ");
+            let reason = if reason.contains(crate::cuda::LIBCUDA) {
+                reason
+            } else {
+                format!("{}: {reason}", crate::cuda::LIBCUDA)
+            };
+            CuptiFailure::Note(format!(
+                "gapscope: note: no CUDA driver here ({reason}), so the program runs untraced; and {error}"
+            ))
+        }
+    }
 }
 
 /// The child's exit code, or 128 + N when signal N ended it.
@@ -277,6 +323,42 @@ mod tests {
         assert!(err.contains(&dir.path().join("bin/libgapscope.so").display().to_string()));
         assert!(err.contains("GAPSCOPE_INJECTION_LIB"), "{err}");
         assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn a_missing_cupti_stops_record_unless_there_is_no_driver() {
+        let not_found = CuptiError::CuptiNotFound {
+            looked_for: "libcupti.so.13".into(),
+            searched: "$CUPTI_LIB (unset), /venv/x".into(),
+            last_error: "not found".into(),
+        };
+        assert_eq!(cupti_failure(&not_found, None), CuptiFailure::Stop);
+        let no_driver = "libcuda.so.1: cannot open shared object file".to_string();
+        let CuptiFailure::Note(note) = cupti_failure(&not_found, Some(&no_driver)) else {
+            panic!("a note without a driver");
+        };
+        assert!(
+            note.starts_with("gapscope: note: no CUDA driver here (libcuda.so.1: cannot open"),
+            "{note}"
+        );
+        assert!(note.contains("/venv/x"), "{note}");
+        let CuptiFailure::Note(note) = cupti_failure(&not_found, Some(&"dlopen failed".into()))
+        else {
+            panic!("a note without a driver");
+        };
+        assert!(
+            note.starts_with("gapscope: note: no CUDA driver here (libcuda.so.1: dlopen failed)"),
+            "{note}"
+        );
+        // A CUPTI_LIB that names no library is the user's mistake: always an error.
+        let invalid = CuptiError::CuptiLibInvalid {
+            path: "/x".into(),
+            reason: "no such file".into(),
+        };
+        assert_eq!(
+            cupti_failure(&invalid, Some(&no_driver)),
+            CuptiFailure::Stop
+        );
     }
 
     #[test]
