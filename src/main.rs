@@ -87,5 +87,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             json,
             clock,
         } => cli::merge::command(&traces, output.as_deref(), json, clock),
+        Command::Completions { shell } => cli::shell::completions(shell),
+        Command::Man { dir } => cli::shell::man(dir.as_deref()),
     }
 }

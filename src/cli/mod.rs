@@ -13,6 +13,7 @@ pub mod compare;
 pub mod inputs;
 pub mod merge;
 pub mod run;
+pub mod shell;
 
 use gapscope::trace::{self, TraceError};
 use std::io::Write;
