@@ -42,13 +42,22 @@ pub struct RecordOptions {
     pub command: Vec<OsString>,
 }
 
-/// Candidate places of the injection library, in search order: next to the executable, one
-/// folder up from it, then `target/release` under the current folder.
+/// Where a wheel (`pip install gapscope`) puts the injection library, relative to the prefix
+/// it installs into: `<prefix>/bin/gapscope` and `<prefix>/lib/gapscope/libgapscope.so` (the
+/// wheel's `.data/scripts/` and `.data/data/lib/gapscope/`), whether the prefix is a virtual
+/// environment, `~/.local` (`--user`) or the system's. `wheel-build/gapscope_build.py` uses
+/// the same folder.
+pub const WHEEL_LIB_DIR: &str = "lib/gapscope";
+
+/// Candidate places of the injection library, in search order: next to the executable (a
+/// cargo build), where a wheel installs it ([`WHEEL_LIB_DIR`]), one folder up from the
+/// executable, then `target/release` under the current folder.
 pub fn injection_candidates(exe: Option<&Path>, cwd: Option<&Path>) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Some(dir) = exe.and_then(Path::parent) {
         out.push(dir.join(INJECTION_LIB));
         if let Some(up) = dir.parent() {
+            out.push(up.join(WHEEL_LIB_DIR).join(INJECTION_LIB));
             out.push(up.join(INJECTION_LIB));
         }
     }
@@ -86,7 +95,7 @@ pub fn find_injection_library(
         .collect::<Vec<_>>()
         .join(", ");
     bail!(
-        "injection library {INJECTION_LIB} not found (looked at {looked}); build it with `cargo build --release` or set {INJECTION_LIB_VAR}"
+        "injection library {INJECTION_LIB} not found (looked at {looked}); reinstall gapscope (pip install gapscope puts it in <prefix>/lib/gapscope), build it with `cargo build --release`, or set {INJECTION_LIB_VAR}"
     )
 }
 
@@ -292,9 +301,29 @@ mod tests {
             c,
             [
                 PathBuf::from("/opt/gs/target/release/libgapscope.so"),
+                PathBuf::from("/opt/gs/target/lib/gapscope/libgapscope.so"),
                 PathBuf::from("/opt/gs/target/libgapscope.so"),
                 PathBuf::from("/home/u/proj/target/release/libgapscope.so"),
             ]
+        );
+    }
+
+    /// A wheel installs `<prefix>/bin/gapscope` and `<prefix>/lib/gapscope/libgapscope.so`.
+    #[test]
+    fn the_library_a_wheel_installs_is_found_from_its_binary() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("venv/bin/gapscope");
+        let lib = dir
+            .path()
+            .join("venv")
+            .join(WHEEL_LIB_DIR)
+            .join(INJECTION_LIB);
+        std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+        std::fs::write(&lib, b"").unwrap();
+        let got = find_injection_library(None, Some(&exe), Some(dir.path())).unwrap();
+        assert_eq!(
+            got,
+            std::fs::canonicalize(dir.path().join("venv/lib/gapscope/libgapscope.so")).unwrap()
         );
     }
 
