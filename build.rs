@@ -1,4 +1,9 @@
-//! Build script: CUPTI bindings.
+//! Build script: CUPTI bindings, and the version string naming the commit.
+//!
+//! `GAPSCOPE_VERSION` (what `gapscope --version` prints) is the crate's version followed by
+//! `(commit <hash>)` when the crate is built from its own git checkout (`git rev-parse`, rerun
+//! when `HEAD` moves); from a tarball, an sdist or a checkout without git it is the crate's
+//! version alone.
 //!
 //! The CUPTI layer (`src/cupti/sys.rs`) includes `$OUT_DIR/cupti_bindings.rs`. This script
 //! writes that file from one of two sources:
@@ -41,6 +46,7 @@ use std::fs;
 #[cfg(feature = "bindgen")]
 use std::path::Path;
 use std::path::PathBuf;
+use std::process::Command;
 
 const COMMITTED: &str = "bindings/cupti_13_0.rs";
 
@@ -60,6 +66,13 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(cupti_kernel, values(\"9\", \"10\", \"11\"))");
     println!("cargo::rustc-check-cfg=cfg(cupti_subscribe_v2)");
     println!("cargo::rustc-check-cfg=cfg(cupti_event_device_timestamps)");
+
+    let version = env::var("CARGO_PKG_VERSION").expect("cargo sets CARGO_PKG_VERSION");
+    let version = match commit() {
+        Some(hash) => format!("{version} (commit {hash})"),
+        None => version,
+    };
+    println!("cargo:rustc-env=GAPSCOPE_VERSION={version}");
 
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let target = out.join("cupti_bindings.rs");
@@ -86,6 +99,38 @@ fn main() {
     if text.contains("cuptiActivityEnableCudaEventDeviceTimestamps") {
         println!("cargo:rustc-cfg=cupti_event_device_timestamps");
     }
+}
+
+/// The short hash of `HEAD` when the crate root is the top of a git work tree (not a folder
+/// inside someone else's repository); asks cargo to rerun when `HEAD` or its branch moves.
+fn commit() -> Option<String> {
+    let root = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR")?);
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(&root)
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let top = PathBuf::from(git(&["rev-parse", "--show-toplevel"])?);
+    if fs::canonicalize(&top).ok()? != fs::canonicalize(&root).ok()? {
+        return None;
+    }
+    let hash = git(&["rev-parse", "--short=10", "HEAD"])?;
+    let mut watched = vec!["HEAD".to_string(), "packed-refs".to_string()];
+    watched.extend(git(&["symbolic-ref", "-q", "HEAD"]));
+    for name in watched {
+        // Only files that exist: a missing one would rerun this script on every build.
+        if let Some(path) = git(&["rev-parse", "--git-path", &name]).map(|p| root.join(p))
+            && path.is_file()
+        {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
+    Some(hash)
 }
 
 /// Candidate include folders, most specific first.

@@ -116,5 +116,7 @@ fn run(cli: Cli, given: &[&'static str]) -> Result<ExitCode, Failure> {
             clock,
             perfetto,
         } => cli::merge::command(&traces, output.as_deref(), json, clock, perfetto.format()),
+        Command::Completions { shell } => cli::shell::completions(shell),
+        Command::Man { dir } => cli::shell::man(dir.as_deref()),
     }
 }

@@ -317,3 +317,90 @@ fn preloaded_exit_ends_untraced_processes_as_libc_does() {
         Some(143)
     );
 }
+
+/// pip's `nvidia-cuda-cupti` in a virtual environment, as torch installs it (`.ci/run` makes
+/// one and names it in `GAPSCOPE_TEST_CUPTI_VENV`): `record -- VENV/bin/python …` loads that
+/// libcupti (no GPU needed to load it), says where it came from, and hands it to the child,
+/// with no other Python environment, `LD_LIBRARY_PATH` or toolkit in the way.
+#[test]
+#[ignore = "needs a virtual environment holding pip's nvidia-cuda-cupti, named by GAPSCOPE_TEST_CUPTI_VENV (.ci/run makes one)"]
+fn cupti_comes_from_the_programs_python_environment() {
+    let venv = PathBuf::from(
+        std::env::var_os("GAPSCOPE_TEST_CUPTI_VENV").expect("GAPSCOPE_TEST_CUPTI_VENV is set"),
+    );
+    let python = venv.join("bin/python");
+    let libcupti = std::fs::read_dir(venv.join("lib"))
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .path()
+                .join("site-packages/nvidia/cu13/lib/libcupti.so.13")
+        })
+        .find(|p| p.is_file())
+        .expect("the venv holds nvidia-cuda-cupti 13");
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("traces");
+    let run = |cupti_lib: Option<&Path>| {
+        let lib = dir.path().join("libgapscope.so");
+        std::fs::write(&lib, b"").unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gapscope"));
+        cmd.args(["record", "-o", out_dir.to_str().unwrap(), "--"])
+            .arg(&python)
+            .args([
+                "-c",
+                "import os; print(os.environ['CUPTI_LIB'], os.environ['NVTX_INJECTION64_PATH'])",
+            ])
+            .env("GAPSCOPE_INJECTION_LIB", &lib)
+            .env("PATH", "/usr/bin:/bin")
+            .env_remove("NVTX_INJECTION64_PATH");
+        for var in [
+            "VIRTUAL_ENV",
+            "CONDA_PREFIX",
+            "LD_LIBRARY_PATH",
+            "CUDA_HOME",
+            "CUDA_PATH",
+        ] {
+            cmd.env_remove(var);
+        }
+        match cupti_lib {
+            Some(p) => cmd.env("CUPTI_LIB", p),
+            None => cmd.env_remove("CUPTI_LIB"),
+        };
+        cmd.output().unwrap()
+    };
+
+    let out = run(None);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let want = format!(
+        "gapscope: note: using CUPTI from {} (API version 13",
+        libcupti.display()
+    );
+    let note = err
+        .lines()
+        .find(|l| l.starts_with(&want))
+        .unwrap_or_else(|| panic!("no line starting {want:?} in:\n{err}"));
+    assert!(
+        note.ends_with(&format!(
+            "; found through the Python environment {} of the command's interpreter {})",
+            venv.display(),
+            python.display()
+        )),
+        "{note}"
+    );
+    let shown = libcupti.display().to_string();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("{shown} {shown}"),
+        "the child loads the CUPTI named in the note: {err}"
+    );
+
+    // CUPTI_LIB names it explicitly: taken as it is, and said so.
+    let out = run(Some(&libcupti));
+    let err = stderr(&out);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with(&want) && l.ends_with("; found through $CUPTI_LIB)")),
+        "{err}"
+    );
+}

@@ -19,7 +19,8 @@ use std::path::PathBuf;
 #[derive(Parser)]
 #[command(
     name = "gapscope",
-    version,
+    // "0.1.0 (commit abc1234def)" from a git checkout, else the crate's version (build.rs).
+    version = env!("GAPSCOPE_VERSION"),
     about = "Where did my graphed CUDA step lose time, and did the fix remove it?",
     long_about = "gapscope records a step eagerly and as a replayed CUDA graph under CUPTI, aligns the two \
 kernel timelines, attributes every idle gap to a cause from the graph DAG and API records \
@@ -108,6 +109,19 @@ pub enum Command {
         clock: Option<ClockArg>,
         #[command(flatten)]
         perfetto: PerfettoArg,
+    },
+    /// Print a completion script for a shell on stdout.
+    #[command(
+        after_help = "Examples:\n  gapscope completions bash > ~/.local/share/bash-completion/completions/gapscope\n  gapscope completions zsh > ~/.zfunc/_gapscope     # with fpath+=(~/.zfunc) in .zshrc\n  gapscope completions fish > ~/.config/fish/completions/gapscope.fish"
+    )]
+    Completions { shell: clap_complete::Shell },
+    /// Print the manual page (roff) on stdout, or write one per command into DIR.
+    #[command(
+        after_help = "Examples:\n  gapscope man | man -l -\n  gapscope man ~/.local/share/man/man1"
+    )]
+    Man {
+        /// Folder for gapscope.1, gapscope-analyze.1, … (created if missing).
+        dir: Option<PathBuf>,
     },
 }
 

@@ -20,6 +20,7 @@ pub mod compare;
 pub mod inputs;
 pub mod merge;
 pub mod run;
+pub mod shell;
 
 use gapscope::report::printable;
 use gapscope::trace::{self, TraceError};

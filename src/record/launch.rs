@@ -2,12 +2,15 @@
 //! `gapscope record -- CMD [ARGS…]`: runs an unmodified program with gapscope's CUDA injection
 //! library (see [`crate::record::inject`]) and reports the trace each of its processes wrote.
 //!
-//! The child gets `CUDA_INJECTION64_PATH` (libgapscope.so), `NVTX_INJECTION64_PATH` (libcupti,
-//! so NVTX ranges reach CUPTI; an existing value is kept), `GAPSCOPE_OUT`,
+//! The child gets `CUDA_INJECTION64_PATH` (libgapscope.so), `CUPTI_LIB` (the libcupti that
+//! [`crate::library_search`] finds for the command, e.g. in its Python environment; `record`
+//! says which), `NVTX_INJECTION64_PATH` (the same libcupti, so NVTX ranges reach CUPTI; an
+//! existing value is kept), `GAPSCOPE_OUT`,
 //! `GAPSCOPE_TRACE_BUDGET` and, with `--step-range`, `GAPSCOPE_STEP_RANGE`. Its exit status is passed on (128 + N when a signal
 //! N killed it). Ctrl-C reaches the child through the terminal (same process group); gapscope
 //! itself ignores it and waits for the child, so the child's trace is still listed.
 
+use crate::record::cupti::CuptiError;
 use crate::record::inject::{OUT_VAR, STEP_RANGE_VAR, TRACE_BUDGET_VAR};
 use anyhow::{Context, bail};
 use std::collections::BTreeMap;
@@ -39,13 +42,22 @@ pub struct RecordOptions {
     pub command: Vec<OsString>,
 }
 
-/// Candidate places of the injection library, in search order: next to the executable, one
-/// folder up from it, then `target/release` under the current folder.
+/// Where a wheel (`pip install gapscope`) puts the injection library, relative to the prefix
+/// it installs into: `<prefix>/bin/gapscope` and `<prefix>/lib/gapscope/libgapscope.so` (the
+/// wheel's `.data/scripts/` and `.data/data/lib/gapscope/`), whether the prefix is a virtual
+/// environment, `~/.local` (`--user`) or the system's. `wheel-build/gapscope_build.py` uses
+/// the same folder.
+pub const WHEEL_LIB_DIR: &str = "lib/gapscope";
+
+/// Candidate places of the injection library, in search order: next to the executable (a
+/// cargo build), where a wheel installs it ([`WHEEL_LIB_DIR`]), one folder up from the
+/// executable, then `target/release` under the current folder.
 pub fn injection_candidates(exe: Option<&Path>, cwd: Option<&Path>) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Some(dir) = exe.and_then(Path::parent) {
         out.push(dir.join(INJECTION_LIB));
         if let Some(up) = dir.parent() {
+            out.push(up.join(WHEEL_LIB_DIR).join(INJECTION_LIB));
             out.push(up.join(INJECTION_LIB));
         }
     }
@@ -83,7 +95,7 @@ pub fn find_injection_library(
         .collect::<Vec<_>>()
         .join(", ");
     bail!(
-        "injection library {INJECTION_LIB} not found (looked at {looked}); build it with `cargo build --release` or set {INJECTION_LIB_VAR}"
+        "injection library {INJECTION_LIB} not found (looked at {looked}); reinstall gapscope (pip install gapscope puts it in <prefix>/lib/gapscope), build it with `cargo build --release`, or set {INJECTION_LIB_VAR}"
     )
 }
 
@@ -122,6 +134,22 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         exe.as_deref(),
         cwd.as_deref(),
     )?;
+    // The child loads the CUPTI resolved here, for the program's own environment, and says
+    // which (its processes all see the same `CUPTI_LIB`).
+    let cupti_env = crate::library_search::Environment::current(args.command.clone());
+    let cupti = match crate::record::cupti::cupti_library(&cupti_env) {
+        Ok(cupti) => {
+            eprintln!("{}", cupti.note());
+            Some(cupti)
+        }
+        Err(e) => match cupti_failure(&e, crate::cuda::library().err().as_ref()) {
+            CuptiFailure::Stop => return Err(e.into()),
+            CuptiFailure::Note(note) => {
+                eprintln!("{note}");
+                None
+            }
+        },
+    };
     let out = match &cwd {
         Some(cwd) if args.output.is_relative() => cwd.join(&args.output),
         _ => args.output.clone(),
@@ -146,12 +174,11 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         "LD_PRELOAD",
         preload_list(&lib, std::env::var_os("LD_PRELOAD")),
     );
-    if std::env::var_os("NVTX_INJECTION64_PATH").is_none_or(|v| v.is_empty()) {
-        match crate::record::cupti::cupti_library() {
-            Ok((path, _)) => {
-                cmd.env("NVTX_INJECTION64_PATH", path);
-            }
-            Err(e) => eprintln!("gapscope: note: NVTX ranges will not be recorded: {e}"),
+    if let Some(cupti) = &cupti {
+        cmd.env(crate::library_search::CUPTI.variable, &cupti.path);
+        if std::env::var_os("NVTX_INJECTION64_PATH").is_none_or(|v| v.is_empty()) {
+            // So that NVTX ranges reach CUPTI.
+            cmd.env("NVTX_INJECTION64_PATH", &cupti.path);
         }
     }
 
@@ -253,6 +280,34 @@ fn ended_how(status: std::process::ExitStatus) -> Option<String> {
     Some("failed".to_owned())
 }
 
+/// What `record` does when no usable CUPTI is found.
+#[derive(Debug, PartialEq, Eq)]
+enum CuptiFailure {
+    /// Fail before starting the program: it would run untraced.
+    Stop,
+    /// Run it anyway, saying so: there is no CUDA driver, so it cannot use the GPU.
+    Note(String),
+}
+
+/// With a CUDA driver (`no_driver` is `None`), or a `CUPTI_LIB` that is wrong, a missing
+/// CUPTI stops `record`; without a driver the program runs untraced (it may not use CUDA at all).
+fn cupti_failure(error: &CuptiError, no_driver: Option<&String>) -> CuptiFailure {
+    match (error, no_driver) {
+        (CuptiError::CuptiLibInvalid { .. }, _) | (_, None) => CuptiFailure::Stop,
+        (_, Some(reason)) => {
+            let reason = reason.replace('\n', " ");
+            let reason = if reason.contains(crate::cuda::LIBCUDA) {
+                reason
+            } else {
+                format!("{}: {reason}", crate::cuda::LIBCUDA)
+            };
+            CuptiFailure::Note(format!(
+                "gapscope: note: no CUDA driver here ({reason}), so the program runs untraced; and {error}"
+            ))
+        }
+    }
+}
+
 /// The child's exit code, or 128 + N when signal N ended it.
 fn exit_code(status: std::process::ExitStatus) -> ExitCode {
     if let Some(code) = status.code() {
@@ -293,9 +348,29 @@ mod tests {
             c,
             [
                 PathBuf::from("/opt/gs/target/release/libgapscope.so"),
+                PathBuf::from("/opt/gs/target/lib/gapscope/libgapscope.so"),
                 PathBuf::from("/opt/gs/target/libgapscope.so"),
                 PathBuf::from("/home/u/proj/target/release/libgapscope.so"),
             ]
+        );
+    }
+
+    /// A wheel installs `<prefix>/bin/gapscope` and `<prefix>/lib/gapscope/libgapscope.so`.
+    #[test]
+    fn the_library_a_wheel_installs_is_found_from_its_binary() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("venv/bin/gapscope");
+        let lib = dir
+            .path()
+            .join("venv")
+            .join(WHEEL_LIB_DIR)
+            .join(INJECTION_LIB);
+        std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+        std::fs::write(&lib, b"").unwrap();
+        let got = find_injection_library(None, Some(&exe), Some(dir.path())).unwrap();
+        assert_eq!(
+            got,
+            std::fs::canonicalize(dir.path().join("venv/lib/gapscope/libgapscope.so")).unwrap()
         );
     }
 
@@ -324,6 +399,42 @@ mod tests {
         assert!(err.contains(&dir.path().join("bin/libgapscope.so").display().to_string()));
         assert!(err.contains("GAPSCOPE_INJECTION_LIB"), "{err}");
         assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn a_missing_cupti_stops_record_unless_there_is_no_driver() {
+        let not_found = CuptiError::CuptiNotFound {
+            looked_for: "libcupti.so.13".into(),
+            searched: "$CUPTI_LIB (unset), /venv/x".into(),
+            last_error: "not found".into(),
+        };
+        assert_eq!(cupti_failure(&not_found, None), CuptiFailure::Stop);
+        let no_driver = "libcuda.so.1: cannot open shared object file".to_string();
+        let CuptiFailure::Note(note) = cupti_failure(&not_found, Some(&no_driver)) else {
+            panic!("a note without a driver");
+        };
+        assert!(
+            note.starts_with("gapscope: note: no CUDA driver here (libcuda.so.1: cannot open"),
+            "{note}"
+        );
+        assert!(note.contains("/venv/x"), "{note}");
+        let CuptiFailure::Note(note) = cupti_failure(&not_found, Some(&"dlopen failed".into()))
+        else {
+            panic!("a note without a driver");
+        };
+        assert!(
+            note.starts_with("gapscope: note: no CUDA driver here (libcuda.so.1: dlopen failed)"),
+            "{note}"
+        );
+        // A CUPTI_LIB that names no library is the user's mistake: always an error.
+        let invalid = CuptiError::CuptiLibInvalid {
+            path: "/x".into(),
+            reason: "no such file".into(),
+        };
+        assert_eq!(
+            cupti_failure(&invalid, Some(&no_driver)),
+            CuptiFailure::Stop
+        );
     }
 
     #[test]

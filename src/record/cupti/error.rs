@@ -13,7 +13,7 @@ pub enum CuptiError {
 
     /// No libcupti anywhere we looked.
     #[error(
-        "libcupti not found: looked for {looked_for} in {searched}, then by soname ({last_error}); set CUPTI_LIB to the full path of libcupti.so (or CUDA_HOME to the CUDA toolkit)"
+        "libcupti not found: looked for {looked_for} in {searched} ({last_error}); install it into the program's Python environment (pip install nvidia-cuda-cupti) or set CUPTI_LIB to the full path of libcupti.so"
     )]
     CuptiNotFound {
         looked_for: String,
@@ -29,12 +29,27 @@ pub enum CuptiError {
 
     /// The loaded libcupti is older than any version this recorder reads records of.
     #[error(
-        "{path} reports CUPTI API version {found}; gapscope needs {needed} or newer (CUDA 12.0+); set CUPTI_LIB to a newer libcupti.so"
+        "{path} (found through {origin}) reports CUPTI API version {found}; gapscope needs {needed} or newer (CUDA 12.0+); set CUPTI_LIB to a newer libcupti.so (searched: {searched})"
     )]
     UnsupportedVersion {
         path: String,
+        origin: String,
         found: u32,
         needed: u32,
+        searched: String,
+    },
+
+    /// The loaded libcupti belongs to a newer CUDA than the driver supports.
+    #[error(
+        "{path} (found through {origin}) is CUPTI for CUDA {cupti_cuda}, but the driver supports CUDA {driver_cuda}: install a CUPTI for CUDA {driver_major} or update the driver, or set CUPTI_LIB to another libcupti.so (searched: {searched})"
+    )]
+    DriverTooOld {
+        path: String,
+        origin: String,
+        cupti_cuda: u32,
+        driver_cuda: String,
+        driver_major: u32,
+        searched: String,
     },
 
     /// libcuda.so.1 cannot be loaded (no NVIDIA driver) or lacks a function we need.

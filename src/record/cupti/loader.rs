@@ -6,21 +6,23 @@
 
 use super::error::CuptiError;
 use super::sys;
+use crate::library_search::{
+    self, CUPTI as CUPTI_LIBRARY, Environment, FileSystem, Origin, Search,
+};
 use std::ffi::{CStr, OsString, c_int};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// The oldest CUPTI API version whose records we read (CUDA 12.0: `CUpti_ActivityKernel9`,
 /// a prefix of 13.0's `Kernel10` for every field we use).
 pub const MIN_CUPTI_API_VERSION: u32 = 19;
 
-/// Sonames tried in each folder and then through the dynamic loader's own search.
-const SONAMES: [&str; 3] = ["libcupti.so.13", "libcupti.so.12", "libcupti.so"];
-
 /// A loaded libcupti with every function the recorder needs resolved.
 pub struct Cupti {
     lib: sys::CuptiLib,
     path: String,
+    /// Where the search found it.
+    origin: Origin,
     version: u32,
     /// Functions absent from the committed bindings, resolved through a second handle on the
     /// same library (kept open as long as they may be called).
@@ -78,37 +80,34 @@ pub(crate) fn driver_loaded() -> Option<&'static Driver> {
     DRIVER.get()
 }
 
-/// The folders searched for libcupti after `$CUPTI_LIB`, in order, given `$CUDA_HOME`.
-pub fn search_dirs(cuda_home: Option<&Path>) -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    if let Some(home) = cuda_home {
-        dirs.push(home.join("extras/CUPTI/lib64"));
-    }
-    for d in [
-        "/usr/local/cuda/extras/CUPTI/lib64",
-        "/usr/local/cuda-13.0/targets/x86_64-linux/lib",
-        "/usr/local/cuda/targets/x86_64-linux/lib",
-    ] {
-        dirs.push(PathBuf::from(d));
-    }
-    dirs
+/// The command line `cupti()` searches for when nothing else names one: this process's own
+/// executable (in a traced program, its interpreter; see [`library_search`]).
+fn this_process() -> Vec<OsString> {
+    std::env::current_exe()
+        .map(|p| vec![p.into_os_string()])
+        .unwrap_or_default()
 }
 
-/// Returns the process's libcupti, loading it on first use.
-///
-/// Order: `$CUPTI_LIB` (a file path; if set, nothing else is tried), then
-/// [`search_dirs`] with each of `libcupti.so.13`, `libcupti.so.12`, `libcupti.so`, then those
-/// sonames through the dynamic loader (`LD_LIBRARY_PATH`, ld.so.cache).
+/// Returns the process's libcupti, loading it on first use from the places
+/// [`library_search::search`] lists for this process's environment and executable.
 pub fn cupti() -> Result<&'static Cupti, CuptiError> {
+    cupti_for(&Environment::current(this_process()))
+}
+
+/// [`cupti`], searching as for a run of `env`'s command when it is not loaded yet (`gapscope
+/// record` resolves the library its child will use).
+pub fn cupti_for(env: &Environment) -> Result<&'static Cupti, CuptiError> {
     if let Some(c) = CUPTI.get() {
         return Ok(c);
     }
+    // Before the lock: the driver's loader takes it too.
+    let driver_cuda = driver_cuda_version();
     let _guard = LOAD_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(c) = CUPTI.get() {
         return Ok(c);
     }
-    let cuda_home = std::env::var_os("CUDA_HOME").map(PathBuf::from);
-    let loaded = load(std::env::var_os("CUPTI_LIB"), cuda_home.as_deref())?;
+    let search = library_search::search(&CUPTI_LIBRARY, env, &FileSystem::default());
+    let loaded = load(&search, driver_cuda)?;
     Ok(CUPTI.get_or_init(|| loaded))
 }
 
@@ -116,56 +115,95 @@ fn one_line(s: impl std::fmt::Display) -> String {
     s.to_string().replace(['\n', '\r'], " ")
 }
 
-/// Finds and loads libcupti (see [`cupti`]); separate from the global for tests.
-pub fn load(cupti_lib: Option<OsString>, cuda_home: Option<&Path>) -> Result<Cupti, CuptiError> {
-    if let Some(path) = cupti_lib.filter(|p| !p.is_empty()) {
-        let shown = PathBuf::from(&path).display().to_string();
-        if !Path::new(&path).is_file() {
+/// Loads the first libcupti of `search` that the dynamic loader opens. A library that loads but is too old for gapscope, or newer than `driver_cuda` (the
+/// driver's `cuDriverGetVersion`, when known) is an error, not skipped: it is the one the
+/// program's environment says to use. Separate from the global for tests.
+pub fn load(search: &Search, driver_cuda: Option<i32>) -> Result<Cupti, CuptiError> {
+    let searched = search.searched_line(&CUPTI_LIBRARY);
+    if search.explicit {
+        let candidate = &search.candidates[0];
+        let shown = candidate.path.display().to_string();
+        if !candidate.path.is_file() {
             return Err(CuptiError::CuptiLibInvalid {
                 path: shown,
                 reason: "no such file".into(),
             });
         }
-        return open(Path::new(&path)).map_err(|e| match e {
-            OpenError::Dlopen(reason) => CuptiError::CuptiLibInvalid {
-                path: shown,
-                reason,
-            },
-            OpenError::Cupti(e) => e,
-        });
+        return open(&candidate.path, candidate.origin.clone())
+            .map_err(|e| match e {
+                OpenError::Dlopen(reason) => CuptiError::CuptiLibInvalid {
+                    path: shown,
+                    reason,
+                },
+                OpenError::Cupti(e) => e,
+            })
+            .and_then(|c| usable(c, driver_cuda, &searched));
     }
-    let dirs = search_dirs(cuda_home);
     let mut last_error = String::from("not found");
-    for dir in &dirs {
-        for name in SONAMES {
-            let file = dir.join(name);
-            if !file.is_file() {
-                continue;
-            }
-            match open(&file) {
-                Ok(c) => return Ok(c),
-                Err(OpenError::Cupti(e)) => return Err(e),
-                Err(OpenError::Dlopen(e)) => last_error = e,
-            }
-        }
-    }
-    for name in SONAMES {
-        match open(Path::new(name)) {
-            Ok(c) => return Ok(c),
+    for candidate in &search.candidates {
+        match open(&candidate.path, candidate.origin.clone()) {
+            Ok(c) => return usable(c, driver_cuda, &searched),
             Err(OpenError::Cupti(e)) => return Err(e),
             Err(OpenError::Dlopen(e)) => last_error = e,
         }
     }
-    let searched = dirs
-        .iter()
-        .map(|d| d.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
     Err(CuptiError::CuptiNotFound {
-        looked_for: SONAMES.join("/"),
-        searched: format!("$CUPTI_LIB (unset), {searched}"),
+        looked_for: CUPTI_LIBRARY.sonames.join("/"),
+        searched,
         last_error,
     })
+}
+
+/// The CUDA major version a CUPTI API version belongs to: 13.0 reports 130001; CUDA 12's
+/// CUPTI counts 18, 19, … (`None` below that).
+pub fn cupti_cuda_major(api_version: u32) -> Option<u32> {
+    match api_version {
+        100_000.. => Some(api_version / 10_000),
+        MIN_CUPTI_API_VERSION.. => Some(12),
+        _ => None,
+    }
+}
+
+/// Why a CUPTI cannot be used here.
+#[derive(Debug, PartialEq, Eq)]
+enum Unusable {
+    /// Older than any CUPTI whose records gapscope reads.
+    TooOld,
+    /// Made for a newer CUDA (`cupti_cuda`) than the driver's (`driver`, e.g. 12080).
+    DriverTooOld { cupti_cuda: u32, driver: i32 },
+}
+
+/// Whether a CUPTI of API version `version` is usable with a driver of CUDA version `driver`
+/// (`cuDriverGetVersion`, when known).
+fn unusable(version: u32, driver: Option<i32>) -> Option<Unusable> {
+    if version < MIN_CUPTI_API_VERSION {
+        return Some(Unusable::TooOld);
+    }
+    let cupti_cuda = cupti_cuda_major(version)?;
+    let driver = driver.filter(|&d| d > 0)?;
+    (cupti_cuda > (driver / 1000) as u32).then_some(Unusable::DriverTooOld { cupti_cuda, driver })
+}
+
+/// `c`, or why it cannot be used (see [`unusable`]).
+fn usable(c: Cupti, driver_cuda: Option<i32>, searched: &str) -> Result<Cupti, CuptiError> {
+    match unusable(c.version, driver_cuda) {
+        None => Ok(c),
+        Some(Unusable::TooOld) => Err(CuptiError::UnsupportedVersion {
+            path: c.path.clone(),
+            origin: c.origin.to_string(),
+            found: c.version,
+            needed: MIN_CUPTI_API_VERSION,
+            searched: searched.to_string(),
+        }),
+        Some(Unusable::DriverTooOld { cupti_cuda, driver }) => Err(CuptiError::DriverTooOld {
+            path: c.path.clone(),
+            origin: c.origin.to_string(),
+            cupti_cuda,
+            driver_cuda: format!("{}.{}", driver / 1000, (driver % 1000) / 10),
+            driver_major: (driver / 1000) as u32,
+            searched: searched.to_string(),
+        }),
+    }
 }
 
 enum OpenError {
@@ -189,7 +227,7 @@ macro_rules! require_symbols {
     };
 }
 
-fn open(file: &Path) -> Result<Cupti, OpenError> {
+fn open(file: &Path, origin: Origin) -> Result<Cupti, OpenError> {
     // SAFETY: loading libcupti runs its initialisers, which only register the library;
     // they do not depend on anything we hold.
     let library = unsafe { libloading::Library::new(file.as_os_str()) }
@@ -198,7 +236,15 @@ fn open(file: &Path) -> Result<Cupti, OpenError> {
     // bindgen over the CUPTI headers, so they match the C declarations.
     let lib = unsafe { sys::CuptiLib::from_library(library) }
         .map_err(|e| OpenError::Dlopen(format!("{}: {}", file.display(), one_line(e))))?;
-    let path = file.display().to_string();
+    let path = if origin == Origin::SystemLoader {
+        // Loaded by soname: name the file the loader picked.
+        std::fs::read_to_string("/proc/self/maps")
+            .ok()
+            .and_then(|maps| library_search::mapped_path(&maps, "libcupti"))
+            .unwrap_or_else(|| file.display().to_string())
+    } else {
+        file.display().to_string()
+    };
     require_symbols!(
         lib,
         path,
@@ -230,13 +276,6 @@ fn open(file: &Path) -> Result<Cupti, OpenError> {
             call: "cuptiGetVersion",
             code: rc,
             name: format!("error {rc}"),
-        }));
-    }
-    if version < MIN_CUPTI_API_VERSION {
-        return Err(OpenError::Cupti(CuptiError::UnsupportedVersion {
-            path,
-            found: version,
-            needed: MIN_CUPTI_API_VERSION,
         }));
     }
     // SAFETY: a second handle on the library just loaded (dlopen counts references); the
@@ -271,6 +310,7 @@ fn open(file: &Path) -> Result<Cupti, OpenError> {
     Ok(Cupti {
         lib,
         path,
+        origin,
         version,
         _extras: extras,
         api_filter,
@@ -308,9 +348,14 @@ impl Cupti {
         &self.lib
     }
 
-    /// Path (or soname) the library was loaded from.
+    /// Path the library was loaded from.
     pub fn path(&self) -> &str {
         &self.path
+    }
+
+    /// Where the search found it.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
     }
 
     /// `cuptiGetVersion`: CUPTI API version of the loaded library (e.g. 130001).
@@ -450,11 +495,16 @@ pub(crate) fn driver() -> Result<&'static Driver, CuptiError> {
 
 /// The CUDA version the driver supports, e.g. "CUDA 13.0 driver API" (`cuDriverGetVersion`).
 pub fn driver_version() -> Option<String> {
+    let v = driver_cuda_version()?;
+    Some(format!("CUDA {}.{} driver API", v / 1000, (v % 1000) / 10))
+}
+
+/// `cuDriverGetVersion`: e.g. 13000 for CUDA 13.0; `None` without a driver.
+fn driver_cuda_version() -> Option<i32> {
     let get = driver().ok()?.driver_get_version?;
     let mut v: c_int = 0;
     // SAFETY: `v` is a valid out-pointer.
-    (unsafe { get(&mut v) } == 0 && v > 0)
-        .then(|| format!("CUDA {}.{} driver API", v / 1000, (v % 1000) / 10))
+    (unsafe { get(&mut v) } == 0 && v > 0).then_some(v)
 }
 
 /// Name and compute capability of the CUDA device with this ordinal, from the driver (which
@@ -506,10 +556,22 @@ pub fn ensure_cuda_driver() -> Result<(), CuptiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::library_search::Candidate;
+
+    fn explicit(path: &Path) -> Search {
+        Search {
+            candidates: vec![Candidate {
+                path: path.to_owned(),
+                origin: Origin::Variable("CUPTI_LIB"),
+            }],
+            searched: Vec::new(),
+            explicit: true,
+        }
+    }
 
     #[test]
     fn cupti_lib_pointing_to_missing_file_is_one_line() {
-        let err = load(Some("/nonexistent/libcupti.so.13".into()), None).unwrap_err();
+        let err = load(&explicit(Path::new("/nonexistent/libcupti.so.13")), None).unwrap_err();
         let msg = err.to_string();
         assert!(!msg.contains('\n'), "{msg}");
         assert!(
@@ -524,39 +586,102 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fake = dir.path().join("libcupti.so");
         std::fs::write(&fake, b"not an ELF file\n").unwrap();
-        let err = load(Some(fake.clone().into()), None).unwrap_err();
+        let err = load(&explicit(&fake), None).unwrap_err();
         let msg = err.to_string();
         assert!(matches!(err, CuptiError::CuptiLibInvalid { .. }), "{msg}");
         assert!(!msg.contains('\n'), "{msg}");
         assert!(msg.contains("set CUPTI_LIB"), "{msg}");
     }
 
+    /// Files that are not libraries, where the search found them: each is tried, and the error
+    /// names every place searched, the last loader error and what to do.
     #[test]
-    fn search_order_starts_with_cuda_home() {
-        let dirs = search_dirs(Some(Path::new("/opt/cuda")));
-        assert_eq!(dirs[0], Path::new("/opt/cuda/extras/CUPTI/lib64"));
-        assert_eq!(dirs[1], Path::new("/usr/local/cuda/extras/CUPTI/lib64"));
-        assert!(dirs.contains(&PathBuf::from(
-            "/usr/local/cuda-13.0/targets/x86_64-linux/lib"
-        )));
+    fn nothing_loadable_names_the_places_searched_and_the_remedy() {
+        let dir = tempfile::tempdir().unwrap();
+        let venv_lib = dir
+            .path()
+            .join("venv/lib/python3.12/site-packages/nvidia/cu13/lib");
+        std::fs::create_dir_all(&venv_lib).unwrap();
+        std::fs::write(venv_lib.join("libcupti.so.13"), b"").unwrap();
+        std::fs::write(dir.path().join("libcupti.so.12"), b"").unwrap();
+        let search = Search {
+            candidates: vec![
+                Candidate {
+                    path: venv_lib.join("libcupti.so.13"),
+                    origin: Origin::Python {
+                        prefix: dir.path().join("venv"),
+                        via: library_search::PythonVia::VirtualEnv,
+                    },
+                },
+                Candidate {
+                    path: dir.path().join("libcupti.so.12"),
+                    origin: Origin::LdLibraryPath,
+                },
+            ],
+            searched: vec![venv_lib.clone(), dir.path().to_owned()],
+            explicit: false,
+        };
+        let msg = load(&search, None).unwrap_err().to_string();
+        assert!(!msg.contains('\n'), "{msg}");
+        assert!(msg.starts_with("libcupti not found: looked for libcupti.so.13/libcupti.so.12/libcupti.so in $CUPTI_LIB (unset), "), "{msg}");
+        assert!(msg.contains(&venv_lib.display().to_string()), "{msg}");
+        // The last candidate's loader error is kept.
+        assert!(
+            msg.contains(&format!(
+                "({}: ",
+                dir.path().join("libcupti.so.12").display()
+            )),
+            "{msg}"
+        );
+        assert!(msg.contains("pip install nvidia-cuda-cupti"), "{msg}");
     }
 
     #[test]
-    fn not_found_message_names_places_and_variable() {
-        // Only meaningful where no libcupti is installed; otherwise the search succeeds.
-        match load(None, Some(Path::new("/nonexistent-cuda"))) {
-            Ok(c) => eprintln!("skipped: a libcupti is installed here ({})", c.path()),
-            Err(e) => {
-                let msg = e.to_string();
-                assert!(!msg.contains('\n'), "{msg}");
-                assert!(
-                    msg.contains("/nonexistent-cuda/extras/CUPTI/lib64"),
-                    "{msg}"
-                );
-                assert!(msg.contains("libcupti.so.13"), "{msg}");
-                assert!(msg.contains("CUPTI_LIB"), "{msg}");
-            }
+    fn a_cupti_newer_than_the_driver_or_older_than_gapscope_reads_is_unusable() {
+        assert_eq!(unusable(130001, Some(13000)), None);
+        assert_eq!(unusable(130001, Some(13020)), None);
+        // An older CUPTI runs on a newer driver.
+        assert_eq!(unusable(26, Some(13000)), None);
+        // No driver here: nothing to compare with.
+        assert_eq!(unusable(130001, None), None);
+        assert_eq!(
+            unusable(130001, Some(12080)),
+            Some(Unusable::DriverTooOld {
+                cupti_cuda: 13,
+                driver: 12080
+            })
+        );
+        assert_eq!(
+            unusable(MIN_CUPTI_API_VERSION - 1, None),
+            Some(Unusable::TooOld)
+        );
+        let msg = CuptiError::DriverTooOld {
+            path: "/v/nvidia/cu13/lib/libcupti.so.13".into(),
+            origin: "$VIRTUAL_ENV".into(),
+            cupti_cuda: 13,
+            driver_cuda: "12.8".into(),
+            driver_major: 12,
+            searched: "$CUPTI_LIB (unset), /v/nvidia/cu13/lib".into(),
         }
+        .to_string();
+        assert!(!msg.contains('\n'), "{msg}");
+        assert!(
+            msg.contains("CUPTI for CUDA 13, but the driver supports CUDA 12.8"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("(searched: $CUPTI_LIB (unset), /v/nvidia/cu13/lib)"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn cupti_versions_map_to_their_cuda() {
+        assert_eq!(cupti_cuda_major(130001), Some(13));
+        assert_eq!(cupti_cuda_major(140100), Some(14));
+        assert_eq!(cupti_cuda_major(26), Some(12));
+        assert_eq!(cupti_cuda_major(MIN_CUPTI_API_VERSION), Some(12));
+        assert_eq!(cupti_cuda_major(MIN_CUPTI_API_VERSION - 1), None);
     }
 
     #[test]
@@ -601,7 +726,15 @@ mod real_library_tests {
             eprintln!("skipped: CUPTI_LIB not set");
             return;
         };
-        let c = load(Some(path), None).unwrap();
+        let search = Search {
+            candidates: vec![library_search::Candidate {
+                path: path.into(),
+                origin: Origin::Variable("CUPTI_LIB"),
+            }],
+            searched: Vec::new(),
+            explicit: true,
+        };
+        let c = load(&search, None).unwrap();
         assert!(c.version() >= MIN_CUPTI_API_VERSION, "{}", c.version());
         assert_eq!(
             c.result_name(sys::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED),

@@ -30,15 +30,52 @@ pub(crate) mod sys;
 pub use budget::TraceBudget;
 pub use config::{ApiCallbacks, RecorderConfig, api_record_wanted};
 pub use error::CuptiError;
-pub use loader::{MIN_CUPTI_API_VERSION, device_info, ensure_cuda_driver};
+pub use loader::{MIN_CUPTI_API_VERSION, cupti_cuda_major, device_info, ensure_cuda_driver};
 pub use recorder::{MarkerGuard, Recorder};
 
 /// Where the CUPTI bindings of this build came from (committed or generated, and from which
 /// headers).
 pub const BINDINGS_ORIGIN: &str = sys::BINDINGS_ORIGIN;
 
-/// Loads libcupti (if not loaded yet) and returns its path and CUPTI API version.
-pub fn cupti_library() -> Result<(String, u32), CuptiError> {
-    let c = loader::cupti()?;
-    Ok((c.path().to_string(), c.version()))
+/// The libcupti this process loaded.
+#[derive(Debug, Clone)]
+pub struct CuptiLibrary {
+    pub path: String,
+    /// `cuptiGetVersion`.
+    pub version: u32,
+    /// Where [`crate::library_search`] found it.
+    pub origin: crate::library_search::Origin,
+}
+
+impl CuptiLibrary {
+    /// `gapscope: note: using CUPTI from … (API version …; found through …)`.
+    pub fn note(&self) -> String {
+        crate::library_search::using_note(
+            &crate::library_search::CUPTI,
+            &self.path,
+            &format!("API version {}", self.version),
+            &self.origin,
+        )
+    }
+}
+
+/// The libcupti this process loaded, if any (never loads).
+pub fn loaded_cupti_library() -> Option<CuptiLibrary> {
+    let c = loader::loaded()?;
+    Some(CuptiLibrary {
+        path: c.path().to_string(),
+        version: c.version(),
+        origin: c.origin().clone(),
+    })
+}
+
+/// Loads libcupti (if not loaded yet), searching as for a run of `env`'s command, and says
+/// which one it is.
+pub fn cupti_library(env: &crate::library_search::Environment) -> Result<CuptiLibrary, CuptiError> {
+    let c = loader::cupti_for(env)?;
+    Ok(CuptiLibrary {
+        path: c.path().to_string(),
+        version: c.version(),
+        origin: c.origin().clone(),
+    })
 }

@@ -4,10 +4,10 @@
 #![allow(unsafe_code)]
 
 use super::version::NcclVersion;
+use crate::library_search::{self, Environment, FileSystem, NCCL, Origin, mapped_path};
 use crate::workload::collective::{GraphUsageMode, WorkloadError};
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::fmt;
-use std::path::Path;
 use std::sync::OnceLock;
 
 const NCCL_UINT8: c_int = 1;
@@ -104,6 +104,8 @@ type FnGetLastError = unsafe extern "C" fn(NcclComm) -> *const c_char;
 pub struct NcclLib {
     /// The file actually mapped.
     pub path: String,
+    /// Where [`crate::library_search`] found it.
+    pub origin: Origin,
     pub version: NcclVersion,
     get_unique_id: FnGetUniqueId,
     comm_init_rank: FnCommInitRank,
@@ -121,48 +123,35 @@ impl fmt::Debug for NcclLib {
     }
 }
 
-/// The names tried, in order.
-pub fn nccl_candidates(nccl_lib_env: Option<&str>) -> Vec<String> {
-    let mut v = Vec::new();
-    if let Some(p) = nccl_lib_env.map(str::trim).filter(|p| !p.is_empty()) {
-        v.push(p.to_string());
-    }
-    for c in [
-        "libnccl.so.2",
-        "libnccl.so",
-        "/usr/lib/x86_64-linux-gnu/libnccl.so.2",
-    ] {
-        if !v.iter().any(|x| x == c) {
-            v.push(c.to_string());
+/// Finds NCCL where [`crate::library_search`] says (`$NCCL_LIB`, the Python environment,
+/// `LD_LIBRARY_PATH`, the toolkit, then by soname): (the library, the file, where it was
+/// found), or every place searched and the loader's errors.
+fn open_nccl() -> Result<(libloading::Library, String, Origin), String> {
+    let this_process = std::env::current_exe()
+        .map(|p| vec![p.into_os_string()])
+        .unwrap_or_default();
+    let env = Environment::current(this_process);
+    let search = library_search::search(&NCCL, &env, &FileSystem::default());
+    let mut errors = Vec::new();
+    for candidate in &search.candidates {
+        // SAFETY: loading NCCL runs its initialisers, as linking against it would.
+        match unsafe { libloading::Library::new(&candidate.path) } {
+            Ok(lib) => {
+                let name = candidate.path.display().to_string();
+                return Ok((lib, name, candidate.origin.clone()));
+            }
+            Err(e) => errors.push(format!("{}: {e}", candidate.path.display()).replace('\n', " ")),
         }
     }
-    v
-}
-
-/// The path of the first mapped file whose name contains `needle`, from /proc/self/maps text.
-pub fn mapped_path(maps: &str, needle: &str) -> Option<String> {
-    maps.lines().find_map(|l| {
-        let path = l.split_whitespace().nth(5)?;
-        let name = Path::new(path).file_name()?.to_str()?;
-        name.contains(needle).then(|| path.to_string())
-    })
+    Err(format!(
+        "searched {} ({}); install it into the Python environment (pip install nvidia-nccl-cu13) or set NCCL_LIB to the full path of libnccl.so.2",
+        search.searched_line(&NCCL),
+        errors.join("; ")
+    ))
 }
 
 fn load_nccl_uncached() -> Result<NcclLib, String> {
-    let env = std::env::var("NCCL_LIB").ok();
-    let mut errors = Vec::new();
-    let mut opened = None;
-    for c in nccl_candidates(env.as_deref()) {
-        // SAFETY: loading NCCL runs its initialisers, as linking against it would.
-        match unsafe { libloading::Library::new(&c) } {
-            Ok(lib) => {
-                opened = Some((c, lib));
-                break;
-            }
-            Err(e) => errors.push(format!("{c}: {e}")),
-        }
-    }
-    let (name, lib) = opened.ok_or_else(|| format!("tried {}", errors.join("; ")))?;
+    let (lib, name, origin) = open_nccl()?;
     // SAFETY (symbol lookups): each type matches the declaration in nccl.h; the pointers are
     // copied out and stay valid because the library is never unloaded.
     unsafe fn sym<T: Copy>(lib: &libloading::Library, name: &str) -> Result<T, String> {
@@ -183,6 +172,7 @@ fn load_nccl_uncached() -> Result<NcclLib, String> {
             .unwrap_or(name);
         Ok(NcclLib {
             path,
+            origin,
             version: NcclVersion::from_code(code),
             get_unique_id: sym(&lib, "ncclGetUniqueId")?,
             comm_init_rank: sym(&lib, "ncclCommInitRank")?,
@@ -196,12 +186,25 @@ fn load_nccl_uncached() -> Result<NcclLib, String> {
     }
 }
 
-/// Loads NCCL once per process (see the module documentation for the search order).
+/// Loads NCCL once per process (see [`crate::library_search`] for the search order) and says
+/// which one (`gapscope: note: using NCCL from …`).
 pub fn load_nccl() -> Result<&'static NcclLib, WorkloadError> {
     static LIB: OnceLock<Result<NcclLib, String>> = OnceLock::new();
-    LIB.get_or_init(load_nccl_uncached)
-        .as_ref()
-        .map_err(|e| WorkloadError::NcclUnavailable(e.clone()))
+    LIB.get_or_init(|| {
+        let lib = load_nccl_uncached()?;
+        eprintln!(
+            "{}",
+            library_search::using_note(
+                &NCCL,
+                &lib.path,
+                &format!("version {}", lib.version),
+                &lib.origin
+            )
+        );
+        Ok(lib)
+    })
+    .as_ref()
+    .map_err(|e| WorkloadError::NcclUnavailable(e.clone()))
 }
 
 impl NcclLib {
@@ -425,35 +428,5 @@ mod tests {
         assert_eq!(c.graph_usage_mode, 1);
         assert_eq!(c.blocking, i32::MIN);
         assert_eq!(c.size, 88);
-    }
-
-    #[test]
-    fn candidates_order() {
-        assert_eq!(
-            nccl_candidates(None),
-            [
-                "libnccl.so.2",
-                "libnccl.so",
-                "/usr/lib/x86_64-linux-gnu/libnccl.so.2"
-            ]
-        );
-        assert_eq!(
-            nccl_candidates(Some("/opt/nccl/lib/libnccl.so.2"))[0],
-            "/opt/nccl/lib/libnccl.so.2"
-        );
-        assert_eq!(nccl_candidates(Some("libnccl.so.2")).len(), 3);
-        assert_eq!(nccl_candidates(Some("  ")).len(), 3);
-    }
-
-    #[test]
-    fn maps_parsing() {
-        let maps = "7f00-7f01 r-xp 00000000 08:01 123 /usr/lib/x86_64-linux-gnu/libc.so.6\n\
-                    7f02-7f03 r-xp 00000000 08:01 124 /usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3\n\
-                    7f04-7f05 rw-p 00000000 00:00 0\n";
-        assert_eq!(
-            mapped_path(maps, "libnccl").as_deref(),
-            Some("/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3")
-        );
-        assert_eq!(mapped_path(maps, "libcupti"), None);
     }
 }

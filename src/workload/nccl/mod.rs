@@ -2,10 +2,10 @@
 //!
 //! NCCL is opened with libloading here, not through cudarc: cudarc's loader looks for
 //! `libnccl.so`, `libnccl.so.13`, `.12`, … but never `libnccl.so.2` (the name NCCL installs),
-//! panics when it finds nothing, and its bindings assume one NCCL version's structs. We open,
-//! in order, `$NCCL_LIB`, `libnccl.so.2`, `libnccl.so`,
-//! `/usr/lib/x86_64-linux-gnu/libnccl.so.2`, resolve the file actually mapped (from
-//! `/proc/self/maps`), and call only `ncclGetVersion`, `ncclGetUniqueId`, `ncclCommInitRank`
+//! panics when it finds nothing, and its bindings assume one NCCL version's structs. We open
+//! the first NCCL [`crate::library_search`] finds (`$NCCL_LIB`, pip's `nvidia-nccl-*` in the
+//! Python environment, `LD_LIBRARY_PATH`, the toolkit, then `libnccl.so.2` / `libnccl.so` by
+//! soname), resolve the file actually mapped (from `/proc/self/maps`), and call only `ncclGetVersion`, `ncclGetUniqueId`, `ncclCommInitRank`
 //! / `ncclCommInitRankConfig`, `ncclAllGather`, `ncclCommDestroy`, `ncclGetErrorString`
 //! (`ncclGetLastError` when present). The library stays loaded for the life of the process.
 //!
@@ -33,7 +33,7 @@ mod rank;
 mod version;
 
 pub use backend::{NCCL_LIBRARY_CALL, NcclAllGather, nccl_describe};
-pub use ffi::{NcclLib, NcclUniqueId, load_nccl, mapped_path, nccl_candidates};
+pub use ffi::{NcclLib, NcclUniqueId, load_nccl};
 pub use rank::{
     ID_FILE_ENV, ID_MAX_AGE_ENV, ID_TIMEOUT_ENV, RankInfo, detect_rank, detect_rank_from_env,
     exchange_unique_id, read_id_file, write_id_file,

@@ -162,6 +162,9 @@ pub fn run_sweep(args: &SweepOptions, output: &Path) -> Result<Vec<(PathBuf, Tra
         api_callbacks: args.cupti_api_callbacks,
         ..RecorderConfig::default()
     })?);
+    if let Some(cupti) = crate::record::cupti::loaded_cupti_library() {
+        eprintln!("{}", cupti.note());
+    }
     let (trace, overhead) = match args.workload {
         Workload::HtDecode => cells::run_ht_decode(args, recorder, &stop)?,
         Workload::Emu => (cells::run_emu(args, recorder, &stop)?, Vec::new()),

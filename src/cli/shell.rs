@@ -1,0 +1,60 @@
+#![forbid(unsafe_code)]
+//! `gapscope completions SHELL` and `gapscope man [DIR]`: generated from the clap definition
+//! in [`super::args`], so they list exactly the commands and flags this build has.
+
+use super::args::Cli;
+use super::{Failure, print_stdout};
+use clap::CommandFactory;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// Prints the completion script of `shell` on stdout.
+pub fn completions(shell: clap_complete::Shell) -> Result<ExitCode, Failure> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "gapscope", &mut script);
+    print_stdout(String::from_utf8_lossy(&script).trim_end())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The manual pages: `gapscope.1`, then one per command (`gapscope-analyze.1`, …), each as
+/// (file name, roff text).
+pub fn man_pages() -> Vec<(String, Vec<u8>)> {
+    let mut cli = Cli::command();
+    cli.build();
+    let mut pages = vec![("gapscope.1".to_string(), render(cli.clone()))];
+    for sub in cli.get_subcommands().filter(|s| s.get_name() != "help") {
+        let name = format!("gapscope-{}", sub.get_name());
+        let page = sub.clone().name(name.clone()).display_name(name.clone());
+        pages.push((format!("{name}.1"), render(page)));
+    }
+    pages
+}
+
+fn render(cmd: clap::Command) -> Vec<u8> {
+    let mut out = Vec::new();
+    clap_mangen::Man::new(cmd)
+        .render(&mut out)
+        .expect("rendering into memory cannot fail");
+    out
+}
+
+/// Prints `gapscope.1` on stdout, or writes every page into `dir` (each file written whole,
+/// through a temporary name).
+pub fn man(dir: Option<&Path>) -> Result<ExitCode, Failure> {
+    let pages = man_pages();
+    let Some(dir) = dir else {
+        print_stdout(String::from_utf8_lossy(&pages[0].1).trim_end())?;
+        return Ok(ExitCode::SUCCESS);
+    };
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+    for (name, text) in &pages {
+        gapscope::trace::write_atomically(&dir.join(name), text)?;
+    }
+    eprintln!(
+        "gapscope: wrote {} manual pages to {}",
+        pages.len(),
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
