@@ -307,7 +307,8 @@ pub fn shift_in_place(t: &mut Trace, by: i64) {
 /// One rank given to [`merge_inputs`]: its trace, or its summary ([`RankSummary`], made by
 /// `analyze --summary`), which gives the same report but no merged Perfetto trace.
 pub enum RankInput {
-    Trace(Trace),
+    // Boxed: a handful of these are moved, and a trace's own records are on the heap anyway.
+    Trace(Box<Trace>),
     Summary(RankSummary),
 }
 
@@ -349,7 +350,10 @@ pub fn merge(
     clock: Option<ClockAlignment>,
 ) -> Result<Merged, MergeError> {
     merge_inputs(
-        traces.into_iter().map(RankInput::Trace).collect(),
+        traces
+            .into_iter()
+            .map(|t| RankInput::Trace(Box::new(t)))
+            .collect(),
         paths,
         clock,
     )
@@ -488,7 +492,8 @@ pub fn merge_inputs(
     let mut combined = Analysis::default();
     for (i, ((input, p), offset)) in inputs.into_iter().zip(offsets).enumerate() {
         let (meta, cells) = match input {
-            RankInput::Trace(mut s) => {
+            RankInput::Trace(s) => {
+                let mut s = *s;
                 shift_in_place(&mut s, offset.offset_ns - base);
                 let a =
                     analysis::analyze(std::slice::from_ref(&s), std::slice::from_ref(&p), &options);

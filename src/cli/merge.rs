@@ -32,7 +32,7 @@ pub fn command(
             })?;
             RankInput::Summary(s)
         } else {
-            RankInput::Trace(load_one(p, None)?)
+            RankInput::Trace(Box::new(load_one(p, None)?))
         });
     }
     let summaries = ranks
