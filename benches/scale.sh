@@ -36,8 +36,11 @@ if [ -z "${NEW:-}" ]; then
     (cd "$ROOT" && cargo build -q --release --bin gapscope)
     NEW="$ROOT/target/release/gapscope"
 fi
-(cd "$ROOT" && cargo build -q --release --example gen_kineto)
-GEN="$ROOT/target/release/examples/gen_kineto"
+# GEN: the trace generator (default: built here; only run for traces not yet in $WORK).
+if [ -z "${GEN:-}" ]; then
+    (cd "$ROOT" && cargo build -q --release --example gen_kineto)
+    GEN="$ROOT/target/release/examples/gen_kineto"
+fi
 mkdir -p "$WORK/100k" "$WORK/1m"
 [ -s "$WORK/100k/rank-0.json" ] || "$GEN" --kernels 100000 --annotations 10 -o "$WORK/100k/rank-0.json"
 [ -s "$WORK/1m/rank-0.json" ] || "$GEN" --kernels 1000000 --annotations 80 -o "$WORK/1m/rank-0.json"
