@@ -79,7 +79,11 @@ fn cases() -> Vec<Case> {
     if let Some(first) = rank_dirs.first() {
         cases.push(Case {
             name: format!("merge-{}-perfetto-json", first.replace('/', "__")),
-            args: vec!["merge".into(), (*first).to_owned(), "--perfetto-json".into()],
+            args: vec![
+                "merge".into(),
+                (*first).to_owned(),
+                "--perfetto-json".into(),
+            ],
         });
     }
     for dir in rank_dirs {
