@@ -97,7 +97,7 @@ pub enum Command {
     /// report with a row per rank, the slowest rank highlighted. Rank summaries (`analyze
     /// --summary`) stand for their traces: same report, no Perfetto trace.
     #[command(
-        after_help = "Example:\n  gapscope merge traces/torch-graphs-2rank-h200/mixing-1 -o out   # out/report.md, report.json, trace.perfetto-trace\n  gapscope analyze trace-3.json --summary s/rank-3.json   # per rank, e.g. in a batch array job\n  gapscope merge s/                                       # then all ranks at once"
+        after_help = "Example:\n  gapscope merge traces/torch-graphs-2rank-h200/mixing-1 -o out   # out/report.md, report.json, trace.perfetto-trace\n  gapscope analyze traces/torch-graphs-2rank-h200/mixing-1/trace-0.json --summary rank-0.json   # per rank, e.g. in a batch array job\n  gapscope merge rank-0.json traces/torch-graphs-2rank-h200/mixing-1/trace-1.json   # then the ranks at once: summaries, traces or both"
     )]
     Merge {
         /// Per-rank trace files or rank summaries, or folders of them (*.json, *.json.gz).
