@@ -92,7 +92,8 @@ fn run(cli: Cli, given: &[&'static str]) -> Result<ExitCode, Failure> {
             traces,
             out,
             perfetto,
-        } => cli::analyze::command(&traces, &out, perfetto.format()),
+            summary,
+        } => cli::analyze::command(&traces, &out, perfetto.format(), summary.as_deref()),
         Command::Compare(args) => cli::compare::command(&args),
         Command::Export {
             traces,

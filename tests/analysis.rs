@@ -1,6 +1,6 @@
 //! Analysis on synthetic traces: attribution, pairing, invariants.
 
-use gapscope::analysis::{self, AnalysisOptions, Cause, CauseKind, Regime};
+use gapscope::analysis::{self, AnalysisOptions, Cause, CauseKind, ExternalWait, Regime};
 use gapscope::trace::synthetic::{self, SyntheticCell};
 use gapscope::trace::{self, Kernel, Marker, MarkerKind, Trace};
 use proptest::prelude::*;
@@ -37,12 +37,13 @@ fn mode2_pre_collective_gap_is_the_external_wait_inside_nccl_all_gather() {
             .find(|g| g.cause.kind() == CauseKind::ExternalEventWait)
             .expect("a gap caused by the external wait");
         match &gap.cause {
-            Cause::ExternalEventWait {
-                wait_node,
-                record_node,
-                created_by,
-                library_call,
-            } => {
+            Cause::ExternalEventWait(wait) => {
+                let ExternalWait {
+                    wait_node,
+                    record_node,
+                    created_by,
+                    library_call,
+                } = &**wait;
                 assert_eq!(wait_node >> 32, u64::from(step.graph_exec.unwrap()));
                 assert!(record_node.is_some());
                 assert_eq!(created_by.as_deref(), Some("cudaStreamWaitEvent"));

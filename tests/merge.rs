@@ -380,3 +380,135 @@ fn aligning_without_collectives_exits_2() {
     let out = gapscope(&["merge", &files[0], &files[1]]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
+
+/// Runs gapscope in `dir` (relative paths in the reports).
+fn gapscope_in(dir: &Path, args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_gapscope"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("run gapscope");
+    assert!(
+        out.status.success(),
+        "gapscope {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Eight ranks on two hosts (ranks 4–7 on node-b, whose clock is `CLOCK_AHEAD_NS` ahead),
+/// each a little slower than the one before, as trace files in `dir/traces/`.
+fn eight_ranks(dir: &Path) {
+    std::fs::create_dir_all(dir.join("traces")).unwrap();
+    for rank in 0..8u32 {
+        let node_b = rank >= 4;
+        let mut t = rank_trace(
+            rank,
+            Some(if node_b { "node-b" } else { "node-a" }),
+            u64::from(rank) * 400,
+            100 + u64::from(rank),
+        );
+        t.metadata.world = 8;
+        if node_b {
+            t = merge::shift_trace(&t, CLOCK_AHEAD_NS);
+        }
+        let path = dir.join(format!("traces/trace-{rank}.json"));
+        trace::write_trace(&path, &t).unwrap();
+    }
+}
+
+#[test]
+fn merge_of_rank_summaries_gives_the_report_of_merge_of_the_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    eight_ranks(dir);
+    std::fs::create_dir_all(dir.join("summaries")).unwrap();
+    for rank in 0..8 {
+        let trace = format!("traces/trace-{rank}.json");
+        let summary = format!("summaries/rank-{rank}.json");
+        let out = gapscope_in(dir, &["analyze", &trace, "--summary", &summary]);
+        assert!(String::from_utf8_lossy(&out.stderr).contains(&summary));
+    }
+    let from_traces = gapscope_in(dir, &["merge", "traces", "-o", "from-traces", "--json"]);
+    let from_summaries = gapscope_in(
+        dir,
+        &["merge", "summaries", "-o", "from-summaries", "--json"],
+    );
+    let json: Value = serde_json::from_slice(&from_traces.stdout).unwrap();
+    // The case is not trivial: eight ranks, aligned on collectives, a slowest rank found.
+    assert_eq!(json["ranks"].as_array().unwrap().len(), 8);
+    assert_eq!(json["clock"], "collectives");
+    assert!(json["ranks"][5]["clock"]["offset_ns"].as_i64().unwrap() < -1_000_000);
+    assert!(json["cells"][0]["slowest_rank"].as_u64().is_some());
+    assert_eq!(
+        String::from_utf8_lossy(&from_summaries.stdout),
+        String::from_utf8_lossy(&from_traces.stdout),
+        "the JSON reports differ"
+    );
+    let read = |set: &str, name: &str| std::fs::read_to_string(dir.join(set).join(name));
+    assert_eq!(
+        read("from-summaries", "report.md").unwrap(),
+        read("from-traces", "report.md").unwrap()
+    );
+    let perfetto = |set: &str| dir.join(set).join("trace.perfetto-trace").exists();
+    assert!(perfetto("from-traces"));
+    assert!(
+        !perfetto("from-summaries"),
+        "summaries hold no timelines: no Perfetto trace"
+    );
+    assert!(String::from_utf8_lossy(&from_summaries.stderr).contains("no trace.perfetto-trace"));
+    // Traces and summaries mix: the report is the same again.
+    std::fs::rename(
+        dir.join("traces/trace-3.json"),
+        dir.join("summaries/trace-3.json"),
+    )
+    .unwrap();
+    std::fs::remove_file(dir.join("summaries/rank-3.json")).unwrap();
+    let mixed = gapscope_in(dir, &["merge", "summaries", "--json"]);
+    let mixed: Value = serde_json::from_slice(&mixed.stdout).unwrap();
+    assert_eq!(mixed["ranks"][3]["path"], "summaries/trace-3.json");
+    assert_eq!(mixed["cells"], json["cells"]);
+}
+
+#[test]
+fn summary_takes_one_trace_and_a_bad_summary_exits_2_with_one_line() {
+    let out = gapscope(&[
+        "analyze",
+        &fixture("one-node", 0),
+        &fixture("one-node", 1),
+        "--summary",
+        "/nonexistent/s.json",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(one_error_line(&out).contains("--summary summarises one rank"));
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("rank-0.json");
+    std::fs::write(&bad, r#"{"gapscope_summary_version":1,"rank":"x"}"#).unwrap();
+    let out = gapscope(&["merge", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let line = one_error_line(&out);
+    assert!(line.contains("not a usable gapscope summary"), "{line}");
+}
+
+/// A Kineto rank of 100k kernels in 100 steps (1,000 kernels each): its summary is at most
+/// 1 % of the trace. (benches/scale.sh checks the same on 1 M kernels.)
+#[test]
+fn summary_of_a_generated_rank_is_at_most_1_percent_of_its_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("rank-0.json");
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&trace).unwrap());
+    trace::synthetic::kineto::write_kineto(&mut w, 100_000, 100, "rank-0").unwrap();
+    drop(w);
+    let summary = dir.path().join("summary.json");
+    gapscope_in(
+        dir.path(),
+        &["analyze", "rank-0.json", "--summary", "summary.json"],
+    );
+    let (t, s) = (
+        std::fs::metadata(&trace).unwrap().len(),
+        std::fs::metadata(&summary).unwrap().len(),
+    );
+    assert!(s * 100 <= t, "summary {s} bytes, trace {t} bytes");
+    let parsed: Value = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+    assert_eq!(parsed["cells"][0]["ops"].as_array().unwrap().len(), 1000);
+}

@@ -12,8 +12,8 @@
 use super::stats::Stat;
 use super::steps::{CellSteps, LaunchIndex};
 use super::{
-    AnalysisOptions, Cause, CauseKind, CauseTotal, CellAnalysis, Gap, Observed, Op, Regime,
-    SequenceEntry, Step, TraceTimeline,
+    AnalysisOptions, Cause, CauseKind, CauseTotal, CellAnalysis, ExternalWait, Gap,
+    HostNodeEvidence, Observed, Op, Regime, SequenceEntry, Step, TraceTimeline,
 };
 use crate::trace::{NodeType, Trace};
 use rustc_hash::FxHashMap;
@@ -22,7 +22,7 @@ use std::collections::HashSet;
 /// Per-trace indexes shared by the cells of one trace.
 pub struct TraceContext<'a> {
     trace: &'a Trace,
-    launches: LaunchIndex,
+    launches: LaunchIndex<'a>,
     dag: DagIndex,
     /// (thread, start) of stream-wait API calls, sorted.
     stream_waits: Vec<(u32, u64)>,
@@ -39,7 +39,7 @@ pub struct TraceContext<'a> {
 }
 
 impl<'a> TraceContext<'a> {
-    pub fn new(trace: &'a Trace, launches: LaunchIndex) -> TraceContext<'a> {
+    pub fn new(trace: &'a Trace, launches: LaunchIndex<'a>) -> TraceContext<'a> {
         let wait_names = string_ids(trace, is_stream_wait_api);
         let mut stream_waits: Vec<(u32, u64)> = trace
             .api_calls
@@ -80,7 +80,7 @@ impl<'a> TraceContext<'a> {
     }
 
     /// The trace's launch calls by correlation id.
-    pub fn launches(&self) -> &LaunchIndex {
+    pub fn launches(&self) -> &LaunchIndex<'a> {
         &self.launches
     }
 
@@ -293,18 +293,18 @@ fn node_cause(ctx: &TraceContext, preds: &Predecessors) -> Option<Cause> {
     let trace = ctx.trace;
     let name = |id: Option<u32>| id.map(|s| trace.str(s).to_owned());
     if let Some(wait) = preds.external_wait.and_then(|id| ctx.dag.node(trace, id)) {
-        return Some(Cause::ExternalEventWait {
+        return Some(Cause::ExternalEventWait(Box::new(ExternalWait {
             wait_node: wait.id,
             record_node: paired_record_node(ctx, wait),
             created_by: name(wait.created_by),
             library_call: name(wait.library_call),
-        });
+        })));
     }
     let host = preds.host.and_then(|id| ctx.dag.node(trace, id))?;
-    Some(Cause::HostNode {
+    Some(Cause::HostNode(Box::new(HostNodeEvidence {
         node: host.id,
         library_call: name(host.library_call),
-    })
+    })))
 }
 
 /// Leading gap of a replay: host-bound when the launch call had not returned (within the
@@ -595,6 +595,12 @@ pub fn analyze_cell(
     let busy = Stat::of_ns(with_period.iter().map(|s| s.busy));
     let idle = Stat::of_ns(with_period.iter().map(|s| s.idle));
     let idle_by_cause = idle_by_cause(&with_period);
+    let host_bound_launch_calls = Stat::of_ns(figures_from.iter().flat_map(|s| {
+        s.gaps.iter().filter_map(|g| match g.cause {
+            Cause::GraphLaunchHostBound { launch_call_ns, .. } => Some(launch_call_ns),
+            _ => None,
+        })
+    }));
     let sequence = canonical_sequence(ctx, timeline, &with_period);
     let observed = observe(ctx, &steps);
     let mut requested = meta_cell.map(|c| c.requested.clone()).unwrap_or_default();
@@ -630,6 +636,7 @@ pub fn analyze_cell(
         busy,
         idle,
         idle_by_cause,
+        host_bound_launch_calls,
         sequence,
         reference: meta_cell.map(|c| c.reference.clone()).unwrap_or_default(),
         sampled: super::Sampled::of_cell(

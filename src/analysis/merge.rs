@@ -43,6 +43,7 @@
 //! get a warning, and a wide spread of the per-instance estimates shows a mismatch.
 
 use crate::analysis::stats::{Change, Stat};
+use crate::analysis::summary::RankSummary;
 use crate::analysis::{self, Analysis, AnalysisOptions};
 use crate::trace::{Source, Trace};
 use serde::Serialize;
@@ -139,6 +140,17 @@ pub struct RankCell {
     pub slowest: bool,
 }
 
+impl RankCell {
+    fn new(label: &str, period: Option<Stat>, period_block_medians: &[f64]) -> RankCell {
+        RankCell {
+            label: label.to_owned(),
+            period,
+            period_block_medians: period_block_medians.to_vec(),
+            slowest: false,
+        }
+    }
+}
+
 /// One rank: a row of the report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RankRow {
@@ -226,9 +238,9 @@ pub fn clock_offset(reference: &Trace, trace: &Trace) -> Option<ClockOffset> {
 }
 
 /// [`clock_offset`] from the two traces' [`collective_ends`].
-fn offset_between(
-    refs: &BTreeMap<&str, Vec<u64>>,
-    mine: &BTreeMap<&str, Vec<u64>>,
+fn offset_between<K: Ord>(
+    refs: &BTreeMap<K, Vec<u64>>,
+    mine: &BTreeMap<K, Vec<u64>>,
 ) -> Option<ClockOffset> {
     let mut estimates: Vec<f64> = Vec::new();
     for (name, ends) in mine {
@@ -292,6 +304,44 @@ pub fn shift_in_place(t: &mut Trace, by: i64) {
     }
 }
 
+/// One rank given to [`merge_inputs`]: its trace, or its summary ([`RankSummary`], made by
+/// `analyze --summary`), which gives the same report but no merged Perfetto trace.
+pub enum RankInput {
+    // Boxed: a handful of these are moved, and a trace's own records are on the heap anyway.
+    Trace(Box<Trace>),
+    Summary(RankSummary),
+}
+
+impl RankInput {
+    fn rank(&self) -> u32 {
+        match self {
+            RankInput::Trace(t) => t.metadata.rank,
+            RankInput::Summary(s) => s.rank,
+        }
+    }
+
+    fn world(&self) -> u32 {
+        match self {
+            RankInput::Trace(t) => t.metadata.world,
+            RankInput::Summary(s) => s.world,
+        }
+    }
+
+    fn host(&self) -> Option<&str> {
+        match self {
+            RankInput::Trace(t) => host(t),
+            RankInput::Summary(s) => s.host.as_deref(),
+        }
+    }
+
+    fn collective_ends(&self) -> BTreeMap<String, Vec<u64>> {
+        match self {
+            RankInput::Trace(t) => super::summary::owned_collective_ends(t),
+            RankInput::Summary(s) => s.collective_ends(),
+        }
+    }
+}
+
 /// Merges per-rank traces (`paths` name them in reports). `clock`: `None` picks
 /// [`ClockAlignment::Collectives`] when the traces name more than one host, else [`ClockAlignment::None`].
 pub fn merge(
@@ -299,34 +349,56 @@ pub fn merge(
     paths: Vec<String>,
     clock: Option<ClockAlignment>,
 ) -> Result<Merged, MergeError> {
-    if traces.is_empty() {
+    merge_inputs(
+        traces
+            .into_iter()
+            .map(|t| RankInput::Trace(Box::new(t)))
+            .collect(),
+        paths,
+        clock,
+    )
+}
+
+/// [`merge`] of traces and summaries. A summary names its rank by the trace it was made
+/// from, so the report is the one its trace gives; the merged Perfetto trace (`traces`, and
+/// `analysis`'s timelines) is left empty unless every input is a trace.
+pub fn merge_inputs(
+    ranks: Vec<RankInput>,
+    paths: Vec<String>,
+    clock: Option<ClockAlignment>,
+) -> Result<Merged, MergeError> {
+    if ranks.is_empty() {
         return Err(MergeError::Empty);
     }
-    let mut inputs: Vec<(Trace, String)> = traces
+    let mut inputs: Vec<(RankInput, String)> = ranks
         .into_iter()
         .enumerate()
-        .map(|(i, t)| {
-            let p = paths
-                .get(i)
-                .cloned()
-                .unwrap_or_else(|| format!("trace {i}"));
-            (t, p)
+        .map(|(i, r)| {
+            let p = match &r {
+                RankInput::Summary(s) => s.trace.clone(),
+                RankInput::Trace(_) => paths
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| format!("trace {i}")),
+            };
+            (r, p)
         })
         .collect();
+    let all_traces = inputs.iter().all(|(r, _)| matches!(r, RankInput::Trace(_)));
     // One trace per rank, by rank; the stable sort keeps input order among equal ranks, so
     // the refusal names the files in the order given.
-    inputs.sort_by_key(|(t, _)| t.metadata.rank);
+    inputs.sort_by_key(|(r, _)| r.rank());
     for w in inputs.windows(2) {
-        if w[0].0.metadata.rank == w[1].0.metadata.rank {
+        if w[0].0.rank() == w[1].0.rank() {
             return Err(MergeError::DuplicateRank {
-                rank: w[0].0.metadata.rank,
+                rank: w[0].0.rank(),
                 first: w[0].1.clone(),
                 second: w[1].1.clone(),
             });
         }
     }
     let mut warnings = Vec::new();
-    let reference_rank = inputs[0].0.metadata.rank;
+    let reference_rank = inputs[0].0.rank();
     if reference_rank != 0 {
         warnings.push(format!(
             "no trace of rank 0: rank {reference_rank} is the clock reference"
@@ -335,7 +407,7 @@ pub fn merge(
     rank_warnings(&inputs, &mut warnings);
 
     // Clock alignment.
-    let hosts: BTreeSet<&str> = inputs.iter().filter_map(|(t, _)| host(t)).collect();
+    let hosts: BTreeSet<&str> = inputs.iter().filter_map(|(r, _)| r.host()).collect();
     let host_list = hosts.iter().copied().collect::<Vec<_>>().join(", ");
     let (clock_alignment, clock_alignment_reason) = match clock {
         Some(ClockAlignment::Collectives) => (
@@ -365,22 +437,22 @@ pub fn merge(
     };
     let reference = &inputs[0];
     // Each rank's collectives, found once: for the offsets, the count warnings and the rows.
-    let ends: Vec<BTreeMap<&str, Vec<u64>>> =
-        inputs.iter().map(|(t, _)| collective_ends(t)).collect();
+    let ends: Vec<BTreeMap<String, Vec<u64>>> =
+        inputs.iter().map(|(r, _)| r.collective_ends()).collect();
     let mut offsets = Vec::with_capacity(inputs.len());
-    for (i, (t, p)) in inputs.iter().enumerate() {
+    for (i, (r, p)) in inputs.iter().enumerate() {
         let offset = match clock_alignment {
             ClockAlignment::None => ClockOffset::ZERO,
             ClockAlignment::Collectives => {
                 let offset = offset_between(&ends[0], &ends[i]).ok_or_else(|| {
                     if i == 0 {
                         MergeError::ReferenceWithoutCollectives {
-                            rank: t.metadata.rank,
+                            rank: r.rank(),
                             path: p.clone(),
                         }
                     } else {
                         MergeError::NoAnchors {
-                            rank: t.metadata.rank,
+                            rank: r.rank(),
                             path: p.clone(),
                             reference: reference_rank,
                             reference_path: reference.1.clone(),
@@ -390,7 +462,7 @@ pub fn merge(
                 })?;
                 if offset.offset_ns.unsigned_abs() > MAX_CLOCK_OFFSET_NS as u64 {
                     return Err(MergeError::ImplausibleOffset {
-                        rank: t.metadata.rank,
+                        rank: r.rank(),
                         path: p.clone(),
                         reference: reference_rank,
                         seconds: offset.offset_ns as f64 / 1e9,
@@ -418,38 +490,62 @@ pub fn merge(
     let mut rows = Vec::with_capacity(inputs.len());
     let mut shifted = Vec::with_capacity(inputs.len());
     let mut combined = Analysis::default();
-    for (i, ((mut s, p), offset)) in inputs.into_iter().zip(offsets).enumerate() {
-        shift_in_place(&mut s, offset.offset_ns - base);
-        let a = analysis::analyze(std::slice::from_ref(&s), std::slice::from_ref(&p), &options);
-        let rank = s.metadata.rank;
+    for (i, ((input, p), offset)) in inputs.into_iter().zip(offsets).enumerate() {
+        let (meta, cells) = match input {
+            RankInput::Trace(s) => {
+                let mut s = *s;
+                shift_in_place(&mut s, offset.offset_ns - base);
+                let a =
+                    analysis::analyze(std::slice::from_ref(&s), std::slice::from_ref(&p), &options);
+                let rank = s.metadata.rank;
+                let meta = (
+                    rank,
+                    s.metadata.world,
+                    host(&s).map(str::to_owned),
+                    s.metadata.source,
+                    s.dropped_records,
+                );
+                let cells = a
+                    .cells
+                    .iter()
+                    .map(|c| RankCell::new(&c.label, c.period, &c.period_block_medians))
+                    .collect();
+                if all_traces {
+                    combined.inputs.extend(a.inputs);
+                    combined.timelines.extend(a.timelines);
+                    combined.cells.extend(a.cells.into_iter().map(|mut c| {
+                        c.trace = i;
+                        c.label = format!("rank {rank}: {}", c.label);
+                        c
+                    }));
+                    shifted.push(s);
+                }
+                (meta, cells)
+            }
+            RankInput::Summary(s) => {
+                let cells = s
+                    .cells
+                    .iter()
+                    .map(|c| RankCell::new(&c.label, c.period, &c.period_block_medians))
+                    .collect();
+                (
+                    (s.rank, s.world, s.host, s.source, s.dropped_records),
+                    cells,
+                )
+            }
+        };
+        let (rank, world, host, source, dropped_records) = meta;
         rows.push(RankRow {
             rank,
-            world: s.metadata.world,
+            world,
             path: p,
-            host: host(&s).map(str::to_owned),
-            source: s.metadata.source,
-            dropped_records: s.dropped_records,
+            host,
+            source,
+            dropped_records,
             collective_kernels: collective_counts[i],
             clock: offset,
-            cells: a
-                .cells
-                .iter()
-                .map(|c| RankCell {
-                    label: c.label.clone(),
-                    period: c.period,
-                    period_block_medians: c.period_block_medians.clone(),
-                    slowest: false,
-                })
-                .collect(),
+            cells,
         });
-        combined.inputs.extend(a.inputs);
-        combined.timelines.extend(a.timelines);
-        combined.cells.extend(a.cells.into_iter().map(|mut c| {
-            c.trace = i;
-            c.label = format!("rank {rank}: {}", c.label);
-            c
-        }));
-        shifted.push(s);
     }
     let cells = compare_ranks(&mut rows);
     Ok(Merged {
@@ -465,8 +561,8 @@ pub fn merge(
 }
 
 /// World sizes that disagree, ranks outside the world, ranks missing from it.
-fn rank_warnings(inputs: &[(Trace, String)], warnings: &mut Vec<String>) {
-    let worlds: BTreeSet<u32> = inputs.iter().map(|(t, _)| t.metadata.world).collect();
+fn rank_warnings(inputs: &[(RankInput, String)], warnings: &mut Vec<String>) {
+    let worlds: BTreeSet<u32> = inputs.iter().map(|(r, _)| r.world()).collect();
     if worlds.len() > 1 {
         warnings.push(format!(
             "the traces disagree on the world size ({})",
@@ -478,7 +574,7 @@ fn rank_warnings(inputs: &[(Trace, String)], warnings: &mut Vec<String>) {
         ));
     }
     let world = worlds.iter().copied().max().unwrap_or(1);
-    let present: BTreeSet<u32> = inputs.iter().map(|(t, _)| t.metadata.rank).collect();
+    let present: BTreeSet<u32> = inputs.iter().map(|(r, _)| r.rank()).collect();
     if let Some(&r) = present.iter().find(|&&r| r >= world) {
         warnings.push(format!("rank {r} is outside the world size {world}"));
     }
@@ -501,14 +597,14 @@ fn rank_warnings(inputs: &[(Trace, String)], warnings: &mut Vec<String>) {
 
 /// Collective counts that differ from the reference's, and wide per-instance spreads.
 fn collective_warnings(
-    inputs: &[(Trace, String)],
-    ends: &[BTreeMap<&str, Vec<u64>>],
+    inputs: &[(RankInput, String)],
+    ends: &[BTreeMap<String, Vec<u64>>],
     offsets: &[ClockOffset],
     warnings: &mut Vec<String>,
 ) {
     let reference = &ends[0];
-    for (((t, _), o), mine) in inputs.iter().zip(offsets).zip(ends).skip(1) {
-        let rank = t.metadata.rank;
+    for (((r, _), o), mine) in inputs.iter().zip(offsets).zip(ends).skip(1) {
+        let rank = r.rank();
         for (name, mine) in mine {
             let n = mine.len();
             if let Some(r) = reference.get(name).map(Vec::len)
@@ -516,7 +612,7 @@ fn collective_warnings(
             {
                 warnings.push(format!(
                     "rank {rank} has {n} {name} kernels, reference rank {} has {r}: the first {} of each are matched, which assumes both traces start at the same collective",
-                    inputs[0].0.metadata.rank,
+                    inputs[0].0.rank(),
                     n.min(r)
                 ));
             }

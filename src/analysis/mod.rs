@@ -16,6 +16,7 @@ pub mod provenance;
 pub mod remedy;
 pub mod stats;
 pub mod steps;
+pub mod summary;
 pub mod timeline;
 pub mod tracer_share;
 pub mod validate;
@@ -44,7 +45,7 @@ impl Default for AnalysisOptions {
 /// ranks, or two recordings of one workload): such labels then say whose they are: `[rank N]`
 /// when the inputs are distinct ranks, else the input's file name when those differ
 /// (`[mode2-rank0]`), else `[input N]` (the order of the inputs). Labels no other input has stay.
-fn name_inputs_in_labels(cells: &mut [CellAnalysis], traces: &[Trace], paths: &[String]) {
+fn name_inputs_in_labels(cells: &mut [CellAnalysis], ranks: &[u32], paths: &[String]) {
     use std::collections::{BTreeMap, BTreeSet};
     let mut inputs_of: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
     for c in cells.iter() {
@@ -54,11 +55,8 @@ fn name_inputs_in_labels(cells: &mut [CellAnalysis], traces: &[Trace], paths: &[
             .insert(c.trace);
     }
     let distinct = |names: &[String]| names.iter().collect::<BTreeSet<_>>().len() == names.len();
-    let ranks: Vec<String> = traces
-        .iter()
-        .map(|t| format!("rank {}", t.metadata.rank))
-        .collect();
-    let files: Vec<String> = (0..traces.len())
+    let ranks: Vec<String> = ranks.iter().map(|r| format!("rank {r}")).collect();
+    let files: Vec<String> = (0..ranks.len())
         .map(|i| paths.get(i).map_or_else(String::new, |p| file_stem(p)))
         .collect();
     let tags: Vec<String> = if distinct(&ranks) {
@@ -66,7 +64,7 @@ fn name_inputs_in_labels(cells: &mut [CellAnalysis], traces: &[Trace], paths: &[
     } else if distinct(&files) && files.iter().all(|f| !f.is_empty()) {
         files
     } else {
-        (0..traces.len()).map(|i| format!("input {i}")).collect()
+        (0..ranks.len()).map(|i| format!("input {i}")).collect()
     };
     for cell in cells {
         if inputs_of
@@ -89,22 +87,104 @@ fn file_stem(path: &str) -> String {
 /// Analyses traces: one [`CellAnalysis`] per cell, and eager ↔ graphed pairs.
 /// `paths` name the traces in reports (same order as `traces`).
 pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) -> Analysis {
-    let mut analysis = Analysis::default();
-    // Per input, the cells its missing records fall in.
-    let mut touched: Vec<Vec<usize>> = Vec::with_capacity(traces.len());
+    let mut analyzer = Analyzer::new(options.clone(), Detail::Steps);
     for (i, trace) in traces.iter().enumerate() {
+        analyzer.add_borrowed(trace, paths.get(i).cloned().unwrap_or_default());
+    }
+    analyzer.finish()
+}
+
+/// What an [`Analyzer`] keeps of each trace beyond the figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// Every step's ops and gaps and the op timelines: what the Perfetto trace and the step
+    /// SVG draw.
+    Steps,
+    /// The figures only (what the Markdown and JSON reports and the summaries print): each
+    /// trace's timeline and its steps' ops and gaps are dropped once its cells are analysed,
+    /// so memory holds one trace's detail at a time.
+    Figures,
+}
+
+/// The analysis of traces added one at a time: each trace is analysed when added; the
+/// comparisons across traces (labels, pairs, remedies) are made by [`Analyzer::finish`].
+/// The result is [`analyze`]'s, whatever the order of the calls around it.
+pub struct Analyzer {
+    options: AnalysisOptions,
+    detail: Detail,
+    analysis: Analysis,
+    ranks: Vec<u32>,
+    paths: Vec<String>,
+    /// Per input, the cells its missing records fall in.
+    touched: Vec<Vec<usize>>,
+}
+
+impl Analyzer {
+    pub fn new(options: AnalysisOptions, detail: Detail) -> Analyzer {
+        Analyzer {
+            options,
+            detail,
+            analysis: Analysis::default(),
+            ranks: Vec::new(),
+            paths: Vec::new(),
+            touched: Vec::new(),
+        }
+    }
+
+    /// Analyses `trace` (named `path` in reports), moving its device records (kernels,
+    /// memcpys, memsets) into the analysis's timeline instead of copying them: `trace`
+    /// keeps everything else, which is all the reports read of it. A damaged trace (see
+    /// [`validate`]) is analysed on its checked copy and keeps its records.
+    pub fn add(&mut self, trace: &mut Trace, path: String) {
+        // Both checks read the device records: before they move.
+        let (checked, damage) = validate::check(trace);
+        let checked = match checked {
+            std::borrow::Cow::Owned(checked) => Some(checked),
+            std::borrow::Cow::Borrowed(_) => None,
+        };
+        let completeness = completeness::check(trace);
+        let kernels = trace.kernels.len();
+        let recorded = Recorded {
+            path,
+            kernels,
+            damage,
+            completeness,
+        };
+        match checked {
+            Some(checked) => {
+                let timeline = timeline::build(&checked);
+                self.add_checked(&checked, recorded, timeline);
+            }
+            None => {
+                let timeline = timeline::build_taking(trace);
+                self.add_checked(trace, recorded, timeline);
+            }
+        }
+    }
+
+    /// [`Analyzer::add`] of a trace that stays as it is: its device ops are copied.
+    pub fn add_borrowed(&mut self, trace: &Trace, path: String) {
         // Damage that parsing accepts is taken out here, and named in the input's summary.
         let (checked, damage) = validate::check(trace);
-        let completeness = completeness::check(trace);
-        let recorded = trace;
-        let trace = &*checked;
-        let timeline = timeline::build(trace);
+        let recorded = Recorded {
+            path,
+            kernels: trace.kernels.len(),
+            damage,
+            completeness: completeness::check(trace),
+        };
+        let timeline = timeline::build(&checked);
+        self.add_checked(&checked, recorded, timeline);
+    }
+
+    /// Analyses `trace`, checked by [`validate`], whose device ops are `timeline`.
+    fn add_checked(&mut self, trace: &Trace, recorded: Recorded, timeline: TraceTimeline) {
+        let i = self.analysis.inputs.len();
         // One index of launch calls for splitting into steps and for attribution.
         let launches = steps::LaunchIndex::new(trace);
         let (cells, found) = steps::split_cells(trace, &timeline, &launches);
         let cells = steps::split_mixed_regimes(cells, &timeline);
-        analysis.inputs.push(InputSummary {
-            path: paths.get(i).cloned().unwrap_or_default(),
+        self.analysis.inputs.push(InputSummary {
+            path: recorded.path.clone(),
             source: trace.metadata.source,
             device: trace.metadata.device.as_ref().map(|d| d.name.clone()),
             versions: trace.metadata.versions.clone(),
@@ -119,52 +199,73 @@ pub fn analyze(traces: &[Trace], paths: &[String], options: &AnalysisOptions) ->
                         .then(|| provenance::KINETO_NOTE.to_owned()),
                 )
                 .collect(),
-            kernels: recorded.kernels.len(),
-            damage,
-            completeness,
+            kernels: recorded.kernels,
+            damage: recorded.damage,
+            completeness: recorded.completeness,
             steps: found,
         });
+        self.ranks.push(trace.metadata.rank);
+        self.paths.push(recorded.path);
         let mut ctx = cause::TraceContext::new(trace, launches);
-        let first_cell = analysis.cells.len();
+        let first_cell = self.analysis.cells.len();
         for cell in cells {
-            analysis
-                .cells
-                .push(cause::analyze_cell(i, &mut ctx, &timeline, cell, options));
+            let cell = cause::analyze_cell(i, &mut ctx, &timeline, cell, &self.options);
+            self.analysis.cells.push(cell);
         }
-        coverage::measure(
-            &timeline,
-            ctx.launches(),
-            ctx.provenance(),
-            &mut analysis.cells[first_cell..],
-        );
-        touched.push(
+        let cells = &mut self.analysis.cells[first_cell..];
+        coverage::measure(&timeline, ctx.launches(), ctx.provenance(), cells);
+        self.touched.push(
             completeness::touched_cells(
-                &analysis.inputs[i].completeness,
-                &analysis.cells[first_cell..],
+                &self.analysis.inputs[i].completeness,
+                cells,
                 &timeline,
                 ctx.launches(),
             )
             .into_iter()
             .map(|c| first_cell + c)
-            .collect::<Vec<usize>>(),
+            .collect(),
         );
-        analysis.timelines.push(timeline);
+        if self.detail == Detail::Figures {
+            for step in cells.iter_mut().flat_map(|c| &mut c.steps) {
+                step.ops = Vec::new();
+                step.gaps = Vec::new();
+            }
+        }
+        self.analysis.timelines.push(match self.detail {
+            Detail::Steps => timeline,
+            Detail::Figures => TraceTimeline::default(),
+        });
     }
-    name_inputs_in_labels(&mut analysis.cells, traces, paths);
-    for (input, cells) in analysis.inputs.iter_mut().zip(touched) {
-        input.completeness.cells = cells
-            .into_iter()
-            .map(|c| analysis.cells[c].label.clone())
+
+    /// The comparisons across the traces added: labels of cells several inputs share, the
+    /// cells missing records touch, eager ↔ graphed and mode pairs, the geomean, remedies.
+    pub fn finish(self) -> Analysis {
+        let mut analysis = self.analysis;
+        name_inputs_in_labels(&mut analysis.cells, &self.ranks, &self.paths);
+        for (input, cells) in analysis.inputs.iter_mut().zip(self.touched) {
+            input.completeness.cells = cells
+                .into_iter()
+                .map(|c| analysis.cells[c].label.clone())
+                .collect();
+        }
+        (analysis.regime_pairs, analysis.not_paired) = align::pair_regimes(&analysis.cells);
+        let ratios: Vec<f64> = analysis
+            .regime_pairs
+            .iter()
+            .filter_map(|p| p.ratio)
             .collect();
+        analysis.geomean_ratio = stats::Geomean::of(&ratios);
+        analysis.mode_pairs = align::pair_modes(&analysis.cells);
+        (analysis.remedies, analysis.withheld_remedies) = remedy::remedies(&analysis);
+        analysis
     }
-    (analysis.regime_pairs, analysis.not_paired) = align::pair_regimes(&analysis.cells);
-    let ratios: Vec<f64> = analysis
-        .regime_pairs
-        .iter()
-        .filter_map(|p| p.ratio)
-        .collect();
-    analysis.geomean_ratio = stats::Geomean::of(&ratios);
-    analysis.mode_pairs = align::pair_modes(&analysis.cells);
-    (analysis.remedies, analysis.withheld_remedies) = remedy::remedies(&analysis);
-    analysis
+}
+
+/// What an input was before [`validate`] took its damage out.
+struct Recorded {
+    path: String,
+    /// Kernels the trace recorded.
+    kernels: usize,
+    damage: Vec<String>,
+    completeness: completeness::Completeness,
 }

@@ -3,11 +3,11 @@
 
 use super::stats::{Change, Geomean, Stat};
 use crate::trace::NodeType;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Kind of a device operation on the timeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OpKind {
     Kernel,
@@ -53,17 +53,11 @@ impl Regime {
 pub enum Cause {
     /// The next op waits (through the DAG) on an external event-wait node; when an NCCL call
     /// created it, this is NCCL graph usage mode 2 ("mixing").
-    ExternalEventWait {
-        wait_node: u64,
-        record_node: Option<u64>,
-        created_by: Option<String>,
-        library_call: Option<String>,
-    },
+    /// (Boxed, as the other variant that carries names: every gap has a cause, and a cause
+    /// of eight bytes keeps a million gaps small.)
+    ExternalEventWait(Box<ExternalWait>),
     /// A host node (e.g. NCCL's proxy callback) precedes the next op.
-    HostNode {
-        node: u64,
-        library_call: Option<String>,
-    },
+    HostNode(Box<HostNodeEvidence>),
     /// A memset/memcpy node that left no device record precedes the next op.
     MemoryNode { node: u64, node_type: NodeType },
     /// The next op joins work from another stream.
@@ -93,8 +87,26 @@ pub enum Cause {
     Unattributed,
 }
 
+/// The evidence of [`Cause::ExternalEventWait`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct ExternalWait {
+    pub wait_node: u64,
+    pub record_node: Option<u64>,
+    /// The API call that created the wait node (e.g. `cudaStreamWaitEvent`).
+    pub created_by: Option<String>,
+    /// The library call it was made inside (e.g. `ncclAllGather`).
+    pub library_call: Option<String>,
+}
+
+/// The evidence of [`Cause::HostNode`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct HostNodeEvidence {
+    pub node: u64,
+    pub library_call: Option<String>,
+}
+
 /// A cause without its details, for aggregation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CauseKind {
     ExternalEventWait,
@@ -114,8 +126,8 @@ pub enum CauseKind {
 impl Cause {
     pub fn kind(&self) -> CauseKind {
         match self {
-            Cause::ExternalEventWait { .. } => CauseKind::ExternalEventWait,
-            Cause::HostNode { .. } => CauseKind::HostNode,
+            Cause::ExternalEventWait(_) => CauseKind::ExternalEventWait,
+            Cause::HostNode(_) => CauseKind::HostNode,
             Cause::MemoryNode { .. } => CauseKind::MemoryNode,
             Cause::CrossStreamJoin { .. } => CauseKind::CrossStreamJoin,
             Cause::GraphLaunch => CauseKind::GraphLaunch,
@@ -132,12 +144,13 @@ impl Cause {
     /// One-line description naming the evidence (node ids, API, library, setting).
     pub fn label(&self) -> String {
         match self {
-            Cause::ExternalEventWait {
-                wait_node,
-                record_node,
-                created_by,
-                library_call,
-            } => {
+            Cause::ExternalEventWait(wait) => {
+                let ExternalWait {
+                    wait_node,
+                    record_node,
+                    created_by,
+                    library_call,
+                } = &**wait;
                 let mut s = format!("external event-wait node {wait_node:#x}");
                 if let Some(api) = created_by {
                     s += &format!(" ({api}");
@@ -159,9 +172,9 @@ impl Cause {
                 }
                 s
             }
-            Cause::HostNode { node, library_call } => match library_call {
-                Some(lib) => format!("host node {node:#x} (inside {lib}: proxy callback)"),
-                None => format!("host node {node:#x}"),
+            Cause::HostNode(host) => match &host.library_call {
+                Some(lib) => format!("host node {:#x} (inside {lib}: proxy callback)", host.node),
+                None => format!("host node {:#x}", host.node),
             },
             Cause::MemoryNode { node, node_type } => {
                 format!("{} node {node:#x}", node_type_name(*node_type))
@@ -368,6 +381,11 @@ pub struct CellAnalysis {
     pub busy: Option<Stat>,
     pub idle: Option<Stat>,
     pub idle_by_cause: Vec<CauseTotal>,
+    /// Durations of the launch calls of graph launches that held the device idle (the gaps
+    /// caused by [`Cause::GraphLaunchHostBound`] in the steps behind the figures), ns. Kept
+    /// here because the steps' gaps may be dropped ([`super::Detail::Figures`]).
+    #[serde(skip)]
+    pub host_bound_launch_calls: Option<Stat>,
     pub sequence: Vec<SequenceEntry>,
     /// Figures the workload measured itself (see [`crate::trace::Cell::reference`]).
     pub reference: BTreeMap<String, f64>,

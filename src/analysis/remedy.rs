@@ -6,7 +6,7 @@
 #![forbid(unsafe_code)]
 
 use super::stats::Stat;
-use super::{Analysis, Cause, CauseKind, CellAnalysis, CellComparison, Regime, Step};
+use super::{Analysis, CauseKind, CellAnalysis, CellComparison, Regime};
 use serde::Serialize;
 
 /// A fix gapscope knows for a cause it attributes.
@@ -287,16 +287,6 @@ fn cause_total(cell: &CellAnalysis, kind: CauseKind) -> Option<&super::CauseTota
     cell.idle_by_cause.iter().find(|t| t.cause == kind)
 }
 
-/// The steps behind a cell's figures: steady ones when it has any (as in the analysis).
-fn figure_steps(cell: &CellAnalysis) -> Vec<&Step> {
-    let steady: Vec<&Step> = cell.steps.iter().filter(|s| !s.first_launch).collect();
-    if steady.is_empty() {
-        cell.steps.iter().collect()
-    } else {
-        steady
-    }
-}
-
 fn has_steady_steps(cell: &CellAnalysis) -> bool {
     cell.steps
         .iter()
@@ -432,12 +422,7 @@ fn replay_cell<'a>(a: &'a Analysis, cell: &CellAnalysis) -> Option<&'a CellAnaly
 }
 
 fn launch_bound(cell: &CellAnalysis) -> Found {
-    let launch_calls = Stat::of_ns(figure_steps(cell).iter().flat_map(|s| {
-        s.gaps.iter().filter_map(|g| match g.cause {
-            Cause::GraphLaunchHostBound { launch_call_ns, .. } => Some(launch_call_ns),
-            _ => None,
-        })
-    }))?;
+    let launch_calls = cell.host_bound_launch_calls?;
     let evidence = format!(
         "graph launch host-bound: the launch call ran {:.2} µs [{:.2}–{:.2}] n={}",
         launch_calls.median / 1e3,

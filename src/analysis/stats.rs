@@ -1,7 +1,7 @@
 //! Robust summary statistics: every figure gapscope reports carries n, the median and a spread.
 #![forbid(unsafe_code)]
 
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// n, median and spread (p10–p90 and min–max) of a sample. Units are the caller's (ns for
 /// durations).
@@ -42,6 +42,47 @@ impl Stat {
     pub fn spread(&self) -> f64 {
         self.p90 - self.p10
     }
+}
+
+/// Reads a Stat back exactly as it was written (rank summaries): serde_json's own number
+/// parser can be one unit in the last place off on 17-digit numbers, so each value is parsed
+/// from its text by the standard library, which rounds correctly.
+impl<'de> Deserialize<'de> for Stat {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Stat, D::Error> {
+        use serde_json::value::RawValue;
+        #[derive(Deserialize)]
+        struct Written {
+            n: usize,
+            median: Box<RawValue>,
+            p10: Box<RawValue>,
+            p90: Box<RawValue>,
+            min: Box<RawValue>,
+            max: Box<RawValue>,
+        }
+        let w = Written::deserialize(d)?;
+        Ok(Stat {
+            n: w.n,
+            median: exact(&w.median)?,
+            p10: exact(&w.p10)?,
+            p90: exact(&w.p90)?,
+            min: exact(&w.min)?,
+            max: exact(&w.max)?,
+        })
+    }
+}
+
+/// A JSON number's text as the f64 it was written from.
+fn exact<E: serde::de::Error>(raw: &serde_json::value::RawValue) -> Result<f64, E> {
+    raw.get()
+        .parse::<f64>()
+        .map_err(|_| E::custom(format!("expected a number, found {}", raw.get())))
+}
+
+/// `deserialize_with` for a list of f64 written by serde_json, read back exactly (see
+/// [`Stat`]'s `Deserialize`).
+pub fn exact_f64s<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    let raw: Vec<Box<serde_json::value::RawValue>> = Vec::deserialize(d)?;
+    raw.iter().map(|r| exact(r)).collect()
 }
 
 /// Linear-interpolated quantile of sorted data.

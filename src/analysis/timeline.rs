@@ -2,7 +2,7 @@
 #![forbid(unsafe_code)]
 
 use super::{Op, OpKind, TraceTimeline};
-use crate::trace::Trace;
+use crate::trace::{Kernel, MemOp, Trace};
 
 /// Collects the trace's device operations, sorted by (start, end). Records with zero
 /// timestamps (CUPTI ran out of timestamp memory) are left out; they are counted as dropped by
@@ -10,7 +10,37 @@ use crate::trace::Trace;
 pub fn build(trace: &Trace) -> TraceTimeline {
     let mut ops =
         Vec::with_capacity(trace.kernels.len() + trace.memcpys.len() + trace.memsets.len());
-    ops.extend(trace.kernels.iter().filter(|k| k.end != 0).map(|k| Op {
+    ops.extend(trace.kernels.iter().filter(|k| k.end != 0).map(kernel_op));
+    for (kind, list) in [
+        (OpKind::Memcpy, &trace.memcpys),
+        (OpKind::Memset, &trace.memsets),
+    ] {
+        ops.extend(list.iter().filter(|m| m.end != 0).map(|m| mem_op(m, kind)));
+    }
+    sorted(ops)
+}
+
+/// [`build`], moving the records out of `trace` (its kernels, memcpys and memsets are left
+/// empty): the kernels become ops in their own memory, so a million kernels are not held
+/// twice.
+pub fn build_taking(trace: &mut Trace) -> TraceTimeline {
+    // A map over a vector's own iterator into a type of the same size reuses its memory.
+    let mut ops: Vec<Op> = std::mem::take(&mut trace.kernels)
+        .into_iter()
+        .filter(|k| k.end != 0)
+        .map(|k| kernel_op(&k))
+        .collect();
+    for (kind, list) in [
+        (OpKind::Memcpy, std::mem::take(&mut trace.memcpys)),
+        (OpKind::Memset, std::mem::take(&mut trace.memsets)),
+    ] {
+        ops.extend(list.iter().filter(|m| m.end != 0).map(|m| mem_op(m, kind)));
+    }
+    sorted(ops)
+}
+
+fn kernel_op(k: &Kernel) -> Op {
+    Op {
         start: k.start,
         end: k.end,
         device: k.device,
@@ -20,24 +50,26 @@ pub fn build(trace: &Trace) -> TraceTimeline {
         kind: OpKind::Kernel,
         graph: k.graph,
         node: k.node,
-    }));
-    for (kind, list) in [
-        (OpKind::Memcpy, &trace.memcpys),
-        (OpKind::Memset, &trace.memsets),
-    ] {
-        ops.extend(list.iter().filter(|m| m.end != 0).map(|m| Op {
-            start: m.start,
-            end: m.end,
-            device: m.device,
-            stream: m.stream,
-            corr: m.corr,
-            name: m.kind,
-            kind,
-            graph: m.graph,
-            node: m.node,
-        }));
     }
-    // Records usually arrive nearly sorted; sort_by is adaptive on runs.
+}
+
+fn mem_op(m: &MemOp, kind: OpKind) -> Op {
+    Op {
+        start: m.start,
+        end: m.end,
+        device: m.device,
+        stream: m.stream,
+        corr: m.corr,
+        name: m.kind,
+        kind,
+        graph: m.graph,
+        node: m.node,
+    }
+}
+
+fn sorted(mut ops: Vec<Op>) -> TraceTimeline {
+    // Records usually arrive nearly sorted; sort_by is adaptive on runs (and stable, so ops
+    // with equal times keep the order above).
     ops.sort_by_key(|o| (o.start, o.end));
     TraceTimeline { ops }
 }

@@ -3,9 +3,9 @@
 //! `run` shares with `analyze`.
 
 use super::args::{Format, OutputArgs};
-use super::inputs::{analyze, expand_all, load, load_with_steps};
+use super::inputs::{expand_all, load_one};
 use super::{Failure, PhaseTimer, bad_input, check_output_folder, note, print_stdout};
-use gapscope::analysis::Analysis;
+use gapscope::analysis::{Analysis, AnalysisOptions, Analyzer, Detail, summary};
 use gapscope::report;
 use gapscope::report::PerfettoFormat;
 use gapscope::report::output::Rendered;
@@ -13,11 +13,16 @@ use gapscope::trace::{self, Trace};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// `gapscope analyze TRACE… [-o DIR]`.
+/// `gapscope analyze TRACE… [-o DIR] [--summary FILE]`.
+///
+/// The traces are read and analysed one at a time. Without `-o` nothing draws the steps (no
+/// Perfetto trace, no SVG), so each trace's detail is dropped once its cells are analysed:
+/// memory holds one trace, however many are given.
 pub fn command(
     traces: &[PathBuf],
     out: &OutputArgs,
     perfetto: PerfettoFormat,
+    summary: Option<&Path>,
 ) -> Result<ExitCode, Failure> {
     let mut timer = PhaseTimer::from_env();
     if let Some(dir) = &out.output {
@@ -25,15 +30,44 @@ pub fn command(
     }
     // A folder stands for its trace files (as HTA's trace_dir).
     let paths = expand_all(traces)?;
-    let (traces, names) = load_with_steps(&paths, out.steps.step_range.as_deref())?;
-    timer.lap("load");
-    let analysis = analyze(&traces, &names);
-    timer.lap("analysis");
+    if summary.is_some() && paths.len() != 1 {
+        return Err(bad_input(format!(
+            "--summary summarises one rank: give one trace, not {} (run analyze once per rank)",
+            paths.len()
+        )));
+    }
+    let detail = if out.output.is_some() {
+        Detail::Steps
+    } else {
+        Detail::Figures
+    };
+    let mut analyzer = Analyzer::new(AnalysisOptions::default(), detail);
+    let mut kept = Vec::new();
+    let mut collectives = None;
+    for p in &paths {
+        let mut trace = load_one(p, out.steps.step_range.as_deref())?;
+        if summary.is_some() {
+            collectives = Some(summary::owned_collective_ends(&trace));
+        }
+        analyzer.add(&mut trace, p.display().to_string());
+        if detail == Detail::Steps || summary.is_some() {
+            kept.push(trace);
+        }
+    }
+    timer.lap("load and analysis");
+    let analysis = analyzer.finish();
+    timer.lap("analysis across traces");
     note_damage(&analysis);
     check_origin_step(&analysis, out.origin.origin_step)?;
     let reports = report::output::analysis_reports(&analysis);
     print_summary(&reports, out)?;
-    write_outputs(&traces, &reports, out, perfetto)?;
+    write_outputs(&kept, &reports, out, perfetto)?;
+    if let (Some(file), Some(trace), Some(collectives)) = (summary, kept.first(), collectives) {
+        let name = paths[0].display().to_string();
+        let json = summary::RankSummary::new(trace, &name, collectives, &analysis).to_json();
+        trace::write_atomically(file, json.as_bytes())?;
+        note(&format!("wrote {}", file.display()));
+    }
     timer.lap("reports");
     Ok(ExitCode::SUCCESS)
 }
@@ -45,9 +79,15 @@ pub fn export(
     output: &Path,
     origin_step: Option<usize>,
 ) -> Result<ExitCode, Failure> {
-    let (traces, names) = load(traces)?;
-    let analysis = analyze(&traces, &names);
-    export_one(&traces, &analysis, format, output, origin_step)?;
+    let mut analyzer = Analyzer::new(AnalysisOptions::default(), Detail::Steps);
+    let mut loaded = Vec::new();
+    for p in traces {
+        let mut trace = load_one(p, None)?;
+        analyzer.add(&mut trace, p.display().to_string());
+        loaded.push(trace);
+    }
+    let analysis = analyzer.finish();
+    export_one(&loaded, &analysis, format, output, origin_step)?;
     note(&format!("wrote {}", output.display()));
     Ok(ExitCode::SUCCESS)
 }

@@ -48,6 +48,11 @@ pub enum Command {
         out: OutputArgs,
         #[command(flatten)]
         perfetto: PerfettoArg,
+        /// Also write the rank summary of the one trace given to FILE: what `merge` needs of
+        /// this rank, about 1 % of the trace's size (analyse each rank where it was recorded,
+        /// merge the summaries).
+        #[arg(long, value_name = "FILE")]
+        summary: Option<PathBuf>,
     },
     /// Compare BASE with HEAD (e.g. mode 2 vs mode 1, or main vs a PR); exit 3 when HEAD is
     /// slower than --threshold beyond the run-to-run spread.
@@ -90,15 +95,17 @@ pub enum Command {
     )]
     Record(RecordArgs),
     /// Merge per-rank traces (trace-0.json, trace-1.json…) into one Perfetto trace and one
-    /// report with a row per rank, the slowest rank highlighted.
+    /// report with a row per rank, the slowest rank highlighted. Rank summaries (`analyze
+    /// --summary`) stand for their traces: same report, no Perfetto trace.
     #[command(
-        after_help = "Example:\n  gapscope merge traces/torch-graphs-2rank-h200/mixing-1 -o out   # out/report.md, report.json, trace.perfetto-trace"
+        after_help = "Example:\n  gapscope merge traces/torch-graphs-2rank-h200/mixing-1 -o out   # out/report.md, report.json, trace.perfetto-trace\n  gapscope analyze traces/torch-graphs-2rank-h200/mixing-1/trace-0.json --summary rank-0.json   # per rank, e.g. in a batch array job\n  gapscope merge rank-0.json traces/torch-graphs-2rank-h200/mixing-1/trace-1.json   # then the ranks at once: summaries, traces or both"
     )]
     Merge {
-        /// Per-rank trace files, or folders of them (*.json, *.json.gz).
+        /// Per-rank trace files or rank summaries, or folders of them (*.json, *.json.gz).
         #[arg(required = true, value_name = "TRACES")]
         traces: Vec<PathBuf>,
-        /// Folder for report.md, report.json and trace.perfetto-trace.
+        /// Folder for report.md, report.json and trace.perfetto-trace (the Perfetto trace
+        /// only when every input is a trace).
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Print the JSON report on stdout instead of the Markdown summary.

@@ -3,7 +3,7 @@
 //! `--step-range` marks the steps, `--base-select`/`--head-select` keep some cells.
 
 use super::{Failure, bad_input, note};
-use gapscope::analysis::{self, Analysis, AnalysisOptions};
+use gapscope::analysis::{self, Analysis, AnalysisOptions, summary};
 use gapscope::trace::{self, Trace, TraceError};
 use std::path::{Path, PathBuf};
 
@@ -81,40 +81,50 @@ pub fn expand_all(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
         .concat())
 }
 
-pub fn load(paths: &[PathBuf]) -> Result<(Vec<Trace>, Vec<String>), Failure> {
-    load_with_steps(paths, None)
-}
-
 /// Loads traces; with `step_range`, plain ranges of that name (NVTX ranges, torch
 /// `record_function`s) become the steps.
 pub fn load_with_steps(
     paths: &[PathBuf],
     step_range: Option<&str>,
 ) -> Result<(Vec<Trace>, Vec<String>), Failure> {
-    let mut traces = Vec::with_capacity(paths.len());
-    for p in paths {
-        if trace::is_kineto_file(p) {
-            // torch.profiler (Kineto) Chrome trace: imported; bad input exits 2 as for traces.
-            let imported = trace::read_kineto(p).map_err(|e| Failure {
-                code: 2,
-                error: gzip_diagnosis(p, &e).map_or_else(|| e.into(), |m| anyhow::anyhow!(m)),
-            })?;
-            traces.push(imported);
-        } else {
-            traces.push(trace::read_trace(p)?);
-        }
-    }
-    if let Some(name) = step_range {
-        for (t, p) in traces.iter_mut().zip(paths) {
-            if t.mark_steps(name) == 0 {
-                note(&format!("{}: no range named '{name}'", p.display()));
-            }
-        }
-    }
+    let traces = paths
+        .iter()
+        .map(|p| load_one(p, step_range))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok((
         traces,
         paths.iter().map(|p| p.display().to_string()).collect(),
     ))
+}
+
+/// Loads one trace (a gapscope trace or a Kineto trace, imported); with `step_range`, its
+/// plain ranges of that name become the steps.
+pub fn load_one(path: &Path, step_range: Option<&str>) -> Result<Trace, Failure> {
+    let mut trace = if trace::is_kineto_file(path) {
+        // torch.profiler (Kineto) Chrome trace: imported; bad input exits 2 as for traces.
+        trace::read_kineto(path).map_err(|e| Failure {
+            code: 2,
+            error: gzip_diagnosis(path, &e).map_or_else(|| e.into(), |m| anyhow::anyhow!(m)),
+        })?
+    } else {
+        trace::read_trace(path)?
+    };
+    if let Some(name) = step_range
+        && trace.mark_steps(name) == 0
+    {
+        note(&format!("{}: no range named '{name}'", path.display()));
+    }
+    Ok(trace)
+}
+
+/// Whether `path` is a rank summary (`analyze --summary`) rather than a trace, from its
+/// first bytes; `false` when it cannot be read (the trace reader then says why).
+pub fn is_summary_file(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(256);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(256).read_to_end(&mut head))
+        .is_ok_and(|_| summary::looks_like_summary(&head))
 }
 
 /// A better message for a gzip file the Kineto import refused, when one can be given: a

@@ -1,11 +1,13 @@
 #![forbid(unsafe_code)]
-//! `gapscope merge TRACE…`: per-rank traces into one report and one Perfetto trace.
+//! `gapscope merge TRACE…`: per-rank traces (or their summaries) into one report and one
+//! Perfetto trace.
 
 use super::analyze::wrote_line;
 use super::args::ClockArg;
-use super::inputs::{expand_all, load};
+use super::inputs::{expand_all, is_summary_file, load_one};
 use super::{Failure, check_output_folder, note, print_stdout};
-use gapscope::analysis::merge;
+use gapscope::analysis::merge::{self, RankInput};
+use gapscope::analysis::summary::RankSummary;
 use gapscope::report;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -21,9 +23,25 @@ pub fn command(
         check_output_folder(dir)?;
     }
     let paths = expand_all(traces)?;
-    let (traces, names) = load(&paths)?;
+    let mut ranks = Vec::with_capacity(paths.len());
+    for p in &paths {
+        ranks.push(if is_summary_file(p) {
+            let s = RankSummary::read(p).map_err(|e| Failure {
+                code: 2,
+                error: e.into(),
+            })?;
+            RankInput::Summary(s)
+        } else {
+            RankInput::Trace(Box::new(load_one(p, None)?))
+        });
+    }
+    let summaries = ranks
+        .iter()
+        .filter(|r| matches!(r, RankInput::Summary(_)))
+        .count();
+    let names = paths.iter().map(|p| p.display().to_string()).collect();
     // A refused merge is bad input (exit 2).
-    let merged = merge::merge(traces, names, clock.map(Into::into)).map_err(|e| Failure {
+    let merged = merge::merge_inputs(ranks, names, clock.map(Into::into)).map_err(|e| Failure {
         code: 2,
         error: e.into(),
     })?;
@@ -34,7 +52,14 @@ pub fn command(
         reports.markdown()
     })?;
     if let Some(dir) = output {
-        let written = report::output::write_merge_set(dir, &reports, perfetto)?;
+        let written =
+            report::output::write_merge_set(dir, &reports, (summaries == 0).then_some(perfetto))?;
+        if summaries > 0 {
+            note(&format!(
+                "{summaries} of the inputs are rank summaries, which hold no timelines: no {}",
+                perfetto.file_name()
+            ));
+        }
         note(&wrote_line(dir, &written));
     }
     Ok(ExitCode::SUCCESS)

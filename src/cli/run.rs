@@ -100,7 +100,7 @@ fn merge_ranks(
         let written = report::output::write_merge_set(
             &out,
             &report::output::merge_reports(&merged),
-            perfetto,
+            Some(perfetto),
         )?;
         note(&format!("ranks compared: {}", wrote_line(&out, &written)));
     }

@@ -4,7 +4,8 @@
 use crate::analysis::stats::{Change, Geomean, Stat};
 use crate::analysis::{
     AlignedOp, Analysis, Cause, CauseKind, CauseTotal, CellAnalysis, CellComparison, Comparison,
-    Gap, InputSummary, Observed, Op, OpKind, Regime, SequenceEntry, Step, TraceTimeline,
+    ExternalWait, Gap, InputSummary, Observed, Op, OpKind, Regime, SequenceEntry, Step,
+    TraceTimeline,
 };
 use crate::trace::{ApiCall, Cell, Kernel, MemOp, Metadata, Source, Trace, TraceBuilder, Versions};
 use std::collections::BTreeMap;
@@ -215,12 +216,12 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
                         .unwrap();
                     let cause = match (regime, p) {
                         (Regime::Graphed, 0) => Cause::GraphLaunch,
-                        (Regime::Graphed, 2) => Cause::ExternalEventWait {
+                        (Regime::Graphed, 2) => Cause::ExternalEventWait(Box::new(ExternalWait {
                             wait_node: (5u64 << 32) | 9,
                             record_node: Some((5u64 << 32) | 10),
                             created_by: Some("cudaStreamWaitEvent".into()),
                             library_call: Some("ncclAllGather".into()),
-                        },
+                        })),
                         (_, 4) => Cause::CrossStreamJoin { from_stream: 7 },
                         (Regime::Graphed, _) => Cause::GraphDependency,
                         (Regime::Eager, _) => Cause::HostLaunchBound,
@@ -346,6 +347,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             busy,
             idle,
             idle_by_cause,
+            host_bound_launch_calls: None,
             sequence,
             steps,
         });

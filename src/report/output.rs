@@ -263,19 +263,22 @@ pub fn write_comparison_set(
     set.commit(&COMPARISON_SET)
 }
 
-/// Writes the rank-merge report (`report.md`, `report.json`) and the merged Perfetto trace in
-/// `perfetto` into `dir`. Returns the names written.
+/// Writes the rank-merge report (`report.md`, `report.json`) and, with `perfetto` (every rank
+/// given as a trace), the merged Perfetto trace in that format into `dir`. Returns the names
+/// written.
 pub fn write_merge_set(
     dir: &Path,
     reports: &Rendered<'_, Merged>,
-    perfetto: super::PerfettoFormat,
+    perfetto: Option<super::PerfettoFormat>,
 ) -> Result<Vec<String>, OutputError> {
     let mut set = OutputSet::create(dir)?;
     set.add_text("report.md", reports.markdown())?;
     set.add_text("report.json", reports.json())?;
-    set.add(perfetto.file_name(), |w| {
-        super::merge::write_merge_trace(reports.value, perfetto, w)
-    })?;
+    if let Some(perfetto) = perfetto {
+        set.add(perfetto.file_name(), |w| {
+            super::merge::write_merge_trace(reports.value, perfetto, w)
+        })?;
+    }
     set.commit(&MERGE_SET)
 }
 

@@ -1,0 +1,238 @@
+//! Golden reports: `analyze` of every committed trace (each file of `traces/` and
+//! `tests/fixtures/kineto/`, the bundled four together) and `merge` of every rank folder give
+//! the reports (Markdown, JSON, SVG, Perfetto protobuf; Chrome JSON Perfetto for the bundled
+//! four and the first rank folder) stored in `tests/fixtures/reports/`, byte for byte, and,
+//! run without `-o`, the stdout and stderr stored there (`stdout.txt`, `stderr.txt`), as that
+//! path analyses with less detail kept. The Markdown reports and the streams are stored as
+//! they are (a diff shows what changed); the other outputs, as their FNV-1a hash and length
+//! (`NAME.fnv64`), to keep the fixtures small. A
+//! change that is meant to change a report regenerates them with
+//! `cargo test --test reports -- --ignored regenerate_report_fixtures` (and the diff shows
+//! what changed).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The four traces `gapscope run` analyses on a machine without a GPU (src/trace/bundled.rs).
+const BUNDLED: [&str; 4] = [
+    "traces/emu-h200.json",
+    "traces/ht-decode-h200.json",
+    "traces/ht-decode-2rank-h200/mode1-rank0.json",
+    "traces/ht-decode-2rank-h200/mode2-rank0.json",
+];
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn fixtures() -> PathBuf {
+    root().join("tests/fixtures/reports")
+}
+
+/// Trace files under `dir` (relative to the project root), recursively, sorted.
+fn trace_files(dir: &str, out: &mut Vec<String>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        let rel = format!("{dir}/{}", p.file_name().unwrap().to_string_lossy());
+        if p.is_dir() {
+            trace_files(&rel, out);
+        } else if rel.ends_with(".json") || rel.ends_with(".json.gz") {
+            out.push(rel);
+        }
+    }
+}
+
+/// A golden case: its fixture folder's name and the gapscope arguments before `-o DIR`.
+struct Case {
+    name: String,
+    args: Vec<String>,
+}
+
+fn cases() -> Vec<Case> {
+    let mut files = Vec::new();
+    trace_files("traces", &mut files);
+    trace_files("tests/fixtures/kineto", &mut files);
+    let mut cases: Vec<Case> = files
+        .iter()
+        .map(|f| Case {
+            name: format!("analyze-{}", f.replace('/', "__")),
+            args: vec!["analyze".into(), f.clone()],
+        })
+        .collect();
+    cases.push(Case {
+        name: "analyze-bundled".into(),
+        args: std::iter::once("analyze".to_owned())
+            .chain(BUNDLED.iter().map(|s| s.to_string()))
+            .collect(),
+    });
+    // Every folder of rank files (trace-0.json, trace-1.json…) is a merge.
+    let mut rank_dirs: Vec<&str> = files
+        .iter()
+        .filter(|f| f.ends_with("/trace-0.json"))
+        .map(|f| f.trim_end_matches("/trace-0.json"))
+        .collect();
+    rank_dirs.dedup();
+    if let Some(first) = rank_dirs.first() {
+        cases.push(Case {
+            name: format!("merge-{}-perfetto-json", first.replace('/', "__")),
+            args: vec![
+                "merge".into(),
+                (*first).to_owned(),
+                "--perfetto-json".into(),
+            ],
+        });
+    }
+    for dir in rank_dirs {
+        cases.push(Case {
+            name: format!("merge-{}", dir.replace('/', "__")),
+            args: vec!["merge".into(), dir.to_owned()],
+        });
+    }
+    cases.push(Case {
+        name: "analyze-bundled-perfetto-json".into(),
+        args: std::iter::once("analyze".to_owned())
+            .chain(BUNDLED.iter().map(|s| s.to_string()))
+            .chain(std::iter::once("--perfetto-json".to_owned()))
+            .collect(),
+    });
+    cases
+}
+
+/// FNV-1a (64 bits) of `bytes`, with their length: what a big output is stored as.
+fn fingerprint(bytes: &[u8]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("fnv1a64 {h:016x} bytes {}\n", bytes.len())
+}
+
+/// Runs a case into a fresh folder; returns the report files it wrote, by name, sorted, and
+/// the stdout and stderr of the case run without `-o`.
+fn run_case(case: &Case) -> Vec<(String, Vec<u8>)> {
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("out");
+    let run = Command::new(env!("CARGO_BIN_EXE_gapscope"))
+        .current_dir(root())
+        // The reports do not depend on the number of threads; two is what CI machines have.
+        .env("GAPSCOPE_THREADS", "2")
+        .env_remove("GAPSCOPE_TIMINGS")
+        .args(&case.args)
+        .arg("-o")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}: {}",
+        case.name,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect();
+    let bare = Command::new(env!("CARGO_BIN_EXE_gapscope"))
+        .current_dir(root())
+        .env("GAPSCOPE_THREADS", "2")
+        .env_remove("GAPSCOPE_TIMINGS")
+        .args(&case.args)
+        .output()
+        .unwrap();
+    assert!(
+        bare.status.success(),
+        "{} without -o: {}",
+        case.name,
+        String::from_utf8_lossy(&bare.stderr)
+    );
+    files.push(("stdout.txt".into(), bare.stdout));
+    files.push(("stderr.txt".into(), bare.stderr));
+    files.sort();
+    files
+}
+
+/// What a case's fixture folder holds for its outputs: (stored name, stored bytes).
+fn stored_form(files: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
+    files
+        .iter()
+        .map(|(name, bytes)| {
+            if !name.ends_with(".md") && !name.ends_with(".txt") {
+                (format!("{name}.fnv64"), fingerprint(bytes).into_bytes())
+            } else {
+                (name.clone(), bytes.clone())
+            }
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "writes tests/fixtures/reports"]
+fn regenerate_report_fixtures() {
+    let _ = std::fs::remove_dir_all(fixtures());
+    for case in cases() {
+        let dir = fixtures().join(&case.name);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, bytes) in stored_form(&run_case(&case)) {
+            std::fs::write(dir.join(name), bytes).unwrap();
+        }
+    }
+}
+
+#[test]
+fn reports_of_every_committed_trace_are_unchanged() {
+    let cases = cases();
+    let mut stored: Vec<String> = std::fs::read_dir(fixtures())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    stored.sort();
+    let mut wanted: Vec<String> = cases.iter().map(|c| c.name.clone()).collect();
+    wanted.sort();
+    assert_eq!(
+        stored, wanted,
+        "one fixture folder per case (regenerate_report_fixtures)"
+    );
+    let mut changed = Vec::new();
+    for case in &cases {
+        let dir = fixtures().join(&case.name);
+        let mut want: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                (name, std::fs::read(&p).unwrap())
+            })
+            .collect();
+        want.sort();
+        let got = stored_form(&run_case(case));
+        let names = |v: &[(String, Vec<u8>)]| v.iter().map(|f| f.0.clone()).collect::<Vec<_>>();
+        if names(&got) != names(&want) {
+            changed.push(format!(
+                "{}: wrote {:?}, fixture has {:?}",
+                case.name,
+                names(&got),
+                names(&want)
+            ));
+            continue;
+        }
+        for ((name, g), (_, w)) in got.iter().zip(&want) {
+            if g != w {
+                changed.push(format!("{}/{name}", case.name));
+            }
+        }
+    }
+    assert!(
+        changed.is_empty(),
+        "reports changed (if meant, run regenerate_report_fixtures and review the diff): {changed:#?}"
+    );
+}
