@@ -64,6 +64,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             cupti: None,
             nccl: Some("2.30.7".into()),
             nccl_library: None,
+            loaded: vec![],
         },
         rank: 0,
         world: 8,

@@ -166,6 +166,49 @@ pub struct Versions {
     /// Path of the NCCL library used, when one was loaded.
     #[serde(default)]
     pub nccl_library: Option<String>,
+    /// The CUDA libraries the recorded process had loaded when the trace was written (NCCL,
+    /// cuBLAS, cuBLASLt, the CUDA runtime, cuDNN), each as loaded; empty in traces written
+    /// before the recorder listed them, and in imports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loaded: Vec<LoadedLibrary>,
+}
+
+/// One CUDA library mapped into the recorded process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadedLibrary {
+    pub library: CudaLibrary,
+    /// As the library reports it (`ncclGetVersion`, `cublasGetProperty`,
+    /// `cudaRuntimeGetVersion`, `cudnnGetVersion`), else the version in its file name
+    /// (`libnccl.so.2.28.9`: "2.28.9"); `None` when neither says.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Its file, symbolic links resolved.
+    pub path: String,
+}
+
+/// The CUDA libraries whose loaded copies a trace names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CudaLibrary {
+    Nccl,
+    Cublas,
+    #[serde(rename = "cublaslt")]
+    CublasLt,
+    Cudart,
+    Cudnn,
+}
+
+impl CudaLibrary {
+    /// The name users know it by.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            CudaLibrary::Nccl => "NCCL",
+            CudaLibrary::Cublas => "cuBLAS",
+            CudaLibrary::CublasLt => "cuBLASLt",
+            CudaLibrary::Cudart => "CUDA runtime",
+            CudaLibrary::Cudnn => "cuDNN",
+        }
+    }
 }
 
 /// One configuration of work inside a trace (e.g. "graphed, mode 2, T=8, replay").
