@@ -566,7 +566,7 @@ mod tests {
             version: Some("2.28.3".into()),
             path: "/usr/lib/libnccl.so.2.28.3".into(),
         };
-        assert_eq!(own.libraries(), [nccl.clone()]);
+        assert_eq!(own.libraries(), std::slice::from_ref(&nccl));
         let cublas = LoadedLibrary {
             library: CudaLibrary::Cublas,
             version: None,

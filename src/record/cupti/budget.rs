@@ -104,7 +104,7 @@ struct Counts {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceBudget {
     /// Launches traced first per executable graph, and steps per kind of step, before the
-    /// sample thins out ([`sampled`]); 0: no limit.
+    /// sample thins out (`sampled`); 0: no limit.
     pub limit: u32,
     /// The NVTX range (default domain, ASCII name) that marks one eager step, if any.
     pub step_range: Option<String>,
