@@ -1073,3 +1073,44 @@ fn a_budgeted_eager_cell_states_the_tracers_share_from_its_untraced_steps() {
     let (_, whole) = load("torch-graphs-record-h200.json");
     assert!(whole.cells.iter().all(|c| c.tracer_share.is_none()));
 }
+
+/// Every gapscope trace under `traces/`, recursively (Kineto exports have no schema version).
+fn recorded_trace_files(dir: &Path, found: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            recorded_trace_files(&path, found);
+        } else if path.extension().is_some_and(|e| e == "json") {
+            let head = std::fs::read(&path).unwrap();
+            let head = &head[..head.len().min(64)];
+            if head.windows(16).any(|w| w == b"\"schema_version\"") {
+                found.push(path);
+            }
+        }
+    }
+}
+
+#[test]
+fn traces_written_before_loaded_libraries_were_listed_read_as_before() {
+    let mut files = Vec::new();
+    recorded_trace_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("traces"),
+        &mut files,
+    );
+    assert!(files.len() >= 8, "{files:?}");
+    for path in files {
+        let raw: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let t = trace::read_trace(&path).unwrap();
+        assert_eq!(t.schema_version, trace::SCHEMA_VERSION);
+        let versions = &t.metadata.versions;
+        assert!(versions.loaded.is_empty(), "{}", path.display());
+        // Read and written again, the versions are the file's, key for key.
+        assert_eq!(
+            serde_json::to_value(versions).unwrap(),
+            raw["metadata"]["versions"],
+            "{}",
+            path.display()
+        );
+    }
+}

@@ -339,7 +339,11 @@ fn write_trace(signal: Option<c_int>) {
     };
     let path = config.out.join(trace_file_name(&config.rank_name));
     let metadata = metadata(config, &recorder, signal);
-    let mut trace = match recorder.finish(metadata) {
+    let finished = match signal {
+        None => recorder.finish(metadata),
+        Some(_) => recorder.finish_from_signal_handler(metadata),
+    };
+    let mut trace = match finished {
         Ok(t) => t,
         Err(e) => {
             say(&format!("no trace written to {}: {e}", path.display()));

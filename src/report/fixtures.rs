@@ -7,7 +7,13 @@ use crate::analysis::{
     ExternalWait, Gap, InputSummary, Observed, Op, OpKind, Regime, SequenceEntry, Step,
     TraceTimeline,
 };
-use crate::trace::{ApiCall, Cell, Kernel, MemOp, Metadata, Source, Trace, TraceBuilder, Versions};
+use crate::trace::{
+    ApiCall, Cell, CudaLibrary, Kernel, LoadedLibrary, MemOp, Metadata, Source, Trace,
+    TraceBuilder, Versions,
+};
+
+/// The NCCL the fixture's program loaded.
+pub const NCCL_PATH: &str = "/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2";
 use std::collections::BTreeMap;
 
 /// A realistic CLOCK_REALTIME origin, so tests see the origin subtracted.
@@ -64,7 +70,20 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             cuda_runtime: Some("13.0".into()),
             cupti: None,
             nccl: Some("2.30.7".into()),
-            nccl_library: None,
+            nccl_library: Some(NCCL_PATH.into()),
+            loaded: vec![
+                LoadedLibrary {
+                    library: CudaLibrary::Nccl,
+                    version: Some("2.30.7".into()),
+                    path: NCCL_PATH.into(),
+                },
+                LoadedLibrary {
+                    library: CudaLibrary::Cublas,
+                    version: Some("13.1.0".into()),
+                    path: "/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13"
+                        .into(),
+                },
+            ],
         },
         rank: 0,
         world: 8,

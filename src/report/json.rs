@@ -174,6 +174,13 @@ mod tests {
         assert_eq!(v["steps_included"], false);
         assert_eq!(v["inputs"][0]["source"], "synthetic");
         assert_eq!(v["inputs"][0]["dropped_records"], 3);
+        let versions = &v["inputs"][0]["versions"];
+        assert_eq!(versions["nccl"], "2.30.7");
+        assert_eq!(versions["nccl_library"], fixtures::NCCL_PATH);
+        assert_eq!(versions["loaded"][0]["library"], "nccl");
+        assert_eq!(versions["loaded"][0]["path"], fixtures::NCCL_PATH);
+        assert_eq!(versions["loaded"][1]["library"], "cublas");
+        assert_eq!(versions["loaded"][1]["version"], "13.1.0");
         let cell = &v["cells"][1];
         assert!(cell["steps"].is_null());
         assert_eq!(cell["step_count"], fixtures::STEPS);

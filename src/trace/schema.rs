@@ -166,6 +166,70 @@ pub struct Versions {
     /// Path of the NCCL library used, when one was loaded.
     #[serde(default)]
     pub nccl_library: Option<String>,
+    /// The CUDA libraries the recorded process had loaded when the trace was written (NCCL,
+    /// cuBLAS, cuBLASLt, the CUDA runtime, cuDNN), each as loaded; empty in traces written
+    /// before the recorder listed them, and in imports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loaded: Vec<LoadedLibrary>,
+}
+
+impl Versions {
+    /// The libraries the trace names with their files: [`Versions::loaded`], and the NCCL of
+    /// `nccl`/`nccl_library` when that list has none (a trace of gapscope's own workload).
+    pub fn libraries(&self) -> Vec<LoadedLibrary> {
+        let mut libraries = self.loaded.clone();
+        if !libraries.iter().any(|l| l.library == CudaLibrary::Nccl)
+            && let Some(path) = &self.nccl_library
+        {
+            libraries.insert(
+                0,
+                LoadedLibrary {
+                    library: CudaLibrary::Nccl,
+                    version: self.nccl.clone(),
+                    path: path.clone(),
+                },
+            );
+        }
+        libraries
+    }
+}
+
+/// One CUDA library mapped into the recorded process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadedLibrary {
+    pub library: CudaLibrary,
+    /// As the library reports it (`ncclGetVersion`, `cublasGetProperty`,
+    /// `cudaRuntimeGetVersion`, `cudnnGetVersion`), else the version in its file name
+    /// (`libnccl.so.2.28.9`: "2.28.9"); `None` when neither says.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Its file, symbolic links resolved.
+    pub path: String,
+}
+
+/// The CUDA libraries whose loaded copies a trace names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CudaLibrary {
+    Nccl,
+    Cublas,
+    #[serde(rename = "cublaslt")]
+    CublasLt,
+    Cudart,
+    Cudnn,
+}
+
+impl CudaLibrary {
+    /// The name users know it by.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            CudaLibrary::Nccl => "NCCL",
+            CudaLibrary::Cublas => "cuBLAS",
+            CudaLibrary::CublasLt => "cuBLASLt",
+            CudaLibrary::Cudart => "CUDA runtime",
+            CudaLibrary::Cudnn => "cuDNN",
+        }
+    }
 }
 
 /// One configuration of work inside a trace (e.g. "graphed, mode 2, T=8, replay").
@@ -483,5 +547,48 @@ impl From<ApiCallRow> for ApiCall {
             name,
             domain,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_name_the_loaded_libraries_and_the_workloads_own_nccl() {
+        let own = Versions {
+            nccl: Some("2.28.3".into()),
+            nccl_library: Some("/usr/lib/libnccl.so.2.28.3".into()),
+            ..Versions::default()
+        };
+        let nccl = LoadedLibrary {
+            library: CudaLibrary::Nccl,
+            version: Some("2.28.3".into()),
+            path: "/usr/lib/libnccl.so.2.28.3".into(),
+        };
+        assert_eq!(own.libraries(), std::slice::from_ref(&nccl));
+        let cublas = LoadedLibrary {
+            library: CudaLibrary::Cublas,
+            version: None,
+            path: "/x/libcublas.so.13".into(),
+        };
+        let loaded = Versions {
+            loaded: vec![cublas.clone(), nccl.clone()],
+            ..own.clone()
+        };
+        assert_eq!(loaded.libraries(), [cublas, nccl], "listed once, as loaded");
+        assert!(Versions::default().libraries().is_empty());
+
+        // In the file: `loaded` only when there is one, with snake_case library names.
+        let json = serde_json::to_value(&loaded).unwrap();
+        assert_eq!(json["loaded"][0]["library"], "cublas");
+        assert_eq!(json["loaded"][0]["version"], serde_json::Value::Null);
+        let back: Versions = serde_json::from_value(json).unwrap();
+        assert_eq!(back, loaded);
+        let old = serde_json::to_value(&own).unwrap();
+        assert!(old.get("loaded").is_none(), "{old}");
+        assert_eq!(serde_json::from_value::<Versions>(old).unwrap(), own);
+        let lt: CudaLibrary = serde_json::from_str("\"cublaslt\"").unwrap();
+        assert_eq!(lt, CudaLibrary::CublasLt);
     }
 }

@@ -12,6 +12,7 @@ use super::config::{
 };
 use super::decode::{RecordStore, api_display_name};
 use super::graph::{Creation, GraphTable};
+use super::loaded::{LoadedSnapshot, Queries};
 use super::loader::{self, Cupti};
 use super::sys;
 use crate::trace::{Cell, Marker, NodeType, StrId};
@@ -91,6 +92,19 @@ pub(crate) struct Shared {
     pub flush_lock: Mutex<()>,
     /// The trace budget, when one is set (`None`: everything is traced).
     pub budget: Option<Budget>,
+    /// The CUDA libraries loaded, as last walked (at context creation and graph
+    /// instantiation: a trace written from a signal handler cannot walk).
+    pub loaded: Mutex<LoadedSnapshot>,
+}
+
+impl Shared {
+    /// Walks the loaded libraries again, holding no lock while it walks (the walk takes the
+    /// loader's lock, which a thread inside our callbacks may hold).
+    pub fn refresh_loaded(&self, queries: Queries) {
+        let mut snapshot = lock(&self.loaded).clone();
+        snapshot.refresh(queries);
+        *lock(&self.loaded) = snapshot;
+    }
 }
 
 /// A trace budget at work: its decisions, the kinds it switches and the step range it counts.
@@ -816,6 +830,9 @@ unsafe fn on_resource(cbid: u32, data: *const sys::CUpti_ResourceData) {
                 .devices
                 .get_or_insert((devices, version));
         }
+        if let Some(shared) = active() {
+            shared.refresh_loaded(Queries::WithoutRuntime);
+        }
         return;
     }
     let graph_event = matches!(
@@ -856,6 +873,9 @@ unsafe fn on_resource(cbid: u32, data: *const sys::CUpti_ResourceData) {
             }
             let template = graph_id(cupti, gd.graph)?;
             lock(&shared.state).graph.exec_created(exec, template);
+            // The libraries a program loads late (torch's NCCL on its first collective) are
+            // loaded by its first capture.
+            shared.refresh_loaded(Queries::WithoutRuntime);
             Ok(())
         }),
     };
@@ -1143,6 +1163,7 @@ mod tests {
                 limit,
                 step_range: step_range.map(str::to_owned),
             })),
+            loaded: Default::default(),
         }
     }
 

@@ -166,7 +166,8 @@ fn library_function_at(address: *mut c_void) -> Option<(Library, String)> {
         return None;
     }
     // SAFETY: non-null, NUL-terminated (dladdr's contract).
-    let library = Library::of_path(unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes())?;
+    let path = unsafe { CStr::from_ptr(info.dli_fname) };
+    let library = Library::of_path(path.to_bytes())?;
     if !symbol_entry.is_null() {
         // SAFETY: with RTLD_DL_SYMENT on a 64-bit glibc, a non-null entry is an Elf64_Sym of
         // the library's loaded symbol table.
@@ -179,7 +180,12 @@ fn library_function_at(address: *mut c_void) -> Option<(Library, String)> {
     }
     // SAFETY: as above.
     let symbol = unsafe { CStr::from_ptr(info.dli_sname) }.to_string_lossy();
-    Some((library, library.function_name(&symbol)?))
+    let name = library.function_name(&symbol)?;
+    if library == Library::Nccl {
+        // The NCCL whose API the program called is the one the trace names.
+        super::loaded::nccl_called_from(path);
+    }
+    Some((library, name))
 }
 
 #[cfg(test)]

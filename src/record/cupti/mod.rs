@@ -5,6 +5,7 @@
 //! * `loader`: finds libcupti at run time, resolves libcuda's functions from the library
 //!   [`crate::cuda`] opens, checks symbols, turns status codes into
 //!   [`CuptiError`];
+//! * `loaded`: the CUDA libraries the process loaded, and their versions;
 //! * `decode`, `graph`, `budget`, `buffers`, `callbacks`, `frames`: what CUPTI calls into
 //!   (activity buffers, API, NVTX and graph callbacks), decoding records into [`crate::trace`]
 //!   types, naming the library call a graph node was made in, and deciding which launches the
@@ -23,6 +24,7 @@ mod frames;
 #[cfg(test)]
 mod gpu_tests;
 mod graph;
+mod loaded;
 mod loader;
 mod recorder;
 pub(crate) mod sys;

@@ -9,6 +9,7 @@ use super::config::{
     RecorderConfig, paused_by_budget,
 };
 use super::error::CuptiError;
+use super::loaded::Queries;
 use super::loader::{self, Cupti};
 use super::sys;
 use crate::trace::{ApiDomain, Cell, Marker, MarkerKind, Metadata, StrId, Trace};
@@ -128,6 +129,7 @@ impl Recorder {
                 .trace_budget
                 .is_limited()
                 .then(|| Budget::new(&config.trace_budget)),
+            loaded: Default::default(),
         });
         // From here on, dropping `rec` (on any error) undoes what was done.
         let mut rec = Recorder {
@@ -712,9 +714,35 @@ impl Recorder {
     ///
     /// `metadata` is stored as given, except: `cells` is replaced by the cells added with
     /// [`Recorder::add_cell`] when any were; `versions.cupti` is filled when empty; problems
-    /// met while recording are appended to `notes`.
-    pub fn finish(mut self, mut metadata: Metadata) -> Result<Trace, CuptiError> {
+    /// met while recording are appended to `notes`; the CUDA libraries loaded now are listed
+    /// in `versions.loaded` and fill `versions.nccl`, `nccl_library` and `cuda_runtime` where
+    /// they are empty.
+    pub fn finish(self, metadata: Metadata) -> Result<Trace, CuptiError> {
+        self.finish_walking(metadata, true)
+    }
+
+    /// [`Recorder::finish`] from a signal handler: the loaded libraries are those listed at
+    /// the last context creation or graph instantiation (walking them again takes the
+    /// dynamic loader's lock, which the interrupted thread may hold).
+    pub fn finish_from_signal_handler(self, metadata: Metadata) -> Result<Trace, CuptiError> {
+        self.finish_walking(metadata, false)
+    }
+
+    fn finish_walking(mut self, mut metadata: Metadata, walk: bool) -> Result<Trace, CuptiError> {
         self.teardown()?;
+        if walk {
+            // Recording has stopped: the runtime may be asked its version.
+            self.shared.refresh_loaded(Queries::WithRuntime);
+        }
+        match self.shared.loaded.try_lock() {
+            Ok(loaded) => loaded.fill(&mut metadata.versions),
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                p.into_inner().fill(&mut metadata.versions)
+            }
+            Err(std::sync::TryLockError::WouldBlock) => metadata
+                .notes
+                .push("recorder: the loaded CUDA libraries were being listed: not named".into()),
+        }
         let state = std::mem::replace(&mut *lock(&self.shared.state), State::new());
         let dropped = self.shared.dropped.load(Ordering::Relaxed);
 

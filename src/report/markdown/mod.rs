@@ -395,6 +395,21 @@ fn inputs_section(s: &mut String, a: &Analysis, title: Option<&str>) {
             )),
             Source::Cupti => {}
         }
+        let libraries = inp.versions.libraries();
+        if !libraries.is_empty() {
+            let named: Vec<String> = libraries
+                .iter()
+                .map(|l| {
+                    format!(
+                        "{} {} (`{}`)",
+                        l.library.display_name(),
+                        md_cell(l.version.as_deref().unwrap_or("(version unknown)")),
+                        md_cell(&l.path).replace('`', "'")
+                    )
+                })
+                .collect();
+            notes.push(format!("input {i} loaded {}.", named.join(", ")));
+        }
         if inp.dropped_records > 0 {
             notes.push(format!(
                 "⚠️ input {i}: {} CUPTI records dropped: ops may be missing and gaps overstated.",
@@ -854,6 +869,13 @@ mod tests {
         assert!(md.contains("| 3 |"), "dropped records column: {md}");
         assert!(md.contains("3 CUPTI records dropped"));
         assert!(md.contains("NVIDIA H200") && md.contains("2.30.7") && md.contains("580.1"));
+        assert!(
+            md.contains(&format!(
+                "input 0 loaded NCCL 2.30.7 (`{}`), cuBLAS 13.1.0 (`/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13`).",
+                fixtures::NCCL_PATH
+            )),
+            "{md}"
+        );
         // Geomean with range; graphed/eager = 28/27.
         assert!(
             md.contains("**Geomean graphed/eager period over 1 pair: 1.04× [1.04–1.04]**"),
