@@ -29,11 +29,35 @@ def parse_args(argv):
                    help="... and tagged with this library call (e.g. ncclAllGather)")
     p.add_argument("--no-external", action="store_true",
                    help="no external event node may exist (e.g. NCCL_GRAPH_MIXING_SUPPORT=0)")
-    return p.parse_args(argv)
+    p.add_argument("--schedule", choices=("windows", "first"), default="windows",
+                   help="the recorder's sampling: the first N then windows spread over the run "
+                        "(from 2026-12-01), or only the first N (traces recorded before)")
+    args = p.parse_args(argv)
+    global SCHEDULE
+    SCHEDULE = args.schedule
+    return args
+
+
+SCHEDULE = "windows"
+
+
+def sampled(n, first):
+    """budget::sampled in src/record/cupti/budget.rs: the n-th occurrence (0-based) is traced."""
+    if first == 0 or n < first:
+        return True
+    window = max(first // 4, 1)
+    i, first_windows = n // window, -(-first // window)
+    level_start = first_windows << ((i // first_windows).bit_length() - 1)
+    spacing = -(-level_start // 2)
+    return (i - level_start) % spacing == 0
 
 
 def traced_of(budget, count):
-    return count if budget == 0 else min(budget, count)
+    if budget == 0:
+        return count
+    if SCHEDULE == "first":
+        return min(budget, count)
+    return sum(1 for n in range(count) if sampled(n, budget))
 
 
 def checks(trace, args):

@@ -33,7 +33,7 @@ step "one GPU: record torch_graphs ($eager eager steps, $replays replays, $fresh
 CUDA_VISIBLE_DEVICES=${GPU:-0} timeout -k 5 120 "$gapscope" record -o "$out/one" --step-range decode_step \
   -- "$python" "$program" --eager-steps $eager --replays $replays --fresh $fresh > "$out/one.log" 2>&1
 result "record exits by itself" $?
-"$python" "$here/check_record.py" "$out/one/trace-0.json" --budget $budget --eager $eager \
+"$python" "$here/check_record.py" "$out/one/trace-0.json" --schedule "${SCHEDULE:-windows}" --budget $budget --eager $eager \
   --replays $replays --graphs 2 --external-wait cudaStreamWaitEvent
 result "trace checks" $?
 "$gapscope" analyze "$out/one/trace-0.json" > "$out/one-analyze.txt" 2>&1
@@ -51,7 +51,7 @@ if [ "$gpus" -ge 2 ]; then
     for rank in 0 1; do
       if [ $mixing = 1 ]; then nodes=(--external-wait cudaStreamWaitEvent --inside ncclAllGather)
       else nodes=(--no-external); fi
-      "$python" "$here/check_record.py" "$out/mix$mixing/trace-$rank.json" --budget $budget \
+      "$python" "$here/check_record.py" "$out/mix$mixing/trace-$rank.json" --schedule "${SCHEDULE:-windows}" --budget $budget \
         --eager $eager --replays $replays "${nodes[@]}"
       result "trace checks, mixing $mixing rank $rank" $?
     done

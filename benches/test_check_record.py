@@ -25,21 +25,21 @@ def run(*argv):
 
 class RealTraces(unittest.TestCase):
     def test_a_budgeted_recording_passes_with_its_own_counts(self):
-        rc, text = run(SAMPLED, "--budget", "64", "--eager", "200", "--replays", "200",
+        rc, text = run(SAMPLED, "--schedule", "first", "--budget", "64", "--eager", "200", "--replays", "200",
                        "--graphs", "2", "--external-wait", "cudaStreamWaitEvent")
         self.assertEqual(rc, 0, text)
         self.assertIn("PASS  replayed graphs traced up to the budget: exec 2: 64 of 200, "
                       "exec 125: 64 of 200", text)
 
     def test_wrong_counts_fail(self):
-        rc, text = run(SAMPLED, "--budget", "16", "--eager", "100", "--replays", "200")
+        rc, text = run(SAMPLED, "--schedule", "first", "--budget", "16", "--eager", "100", "--replays", "200")
         self.assertEqual(rc, 1)
         self.assertIn("FAIL  sampling budget: 64 (expected 16)", text)
         self.assertIn("FAIL  eager steps traced: 64 of 200 (expected 16 of 100)", text)
         self.assertIn("FAIL  replayed graphs traced up to the budget", text)
 
     def test_ncclallgather_tags_and_their_absence_without_mixing(self):
-        common = ["--budget", "64", "--eager", "200", "--replays", "200"]
+        common = ["--schedule", "first", "--budget", "64", "--eager", "200", "--replays", "200"]
         _, text = run(str(TWO_RANK / "mixing-1" / "trace-0.json"), *common,
                       "--external-wait", "cudaStreamWaitEvent", "--inside", "ncclAllGather")
         self.assertIn("PASS  external event-wait nodes created by cudaStreamWaitEvent inside "
@@ -94,7 +94,7 @@ class GpuCheckScript(unittest.TestCase):
             smi.write_text("#!/bin/sh\necho 'GPU 0: stand-in'\necho 'GPU 1: stand-in'\n")
             for f in (fake, smi):
                 os.chmod(f, 0o755)
-            env = {**os.environ, "PATH": f"{d}:{os.environ['PATH']}", "EAGER": "200",
+            env = {**os.environ, "PATH": f"{d}:{os.environ['PATH']}", "EAGER": "200", "SCHEDULE": "first",
                    "REPLAYS": "200", "PYTHON": sys.executable}
             run = subprocess.run(["bash", str(repo / "benches" / "gpu_check.sh"), str(fake),
                                   str(d / "out")], env=env, capture_output=True, text=True,
@@ -116,3 +116,12 @@ class GpuCheckScript(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Schedule(unittest.TestCase):
+    def test_the_windows_schedule_matches_the_recorders(self):
+        import check_record
+        # budget::tests: a 200-step phase keeps 120 at 64; 4 keeps 5 of the first 6.
+        self.assertEqual(sum(check_record.sampled(n, 64) for n in range(200)), 120)
+        self.assertEqual([check_record.sampled(n, 4) for n in range(6)], [True] * 5 + [False])
+
