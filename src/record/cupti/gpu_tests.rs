@@ -280,7 +280,7 @@ fn trace_budget_pauses_a_replayed_graph_and_resumes_for_a_new_one() {
     }
     let rec = Recorder::start(RecorderConfig {
         trace_budget: super::TraceBudget {
-            limit: 2,
+            limit: 4,
             step_range: None,
         },
         ..RecorderConfig::default()
@@ -290,7 +290,8 @@ fn trace_budget_pauses_a_replayed_graph_and_resumes_for_a_new_one() {
     unsafe {
         let (f, s) = noop_kernel_and_stream();
         let replayed = noop_graph(f, s);
-        for _ in 0..5 {
+        // Budget 4: launches 0–4 and 6 are sampled (budget::sampled), 5 and 7 are not.
+        for _ in 0..8 {
             ck(cu::cuGraphLaunch(replayed, s));
             ck(cu::cuStreamSynchronize(s));
         }
@@ -315,8 +316,8 @@ fn trace_budget_pauses_a_replayed_graph_and_resumes_for_a_new_one() {
     );
     assert_eq!(
         counts,
-        [2, 1],
-        "2 of 5 replays traced, then the new graph's launch"
+        [6, 1],
+        "6 of 8 replays traced, then the new graph's launch"
     );
     let eager = trace.kernels.iter().filter(|k| k.graph == 0).count();
     assert_eq!(eager, 1, "the eager launch after the resume is traced");
@@ -326,10 +327,12 @@ fn trace_budget_pauses_a_replayed_graph_and_resumes_for_a_new_one() {
         .filter(|a| trace.str(a.name).contains("GraphLaunch"))
         .count();
     assert_eq!(
-        graph_launch_records, 3,
+        graph_launch_records, 7,
         "API records only for traced launches"
     );
     let notes = trace.metadata.notes.join("\n");
-    assert!(notes.contains(": 2 of 5 launches"), "{notes}");
-    assert!(notes.contains("paused 1 time"), "{notes}");
+    assert!(notes.contains(": 6 of 8 launches"), "{notes}");
+    assert!(notes.contains("paused 2 time"), "{notes}");
+    let resumes = trace.metadata.sampling.as_ref().map_or(0, |s| s.resumed_at.len());
+    assert_eq!(resumes, 2, "launch 6 and the new graph's launch resumed tracing");
 }
