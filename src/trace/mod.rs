@@ -1,12 +1,17 @@
-//! The trace file: schema types, reader (with version check) and atomic writer.
+//! The trace file: schema types, reader (with version check) and atomic writer ([`atomic`]).
 #![forbid(unsafe_code)]
 
+mod atomic;
 pub mod bundled;
 pub mod kineto;
 mod ranges;
 mod schema;
 pub mod synthetic;
 
+pub use atomic::{
+    CommitLock, StagedOutput, commit_lock, exit_removing_temporaries, stage_output,
+    write_atomically, write_atomically_with,
+};
 pub use ranges::{HostRanges, last_containing};
 pub use schema::*;
 
@@ -22,7 +27,7 @@ pub fn is_library_call_range(name: &str) -> bool {
 }
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
 /// Errors reading or writing a trace file. Each displays as one line.
@@ -226,154 +231,6 @@ fn walk_for_schema_version(bytes: &[u8]) -> Result<u64, String> {
             "`schema_version` must be an integer, found {other}"
         )),
     }
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file in the same folder, then a rename, so a
-/// failure never leaves a half-written output.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), TraceError> {
-    write_atomically_with(path, |w| w.write_all(bytes))
-}
-
-/// Temporary files being written, so that a signal handler can remove them
-/// ([`remove_temporaries`]).
-static TEMPORARIES: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
-static TEMPORARY_COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-fn temporaries() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
-    TEMPORARIES
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Removes every temporary file still being written (from a signal handler: the process is
-/// about to exit).
-pub fn remove_temporaries() {
-    for p in temporaries().drain(..) {
-        let _ = std::fs::remove_file(p);
-    }
-}
-
-/// A temporary file beside `target`, registered for [`remove_temporaries`] until
-/// [`Temporary::keep_as`] renames it or it is dropped (and removed). Its name is short
-/// (`.gapscope-<pid>-<n>.tmp`) whatever the target's, so it never exceeds a file-name limit.
-struct Temporary {
-    path: PathBuf,
-}
-
-impl Temporary {
-    fn beside(target: &Path) -> Temporary {
-        let dir = match target.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-            _ => PathBuf::from("."),
-        };
-        let n = TEMPORARY_COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = dir.join(format!(".gapscope-{}-{n}.tmp", std::process::id()));
-        temporaries().push(path.clone());
-        Temporary { path }
-    }
-
-    /// Writes the file through `fill` and syncs it.
-    fn fill(
-        &self,
-        fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-    ) -> std::io::Result<()> {
-        let mut w = BufWriter::new(File::create(&self.path)?);
-        fill(&mut w)?;
-        w.flush()?;
-        w.into_inner().map_err(|e| e.into_error())?.sync_all()
-    }
-
-    /// Renames the file to `target` (replacing it).
-    fn keep_as(mut self, target: &Path) -> std::io::Result<()> {
-        std::fs::rename(&self.path, target)?;
-        let kept = std::mem::take(&mut self.path);
-        temporaries().retain(|p| p != &kept);
-        Ok(())
-    }
-}
-
-impl Drop for Temporary {
-    fn drop(&mut self) {
-        // Empty once kept: nothing to remove.
-        if self.path.as_os_str().is_empty() {
-            return;
-        }
-        let _ = std::fs::remove_file(&self.path);
-        temporaries().retain(|p| p != &self.path);
-    }
-}
-
-/// Where writing to `path` must go: a symlink is followed (to its final target, which may not
-/// exist yet); `in_place` is true for an existing file that is not a regular file (a device
-/// such as /dev/null, a FIFO), which must be written as it is, never replaced.
-fn resolve_output(path: &Path) -> std::io::Result<(PathBuf, bool)> {
-    let mut target = path.to_owned();
-    // A chain of links, each relative to its own folder; give up on loops.
-    for _ in 0..40 {
-        match std::fs::symlink_metadata(&target) {
-            Ok(m) if m.file_type().is_symlink() => {
-                let next = std::fs::read_link(&target)?;
-                target = match target.parent() {
-                    Some(dir) if next.is_relative() => dir.join(next),
-                    _ => next,
-                };
-            }
-            Ok(m) if m.is_dir() => {
-                return Err(std::io::Error::other("is a folder"));
-            }
-            Ok(m) => return Ok((target, !m.is_file())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((target, false)),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(std::io::Error::other("too many levels of symbolic links"))
-}
-
-/// A file written through `fill` but not yet in place ([`stage_output`]): a temporary file
-/// beside its target, renamed by [`StagedOutput::commit`]; or nothing left to do, when the
-/// target is a device or FIFO, which was written in place.
-pub struct StagedOutput(Option<(Temporary, PathBuf)>);
-
-impl StagedOutput {
-    /// Renames the temporary file into place.
-    pub fn commit(self) -> std::io::Result<()> {
-        match self.0 {
-            Some((tmp, target)) => tmp.keep_as(&target),
-            None => Ok(()),
-        }
-    }
-}
-
-/// Writes `path`'s content through `fill`: a symlink is followed, a device or FIFO is written
-/// in place, anything else goes to a temporary file until [`StagedOutput::commit`].
-pub fn stage_output(
-    path: &Path,
-    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> std::io::Result<StagedOutput> {
-    let (target, in_place) = resolve_output(path)?;
-    if in_place {
-        let mut w = BufWriter::new(std::fs::OpenOptions::new().write(true).open(&target)?);
-        fill(&mut w)?;
-        w.flush()?;
-        return Ok(StagedOutput(None));
-    }
-    let tmp = Temporary::beside(&target);
-    tmp.fill(fill)?;
-    Ok(StagedOutput(Some((tmp, target))))
-}
-
-/// Like [`write_atomically`], streaming through `fill`. A symlink is followed; a device or
-/// FIFO is written in place.
-pub fn write_atomically_with(
-    path: &Path,
-    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> Result<(), TraceError> {
-    stage_output(path, fill)
-        .and_then(StagedOutput::commit)
-        .map_err(|source| TraceError::Write {
-            path: path.to_owned(),
-            source,
-        })
 }
 
 /// Writes a trace file atomically (compact JSON).
