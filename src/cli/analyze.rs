@@ -28,14 +28,16 @@ pub fn command(traces: &[PathBuf], out: &OutputArgs) -> Result<ExitCode, Failure
     Ok(ExitCode::SUCCESS)
 }
 
-/// `gapscope export TRACE… --format F -o FILE`: one file, written atomically.
+/// `gapscope export TRACE… --format F -o FILE`: one file, written atomically (its folder made
+/// if missing, as `analyze -o` does). A folder stands for its trace files, as for `analyze`.
 pub fn export(
     traces: &[PathBuf],
     format: Format,
     output: &Path,
     origin_step: Option<usize>,
 ) -> Result<ExitCode, Failure> {
-    let (traces, names) = load(traces)?;
+    let paths = expand_all(traces)?;
+    let (traces, names) = load(&paths)?;
     let analysis = analyze(&traces, &names);
     export_one(&traces, &analysis, format, output, origin_step)?;
     eprintln!("wrote {}", output.display());

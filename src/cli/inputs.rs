@@ -12,7 +12,10 @@ pub fn analyze(traces: &[Trace], names: &[String]) -> Analysis {
     analysis::analyze(traces, names, &AnalysisOptions::default())
 }
 
-/// A file, or every `*.json` file of a folder (sorted).
+/// gapscope's own outputs, which a folder once used as `-o` holds: never traces.
+const OUTPUT_NAMES: [&str; 3] = ["report.json", "compare.json", "trace.perfetto.json"];
+
+/// A file, or every `*.json` file of a folder (sorted), gapscope's own outputs left out.
 pub fn expand(path: &Path) -> Result<Vec<PathBuf>, Failure> {
     if !path.is_dir() {
         return Ok(vec![path.to_owned()]);
@@ -26,7 +29,10 @@ pub fn expand(path: &Path) -> Result<Vec<PathBuf>, Failure> {
         // torch.profiler also writes `.json.gz`, which the import reads as is.
         .filter(|p| {
             let name = p.to_string_lossy();
-            name.ends_with(".json") || name.ends_with(".json.gz")
+            let output = p
+                .file_name()
+                .is_some_and(|n| OUTPUT_NAMES.iter().any(|o| n == *o));
+            (name.ends_with(".json") || name.ends_with(".json.gz")) && !output
         })
         .collect();
     files.sort();
@@ -63,16 +69,9 @@ pub fn load_with_steps(
 ) -> Result<(Vec<Trace>, Vec<String>), Failure> {
     let mut traces = Vec::with_capacity(paths.len());
     for p in paths {
-        if trace::is_kineto_file(p) {
-            // torch.profiler (Kineto) Chrome trace: imported; bad input exits 2 as for traces.
-            let imported = trace::read_kineto(p).map_err(|e| Failure {
-                code: 2,
-                error: e.into(),
-            })?;
-            traces.push(imported);
-        } else {
-            traces.push(trace::read_trace(p)?);
-        }
+        // A gapscope trace, or a torch.profiler (Kineto) one imported; opened once, so a pipe
+        // works. Bad input exits 2 either way.
+        traces.push(trace::read_any(p)?);
     }
     if let Some(name) = step_range {
         for (t, p) in traces.iter_mut().zip(paths) {

@@ -256,8 +256,8 @@ fn fill_through(
 }
 
 /// Writes `path`'s content through `fill`: a symlink is followed, a device, FIFO or open file
-/// descriptor is written in place, anything else goes to a temporary file until
-/// [`CommitLock::keep`].
+/// descriptor is written in place, anything else goes to a temporary file (in the target's
+/// folder, made if missing) until [`CommitLock::keep`].
 pub fn stage_output(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
@@ -270,6 +270,12 @@ pub fn stage_output(
     };
     match resolve_output(path)? {
         Target::Replace(target) => {
+            // A missing folder is made, as `-o DIR` makes its folder.
+            if let Some(dir) = target.parent()
+                && !dir.as_os_str().is_empty()
+            {
+                std::fs::create_dir_all(dir)?;
+            }
             let mut tmp = Temporary::beside(&target)?;
             tmp.fill(fill)?;
             return Ok(StagedOutput(Some((tmp, target))));

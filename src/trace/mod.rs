@@ -3,6 +3,7 @@
 
 mod atomic;
 pub mod bundled;
+pub mod input;
 pub mod kineto;
 mod ranges;
 mod schema;
@@ -15,9 +16,7 @@ pub use atomic::{
 pub use ranges::{HostRanges, last_containing};
 pub use schema::*;
 
-pub use kineto::{
-    ImportError, assign_step_cells, import_kineto, is_kineto_file, looks_like_kineto, read_kineto,
-};
+pub use kineto::{ImportError, assign_step_cells, import_kineto, looks_like_kineto, read_kineto};
 
 /// Host ranges (NVTX) that name a library call: NCCL's own API ranges (`ncclAllGather`,
 /// `ncclGroupEnd`, …), whichever NCCL the program loaded. Graph nodes made inside one are
@@ -26,8 +25,7 @@ pub fn is_library_call_range(name: &str) -> bool {
     name.starts_with("nccl")
 }
 
-use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Errors reading or writing a trace file. Each displays as one line.
@@ -55,6 +53,28 @@ pub enum TraceError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// Refused by a limit on the input ([`input`]), whatever its format.
+    #[error("{path}: {message}")]
+    Refused { path: PathBuf, message: String },
+    /// A torch.profiler (Kineto) trace that cannot be imported.
+    #[error(transparent)]
+    Kineto(#[from] ImportError),
+}
+
+impl TraceError {
+    /// A read error: [`TraceError::Refused`] when a limit of [`input`] raised it.
+    fn reading(path: &Path, source: std::io::Error) -> TraceError {
+        match input::refusal(&source) {
+            Some(message) => TraceError::Refused {
+                path: path.to_owned(),
+                message: message.to_owned(),
+            },
+            None => TraceError::Io {
+                path: path.to_owned(),
+                source,
+            },
+        }
+    }
 }
 
 /// Parses a trace from bytes. `path` is only used in error messages.
@@ -123,31 +143,46 @@ impl Trace {
     }
 }
 
-/// Reads and validates a trace file. Input that does not start like a JSON object is refused
-/// after its first 64 KiB (so `/dev/zero` or a binary file is not read to its end).
+/// Reads and validates a gapscope trace file (gzip-compressed or not; a pipe works), within the
+/// limits of [`input`]. Input that does not start like a JSON object is refused after its
+/// first 64 KiB (so `/dev/zero` or a binary file is not read to its end).
 pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
-    let io = |source| TraceError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let mut reader = BufReader::new(File::open(path).map_err(io)?);
-    let mut bytes = Vec::new();
-    (&mut reader)
-        .take(HEAD_BYTES as u64)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
-    if bytes.len() == HEAD_BYTES || bytes.is_empty() {
-        check_start(&bytes).map_err(|message| TraceError::Malformed {
+    let opened = input::Opened::open(path).map_err(|e| TraceError::reading(path, e))?;
+    parse_opened(opened, path)
+}
+
+/// Reads a gapscope trace or imports a torch.profiler (Kineto) one, as the first bytes show
+/// (after decompression): the path is opened and read once, so a pipe works as a file does.
+pub fn read_any(path: &Path) -> Result<Trace, TraceError> {
+    let opened = input::Opened::open(path).map_err(|e| TraceError::reading(path, e))?;
+    if looks_like_kineto(opened.head()) {
+        Ok(kineto::import_opened(
+            opened,
+            path,
+            &kineto::ImportOptions::default(),
+        )?)
+    } else {
+        parse_opened(opened, path)
+    }
+}
+
+/// The gapscope trace of an opened input.
+fn parse_opened<R: Read>(opened: input::Opened<R>, path: &Path) -> Result<Trace, TraceError> {
+    let head = opened.head();
+    if head.len() == input::HEAD_BYTES || head.is_empty() {
+        check_start(head).map_err(|message| TraceError::Malformed {
             path: path.to_owned(),
             message,
         })?;
     }
-    reader.read_to_end(&mut bytes).map_err(io)?;
+    let bytes = opened
+        .read_all()
+        .map_err(|e| TraceError::reading(path, e))?;
     parse_trace(&bytes, path)
 }
 
 /// How much of a file is looked at before it is read whole.
-const HEAD_BYTES: usize = 64 << 10;
+const HEAD_BYTES: usize = input::HEAD_BYTES;
 
 /// A trace is a JSON object: say what else the input is, from its first bytes.
 fn check_start(bytes: &[u8]) -> Result<(), String> {
@@ -161,6 +196,16 @@ fn check_start(bytes: &[u8]) -> Result<(), String> {
     };
     match head[at] {
         b'{' => {
+            // An object's first key, or its end: anything else is not JSON, seen at once.
+            if let Some(next) = head[at + 1..].iter().position(|b| !b.is_ascii_whitespace())
+                && !matches!(head[at + 1 + next], b'"' | b'}')
+            {
+                return Err(format!(
+                    "not JSON: byte {:#04x} at offset {} after the opening `{{` (a key or `}}` must follow)",
+                    head[at + 1 + next],
+                    at + 1 + next
+                ));
+            }
             if head.windows(25).any(|w| w == b"\"gapscope_report_version\"") {
                 return Err(
                     "this is a gapscope report (report.json), not a trace: analyse the trace files it was made from".into(),
