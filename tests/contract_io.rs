@@ -529,3 +529,48 @@ fn export_takes_folders_and_makes_its_output_folder() {
     assert!(md.starts_with('#'), "{md}");
     assert!(String::from_utf8_lossy(&again.stdout).contains(md.lines().next().unwrap()));
 }
+
+// A trace where one kernel name is 8 MiB long and used by hundreds of kernels: every output
+// holds it cut to the cap (4 KiB, with its length and a hash), the cut noted once per input,
+// and the outputs stay small (uncapped, the Perfetto trace alone was 10.7 GB).
+#[test]
+fn huge_names_are_capped_in_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = synthetic::emu_experiment(40);
+    let id = t.kernels[0].name;
+    let uses = t.kernels.iter().filter(|k| k.name == id).count();
+    assert!(uses >= 300, "{uses}");
+    t.strings[id as usize] = format!("huge_kernel_{}", "x".repeat(8 << 20));
+    let p = write(dir.path(), "huge.json", &t);
+    let bounded = |path: &Path| {
+        let len = std::fs::metadata(path).unwrap().len();
+        assert!(len < 16 << 20, "{}: {len} bytes", path.display());
+    };
+    let out = dir.path().join("out");
+    let run = gapscope(&["analyze", &p, "-o", out.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    for f in SET {
+        bounded(&out.join(f));
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert_eq!(md.matches("are cut to 4 KiB").count(), 1, "{md}");
+    let json = std::fs::read_to_string(out.join("report.json")).unwrap();
+    assert!(json.contains(&format!("{}…[{} bytes, #", "x".repeat(100), (8 << 20) + 12)));
+    let merged = dir.path().join("merged");
+    let run = gapscope(&["merge", &p, "-o", merged.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    for f in ["report.md", "report.json", "trace.perfetto.json"] {
+        bounded(&merged.join(f));
+    }
+    let exported = dir.path().join("r.json");
+    let run = gapscope(&[
+        "export",
+        &p,
+        "--format",
+        "json",
+        "-o",
+        exported.to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    bounded(&exported);
+}

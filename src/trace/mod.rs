@@ -110,8 +110,12 @@ pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
     // Recordings made before the recorder demangled names align with torch.profiler's too.
     trace.demangle_kernel_names();
     trace.rename_old_launch_values();
+    trace.cap_long_names();
     Ok(trace)
 }
+
+/// The longest name kept whole (longer ones: [`Trace::cap_long_names`]).
+pub const NAME_CAP_BYTES: usize = 4 << 10;
 
 /// Launch values that traces written before the launch names were unified carry (the emu
 /// workload's `single-exec`/`exec-per-step`/`two-execs-alternating`), with today's names.
@@ -399,6 +403,46 @@ impl Trace {
         }
     }
 
+    /// Cuts every name longer than [`NAME_CAP_BYTES`] to [`NAME_CAP_BYTES`]: its start (to a
+    /// character boundary), then its length and a hash of the whole, so that names that
+    /// differ still differ (alignment by name is unchanged) while reports and Perfetto traces,
+    /// which repeat a name for every op, stay bounded. Adds one note saying so when any was cut.
+    /// Returns how many were cut.
+    pub fn cap_long_names(&mut self) -> usize {
+        let mut cut = 0;
+        let mut longest = 0;
+        for name in &mut self.strings {
+            if name.len() <= NAME_CAP_BYTES {
+                continue;
+            }
+            longest = longest.max(name.len());
+            // Room for the suffix (at most 52 bytes), so a cut name is not cut again.
+            let mut end = NAME_CAP_BYTES - 64;
+            while !name.is_char_boundary(end) {
+                end -= 1;
+            }
+            let hash = {
+                use std::hash::Hasher;
+                let mut h = rustc_hash::FxHasher::default();
+                h.write(name.as_bytes());
+                h.finish()
+            };
+            let whole = name.len();
+            name.truncate(end);
+            name.push_str(&format!("…[{whole} bytes, #{hash:016x}]"));
+            name.shrink_to_fit();
+            cut += 1;
+        }
+        if cut > 0 {
+            self.metadata.notes.push(format!(
+                "{cut} name(s) longer than {} KiB (the longest {longest} bytes) are cut to {} KiB: their start, their length and a hash",
+                NAME_CAP_BYTES >> 10,
+                NAME_CAP_BYTES >> 10
+            ));
+        }
+        cut
+    }
+
     /// The string behind an id ("?" for an id out of range; `validate` rejects those).
     pub fn str(&self, id: StrId) -> &str {
         self.strings.get(id as usize).map_or("?", String::as_str)
@@ -528,6 +572,25 @@ mod tests {
             Ok(7)
         );
         assert!(peek_schema_version(br#"{"schema_version":-1}"#).is_err());
+    }
+
+    #[test]
+    fn long_names_are_cut_at_a_character_and_stay_distinct() {
+        let mut b = TraceBuilder::new(Metadata::default());
+        let long = "é".repeat(NAME_CAP_BYTES);
+        let a = b.intern(&format!("{long}a"));
+        let z = b.intern(&format!("{long}z"));
+        let short = b.intern("short");
+        let mut t = b.finish();
+        assert_eq!(t.cap_long_names(), 2);
+        let (a, z) = (t.str(a), t.str(z));
+        assert_ne!(a, z);
+        assert!(a.starts_with(&"é".repeat((NAME_CAP_BYTES - 64) / 2)), "{a}");
+        assert!(a.len() <= NAME_CAP_BYTES, "{}", a.len());
+        assert!(a.contains(&format!("…[{} bytes, #", 2 * NAME_CAP_BYTES + 1)));
+        assert_eq!(t.str(short), "short");
+        assert_eq!(t.metadata.notes.len(), 1);
+        assert_eq!(t.cap_long_names(), 0, "once cut, a name is short");
     }
 
     #[test]

@@ -488,6 +488,7 @@ impl Importer {
             .or(self.devices.first())
             .cloned();
         assign_step_cells(&mut trace);
+        trace.cap_long_names();
         trace.kernels.shrink_to_fit();
         trace.api_calls.shrink_to_fit();
         trace.markers.shrink_to_fit();
