@@ -159,12 +159,28 @@ pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
 /// (after decompression): the path is opened and read once, so a pipe works as a file does.
 pub fn read_any(path: &Path) -> Result<Trace, TraceError> {
     let opened = input::Opened::open(path).map_err(|e| TraceError::reading(path, e))?;
+    read_opened(opened, path, &kineto::ImportOptions::default())
+}
+
+/// [`read_any`] on a stream (a pipe, bytes in memory), a Kineto trace imported with `opts`;
+/// `path` names it in errors.
+pub fn read_any_from(
+    reader: impl Read,
+    path: &Path,
+    opts: &kineto::ImportOptions,
+) -> Result<Trace, TraceError> {
+    let opened = input::Opened::new(reader).map_err(|e| TraceError::reading(path, e))?;
+    read_opened(opened, path, opts)
+}
+
+/// A gapscope or Kineto trace, as the head of `opened` shows.
+fn read_opened<R: Read>(
+    opened: input::Opened<R>,
+    path: &Path,
+    opts: &kineto::ImportOptions,
+) -> Result<Trace, TraceError> {
     if looks_like_kineto(opened.head()) {
-        Ok(kineto::import_opened(
-            opened,
-            path,
-            &kineto::ImportOptions::default(),
-        )?)
+        Ok(kineto::import_opened(opened, path, opts)?)
     } else {
         parse_opened(opened, path)
     }
