@@ -1,4 +1,5 @@
-//! The trace file: schema types, reader (with version check) and atomic writer ([`atomic`]).
+//! The trace file: schema types, reader (with version check, through [`input`]) and atomic writer
+//! ([`write_atomically`], [`stage_output`]).
 #![forbid(unsafe_code)]
 
 mod atomic;
