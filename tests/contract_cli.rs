@@ -484,18 +484,14 @@ fn gzip_refusals_say_what_is_wrong() {
         std::fs::write(&p, data).unwrap();
         p.display().to_string()
     };
+    // A gzipped gapscope trace is read as it is.
     let ours = std::fs::read(repo().join("traces/emu-h200.json")).unwrap();
-    let line = fails_in_one_line(&gapscope(&["analyze", &gz("t.json.gz", &ours, b"")]), 2);
-    assert!(line.contains("a gzip-compressed gapscope trace"), "{line}");
-    assert!(line.contains("gunzip"), "{line}");
-    assert!(!line.contains("Kineto"), "{line}");
+    let out = gapscope(&["analyze", &gz("t.json.gz", &ours, b"")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let kineto = std::fs::read(repo().join("traces/torch-step-kineto-h200.json")).unwrap();
     let p = gz("k.json.gz", &kineto, b"trailing garbage\n");
     let line = fails_in_one_line(&gapscope(&["analyze", &p]), 2);
-    assert!(
-        line.contains("followed by 17 bytes that are not gzip (trailing garbage)"),
-        "{line}"
-    );
+    assert!(line.contains("other bytes follow (not gzip)"), "{line}");
     // Cut short is still called so.
     let whole = std::fs::read(&p).unwrap();
     std::fs::write(&p, &whole[..whole.len() / 2]).unwrap();

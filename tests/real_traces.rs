@@ -938,11 +938,7 @@ fn bundled() -> Vec<(String, trace::Trace)> {
     paths
         .into_iter()
         .map(|p| {
-            let t = if trace::is_kineto_file(&p) {
-                trace::read_kineto(&p).unwrap()
-            } else {
-                trace::read_trace(&p).unwrap()
-            };
+            let t = trace::read_any(&p).unwrap();
             (p.display().to_string(), t)
         })
         .collect()

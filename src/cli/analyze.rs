@@ -72,7 +72,8 @@ pub fn command(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `gapscope export TRACE… --format F -o FILE`: one file, written atomically.
+/// `gapscope export TRACE… --format F -o FILE`: one file, written atomically (its folder made
+/// if missing, as `analyze -o` does). A folder stands for its trace files, as for `analyze`.
 pub fn export(
     traces: &[PathBuf],
     format: Format,
@@ -81,7 +82,7 @@ pub fn export(
 ) -> Result<ExitCode, Failure> {
     let mut analyzer = Analyzer::new(AnalysisOptions::default(), Detail::Steps);
     let mut loaded = Vec::new();
-    for p in traces {
+    for p in &expand_all(traces)? {
         let mut trace = load_one(p, None)?;
         analyzer.add(&mut trace, p.display().to_string());
         loaded.push(trace);

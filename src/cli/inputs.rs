@@ -100,15 +100,9 @@ pub fn load_with_steps(
 /// Loads one trace (a gapscope trace or a Kineto trace, imported); with `step_range`, its
 /// plain ranges of that name become the steps.
 pub fn load_one(path: &Path, step_range: Option<&str>) -> Result<Trace, Failure> {
-    let mut trace = if trace::is_kineto_file(path) {
-        // torch.profiler (Kineto) Chrome trace: imported; bad input exits 2 as for traces.
-        trace::read_kineto(path).map_err(|e| Failure {
-            code: 2,
-            error: gzip_diagnosis(path, &e).map_or_else(|| e.into(), |m| anyhow::anyhow!(m)),
-        })?
-    } else {
-        trace::read_trace(path)?
-    };
+    // A gapscope trace, or a torch.profiler (Kineto) one imported; opened once, so a pipe
+    // works. Bad input exits 2 either way.
+    let mut trace = trace::read_any(path)?;
     if let Some(name) = step_range
         && trace.mark_steps(name) == 0
     {
@@ -125,45 +119,6 @@ pub fn is_summary_file(path: &Path) -> bool {
     std::fs::File::open(path)
         .and_then(|f| f.take(256).read_to_end(&mut head))
         .is_ok_and(|_| summary::looks_like_summary(&head))
-}
-
-/// A better message for a gzip file the Kineto import refused, when one can be given: a
-/// gapscope trace inside (gapscope reads its own traces uncompressed), or whole gzip data
-/// followed by bytes that are not gzip (looked for only when the import called the gzip data
-/// damaged, so a refused gzip bomb is not decompressed to its end here). Read only after a
-/// refusal.
-fn gzip_diagnosis(path: &Path, refusal: &trace::ImportError) -> Option<String> {
-    use std::io::{BufRead, Read};
-    const HEAD: u64 = 64 << 10;
-    let mut file = std::io::BufReader::new(std::fs::File::open(path).ok()?);
-    if !file.fill_buf().ok()?.starts_with(&[0x1f, 0x8b]) {
-        return None;
-    }
-    let mut decoder = flate2::bufread::GzDecoder::new(file);
-    let mut head = Vec::new();
-    decoder.by_ref().take(HEAD).read_to_end(&mut head).ok()?;
-    let find = |pat: &[u8]| head.windows(pat.len()).any(|w| w == pat);
-    if !trace::looks_like_kineto(&head) && find(b"\"schema_version\"") {
-        return Some(format!(
-            "{}: a gzip-compressed gapscope trace; gapscope reads its own traces uncompressed: gunzip it first",
-            path.display()
-        ));
-    }
-    if !refusal.to_string().contains("gzip data is damaged") {
-        return None;
-    }
-    // The first gzip member decompressed to its end: what follows it, if anything.
-    std::io::copy(&mut decoder, &mut std::io::sink()).ok()?;
-    let mut rest = decoder.into_inner();
-    let rest_head = rest.fill_buf().ok()?;
-    if rest_head.is_empty() || rest_head.starts_with(&[0x1f, 0x8b]) {
-        return None;
-    }
-    let trailing = std::io::copy(&mut rest, &mut std::io::sink()).ok()?;
-    Some(format!(
-        "{}: the gzip data is whole but followed by {trailing} bytes that are not gzip (trailing garbage); remove them, or recompress the JSON",
-        path.display()
-    ))
 }
 
 /// `KEY=VALUE`: keeps only the cells whose request has it ([`Trace::select_cells`]).

@@ -151,7 +151,8 @@ pub fn print_stdout(text: &str) -> Result<(), Failure> {
 
 /// On SIGINT, SIGTERM or SIGHUP: remove the temporary files being written, then exit 128 + the
 /// signal's number, so an interrupted command leaves neither temporaries nor a partial output
-/// set (outputs are renamed into place only when all are complete).
+/// set (outputs are renamed into place only when all are complete, and a commit under way is
+/// finished before the exit: [`trace::exit_removing_temporaries`]).
 pub fn remove_temporaries_on_signal() {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
@@ -159,8 +160,7 @@ pub fn remove_temporaries_on_signal() {
     };
     std::thread::spawn(move || {
         if let Some(signal) = signals.forever().next() {
-            trace::remove_temporaries();
-            std::process::exit(128 + signal);
+            trace::exit_removing_temporaries(128 + signal);
         }
     });
 }

@@ -12,7 +12,7 @@
 
 use crate::analysis::merge::Merged;
 use crate::analysis::{Analysis, Comparison};
-use crate::trace::{StagedOutput, Trace, TraceError, stage_output};
+use crate::trace::{StagedOutput, Trace, TraceError, commit_lock, stage_output};
 use std::cell::OnceCell;
 use std::fs::File;
 use std::io::Write;
@@ -98,21 +98,31 @@ impl OutputSet {
     }
 
     /// Renames every file into place and removes the files named in `set` that were not
-    /// written this time (regular files only). Returns the names written.
+    /// written this time (regular files only), all under the commit lock, so a signal waits
+    /// for the whole set ([`crate::trace::exit_removing_temporaries`]). Returns the names
+    /// written.
     pub fn commit(mut self, set: &[&str]) -> Result<Vec<String>, OutputError> {
-        for (path, staged) in std::mem::take(&mut self.staged) {
-            staged.commit().map_err(|e| write_error(&path, e))?;
+        let staged = std::mem::take(&mut self.staged);
+        let mut lock = commit_lock();
+        let mut result = Ok(());
+        for (path, staged) in staged {
+            if result.is_ok() {
+                result = lock.keep(staged).map_err(|e| write_error(&path, e));
+            } else {
+                lock.discard(staged);
+            }
         }
         for name in set {
-            if self.written.iter().any(|w| w == name) {
+            if result.is_err() || self.written.iter().any(|w| w == name) {
                 continue;
             }
             let stale = self.dir.join(name);
             if std::fs::symlink_metadata(&stale).is_ok_and(|m| m.is_file()) {
-                std::fs::remove_file(&stale).map_err(|e| write_error(&stale, e))?;
+                result = std::fs::remove_file(&stale).map_err(|e| write_error(&stale, e));
             }
         }
-        Ok(std::mem::take(&mut self.written))
+        drop(lock);
+        result.map(|()| std::mem::take(&mut self.written))
     }
 }
 

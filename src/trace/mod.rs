@@ -1,18 +1,23 @@
-//! The trace file: schema types, reader (with version check) and atomic writer.
+//! The trace file: schema types, reader (with version check, through [`input`]) and atomic writer
+//! ([`write_atomically`], [`stage_output`]).
 #![forbid(unsafe_code)]
 
+mod atomic;
 pub mod bundled;
+pub mod input;
 pub mod kineto;
 mod ranges;
 mod schema;
 pub mod synthetic;
 
+pub use atomic::{
+    CommitLock, StagedOutput, commit_lock, exit_removing_temporaries, stage_output,
+    write_atomically, write_atomically_with,
+};
 pub use ranges::{HostRanges, last_containing};
 pub use schema::*;
 
-pub use kineto::{
-    ImportError, assign_step_cells, import_kineto, is_kineto_file, looks_like_kineto, read_kineto,
-};
+pub use kineto::{ImportError, assign_step_cells, import_kineto, looks_like_kineto, read_kineto};
 
 /// Host ranges (NVTX) that name a library call: NCCL's own API ranges (`ncclAllGather`,
 /// `ncclGroupEnd`, …), whichever NCCL the program loaded. Graph nodes made inside one are
@@ -21,8 +26,7 @@ pub fn is_library_call_range(name: &str) -> bool {
     name.starts_with("nccl")
 }
 
-use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Errors reading or writing a trace file. Each displays as one line.
@@ -50,6 +54,28 @@ pub enum TraceError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// Refused by a limit on the input ([`input`]), whatever its format.
+    #[error("{path}: {message}")]
+    Refused { path: PathBuf, message: String },
+    /// A torch.profiler (Kineto) trace that cannot be imported.
+    #[error(transparent)]
+    Kineto(#[from] ImportError),
+}
+
+impl TraceError {
+    /// A read error: [`TraceError::Refused`] when a limit of [`input`] raised it.
+    fn reading(path: &Path, source: std::io::Error) -> TraceError {
+        match input::refusal(&source) {
+            Some(message) => TraceError::Refused {
+                path: path.to_owned(),
+                message: message.to_owned(),
+            },
+            None => TraceError::Io {
+                path: path.to_owned(),
+                source,
+            },
+        }
+    }
 }
 
 /// Parses a trace from bytes. `path` is only used in error messages.
@@ -85,8 +111,12 @@ pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
     // Recordings made before the recorder demangled names align with torch.profiler's too.
     trace.demangle_kernel_names();
     trace.rename_old_launch_values();
+    trace.cap_long_names();
     Ok(trace)
 }
+
+/// The longest name kept whole (longer ones: [`Trace::cap_long_names`]).
+pub const NAME_CAP_BYTES: usize = 4 << 10;
 
 /// Launch values that traces written before the launch names were unified carry (the emu
 /// workload's `single-exec`/`exec-per-step`/`two-execs-alternating`), with today's names.
@@ -118,31 +148,62 @@ impl Trace {
     }
 }
 
-/// Reads and validates a trace file. Input that does not start like a JSON object is refused
-/// after its first 64 KiB (so `/dev/zero` or a binary file is not read to its end).
+/// Reads and validates a gapscope trace file (gzip-compressed or not; a pipe works), within the
+/// limits of [`input`]. Input that does not start like a JSON object is refused after its
+/// first 64 KiB (so `/dev/zero` or a binary file is not read to its end).
 pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
-    let io = |source| TraceError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let mut reader = BufReader::new(File::open(path).map_err(io)?);
-    let mut bytes = Vec::new();
-    (&mut reader)
-        .take(HEAD_BYTES as u64)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
-    if bytes.len() == HEAD_BYTES || bytes.is_empty() {
-        check_start(&bytes).map_err(|message| TraceError::Malformed {
+    let opened = input::Opened::open(path).map_err(|e| TraceError::reading(path, e))?;
+    parse_opened(opened, path)
+}
+
+/// Reads a gapscope trace or imports a torch.profiler (Kineto) one, as the first bytes show
+/// (after decompression): the path is opened and read once, so a pipe works as a file does.
+pub fn read_any(path: &Path) -> Result<Trace, TraceError> {
+    let opened = input::Opened::open(path).map_err(|e| TraceError::reading(path, e))?;
+    read_opened(opened, path, &kineto::ImportOptions::default())
+}
+
+/// [`read_any`] on a stream (a pipe, bytes in memory), a Kineto trace imported with `opts`;
+/// `path` names it in errors.
+pub fn read_any_from(
+    reader: impl Read,
+    path: &Path,
+    opts: &kineto::ImportOptions,
+) -> Result<Trace, TraceError> {
+    let opened = input::Opened::new(reader).map_err(|e| TraceError::reading(path, e))?;
+    read_opened(opened, path, opts)
+}
+
+/// A gapscope or Kineto trace, as the head of `opened` shows.
+fn read_opened<R: Read>(
+    opened: input::Opened<R>,
+    path: &Path,
+    opts: &kineto::ImportOptions,
+) -> Result<Trace, TraceError> {
+    if looks_like_kineto(opened.head()) {
+        Ok(kineto::import_opened(opened, path, opts)?)
+    } else {
+        parse_opened(opened, path)
+    }
+}
+
+/// The gapscope trace of an opened input.
+fn parse_opened<R: Read>(opened: input::Opened<R>, path: &Path) -> Result<Trace, TraceError> {
+    let head = opened.head();
+    if head.len() == input::HEAD_BYTES || head.is_empty() {
+        check_start(head).map_err(|message| TraceError::Malformed {
             path: path.to_owned(),
             message,
         })?;
     }
-    reader.read_to_end(&mut bytes).map_err(io)?;
+    let bytes = opened
+        .read_all()
+        .map_err(|e| TraceError::reading(path, e))?;
     parse_trace(&bytes, path)
 }
 
 /// How much of a file is looked at before it is read whole.
-const HEAD_BYTES: usize = 64 << 10;
+const HEAD_BYTES: usize = input::HEAD_BYTES;
 
 /// A trace is a JSON object: say what else the input is, from its first bytes.
 fn check_start(bytes: &[u8]) -> Result<(), String> {
@@ -156,6 +217,16 @@ fn check_start(bytes: &[u8]) -> Result<(), String> {
     };
     match head[at] {
         b'{' => {
+            // An object's first key, or its end: anything else is not JSON, seen at once.
+            if let Some(next) = head[at + 1..].iter().position(|b| !b.is_ascii_whitespace())
+                && !matches!(head[at + 1 + next], b'"' | b'}')
+            {
+                return Err(format!(
+                    "not JSON: byte {:#04x} at offset {} after the opening `{{` (a key or `}}` must follow)",
+                    head[at + 1 + next],
+                    at + 1 + next
+                ));
+            }
             if head.windows(25).any(|w| w == b"\"gapscope_report_version\"") {
                 return Err(
                     "this is a gapscope report (report.json), not a trace: analyse the trace files it was made from".into(),
@@ -226,154 +297,6 @@ fn walk_for_schema_version(bytes: &[u8]) -> Result<u64, String> {
             "`schema_version` must be an integer, found {other}"
         )),
     }
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file in the same folder, then a rename, so a
-/// failure never leaves a half-written output.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), TraceError> {
-    write_atomically_with(path, |w| w.write_all(bytes))
-}
-
-/// Temporary files being written, so that a signal handler can remove them
-/// ([`remove_temporaries`]).
-static TEMPORARIES: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
-static TEMPORARY_COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-fn temporaries() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
-    TEMPORARIES
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Removes every temporary file still being written (from a signal handler: the process is
-/// about to exit).
-pub fn remove_temporaries() {
-    for p in temporaries().drain(..) {
-        let _ = std::fs::remove_file(p);
-    }
-}
-
-/// A temporary file beside `target`, registered for [`remove_temporaries`] until
-/// [`Temporary::keep_as`] renames it or it is dropped (and removed). Its name is short
-/// (`.gapscope-<pid>-<n>.tmp`) whatever the target's, so it never exceeds a file-name limit.
-struct Temporary {
-    path: PathBuf,
-}
-
-impl Temporary {
-    fn beside(target: &Path) -> Temporary {
-        let dir = match target.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-            _ => PathBuf::from("."),
-        };
-        let n = TEMPORARY_COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = dir.join(format!(".gapscope-{}-{n}.tmp", std::process::id()));
-        temporaries().push(path.clone());
-        Temporary { path }
-    }
-
-    /// Writes the file through `fill` and syncs it.
-    fn fill(
-        &self,
-        fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-    ) -> std::io::Result<()> {
-        let mut w = BufWriter::new(File::create(&self.path)?);
-        fill(&mut w)?;
-        w.flush()?;
-        w.into_inner().map_err(|e| e.into_error())?.sync_all()
-    }
-
-    /// Renames the file to `target` (replacing it).
-    fn keep_as(mut self, target: &Path) -> std::io::Result<()> {
-        std::fs::rename(&self.path, target)?;
-        let kept = std::mem::take(&mut self.path);
-        temporaries().retain(|p| p != &kept);
-        Ok(())
-    }
-}
-
-impl Drop for Temporary {
-    fn drop(&mut self) {
-        // Empty once kept: nothing to remove.
-        if self.path.as_os_str().is_empty() {
-            return;
-        }
-        let _ = std::fs::remove_file(&self.path);
-        temporaries().retain(|p| p != &self.path);
-    }
-}
-
-/// Where writing to `path` must go: a symlink is followed (to its final target, which may not
-/// exist yet); `in_place` is true for an existing file that is not a regular file (a device
-/// such as /dev/null, a FIFO), which must be written as it is, never replaced.
-fn resolve_output(path: &Path) -> std::io::Result<(PathBuf, bool)> {
-    let mut target = path.to_owned();
-    // A chain of links, each relative to its own folder; give up on loops.
-    for _ in 0..40 {
-        match std::fs::symlink_metadata(&target) {
-            Ok(m) if m.file_type().is_symlink() => {
-                let next = std::fs::read_link(&target)?;
-                target = match target.parent() {
-                    Some(dir) if next.is_relative() => dir.join(next),
-                    _ => next,
-                };
-            }
-            Ok(m) if m.is_dir() => {
-                return Err(std::io::Error::other("is a folder"));
-            }
-            Ok(m) => return Ok((target, !m.is_file())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((target, false)),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(std::io::Error::other("too many levels of symbolic links"))
-}
-
-/// A file written through `fill` but not yet in place ([`stage_output`]): a temporary file
-/// beside its target, renamed by [`StagedOutput::commit`]; or nothing left to do, when the
-/// target is a device or FIFO, which was written in place.
-pub struct StagedOutput(Option<(Temporary, PathBuf)>);
-
-impl StagedOutput {
-    /// Renames the temporary file into place.
-    pub fn commit(self) -> std::io::Result<()> {
-        match self.0 {
-            Some((tmp, target)) => tmp.keep_as(&target),
-            None => Ok(()),
-        }
-    }
-}
-
-/// Writes `path`'s content through `fill`: a symlink is followed, a device or FIFO is written
-/// in place, anything else goes to a temporary file until [`StagedOutput::commit`].
-pub fn stage_output(
-    path: &Path,
-    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> std::io::Result<StagedOutput> {
-    let (target, in_place) = resolve_output(path)?;
-    if in_place {
-        let mut w = BufWriter::new(std::fs::OpenOptions::new().write(true).open(&target)?);
-        fill(&mut w)?;
-        w.flush()?;
-        return Ok(StagedOutput(None));
-    }
-    let tmp = Temporary::beside(&target);
-    tmp.fill(fill)?;
-    Ok(StagedOutput(Some((tmp, target))))
-}
-
-/// Like [`write_atomically`], streaming through `fill`. A symlink is followed; a device or
-/// FIFO is written in place.
-pub fn write_atomically_with(
-    path: &Path,
-    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> Result<(), TraceError> {
-    stage_output(path, fill)
-        .and_then(StagedOutput::commit)
-        .map_err(|source| TraceError::Write {
-            path: path.to_owned(),
-            source,
-        })
 }
 
 /// Writes a trace file atomically (compact JSON).
@@ -495,6 +418,46 @@ impl Trace {
                 *name = demangled;
             }
         }
+    }
+
+    /// Cuts every name longer than [`NAME_CAP_BYTES`] to [`NAME_CAP_BYTES`]: its start (to a
+    /// character boundary), then its length and a hash of the whole, so that names that
+    /// differ still differ (alignment by name is unchanged) while reports and Perfetto traces,
+    /// which repeat a name for every op, stay bounded. Adds one note saying so when any was cut.
+    /// Returns how many were cut.
+    pub fn cap_long_names(&mut self) -> usize {
+        let mut cut = 0;
+        let mut longest = 0;
+        for name in &mut self.strings {
+            if name.len() <= NAME_CAP_BYTES {
+                continue;
+            }
+            longest = longest.max(name.len());
+            // Room for the suffix (at most 52 bytes), so a cut name is not cut again.
+            let mut end = NAME_CAP_BYTES - 64;
+            while !name.is_char_boundary(end) {
+                end -= 1;
+            }
+            let hash = {
+                use std::hash::Hasher;
+                let mut h = rustc_hash::FxHasher::default();
+                h.write(name.as_bytes());
+                h.finish()
+            };
+            let whole = name.len();
+            name.truncate(end);
+            name.push_str(&format!("…[{whole} bytes, #{hash:016x}]"));
+            name.shrink_to_fit();
+            cut += 1;
+        }
+        if cut > 0 {
+            self.metadata.notes.push(format!(
+                "{cut} name(s) longer than {} KiB (the longest {longest} bytes) are cut to {} KiB: their start, their length and a hash",
+                NAME_CAP_BYTES >> 10,
+                NAME_CAP_BYTES >> 10
+            ));
+        }
+        cut
     }
 
     /// The string behind an id ("?" for an id out of range; `validate` rejects those).
@@ -629,6 +592,25 @@ mod tests {
             Ok(7)
         );
         assert!(peek_schema_version(br#"{"schema_version":-1}"#).is_err());
+    }
+
+    #[test]
+    fn long_names_are_cut_at_a_character_and_stay_distinct() {
+        let mut b = TraceBuilder::new(Metadata::default());
+        let long = "é".repeat(NAME_CAP_BYTES);
+        let a = b.intern(&format!("{long}a"));
+        let z = b.intern(&format!("{long}z"));
+        let short = b.intern("short");
+        let mut t = b.finish();
+        assert_eq!(t.cap_long_names(), 2);
+        let (a, z) = (t.str(a), t.str(z));
+        assert_ne!(a, z);
+        assert!(a.starts_with(&"é".repeat((NAME_CAP_BYTES - 64) / 2)), "{a}");
+        assert!(a.len() <= NAME_CAP_BYTES, "{}", a.len());
+        assert!(a.contains(&format!("…[{} bytes, #", 2 * NAME_CAP_BYTES + 1)));
+        assert_eq!(t.str(short), "short");
+        assert_eq!(t.metadata.notes.len(), 1);
+        assert_eq!(t.cap_long_names(), 0, "once cut, a name is short");
     }
 
     #[test]

@@ -333,6 +333,13 @@ fn trace_budget_pauses_a_replayed_graph_and_resumes_for_a_new_one() {
     let notes = trace.metadata.notes.join("\n");
     assert!(notes.contains(": 6 of 8 launches"), "{notes}");
     assert!(notes.contains("paused 2 time"), "{notes}");
-    let resumes = trace.metadata.sampling.as_ref().map_or(0, |s| s.resumed_at.len());
-    assert_eq!(resumes, 2, "launch 6 and the new graph's launch resumed tracing");
+    let resumes = trace
+        .metadata
+        .sampling
+        .as_ref()
+        .map_or(0, |s| s.resumed_at.len());
+    assert_eq!(
+        resumes, 2,
+        "launch 6 and the new graph's launch resumed tracing"
+    );
 }

@@ -38,6 +38,7 @@ mod stream;
 
 pub use stream::ImportOptions;
 
+use crate::trace::input::{Opened, refusal};
 use crate::trace::{
     ApiCall, ApiDomain, Cell, DeviceInfo, Kernel, Marker, MarkerKind, MemOp, Metadata, Source,
     StrId, Trace, TraceBuilder, Versions,
@@ -47,7 +48,7 @@ use scan::{ArgVal, Cat, RawEvent, Str};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::{BufRead, ErrorKind, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use stream::{EventsError, Input, Skeleton};
 
@@ -65,6 +66,9 @@ pub enum ImportError {
     },
     #[error("{path}: not a usable torch.profiler (Kineto) trace: {message}")]
     Malformed { path: PathBuf, message: String },
+    /// Refused by a limit on the input ([`crate::trace::input`]), whatever its format.
+    #[error("{path}: {message}")]
+    Refused { path: PathBuf, message: String },
 }
 
 /// Whether the start of a file (its first few KiB) looks like a Kineto trace rather than a
@@ -91,26 +95,10 @@ pub fn looks_like_kineto(head: &[u8]) -> bool {
     }
 }
 
-/// [`looks_like_kineto`] on the first 64 KiB of a file; `false` when it cannot be read (the
-/// gapscope reader then reports why).
-pub fn is_kineto_file(path: &Path) -> bool {
-    let Ok(file) = std::fs::File::open(path) else {
-        return false;
-    };
-    let mut head = Vec::with_capacity(1 << 16);
-    if file.take(1 << 16).read_to_end(&mut head).is_err() {
-        return false;
-    }
-    looks_like_kineto(&head)
-}
-
-/// Opens and imports a Kineto trace file.
+/// Opens and imports a Kineto trace file (gzip-compressed or not; a pipe works).
 pub fn read_kineto(path: &Path) -> Result<Trace, ImportError> {
-    let file = std::fs::File::open(path).map_err(|source| ImportError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    import_kineto(file, path)
+    let opened = Opened::open(path).map_err(|e| read_error(path, e))?;
+    import_opened(opened, path, &ImportOptions::default())
 }
 
 /// Imports a torch.profiler (Kineto) Chrome trace, streaming, with the default
@@ -123,35 +111,41 @@ pub fn import_kineto(reader: impl Read, path: &Path) -> Result<Trace, ImportErro
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// [`import_kineto`] with chosen block size and threads (the trace is the same with any).
-/// Gzip data (torch writes `.json.gz` when asked) is decompressed as it streams.
+/// Gzip data (torch writes `.json.gz` when asked) is decompressed as it streams, within the
+/// limits of [`crate::trace::input`].
 pub fn import_kineto_with(
     reader: impl Read,
     path: &Path,
     opts: &ImportOptions,
 ) -> Result<Trace, ImportError> {
-    let mut reader = std::io::BufReader::with_capacity(64 << 10, reader);
-    let head = reader.fill_buf().map_err(|source| ImportError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    if !head.starts_with(&GZIP_MAGIC) {
-        return import_json(reader, path, opts);
-    }
-    import_json(flate2::bufread::MultiGzDecoder::new(reader), path, opts).map_err(|e| match e {
-        // A damaged or cut gzip stream shows up as a read error: say what it is.
-        ImportError::Io { path, source }
-            if matches!(
-                source.kind(),
-                ErrorKind::InvalidInput | ErrorKind::InvalidData | ErrorKind::UnexpectedEof
-            ) =>
-        {
-            ImportError::Malformed {
-                path,
-                message: format!("gzip data is damaged or cut short: {source}"),
-            }
-        }
+    let opened = Opened::new(reader).map_err(|e| read_error(path, e))?;
+    import_opened(opened, path, opts)
+}
+
+/// The import of an opened input (its head already read, see [`Opened`]).
+pub(crate) fn import_opened<R: Read>(
+    opened: Opened<R>,
+    path: &Path,
+    opts: &ImportOptions,
+) -> Result<Trace, ImportError> {
+    import_json(opened.into_reader(), path, opts).map_err(|e| match e {
+        ImportError::Io { path, source } => read_error(&path, source),
         other => other,
     })
+}
+
+/// A read error: [`ImportError::Refused`] when a limit of the input raised it.
+fn read_error(path: &Path, source: std::io::Error) -> ImportError {
+    match refusal(&source) {
+        Some(message) => ImportError::Refused {
+            path: path.to_owned(),
+            message: message.to_owned(),
+        },
+        None => ImportError::Io {
+            path: path.to_owned(),
+            source,
+        },
+    }
 }
 
 /// The import of the (decompressed) JSON text.
@@ -166,11 +160,6 @@ fn import_json(reader: impl Read, path: &Path, opts: &ImportOptions) -> Result<T
     };
     let mut input = Input::new(reader);
     input.fill(64 << 10).map_err(io_error)?;
-    if input.available().starts_with(&GZIP_MAGIC) {
-        return Err(malformed(
-            "gzip-compressed twice; decompress it once first (gunzip)".into(),
-        ));
-    }
     let mut imp = Importer::new();
     let mut skeleton = Skeleton::new();
     loop {
@@ -499,6 +488,7 @@ impl Importer {
             .or(self.devices.first())
             .cloned();
         assign_step_cells(&mut trace);
+        trace.cap_long_names();
         trace.kernels.shrink_to_fit();
         trace.api_calls.shrink_to_fit();
         trace.markers.shrink_to_fit();
