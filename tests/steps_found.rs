@@ -361,3 +361,24 @@ fn one_profiler_step_around_a_whole_generate_call_holds_the_steps_found() {
         "{screen}"
     );
 }
+
+/// A library's own NVTX ranges (CUB's `cub::DeviceScan::InclusiveScan`, seen in a transformers
+/// `generate()` recording on an H200) repeat around device work too, but are never a step: they
+/// are not proposed as the range to pass.
+#[test]
+fn a_librarys_qualified_range_is_not_proposed_as_the_step_range() {
+    let mut s = KernelStream::new();
+    for _ in 0..20 {
+        let start = s.host_now();
+        s.kernel(TOKEN[0], 40_000, 3_000);
+        s.kernels(&TOKEN[1..]);
+        s.range("cub::DeviceScan::InclusiveScan", start);
+    }
+    let a = analyze(&s.finish());
+    assert!(
+        a.inputs[0].steps.step_range_hint.is_none(),
+        "{:?}",
+        a.inputs[0].steps.step_range_hint
+    );
+    assert!(!analysis_summary(&a, None).contains("Step range:"));
+}

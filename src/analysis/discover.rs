@@ -798,7 +798,12 @@ pub fn step_range_hint(
     launched.sort_unstable();
     let mut by_name: FxHashMap<u32, Vec<(u32, u64, u64)>> = FxHashMap::default();
     for m in &trace.markers {
-        if m.kind == MarkerKind::Range && !crate::trace::is_library_call_range(trace.str(m.name)) {
+        // A C++-qualified name (`cub::DeviceScan::InclusiveScan`) is a library's own range.
+        let name = trace.str(m.name);
+        if m.kind == MarkerKind::Range
+            && !crate::trace::is_library_call_range(name)
+            && !name.contains("::")
+        {
             by_name
                 .entry(m.name)
                 .or_default()
