@@ -1,22 +1,9 @@
 //! End-to-end tests of the `gapscope` binary.
 
-use gapscope::trace;
+mod common;
+use common::{gapscope, write};
 use gapscope::trace::synthetic::{self, SyntheticCell};
-use std::path::Path;
-use std::process::{Command, Output};
-
-fn gapscope(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gapscope"))
-        .args(args)
-        .output()
-        .expect("run gapscope")
-}
-
-fn write(dir: &Path, name: &str, t: &trace::Trace) -> String {
-    let p = dir.join(name);
-    trace::write_trace(&p, t).unwrap();
-    p.display().to_string()
-}
+use std::process::Output;
 
 fn one_error_line(out: &Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();

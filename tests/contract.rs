@@ -2,64 +2,13 @@
 //! 1 runtime failure, 2 bad input with one line, 3 threshold; never a panic; an output set is
 //! written whole or not at all. One test per case of the robustness probe (issue 13).
 
-use gapscope::trace;
+mod common;
+use common::{bin, fails_after_notes, fails_in_one_line, gapscope, stderr, temporaries, write};
 use gapscope::trace::synthetic::{self, SyntheticCell};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_gapscope"))
-}
-
-fn gapscope(args: &[&str]) -> Output {
-    bin().args(args).output().expect("run gapscope")
-}
-
-fn write(dir: &Path, name: &str, t: &trace::Trace) -> String {
-    let p = dir.join(name);
-    trace::write_trace(&p, t).unwrap();
-    p.display().to_string()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Exit `code`, the error the last line on stderr, only notes before it; returns the error.
-fn fails_after_notes(out: &Output, code: i32) -> String {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(code), "{err}");
-    let lines: Vec<&str> = err.trim_end().lines().collect();
-    let (last, notes) = lines.split_last().expect("an error line");
-    assert!(last.starts_with("gapscope: error: "), "{err}");
-    assert!(
-        notes.iter().all(|l| l.starts_with("gapscope: note: ")),
-        "{err}"
-    );
-    last.to_string()
-}
-
-/// Exit `code` with exactly one line on stderr, the error; returns it.
-fn fails_in_one_line(out: &Output, code: i32) -> String {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(code), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(err.starts_with("gapscope: error: "), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    err
-}
-
-fn temporaries(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .map(|d| {
-            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .filter(|n| n.ends_with(".tmp") || n.contains(".tmp-"))
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 const SET: [&str; 4] = [
     "report.md",

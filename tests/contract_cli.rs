@@ -4,18 +4,12 @@
 //! any work and reported only once written; damaged traces are named and kept out of the
 //! figures. One test per case.
 
+mod common;
+use common::{bin, fails_in_one_line, gapscope, stderr, stdout, write};
 use gapscope::trace::synthetic::{self, SyntheticCell};
 use gapscope::trace::{self, Trace};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_gapscope"))
-}
-
-fn gapscope(args: &[&str]) -> Output {
-    bin().args(args).output().expect("run gapscope")
-}
+use std::process::{Output, Stdio};
 
 /// gapscope with stdout on `/dev/full`; `None` where there is none.
 fn to_full_stdout(args: &[&str]) -> Option<Output> {
@@ -37,20 +31,6 @@ fn bundled(name: &str) -> String {
     repo().join("traces").join(name).display().to_string()
 }
 
-fn write(dir: &Path, name: &str, t: &Trace) -> String {
-    let p = dir.join(name);
-    trace::write_trace(&p, t).unwrap();
-    p.display().to_string()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Every line gapscope itself writes is a note, a warning or an error.
 fn own_lines_are_tagged(err: &str) {
     for line in err.lines().filter(|l| l.starts_with("gapscope")) {
@@ -69,26 +49,12 @@ fn own_lines_are_tagged(err: &str) {
 
 /// Exit `code`, the error the last line on stderr, only notes before it; returns the error.
 fn fails_after_notes(out: &Output, code: i32) -> String {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(code), "{err}");
-    let lines: Vec<&str> = err.trim_end().lines().collect();
-    let (last, notes) = lines.split_last().expect("an error line");
-    assert!(last.starts_with("gapscope: error: "), "{err}");
     assert!(
-        notes.iter().all(|l| l.starts_with("gapscope: note: ")),
-        "{err}"
+        !stderr(out).contains("wrote "),
+        "nothing reported written: {}",
+        stderr(out)
     );
-    assert!(!err.contains("wrote "), "nothing reported written: {err}");
-    last.to_string()
-}
-
-/// Exit `code` with exactly one line on stderr, the error; returns it.
-fn fails_in_one_line(out: &Output, code: i32) -> String {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(code), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(err.starts_with("gapscope: error: "), "{err}");
-    err
+    common::fails_after_notes(out, code)
 }
 
 // Row 5

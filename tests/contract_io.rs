@@ -3,40 +3,14 @@
 //! is wrapped (gzip, a pipe, a plain file); pipes are read once; special outputs are written in
 //! place; names are capped in outputs.
 
+mod common;
+use common::{bin, fails_in_one_line, gapscope, stderr, temporaries, write};
 use gapscope::trace;
 use gapscope::trace::synthetic;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_gapscope"))
-}
-
-fn gapscope(args: &[&str]) -> Output {
-    bin().args(args).output().expect("run gapscope")
-}
-
-fn write(dir: &Path, name: &str, t: &trace::Trace) -> String {
-    let p = dir.join(name);
-    trace::write_trace(&p, t).unwrap();
-    p.display().to_string()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn temporaries(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .map(|d| {
-            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .filter(|n| n.ends_with(".tmp"))
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 const SET: [&str; 4] = [
     "report.md",
@@ -216,15 +190,6 @@ fn temporaries_of_killed_runs_are_removed_by_the_next_run() {
     ]);
     assert_eq!(next.status.code(), Some(0), "{}", stderr(&next));
     assert!(temporaries(&out).is_empty(), "{:?}", temporaries(&out));
-}
-
-/// Exit `code` with exactly one line on stderr, the error; returns it.
-fn fails_in_one_line(out: &Output, code: i32) -> String {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(code), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(err.starts_with("gapscope: error: "), "{err}");
-    err
 }
 
 /// `gapscope ARGS` reading `/dev/stdin` from a pipe fed with `chunks` (until gapscope stops

@@ -1,0 +1,63 @@
+//! Helpers the end-to-end tests of the `gapscope` binary share (`mod common;` in each).
+#![allow(dead_code)] // each test file uses its own part
+
+use gapscope::trace;
+use std::path::Path;
+use std::process::{Command, Output};
+
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gapscope"))
+}
+
+pub fn gapscope(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run gapscope")
+}
+
+pub fn write(dir: &Path, name: &str, t: &trace::Trace) -> String {
+    let p = dir.join(name);
+    trace::write_trace(&p, t).unwrap();
+    p.display().to_string()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Exit `code`, the error the last line on stderr, only notes before it; returns the error.
+pub fn fails_after_notes(out: &Output, code: i32) -> String {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    let lines: Vec<&str> = err.trim_end().lines().collect();
+    let (last, notes) = lines.split_last().expect("an error line");
+    assert!(last.starts_with("gapscope: error: "), "{err}");
+    assert!(
+        notes.iter().all(|l| l.starts_with("gapscope: note: ")),
+        "{err}"
+    );
+    last.to_string()
+}
+
+/// Exit `code` with exactly one line on stderr, the error; returns it.
+pub fn fails_in_one_line(out: &Output, code: i32) -> String {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.starts_with("gapscope: error: "), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+/// gapscope's temporary files left in `dir`.
+pub fn temporaries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".tmp") || n.contains(".tmp-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
