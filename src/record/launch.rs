@@ -7,8 +7,9 @@
 //! says which), `NVTX_INJECTION64_PATH` (the same libcupti, so NVTX ranges reach CUPTI; an
 //! existing value is kept), `GAPSCOPE_OUT`,
 //! `GAPSCOPE_TRACE_BUDGET` and, with `--step-range`, `GAPSCOPE_STEP_RANGE`. Its exit status is passed on (128 + N when a signal
-//! N killed it). Ctrl-C reaches the child through the terminal (same process group); gapscope
-//! itself ignores it and waits for the child, so the child's trace is still listed.
+//! N killed it). Ctrl-C reaches the child through the terminal (same process group); SIGINT,
+//! SIGTERM, SIGHUP and SIGQUIT sent to gapscope itself (`kill`, Slurm's `scancel`, `timeout`) are
+//! passed on to the child. gapscope waits for the child either way, so its trace is still listed.
 
 use crate::record::cupti::CuptiError;
 use crate::record::inject::{OUT_VAR, STEP_RANGE_VAR, TRACE_BUDGET_VAR};
@@ -183,11 +184,17 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     }
 
     let before = trace_files(&out);
-    // Ctrl-C goes to the whole foreground process group: the child decides what to do with it;
-    // we wait for it. (Fails only if a handler is already set, which is harmless here.)
-    let _ = ctrlc::set_handler(|| {});
-    let status = match cmd.status() {
-        Ok(status) => status,
+    // Registered before the program starts, so that no signal in between ends gapscope alone.
+    let signals = signal_hook::iterator::Signals::new(FORWARDED_SIGNALS).ok();
+    let status = match cmd.spawn() {
+        Ok(mut child) => {
+            let forwarding = signals.and_then(|s| forward_signals(s, child.id()));
+            let waited = child.wait();
+            if let Some(handle) = forwarding {
+                handle.close();
+            }
+            waited.context("waiting for the program")?
+        }
         // As shells do: 127 for a program not found, 126 for one that cannot be run.
         Err(e) => {
             let (code, what) = match e.kind() {
@@ -306,6 +313,43 @@ fn cupti_failure(error: &CuptiError, no_driver: Option<&String>) -> CuptiFailure
             ))
         }
     }
+}
+
+/// The signals `gapscope record` passes on to the program, which then ends as it would (and
+/// writes its trace): SIGTERM from a job manager (Slurm's `scancel`, `timeout`), `kill -INT`.
+const FORWARDED_SIGNALS: [i32; 4] = [
+    signal_hook::consts::SIGINT,
+    signal_hook::consts::SIGTERM,
+    signal_hook::consts::SIGHUP,
+    signal_hook::consts::SIGQUIT,
+];
+
+/// Passes the signals sent to gapscope on to the program (`child`) until the handle is closed;
+/// gapscope itself waits for the program and exits with its status. A terminal's Ctrl-C, Ctrl-\
+/// or hang-up already reaches the whole foreground process group, the program included: those
+/// are not sent a second time while gapscope is in the terminal's foreground group.
+fn forward_signals(
+    mut signals: signal_hook::iterator::Signals,
+    child: u32,
+) -> Option<signal_hook::iterator::Handle> {
+    let handle = signals.handle();
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child).ok()?);
+    std::thread::spawn(move || {
+        for sig in signals.forever() {
+            if sig != signal_hook::consts::SIGTERM && in_terminal_foreground() {
+                continue;
+            }
+            if let Ok(signal) = nix::sys::signal::Signal::try_from(sig) {
+                let _ = nix::sys::signal::kill(pid, signal);
+            }
+        }
+    });
+    Some(handle)
+}
+
+/// Whether this process belongs to the foreground process group of the terminal on stdin.
+fn in_terminal_foreground() -> bool {
+    nix::unistd::tcgetpgrp(std::io::stdin()).is_ok_and(|fg| fg == nix::unistd::getpgrp())
 }
 
 /// The child's exit code, or 128 + N when signal N ended it.

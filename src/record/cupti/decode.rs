@@ -45,10 +45,38 @@ pub(crate) struct RecordStore {
     pub zero_timestamp_kernels: u64,
     /// Records of kinds we did not enable (should stay 0).
     pub unexpected_records: u64,
+    /// The earliest API call (by start) that returned a sticky CUDA error: the fault after
+    /// which the context is unusable and CUPTI may not hand back the device records.
+    pub first_fault: Option<Fault>,
     /// NVTX ranges (MARKER records) whose start arrived but not their end yet, by marker id.
     open_markers: HashMap<u32, OpenMarker>,
     /// NVTX range ends that arrived before their start (records come in no set order).
     early_marker_ends: HashMap<u32, u64>,
+}
+
+/// An API call that returned a sticky CUDA error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Fault {
+    /// The `cudaError_t`/`CUresult` value (the sticky errors share their numbers).
+    pub code: u32,
+    pub api: StrId,
+    pub start: u64,
+}
+
+/// The name of a sticky CUDA error (the context cannot be used after it), by its value, which
+/// `cudaError_t` and `CUresult` share; `None` for every other return value.
+pub(crate) fn sticky_error_name(code: u32) -> Option<&'static str> {
+    Some(match code {
+        700 => "illegal address",
+        710 => "device-side assert triggered",
+        714 => "hardware stack error",
+        715 => "illegal instruction",
+        716 => "misaligned address",
+        717 => "invalid address space",
+        718 => "invalid program counter",
+        719 => "launch failure",
+        _ => return None,
+    })
 }
 
 /// The start half of an NVTX range.
@@ -107,6 +135,7 @@ impl RecordStore {
             builder: TraceBuilder::new(Default::default()),
             api_names: HashMap::new(),
             zero_timestamp_kernels: 0,
+            first_fault: None,
             unexpected_records: 0,
             open_markers: HashMap::new(),
             early_marker_ends: HashMap::new(),
@@ -252,8 +281,19 @@ impl RecordStore {
                         ApiDomain::Driver
                     };
                     let name = self.api_name(domain, field!(a, cbid), resolve);
+                    let returned = field!(a, returnValue);
+                    let start = field!(a, start);
+                    if sticky_error_name(returned).is_some()
+                        && self.first_fault.as_ref().is_none_or(|f| start < f.start)
+                    {
+                        self.first_fault = Some(Fault {
+                            code: returned,
+                            api: name,
+                            start,
+                        });
+                    }
                     self.builder.trace.api_calls.push(ApiCall {
-                        start: field!(a, start),
+                        start,
                         end: field!(a, end),
                         corr: field!(a, correlationId),
                         thread: field!(a, threadId),
@@ -380,6 +420,39 @@ mod tests {
         unsafe { store.add_record(as_record(&k), &no_names) };
         assert!(store.builder.trace.kernels.is_empty());
         assert_eq!(store.zero_timestamp_kernels, 1);
+    }
+
+    #[test]
+    fn the_earliest_call_returning_a_sticky_error_is_the_fault() {
+        let mut store = RecordStore::new();
+        let call = |cbid: u32, start: u64, returned: u32| {
+            let mut a = sys::CUpti_ActivityAPI {
+                kind: sys::CUPTI_ACTIVITY_KIND_RUNTIME,
+                ..Default::default()
+            };
+            a.cbid = cbid;
+            a.start = start;
+            a.end = start + 1;
+            a.returnValue = returned;
+            a
+        };
+        let names = |_: ApiDomain, cbid: u32| Some(format!("call{cbid}_v7000"));
+        // Not sticky (cudaErrorNotReady, invalid value): no fault.
+        for a in [call(1, 10, 600), call(2, 20, 1)] {
+            // SAFETY: a complete, zero-initialised API record.
+            unsafe { store.add_record(as_record(&a), &names) };
+        }
+        assert_eq!(store.first_fault, None);
+        // Records arrive in no set order: the earliest sticky one wins.
+        for a in [call(3, 50, 710), call(4, 40, 710), call(5, 60, 719)] {
+            // SAFETY: as above.
+            unsafe { store.add_record(as_record(&a), &names) };
+        }
+        let fault = store.first_fault.clone().expect("a fault");
+        assert_eq!((fault.code, fault.start), (710, 40));
+        assert_eq!(store.builder.trace.strings[fault.api as usize], "call4");
+        assert_eq!(sticky_error_name(719), Some("launch failure"));
+        assert_eq!(sticky_error_name(2), None);
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub(crate) type SetAttributeFn = unsafe extern "C" fn(
 
 /// `CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER` (value 9 in cupti_activity.h 12.3–13.x).
 pub(crate) const ATTR_PER_THREAD_ACTIVITY_BUFFER: u32 = 9;
+/// `CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED` (value 8 in cupti_activity.h 12.3–13.x).
+pub(crate) const ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED: u32 = 8;
 
 /// `CUptiResult cuptiActivityEnable{Runtime,Driver}Api(CUpti_CallbackId cbid, uint8_t enable)`.
 pub(crate) type EnableApiFn = unsafe extern "C" fn(cbid: u32, enable: u8) -> sys::CUptiResult;

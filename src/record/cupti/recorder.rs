@@ -173,6 +173,23 @@ impl Recorder {
                 ),
             ));
         }
+        // Kernel, copy and memset records in pinned host memory rather than CUPTI's default
+        // device memory: after a sticky CUDA error (a device-side assert, an illegal address)
+        // CUPTI can still read them back, so the trace keeps the work before the fault.
+        let pinned = diagnostics.host_pinned.unwrap_or(true);
+        let pinned_rc = cupti.set_attribute(
+            loader::ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED,
+            u8::from(pinned),
+        );
+        if diagnostics.host_pinned.is_some() || pinned_rc != Some(sys::CUPTI_SUCCESS) {
+            notes.push(setting(
+                pinned_rc,
+                "cuptiActivitySetAttribute(MEM_ALLOCATION_TYPE_HOST_PINNED)",
+                format!(
+                    "device records kept in pinned host memory: {pinned} (GAPSCOPE_CUPTI_HOST_PINNED)"
+                ),
+            ));
+        }
         for &(attr, value) in &diagnostics.size_attributes {
             notes.push(setting(
                 cupti.set_attribute(attr, value),
@@ -792,6 +809,13 @@ impl Recorder {
             ));
         }
         let zero = state.records.zero_timestamp_kernels;
+        if let Some(fault) = &state.records.first_fault {
+            metadata.notes.push(fault_note(
+                fault,
+                &state.records.builder.trace,
+                dropped + zero,
+            ));
+        }
         let mut builder = state.records.builder;
         // Device and driver as read at context creation (never from the driver now: this may
         // run in a signal handler).
@@ -842,6 +866,40 @@ impl Drop for Recorder {
 /// Serialises the tests that start a real Recorder (one per process at a time).
 #[cfg(test)]
 pub(crate) static TEST_RECORDER_LOCK: Mutex<()> = Mutex::new(());
+
+/// The trace note of a sticky CUDA error: what it was, the first call that returned it, and
+/// what the recording lost with it (CUPTI cannot read device records back from a faulted
+/// context: they are counted as dropped).
+fn fault_note(fault: &super::decode::Fault, trace: &crate::trace::Trace, lost: u64) -> String {
+    let error = super::decode::sticky_error_name(fault.code).unwrap_or("a sticky error");
+    let api = trace
+        .strings
+        .get(fault.api as usize)
+        .map_or("an API call", String::as_str);
+    let since_first = trace
+        .api_calls
+        .iter()
+        .map(|a| a.start)
+        .min()
+        .map_or(0, |first| fault.start.saturating_sub(first));
+    let kept = if lost > 0 {
+        format!(
+            "{lost} {} dropped (CUPTI could not read them back from the faulted context); the API calls and NVTX ranges are kept",
+            if lost == 1 {
+                "record was"
+            } else {
+                "records were"
+            }
+        )
+    } else {
+        "no record was dropped".to_owned()
+    };
+    format!(
+        "the program hit a CUDA fault: {error} (error {}), first returned by {api} {:.3} s after the first recorded API call; {kept}",
+        fault.code,
+        since_first as f64 / 1e9,
+    )
+}
 
 #[cfg(test)]
 mod tests {
