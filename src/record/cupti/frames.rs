@@ -7,12 +7,14 @@
 //! exported symbol (`cublasLtMatmul`, `pncclAllGather` read as `ncclAllGather`). Torch's
 //! kernels are mostly launched from local functions that the exported table does not hold
 //! (`dladdr` finds a nearest symbol that does not cover the address, or none): those are named
-//! from the file's own symbol table ([`super::local_symbols`]), preferring torch's kernel layer
-//! (`at::native::…`) over the dispatcher's wrappers around it. A library whose frames no table
-//! names is still named, by its file (`libtorch_cuda`): the node says where it came from and
-//! invents no function. When several libraries are on the stack, the one nearest to CUDA in
-//! [`Library::PRIORITY`] names the node: a GEMM is `cublasLtMatmul`, not the torch function
-//! that called it.
+//! from the file's own symbol table ([`super::local_symbols`]), and the frame that names
+//! libtorch_cuda is the outermost of the best-named ones ([`Frame::rank`]: torch's kernel
+//! layer, `at::native::…`, over the dispatcher's wrappers around it). libtorch_python, torch's
+//! Python bindings, is named by its innermost frame instead, the binding that called CUDA. A
+//! library whose frames no table names is still named, by its file (`libtorch_cuda`): the node
+//! says where it came from and invents no function. When several libraries are on the stack,
+//! the one nearest to CUDA in [`Library::PRIORITY`] names the node: a GEMM is
+//! `cublasLtMatmul`, not the torch function that called it.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -138,18 +140,22 @@ pub(crate) struct Frame {
 }
 
 impl Frame {
-    /// How well this frame names its library's part in the call (higher wins; among equals
-    /// the outermost frame): an exported function; a local one of torch's kernel layer
-    /// (`at::native::…`, the code that chose the kernel) over the dispatcher's wrappers
-    /// around it (`at::(anonymous namespace)::wrapper_CUDA_add`,
-    /// `c10::impl::wrap_kernel_functor_unboxed_<…>::call`); any local one; the library alone.
-    fn rank(&self) -> u8 {
-        match self.naming {
-            Naming::Exported => 3,
-            Naming::Local if self.name.starts_with("at::native::") => 2,
-            Naming::Local => 1,
-            Naming::Unnamed => 0,
-        }
+    /// How well this frame names its library's part in the call, compared in order (higher
+    /// wins; among equals the outermost frame): named at all; a plain function over a template
+    /// instantiation or a lambda (`at::native::mean_kernel_cuda` over the
+    /// `gpu_reduce_kernel<…>` it calls, `wrapper_CUDA_rsqrt` over `gpu_kernel_impl<…>`);
+    /// exported over local; torch's kernel layer (`at::native::…`, the code that chose the
+    /// kernel) over the dispatcher's wrappers around it (`at::(anonymous
+    /// namespace)::wrapper_CUDA_add`).
+    fn rank(&self) -> (bool, bool, bool, bool) {
+        let named = self.naming != Naming::Unnamed;
+        let plain = named && !self.name.contains('<') && !self.name.contains("{lambda");
+        (
+            named,
+            plain,
+            self.naming == Naming::Exported,
+            self.name.starts_with("at::native::"),
+        )
     }
 
     fn label(&self) -> &str {
@@ -191,7 +197,14 @@ fn pick<'a>(frames: impl IntoIterator<Item = Option<&'a Frame>>) -> LibraryFrame
     for frame in frames.into_iter().flatten() {
         let slot = best.entry(frame.library).or_insert(frame);
         // Outermost first among equals: a later (outer) frame of the same rank replaces.
-        if frame.rank() >= slot.rank() {
+        // Torch's Python bindings are the exception: their outer frames are the interpreter's
+        // plumbing (`dynamo_eval_custom_code`, pybind11's dispatcher), so the innermost named
+        // frame, the binding that called CUDA, names them.
+        let better = match frame.library {
+            Library::TorchPython => frame.rank().0 && !slot.rank().0,
+            _ => frame.rank() >= slot.rank(),
+        };
+        if better {
             *slot = frame;
         }
         if frame.library == Library::Nccl && frame.naming == Naming::Exported {
@@ -449,6 +462,38 @@ mod tests {
             pick(frames.iter().map(Some)).frame.as_deref(),
             Some("at::native::(anonymous namespace)::clamp_min_scalar_kernel_impl")
         );
+        // torch.mean (torch 2.11): the local kernel function over the exported template
+        // it calls; x.rsqrt(): the op's wrapper over a template helper (the kernel function
+        // was a tail call, gone from the stack).
+        let mean = [
+            exported(
+                Library::TorchCuda,
+                "at::native::gpu_reduce_kernel<float, float, 4, 4, at::native::MeanOps<float, float, float, float>, double>",
+            ),
+            local(
+                Library::TorchCuda,
+                "_ZN2at6native16mean_kernel_cudaERNS_14TensorIteratorE",
+            ),
+        ];
+        assert_eq!(
+            pick(mean.iter().map(Some)).frame.as_deref(),
+            Some("at::native::mean_kernel_cuda")
+        );
+        let rsqrt = [
+            Frame {
+                library: Library::TorchCuda,
+                naming: Naming::Local,
+                name: "at::native::gpu_kernel_impl<__nv_hdl_wrapper_t<false, true, false>>".into(),
+            },
+            local(
+                Library::TorchCuda,
+                "_ZN2at12_GLOBAL__N_118wrapper_CUDA_rsqrtERKNS_6TensorE",
+            ),
+        ];
+        assert_eq!(
+            pick(rsqrt.iter().map(Some)).frame.as_deref(),
+            Some("at::(anonymous namespace)::wrapper_CUDA_rsqrt")
+        );
         // Only the dispatcher's wrapper: the outermost local function, as it is.
         let wrapper_only = [local(
             Library::TorchCuda,
@@ -491,8 +536,8 @@ mod tests {
 
     #[test]
     fn inductors_static_triton_launcher_names_its_library() {
-        // Triton kernels of torch.compile (torch 2.11, static CUDA launcher): two local
-        // functions of libtorch_python in an anonymous namespace.
+        // Triton kernels of torch.compile (torch 2.11, static CUDA launcher): local functions
+        // of libtorch_python in an anonymous namespace, under dynamo's exported frame hook.
         let frames = [
             local(
                 Library::TorchPython,
@@ -505,7 +550,20 @@ mod tests {
         ];
         assert_eq!(
             pick(frames.iter().map(Some)).frame.as_deref(),
-            Some("libtorch_python: (anonymous namespace)::launch_kernel")
+            Some("libtorch_python: (anonymous namespace)::launchKernel"),
+            "the binding nearest CUDA, not dynamo's frame evaluation around it"
+        );
+        let under_dynamo = [
+            unnamed(Library::TorchPython),
+            local(
+                Library::TorchPython,
+                "_ZN12_GLOBAL__N_112launchKernelEP10CUfunc_stjjjjjPPvP11CUstream_st",
+            ),
+            exported(Library::TorchPython, "dynamo_eval_custom_code"),
+        ];
+        assert_eq!(
+            pick(under_dynamo.iter().map(Some)).frame.as_deref(),
+            Some("libtorch_python: (anonymous namespace)::launchKernel")
         );
         assert_eq!(
             Library::TorchPython.local_function_name("_Z16THCPEvent_recordP7_objectS0_"),
