@@ -157,7 +157,7 @@ pub fn node_counts<'t>(nodes: impl IntoIterator<Item = &'t GraphNode>) -> BTreeM
 /// the two can be aligned against each other. Regimes are read from the records.
 ///
 /// Eager steps that launched torch.compile's Triton kernels ([`is_inductor_kernel`]) are a
-/// third kind when there are enough of them ([`COMPILED_PHASE_MIN_STEPS`]): a compiled phase
+/// third kind when there are enough of them (three or more): a compiled phase
 /// whose CUDA graphs torch.compile skipped ("skipping cudagraphs due to …") runs its step
 /// range eagerly, and would otherwise be counted as more steps of the eager phase beside it.
 pub fn split_mixed_regimes(
