@@ -3,8 +3,16 @@ trees replayed inside the compiled call), each step inside the NVTX range "decod
 shape of issue 23's first program. Prints each phase's CUDA-event period per step (µs) so that a
 recording can be checked against the program's own figures. Needs torch with a CUDA GPU.
 
+With --force-eager-fallback each step also advances a position counter in place, an input of
+the compiled function: CUDA graph trees do not capture a function that mutates an input they
+do not own, so torch.compile runs the compiled step without graphs ("skipping cudagraphs due to
+mutated inputs", in its log with TORCH_LOGS=perf_hints) and the program prints how many graphs
+it skipped. The compiled phase then launches its Triton kernels eagerly.
+
   python examples/torch_compile_decode.py
   gapscope record -o traces --step-range decode_step -- python examples/torch_compile_decode.py
+  gapscope record -o traces --step-range decode_step -- \
+      python examples/torch_compile_decode.py --force-eager-fallback
 """
 import argparse
 import statistics
@@ -40,22 +48,31 @@ def main():
     p.add_argument("--steps", type=int, default=200, help="steps per phase")
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--force-eager-fallback", action="store_true",
+                   help="mutate an input in each step, so that torch.compile skips CUDA graphs")
     args = p.parse_args()
     model = make_model(args.hidden, args.layers)
     x = torch.randn(8, args.hidden, device="cuda", dtype=torch.half)
 
+    position = torch.zeros((), device="cuda", dtype=torch.long)
+
     @torch.no_grad()
-    def eager_step(h):
+    def eager_step(h, position):
+        if position is not None:
+            position.add_(1)  # an input mutated in place: graph trees refuse to capture this
         return model(h).tanh()
 
     compiled = torch.compile(eager_step, mode="reduce-overhead")
+    counter = position if args.force_eager_fallback else None
 
     def compiled_step(h):
         # Graph trees reuse their output buffers: copy what the next step reads.
-        return compiled(h).clone()
+        return compiled(h, counter).clone()
 
-    x = run(eager_step, x, args.steps, "eager")
+    x = run(lambda h: eager_step(h, counter), x, args.steps, "eager")
     x = run(compiled_step, x, args.steps, "compiled")
+    from torch._dynamo.utils import counters
+    print(f"cudagraph_skips={counters['inductor']['cudagraph_skips']}")
 
 
 if __name__ == "__main__":

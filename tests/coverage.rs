@@ -197,6 +197,116 @@ fn cell_of(a: &Analysis, regime: Regime) -> &CellAnalysis {
         .unwrap_or_else(|| panic!("no {regime:?} cell"))
 }
 
+/// `eager` steps of aten kernels, then `compiled` steps that launch torch.compile's Triton
+/// kernels eagerly (its cudagraphs skipped), then `replays` graph replays of exec 7: each a
+/// `decode` step 100 µs apart with two 10 µs ops.
+fn phases_trace(eager: u64, compiled: u64, replays: u64) -> Trace {
+    let mut b = Build::new();
+    for s in 0..eager + compiled + replays {
+        let t0 = s * 100 * US;
+        b.range("decode", t0, t0 + 50 * US, MarkerKind::Step);
+        if s < eager {
+            b.eager("aten_gelu", t0 + US, THREAD, t0 + 5 * US, 10 * US);
+            b.eager("aten_tanh", t0 + 2 * US, THREAD, t0 + 20 * US, 10 * US);
+        } else if s < eager + compiled {
+            b.eager(
+                "triton_poi_fused_gelu_0",
+                t0 + US,
+                THREAD,
+                t0 + 5 * US,
+                10 * US,
+            );
+            b.eager(
+                "triton_poi_fused_tanh_1",
+                t0 + 2 * US,
+                THREAD,
+                t0 + 20 * US,
+                10 * US,
+            );
+        } else {
+            let nodes = [(7u64 << 32) | 1, (7 << 32) | 2];
+            b.replay(7, &nodes, t0 + US, t0 + 5 * US, 10 * US);
+        }
+    }
+    b.finish()
+}
+
+fn cell_labelled<'a>(a: &'a Analysis, label: &str) -> &'a CellAnalysis {
+    a.cells
+        .iter()
+        .find(|c| c.label == label)
+        .unwrap_or_else(|| {
+            let labels: Vec<&str> = a.cells.iter().map(|c| c.label.as_str()).collect();
+            panic!("no cell {label:?} in {labels:?}")
+        })
+}
+
+#[test]
+fn a_compiled_phase_that_fell_back_to_eager_is_a_cell_of_its_own_and_says_so() {
+    // torch.compile(mode="reduce-overhead") that skipped cudagraphs: the compiled phase's
+    // steps share the eager phase's step range and run eagerly, with no graph at all.
+    let a = analyze(&phases_trace(8, 8, 0));
+    assert_eq!(a.cells.len(), 2, "the eager and the compiled phase");
+    let eager = cell_labelled(&a, "decode (eager)");
+    let compiled = cell_labelled(&a, "decode (compiled, no graphs)");
+    assert_eq!((eager.steps.len(), compiled.steps.len()), (8, 8));
+    assert!(!eager.observed.compiled_without_graphs);
+    assert!(compiled.observed.compiled_without_graphs);
+    assert_eq!(compiled.observed.regime, Some(Regime::Eager));
+    assert_eq!(compiled.observed.graph_coverage, Some(0.0));
+    assert_eq!(compiled.observed.replayed_with_provenance, None);
+    let summary = analysis_summary(&a, None);
+    assert!(
+        summary.contains(
+            "⚠ decode (compiled, no graphs): its 8 steps launched torch.compile's Triton kernels \
+             and no CUDA graph: this phase ran eagerly (graphs ran 0 % of its device time)"
+        ),
+        "{summary}"
+    );
+    assert!(
+        analysis_markdown(&a).contains("decode (compiled, no graphs): its 8 steps launched"),
+        "the report says it too"
+    );
+    let json: serde_json::Value = serde_json::from_str(&analysis_json(&a)).unwrap();
+    let flagged: Vec<&serde_json::Value> = json["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["observed"]["compiled_without_graphs"] == true)
+        .collect();
+    assert_eq!(flagged.len(), 1);
+    assert_eq!(flagged[0]["observed"]["graph_coverage"], 0.0);
+
+    // With only the fallen-back phase in the trace, its cell still says so.
+    let a = analyze(&phases_trace(0, 8, 0));
+    assert_eq!(a.cells.len(), 1);
+    assert_eq!(a.cells[0].label, "decode (compiled, no graphs)");
+    assert!(analysis_summary(&a, None).contains("this phase ran eagerly"));
+}
+
+#[test]
+fn a_compiled_phase_that_was_captured_keeps_its_warm_up_steps_with_the_eager_ones() {
+    // Graph trees run the compiled step eagerly once or twice before capturing it: those
+    // steps are no phase of their own, and nothing says the phase ran eagerly.
+    let a = analyze(&phases_trace(8, 2, 8));
+    let labels: Vec<&str> = a.cells.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(labels, ["decode (eager)", "decode (graphed)"]);
+    assert_eq!(cell_labelled(&a, "decode (eager)").steps.len(), 10);
+    assert!(a.cells.iter().all(|c| !c.observed.compiled_without_graphs));
+    assert!(!analysis_summary(&a, None).contains("ran eagerly"));
+
+    // A graphed phase beside a fallen-back one (two compiled functions, one graphed).
+    let a = analyze(&phases_trace(0, 6, 8));
+    let labels: Vec<&str> = a.cells.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(labels, ["decode (graphed)", "decode (compiled, no graphs)"]);
+    assert_eq!(
+        cell_labelled(&a, "decode (graphed)")
+            .observed
+            .graph_coverage,
+        Some(1.0)
+    );
+}
+
 #[test]
 fn eager_launches_between_replays_outside_step_ranges_count_against_the_graph_cell() {
     // Exec 7 replayed 5 times, 100 µs apart, outside any step range (as torch.compile does).

@@ -602,7 +602,8 @@ pub fn analyze_cell(
         })
     }));
     let sequence = canonical_sequence(ctx, timeline, &with_period);
-    let observed = observe(ctx, &steps);
+    let mut observed = observe(ctx, &steps);
+    observed.compiled_without_graphs = cell.compiled_without_graphs;
     let mut requested = meta_cell.map(|c| c.requested.clone()).unwrap_or_default();
     let mut label = match (&cell.graph_group, &cell.found) {
         (Some(g), _) => g.label(),
@@ -616,6 +617,9 @@ pub fn analyze_cell(
         // One marked cell held both regimes; each half is labelled by what was observed.
         label = format!("{label} ({})", regime.label());
         requested.insert("regime".into(), regime.label().into());
+    }
+    if cell.compiled_without_graphs {
+        label = format!("{label} (compiled, no graphs)");
     }
     let mismatches = mismatches(&requested, &observed);
     let mut event_periods = meta_cell

@@ -182,7 +182,7 @@ impl Analyzer {
         // One index of launch calls for splitting into steps and for attribution.
         let launches = steps::LaunchIndex::new(trace);
         let (cells, found) = steps::split_cells(trace, &timeline, &launches);
-        let cells = steps::split_mixed_regimes(cells, &timeline);
+        let cells = steps::split_mixed_regimes(cells, trace, &timeline);
         self.analysis.inputs.push(InputSummary {
             path: recorded.path.clone(),
             source: trace.metadata.source,

@@ -320,6 +320,10 @@ pub struct Observed {
     pub graph_coverage_ops: Option<f64>,
     /// A graphed cell whose steps also launched eager ops: how many steps, how many ops.
     pub eager_in_graphed: Option<super::coverage::EagerInGraphed>,
+    /// The cell's steps launched torch.compile's Triton kernels and no graph replay: a
+    /// compiled phase that ran eagerly (torch.compile skipped its CUDA graphs, or was not
+    /// asked for them).
+    pub compiled_without_graphs: bool,
     /// Share (0…1) of the cell's replayed ops whose graph node carries a provenance (NVTX
     /// ranges at its creation, or a library); `None` without replayed ops.
     pub replayed_with_provenance: Option<f64>,

@@ -39,7 +39,8 @@ impl Provenance {
     }
 
     /// "decode_step/layer 3/mlp ← cublasLtMatmul"; a library's own NVTX range (NCCL's
-    /// `ncclAllGather`) is not repeated before its name.
+    /// `ncclAllGather`) is not repeated before its name, and a long template argument list
+    /// of a torch function is elided (`at::native::gpu_kernel_impl<…>`; `library` keeps it).
     pub fn label(&self) -> String {
         let mut ranges: &[String] = &self.ranges;
         if let (Some(last), Some(lib)) = (ranges.last(), &self.library)
@@ -48,12 +49,57 @@ impl Provenance {
             ranges = &ranges[..ranges.len() - 1];
         }
         let path = ranges.join("/");
-        match (&self.library, path.is_empty()) {
+        let library = self.library.as_deref().map(elide_long_templates);
+        match (&library, path.is_empty()) {
             (Some(lib), true) => format!("← {lib}"),
             (Some(lib), false) => format!("{path} ← {lib}"),
             (None, _) => path,
         }
     }
+}
+
+/// `name` with each top-level template argument list longer than a few words elided: `<…>`.
+fn elide_long_templates(name: &str) -> String {
+    const LONGEST_KEPT: usize = 24;
+    let mut out = String::with_capacity(name.len().min(128));
+    let mut depth = 0usize;
+    let mut list = String::new();
+    for c in name.chars() {
+        match c {
+            '<' => {
+                depth += 1;
+                if depth == 1 {
+                    list.clear();
+                    continue;
+                }
+            }
+            '>' if depth > 0 => {
+                depth -= 1;
+                if depth == 0 {
+                    if list.chars().count() > LONGEST_KEPT {
+                        out.push_str("<…>");
+                    } else {
+                        out.push('<');
+                        out.push_str(&list);
+                        out.push('>');
+                    }
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        if depth > 0 {
+            list.push(c);
+        } else {
+            out.push(c);
+        }
+    }
+    if depth > 0 {
+        // Unbalanced (a cut name): what is left, as it is.
+        out.push('<');
+        out.push_str(&list);
+    }
+    out
 }
 
 /// Per trace: every node's provenance, and the ranges for eager launches.
@@ -156,6 +202,29 @@ mod tests {
         );
         assert_eq!(p(&[], Some("ncclAllGather")).label(), "← ncclAllGather");
         assert_eq!(p(&["a", "b"], None).label(), "a/b");
+        assert_eq!(
+            p(
+                &[],
+                Some(
+                    "at::native::gpu_kernel_impl<__nv_hdl_wrapper_t<false, true, false, \
+                     __nv_dl_tag<void (*)(at::TensorIteratorBase&), &at::native::rsqrt_kernel_cuda, \
+                     2u>, float (float)>>"
+                )
+            )
+            .label(),
+            "← at::native::gpu_kernel_impl<…>",
+            "a long template list is elided"
+        );
+        assert_eq!(
+            p(&[], Some("at::native::reduce_kernel<128, 4>")).label(),
+            "← at::native::reduce_kernel<128, 4>",
+            "a short one is kept"
+        );
+        assert_eq!(
+            p(&[], Some("operator<<")).label(),
+            "← operator<<",
+            "an unbalanced name is kept as it is"
+        );
         assert!(p(&[], None).is_empty());
     }
 }

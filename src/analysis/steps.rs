@@ -34,7 +34,21 @@ pub struct CellSteps {
     pub graph_group: Option<GraphGroup>,
     /// Set for cells of eager steps found in the kernel sequence (no markers).
     pub found: Option<super::discover::FoundSteps>,
+    /// Set for a cell of steps that launched torch.compile's Triton kernels and no graph
+    /// replay: compiled code that ran eagerly (see [`split_mixed_regimes`]).
+    pub compiled_without_graphs: bool,
 }
+
+/// Whether an op is a kernel that torch.compile (inductor) generated: inductor names its
+/// Triton kernels `triton_poi_…`, `triton_red_…`, `triton_per_…`, `triton_tem_…`.
+pub fn is_inductor_kernel(name: &str) -> bool {
+    name.starts_with("triton_")
+}
+
+/// The fewest steps that make compiled-but-eager steps a phase of their own: graph trees run
+/// a compiled function eagerly once or twice (warm-up) before they capture it, and those
+/// steps stay with the others.
+const COMPILED_PHASE_MIN_STEPS: usize = 3;
 
 /// How the executable graphs of a discovered cell were launched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -141,25 +155,54 @@ pub fn node_counts<'t>(nodes: impl IntoIterator<Item = &'t GraphNode>) -> BTreeM
 
 /// Splits cells whose steps mix eager work and graph replays into one cell per regime, so
 /// the two can be aligned against each other. Regimes are read from the records.
-pub fn split_mixed_regimes(cells: Vec<CellSteps>, timeline: &TraceTimeline) -> Vec<CellSteps> {
+///
+/// Eager steps that launched torch.compile's Triton kernels ([`is_inductor_kernel`]) are a
+/// third kind when there are enough of them (three or more): a compiled phase
+/// whose CUDA graphs torch.compile skipped ("skipping cudagraphs due to …") runs its step
+/// range eagerly, and would otherwise be counted as more steps of the eager phase beside it.
+pub fn split_mixed_regimes(
+    cells: Vec<CellSteps>,
+    trace: &Trace,
+    timeline: &TraceTimeline,
+) -> Vec<CellSteps> {
     let mut out = Vec::with_capacity(cells.len());
     for cell in cells {
-        let graphed = |ops: &Vec<usize>| ops.iter().any(|&i| timeline.ops[i].graph != 0);
-        let (g, e): (Vec<_>, Vec<_>) = cell.steps.into_iter().partition(graphed);
-        if g.is_empty() || e.is_empty() {
-            out.push(CellSteps {
-                steps: if g.is_empty() { e } else { g },
-                ..cell
-            });
+        if cell.graph_group.is_some() || cell.found.is_some() {
+            out.push(cell);
             continue;
         }
-        for (regime, steps) in [(super::Regime::Eager, e), (super::Regime::Graphed, g)] {
+        let graphed = |ops: &Vec<usize>| ops.iter().any(|&i| timeline.ops[i].graph != 0);
+        let compiled = |ops: &Vec<usize>| {
+            ops.iter()
+                .any(|&i| is_inductor_kernel(trace.str(timeline.ops[i].name)))
+        };
+        let (g, e): (Vec<_>, Vec<_>) = cell.steps.into_iter().partition(graphed);
+        let (c, e): (Vec<_>, Vec<_>) = e.into_iter().partition(compiled);
+        let (c, e) = if c.len() >= COMPILED_PHASE_MIN_STEPS {
+            (c, e)
+        } else {
+            // A warm-up step or two: with the eager steps, in their order.
+            let mut e: Vec<Vec<usize>> = e.into_iter().chain(c).collect();
+            e.sort_by_key(|ops| ops.first().copied());
+            (Vec::new(), e)
+        };
+        let kinds = [
+            (Some(super::Regime::Eager), false, e),
+            (Some(super::Regime::Graphed), false, g),
+            (None, true, c),
+        ];
+        let split = kinds.iter().filter(|k| !k.2.is_empty()).count() > 1;
+        for (regime, compiled_without_graphs, steps) in kinds {
+            if steps.is_empty() {
+                continue;
+            }
             out.push(CellSteps {
                 cell: cell.cell,
                 steps,
-                regime_split: Some(regime),
+                regime_split: regime.filter(|_| split),
                 graph_group: None,
                 found: None,
+                compiled_without_graphs,
             });
         }
     }
@@ -443,6 +486,7 @@ fn group_graph_launches(
                     steps: Vec::new(),
                     regime_split: None,
                     found: None,
+                    compiled_without_graphs: false,
                     graph_group: Some(GraphGroup {
                         ordinal: identity + 1,
                         identity: identities[identity].clone(),

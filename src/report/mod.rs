@@ -127,6 +127,18 @@ pub(crate) fn eager_in_graphed_label(e: &crate::analysis::coverage::EagerInGraph
     )
 }
 
+/// "its 120 steps launched torch.compile's Triton kernels and no CUDA graph: …".
+pub(crate) fn compiled_without_graphs_label(c: &crate::analysis::CellAnalysis) -> String {
+    let coverage = c.observed.graph_coverage.map_or_else(String::new, |g| {
+        format!(" (graphs ran {} of its device time)", percent(g))
+    });
+    format!(
+        "its {} steps launched torch.compile's Triton kernels and no CUDA graph: this phase ran eagerly{coverage}; \
+         with mode=\"reduce-overhead\", torch.compile skipped its cudagraphs (TORCH_LOGS=perf_hints says why: \"skipping cudagraphs due to …\")",
+        c.steps.len()
+    )
+}
+
 /// What a recording lost without saying, for a note: `(lost_work, line)` — `lost_work` when
 /// launches or device records are missing (a warning), not only NVTX ranges never ended;
 /// `None` when it adds up.

@@ -291,6 +291,14 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
                 super::eager_in_graphed_label(e)
             );
         }
+        if c.observed.compiled_without_graphs {
+            let _ = writeln!(
+                s,
+                "⚠ {}: {}",
+                short_label(&c.label),
+                super::compiled_without_graphs_label(c)
+            );
+        }
     }
     pairings(a, &mut s);
     largest_gaps(a, &mut s);

@@ -450,10 +450,12 @@ pub struct GraphNode {
     pub created_at: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_thread: Option<u32>,
-    /// The function of a known library (cuBLAS, cuBLASLt, cuDNN, NCCL, libtorch_cuda, a Triton
-    /// launcher) that the program called when the node was created: the outermost frame on
-    /// the creating thread's stack inside that library (e.g. `cublasLtMatmul`). Absent when no
-    /// such frame was found, and in traces recorded before the recorder looked.
+    /// The function of a known library (cuBLAS, cuBLASLt, cuDNN, NCCL, libtorch_cuda,
+    /// libtorch_python, a Triton launcher) that the program called when the node was created:
+    /// the outermost frame on the creating thread's stack inside that library (e.g.
+    /// `cublasLtMatmul`, `at::native::add_kernel`), or the library's file name alone
+    /// (`libtorch_cuda`) when no symbol table names its frames. Absent when no such frame was
+    /// found, and in traces recorded before the recorder looked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub library_frame: Option<StrId>,
 }

@@ -2,17 +2,24 @@
 //! (node creation only: never on the launch hot path).
 //!
 //! Of the frames in a known library — NCCL, cuDNN, cuBLAS, cuBLASLt, a Triton launcher,
-//! libtorch_cuda — the outermost one of each is the call that reached the library: for the
-//! vendor libraries the function the program (or torch) called, named by its exported symbol
-//! (`cublasLtMatmul`, `pncclAllGather` read as `ncclAllGather`). A frame whose nearest symbol
-//! does not cover its address (`dladdr1`'s symbol size) lies in a static function `dladdr`
-//! cannot name, and is skipped. When several libraries are on the stack, the one nearest to
-//! CUDA in [`Library::PRIORITY`] names the node: a GEMM is `cublasLtMatmul`, not the torch
-//! function that called it.
+//! libtorch_cuda, libtorch_python — the outermost one of each is the call that reached the
+//! library: for the vendor libraries the function the program (or torch) called, named by its
+//! exported symbol (`cublasLtMatmul`, `pncclAllGather` read as `ncclAllGather`). Torch's
+//! kernels are mostly launched from local functions that the exported table does not hold
+//! (`dladdr` finds a nearest symbol that does not cover the address, or none): those are named
+//! from the file's own symbol table ([`super::local_symbols`]), and the frame that names
+//! libtorch_cuda is the outermost of the best-named ones ([`Frame::rank`]: torch's kernel
+//! layer, `at::native::…`, over the dispatcher's wrappers around it). libtorch_python, torch's
+//! Python bindings, is named by its innermost frame instead, the binding that called CUDA. A
+//! library whose frames no table names is still named, by its file (`libtorch_cuda`): the node
+//! says where it came from and invents no function. When several libraries are on the stack,
+//! the one nearest to CUDA in [`Library::PRIORITY`] names the node: a GEMM is
+//! `cublasLtMatmul`, not the torch function that called it.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
+use std::os::unix::ffi::OsStrExt;
 
 /// A library whose functions name graph nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -23,19 +30,23 @@ pub(crate) enum Library {
     CublasLt,
     Triton,
     TorchCuda,
+    /// Torch's Python bindings: where inductor's static Triton launcher and
+    /// `torch.cuda.Event` live; the last resort, since every torch call from Python passes here.
+    TorchPython,
 }
 
 impl Library {
     /// Nearest to the device first: the library that launched wins over the one that called
     /// it (torch calls cuBLAS, cuBLAS calls cuBLASLt: `cublasGemmEx` names the node, since
     /// cuBLASLt's frames under it are cuBLAS's own doing).
-    const PRIORITY: [Library; 6] = [
+    const PRIORITY: [Library; 7] = [
         Library::Nccl,
         Library::Cudnn,
         Library::Cublas,
         Library::CublasLt,
         Library::Triton,
         Library::TorchCuda,
+        Library::TorchPython,
     ];
 
     /// The library a shared object's path belongs to.
@@ -51,6 +62,8 @@ impl Library {
             Some(Library::Cublas)
         } else if file.starts_with(b"libtorch_cuda") {
             Some(Library::TorchCuda)
+        } else if file.starts_with(b"libtorch_python") {
+            Some(Library::TorchPython)
         } else if file.windows(6).any(|w| w == b"triton")
             || path.windows(9).any(|w| w == b"/.triton/")
         {
@@ -62,6 +75,26 @@ impl Library {
         }
     }
 
+    /// The library as a node names it when no frame of it has a function name.
+    fn file_name(self) -> &'static str {
+        match self {
+            Library::Nccl => "libnccl",
+            Library::Cudnn => "libcudnn",
+            Library::Cublas => "libcublas",
+            Library::CublasLt => "libcublasLt",
+            Library::Triton => "Triton launcher",
+            Library::TorchCuda => "libtorch_cuda",
+            Library::TorchPython => "libtorch_python",
+        }
+    }
+
+    /// Whether the file's own symbol table is worth reading for frames the exported one cannot
+    /// name: torch ships its libraries unstripped; the vendor libraries are stripped, NCCL's
+    /// local functions are no API, and a Triton launcher's (`_launch`) say nothing.
+    fn names_local_functions(self) -> bool {
+        matches!(self, Library::TorchCuda | Library::TorchPython)
+    }
+
     /// The name of a function of this library as the trace shows it; `None` for symbols that
     /// are not API entry points (NCCL's).
     fn function_name(self, symbol: &str) -> Option<String> {
@@ -71,6 +104,64 @@ impl Library {
                 crate::trace::is_library_call_range(name).then(|| name.to_owned())
             }
             _ => Some(demangled(symbol)),
+        }
+    }
+
+    /// A local function's name as a node shows it: one that does not say where it lives (a
+    /// C function, an anonymous namespace's) gets the library's file name before it.
+    fn local_function_name(self, symbol: &str) -> String {
+        let name = demangled(symbol);
+        if name.contains("::") && !name.starts_with("(anonymous namespace)") {
+            name
+        } else {
+            format!("{}: {name}", self.file_name())
+        }
+    }
+}
+
+/// How a frame's function is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Naming {
+    /// By no table: the frame only tells its library.
+    Unnamed,
+    /// From the file's own symbol table: a local function.
+    Local,
+    /// From the exported (dynamic) symbol table: an API or exported function.
+    Exported,
+}
+
+/// A return address inside a known library, with the function it lies in when known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Frame {
+    pub library: Library,
+    pub naming: Naming,
+    /// Empty when unnamed.
+    pub name: String,
+}
+
+impl Frame {
+    /// How well this frame names its library's part in the call, compared in order (higher
+    /// wins; among equals the outermost frame): named at all; a plain function over a template
+    /// instantiation or a lambda (`at::native::mean_kernel_cuda` over the
+    /// `gpu_reduce_kernel<…>` it calls, `wrapper_CUDA_rsqrt` over `gpu_kernel_impl<…>`);
+    /// exported over local; torch's kernel layer (`at::native::…`, the code that chose the
+    /// kernel) over the dispatcher's wrappers around it (`at::(anonymous
+    /// namespace)::wrapper_CUDA_add`).
+    fn rank(&self) -> (bool, bool, bool, bool) {
+        let named = self.naming != Naming::Unnamed;
+        let plain = named && !self.name.contains('<') && !self.name.contains("{lambda");
+        (
+            named,
+            plain,
+            self.naming == Naming::Exported,
+            self.name.starts_with("at::native::"),
+        )
+    }
+
+    fn label(&self) -> &str {
+        match self.naming {
+            Naming::Unnamed => self.library.file_name(),
+            _ => &self.name,
         }
     }
 }
@@ -99,18 +190,33 @@ pub(crate) struct LibraryFrames {
     pub frame: Option<String>,
 }
 
-/// Picks from frames given innermost first, each with the library function it lies in.
-fn pick<'a>(frames: impl IntoIterator<Item = Option<(Library, &'a str)>>) -> LibraryFrames {
-    let mut outermost: HashMap<Library, &str> = HashMap::new();
-    for (library, name) in frames.into_iter().flatten() {
-        outermost.insert(library, name);
+/// Picks from frames given innermost first (see the module doc).
+fn pick<'a>(frames: impl IntoIterator<Item = Option<&'a Frame>>) -> LibraryFrames {
+    let mut best: HashMap<Library, &Frame> = HashMap::new();
+    let mut nccl_api: Option<&Frame> = None;
+    for frame in frames.into_iter().flatten() {
+        let slot = best.entry(frame.library).or_insert(frame);
+        // Outermost first among equals: a later (outer) frame of the same rank replaces.
+        // Torch's Python bindings are the exception: their outer frames are the interpreter's
+        // plumbing (`dynamo_eval_custom_code`, pybind11's dispatcher), so the innermost named
+        // frame, the binding that called CUDA, names them.
+        let better = match frame.library {
+            Library::TorchPython => frame.rank().0 && !slot.rank().0,
+            _ => frame.rank() >= slot.rank(),
+        };
+        if better {
+            *slot = frame;
+        }
+        if frame.library == Library::Nccl && frame.naming == Naming::Exported {
+            nccl_api = Some(frame);
+        }
     }
     LibraryFrames {
-        nccl: outermost.get(&Library::Nccl).map(|s| s.to_string()),
+        nccl: nccl_api.map(|f| f.name.clone()),
         frame: Library::PRIORITY
             .iter()
-            .find_map(|l| outermost.get(l))
-            .map(|s| s.to_string()),
+            .find_map(|l| best.get(l))
+            .map(|f| f.label().to_owned()),
     }
 }
 
@@ -118,8 +224,7 @@ thread_local! {
     /// Return address → the library function it lies in (`None`: none known). `dladdr1`
     /// scans a symbol table: each address is looked up once per thread (a capture creates
     /// many nodes from the same few call sites).
-    static FRAME_NAMES: RefCell<HashMap<usize, Option<(Library, String)>>> =
-        RefCell::new(HashMap::new());
+    static FRAME_NAMES: RefCell<HashMap<usize, Option<Frame>>> = RefCell::new(HashMap::new());
 }
 
 /// The library functions this thread is inside now. Empty when unwinding stops early.
@@ -135,12 +240,12 @@ pub(crate) fn calling_libraries() -> LibraryFrames {
                     .entry(address as usize)
                     .or_insert_with(|| library_function_at(address));
             }
-            pick(frames.iter().take(n.max(0) as usize).map(|&a| {
-                names
-                    .get(&(a as usize))
-                    .and_then(|f| f.as_ref())
-                    .map(|(l, s)| (*l, s.as_str()))
-            }))
+            pick(
+                frames
+                    .iter()
+                    .take(n.max(0) as usize)
+                    .map(|&a| names.get(&(a as usize)).and_then(Option::as_ref)),
+            )
         })
         .unwrap_or_default()
 }
@@ -148,8 +253,9 @@ pub(crate) fn calling_libraries() -> LibraryFrames {
 /// `RTLD_DL_SYMENT` of glibc's `dlfcn.h`: `dladdr1` returns the symbol's ELF entry.
 const RTLD_DL_SYMENT: std::ffi::c_int = 1;
 
-/// The known library function whose code holds `address`.
-fn library_function_at(address: *mut c_void) -> Option<(Library, String)> {
+/// The frame of a known library at `address`, with the function that holds it when a symbol
+/// table names it.
+fn library_function_at(address: *mut c_void) -> Option<Frame> {
     let mut info = libc::Dl_info {
         dli_fname: std::ptr::null(),
         dli_fbase: std::ptr::null_mut(),
@@ -162,30 +268,49 @@ fn library_function_at(address: *mut c_void) -> Option<(Library, String)> {
     // with RTLD_DL_SYMENT, `symbol_entry` with a pointer to the symbol's ELF entry (or null).
     let found =
         unsafe { libc::dladdr1(address, &mut info, &mut symbol_entry, RTLD_DL_SYMENT) } != 0;
-    if !found || info.dli_fname.is_null() || info.dli_sname.is_null() {
+    if !found || info.dli_fname.is_null() {
         return None;
     }
     // SAFETY: non-null, NUL-terminated (dladdr's contract).
     let path = unsafe { CStr::from_ptr(info.dli_fname) };
     let library = Library::of_path(path.to_bytes())?;
-    if !symbol_entry.is_null() {
-        // SAFETY: with RTLD_DL_SYMENT on a 64-bit glibc, a non-null entry is an Elf64_Sym of
-        // the library's loaded symbol table.
-        let size = unsafe { (*(symbol_entry as *const libc::Elf64_Sym)).st_size };
-        let offset = (address as usize).wrapping_sub(info.dli_saddr as usize) as u64;
-        // A return address may sit just past a function's last call: allow its end.
-        if size > 0 && offset > size {
-            return None;
+    let mut exported = None;
+    if !info.dli_sname.is_null() {
+        let covers = symbol_entry.is_null() || {
+            // SAFETY: with RTLD_DL_SYMENT on a 64-bit glibc, a non-null entry is an Elf64_Sym
+            // of the library's loaded symbol table.
+            let size = unsafe { (*(symbol_entry as *const libc::Elf64_Sym)).st_size };
+            let offset = (address as usize).wrapping_sub(info.dli_saddr as usize) as u64;
+            // A return address may sit just past a function's last call: allow its end.
+            size == 0 || offset <= size
+        };
+        if covers {
+            // SAFETY: as above.
+            exported = Some(unsafe { CStr::from_ptr(info.dli_sname) }.to_string_lossy());
         }
     }
-    // SAFETY: as above.
-    let symbol = unsafe { CStr::from_ptr(info.dli_sname) }.to_string_lossy();
-    let name = library.function_name(&symbol)?;
-    if library == Library::Nccl {
-        // The NCCL whose API the program called is the one the trace names.
-        super::loaded::nccl_called_from(path);
+    let frame = |naming, name| {
+        Some(Frame {
+            library,
+            naming,
+            name,
+        })
+    };
+    if let Some(name) = exported.and_then(|s| library.function_name(&s)) {
+        if library == Library::Nccl {
+            // The NCCL whose API the program called is the one the trace names.
+            super::loaded::nccl_called_from(path);
+        }
+        return frame(Naming::Exported, name);
     }
-    Some((library, name))
+    if library.names_local_functions() {
+        let offset = (address as usize).wrapping_sub(info.dli_fbase as usize) as u64;
+        let file = std::path::Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
+        if let Some(symbol) = super::local_symbols::of_file(file).and_then(|t| t.name_at(offset)) {
+            return frame(Naming::Local, library.local_function_name(&symbol));
+        }
+    }
+    frame(Naming::Unnamed, String::new())
 }
 
 #[cfg(test)]
@@ -222,39 +347,240 @@ mod tests {
             None,
             "a library Triton ships is not a launcher"
         );
+        assert_eq!(
+            of("/venv/torch/lib/libtorch_python.so"),
+            Some(Library::TorchPython)
+        );
+        assert_eq!(of("/venv/torch/lib/libtorch_cpu.so"), None);
         assert_eq!(of("/usr/lib/libcudart.so.13"), None);
         assert_eq!(of("/usr/lib/libcuda.so.1"), None);
+    }
+
+    fn exported(library: Library, name: &str) -> Frame {
+        Frame {
+            library,
+            naming: Naming::Exported,
+            name: name.into(),
+        }
+    }
+
+    fn local(library: Library, symbol: &str) -> Frame {
+        Frame {
+            library,
+            naming: Naming::Local,
+            name: library.local_function_name(symbol),
+        }
+    }
+
+    fn unnamed(library: Library) -> Frame {
+        Frame {
+            library,
+            naming: Naming::Unnamed,
+            name: String::new(),
+        }
     }
 
     #[test]
     fn the_library_nearest_the_device_names_the_node_by_its_outermost_frame() {
         // Innermost first: cuBLASLt's internals, its entry, then torch's frames.
         let frames = [
-            None,
-            Some((Library::CublasLt, "cublasLtInternal")),
-            Some((Library::CublasLt, "cublasLtMatmul")),
-            Some((Library::TorchCuda, "at::cuda::blas::gemm")),
-            Some((Library::TorchCuda, "at::native::addmm_out_cuda")),
-            None,
+            unnamed(Library::CublasLt),
+            exported(Library::CublasLt, "cublasLtInternal"),
+            exported(Library::CublasLt, "cublasLtMatmul"),
+            exported(Library::TorchCuda, "at::cuda::blas::gemm"),
+            exported(Library::TorchCuda, "at::native::addmm_out_cuda"),
         ];
         assert_eq!(
-            pick(frames),
+            pick([None].into_iter().chain(frames.iter().map(Some))),
             LibraryFrames {
                 nccl: None,
                 frame: Some("cublasLtMatmul".into())
             }
         );
-        let torch_only = [Some((Library::TorchCuda, "at::native::fill_"))];
-        assert_eq!(pick(torch_only).frame.as_deref(), Some("at::native::fill_"));
+        let torch_only = [exported(Library::TorchCuda, "at::native::fill_")];
+        assert_eq!(
+            pick(torch_only.iter().map(Some)).frame.as_deref(),
+            Some("at::native::fill_")
+        );
         let nccl = [
-            Some((Library::Nccl, "ncclGroupEnd")),
-            Some((Library::Nccl, "ncclAllGather")),
-            Some((Library::TorchCuda, "c10d::ProcessGroupNCCL::allgather")),
+            unnamed(Library::Nccl),
+            exported(Library::Nccl, "ncclGroupEnd"),
+            exported(Library::Nccl, "ncclAllGather"),
+            unnamed(Library::Nccl),
+            exported(Library::TorchCuda, "c10d::ProcessGroupNCCL::allgather"),
         ];
-        let picked = pick(nccl);
+        let picked = pick(nccl.iter().map(Some));
         assert_eq!(picked.nccl.as_deref(), Some("ncclAllGather"));
         assert_eq!(picked.frame.as_deref(), Some("ncclAllGather"));
         assert_eq!(pick([None, None]), LibraryFrames::default());
+    }
+
+    #[test]
+    fn an_exported_function_outranks_the_local_wrappers_around_it() {
+        // torch.add on CUDA, as recorded on an H200 (torch 2.11): the exported kernel
+        // function sits between local helpers and the dispatcher's local wrappers.
+        let frames = [
+            exported(
+                Library::TorchCuda,
+                "at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<c10::BFloat16>>",
+            ),
+            local(
+                Library::TorchCuda,
+                "_ZZN2at6native10add_kernelERNS_18TensorIteratorBaseERKN3c106ScalarEENKUlvE_clEv",
+            ),
+            exported(Library::TorchCuda, "at::native::add_kernel"),
+            local(
+                Library::TorchCuda,
+                "_ZN2at12_GLOBAL__N_124wrapper_CUDA_add_out_outERKNS_6TensorES3_RKN3c106ScalarERS1_",
+            ),
+        ];
+        assert_eq!(
+            pick(frames.iter().map(Some)).frame.as_deref(),
+            Some("at::native::add_kernel")
+        );
+    }
+
+    #[test]
+    fn a_kernel_launched_from_local_functions_is_named_by_torchs_kernel_layer() {
+        // x.relu_() on CUDA (torch 2.11): every libtorch_cuda frame is local, the
+        // outermost a dispatcher wrapper; the kernel layer's outermost function names it.
+        let frames = [
+            local(
+                Library::TorchCuda,
+                "_ZN2at6native12_GLOBAL__N_119launch_clamp_scalarERNS_18TensorIteratorBaseEN3c106ScalarES5_NS0_6detail11ClampLimitsE",
+            ),
+            local(
+                Library::TorchCuda,
+                "_ZN2at6native12_GLOBAL__N_128clamp_min_scalar_kernel_implERNS_18TensorIteratorBaseEN3c106ScalarE",
+            ),
+            local(
+                Library::TorchCuda,
+                "_ZN2at12_GLOBAL__N_123wrapper_CUDA_clamp_min_ERNS_6TensorERKN3c106ScalarE",
+            ),
+        ];
+        assert_eq!(
+            pick(frames.iter().map(Some)).frame.as_deref(),
+            Some("at::native::(anonymous namespace)::clamp_min_scalar_kernel_impl")
+        );
+        // torch.mean (torch 2.11): the local kernel function over the exported template
+        // it calls; x.rsqrt(): the op's wrapper over a template helper (the kernel function
+        // was a tail call, gone from the stack).
+        let mean = [
+            exported(
+                Library::TorchCuda,
+                "at::native::gpu_reduce_kernel<float, float, 4, 4, at::native::MeanOps<float, float, float, float>, double>",
+            ),
+            local(
+                Library::TorchCuda,
+                "_ZN2at6native16mean_kernel_cudaERNS_14TensorIteratorE",
+            ),
+        ];
+        assert_eq!(
+            pick(mean.iter().map(Some)).frame.as_deref(),
+            Some("at::native::mean_kernel_cuda")
+        );
+        let rsqrt = [
+            Frame {
+                library: Library::TorchCuda,
+                naming: Naming::Local,
+                name: "at::native::gpu_kernel_impl<__nv_hdl_wrapper_t<false, true, false>>".into(),
+            },
+            local(
+                Library::TorchCuda,
+                "_ZN2at12_GLOBAL__N_118wrapper_CUDA_rsqrtERKNS_6TensorE",
+            ),
+        ];
+        assert_eq!(
+            pick(rsqrt.iter().map(Some)).frame.as_deref(),
+            Some("at::(anonymous namespace)::wrapper_CUDA_rsqrt")
+        );
+        // Only the dispatcher's wrapper: the outermost local function, as it is.
+        let wrapper_only = [local(
+            Library::TorchCuda,
+            "_ZN2at12_GLOBAL__N_118wrapper_CUDA_rsqrtERKNS_6TensorE",
+        )];
+        assert_eq!(
+            pick(wrapper_only.iter().map(Some)).frame.as_deref(),
+            Some("at::(anonymous namespace)::wrapper_CUDA_rsqrt")
+        );
+    }
+
+    #[test]
+    fn a_frame_no_table_names_still_names_its_library() {
+        // A stripped libtorch_cuda, or a frame whose nearest exported symbol does not cover
+        // it: the node names the library, never the symbol that does not hold the address.
+        let frames = [unnamed(Library::TorchCuda), unnamed(Library::TorchCuda)];
+        assert_eq!(
+            pick(frames.iter().map(Some)).frame.as_deref(),
+            Some("libtorch_cuda")
+        );
+        // An unnamed frame of a nearer library still wins over torch's named ones.
+        let frames = [
+            unnamed(Library::Cublas),
+            exported(
+                Library::TorchCuda,
+                "at::native::structured_mm_out_cuda::impl",
+            ),
+        ];
+        assert_eq!(
+            pick(frames.iter().map(Some)).frame.as_deref(),
+            Some("libcublas")
+        );
+        assert_eq!(
+            pick([unnamed(Library::Triton)].iter().map(Some))
+                .frame
+                .as_deref(),
+            Some("Triton launcher")
+        );
+    }
+
+    #[test]
+    fn inductors_static_triton_launcher_names_its_library() {
+        // Triton kernels of torch.compile (torch 2.11, static CUDA launcher): local functions
+        // of libtorch_python in an anonymous namespace, under dynamo's exported frame hook.
+        let frames = [
+            local(
+                Library::TorchPython,
+                "_ZN12_GLOBAL__N_112launchKernelEP10CUfunc_stjjjjjPPvP11CUstream_st",
+            ),
+            local(
+                Library::TorchPython,
+                "_ZN12_GLOBAL__N_113launch_kernelEP7_objectS1_",
+            ),
+        ];
+        assert_eq!(
+            pick(frames.iter().map(Some)).frame.as_deref(),
+            Some("libtorch_python: (anonymous namespace)::launchKernel"),
+            "the binding nearest CUDA, not dynamo's frame evaluation around it"
+        );
+        let under_dynamo = [
+            unnamed(Library::TorchPython),
+            local(
+                Library::TorchPython,
+                "_ZN12_GLOBAL__N_112launchKernelEP10CUfunc_stjjjjjPPvP11CUstream_st",
+            ),
+            exported(Library::TorchPython, "dynamo_eval_custom_code"),
+        ];
+        assert_eq!(
+            pick(under_dynamo.iter().map(Some)).frame.as_deref(),
+            Some("libtorch_python: (anonymous namespace)::launchKernel")
+        );
+        assert_eq!(
+            Library::TorchPython.local_function_name("_Z16THCPEvent_recordP7_objectS0_"),
+            "libtorch_python: THCPEvent_record"
+        );
+        // torch's Python bindings come last: a libtorch_cuda frame names a torch op.
+        let frames = [
+            exported(Library::TorchCuda, "at::native::mul_kernel_cuda"),
+            local(
+                Library::TorchPython,
+                "_ZN5torch8autograd16THPVariable_mul_EP7_objectS2_S2_",
+            ),
+        ];
+        assert_eq!(
+            pick(frames.iter().map(Some)).frame.as_deref(),
+            Some("at::native::mul_kernel_cuda")
+        );
     }
 
     #[test]
@@ -273,6 +599,39 @@ mod tests {
                 .function_name("_ZN2at6native13reduce_kernelILi128ELi4EEEvv")
                 .as_deref(),
             Some("at::native::reduce_kernel<128, 4>")
+        );
+    }
+
+    /// A local function of this test binary, for the symbol-table lookup below.
+    #[inline(never)]
+    fn a_local_function_of_this_binary() -> usize {
+        std::hint::black_box(a_local_function_of_this_binary as fn() -> usize as usize)
+    }
+
+    #[test]
+    fn a_local_function_is_found_in_the_files_own_symbol_table() {
+        // The way `library_function_at` names a frame dladdr cannot: this binary's address,
+        // less its load base, looked up in its own .symtab (test binaries keep theirs).
+        let address = a_local_function_of_this_binary();
+        let mut info = libc::Dl_info {
+            dli_fname: std::ptr::null(),
+            dli_fbase: std::ptr::null_mut(),
+            dli_sname: std::ptr::null(),
+            dli_saddr: std::ptr::null_mut(),
+        };
+        // SAFETY: dladdr only reads the loader's tables and fills `info`.
+        assert_ne!(
+            unsafe { libc::dladdr(address as *const c_void, &mut info) },
+            0
+        );
+        let exe = std::env::current_exe().expect("the test binary");
+        let table = super::super::local_symbols::of_file(&exe).expect("a symbol table");
+        let symbol = table
+            .name_at((address - info.dli_fbase as usize) as u64 + 1)
+            .expect("the function is named");
+        assert!(
+            demangled(&symbol).contains("a_local_function_of_this_binary"),
+            "{symbol}"
         );
     }
 

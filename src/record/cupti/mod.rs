@@ -26,6 +26,7 @@ mod gpu_tests;
 mod graph;
 mod loaded;
 mod loader;
+mod local_symbols;
 mod recorder;
 pub(crate) mod sys;
 

@@ -114,6 +114,14 @@ pub fn analysis_markdown(a: &Analysis) -> String {
                     super::eager_in_graphed_label(e)
                 );
             }
+            if c.observed.compiled_without_graphs {
+                let _ = writeln!(
+                    s,
+                    "> ⚠️ {}: {}.\n",
+                    md_cell(&c.label),
+                    md_cell(&super::compiled_without_graphs_label(c))
+                );
+            }
         }
         let sampled: Vec<String> = cells
             .iter()
