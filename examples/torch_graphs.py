@@ -29,6 +29,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from step_periods import host_speed_us
+
 SHARD_ROWS = 64  # rows of h each rank contributes to the all-gather
 
 
@@ -112,17 +114,6 @@ def timed(launches, events, nvtx=None):
     torch.cuda.synchronize()
     used = events[:len(launches)]
     return [a.elapsed_time(b) * 1e3 for a, b in zip(used, used[1:])], host
-
-
-def host_speed_us():
-    """Median µs of a fixed pure-Python loop (no CUDA): how fast this process runs host code,
-    to tell a slow host from a costly profiler when step host times differ between runs."""
-    times = []
-    for _ in range(21):
-        began = time.perf_counter_ns()
-        sum(i * i for i in range(20000))
-        times.append((time.perf_counter_ns() - began) / 1e3)
-    return statistics.median(times)
 
 
 def capture(step):
