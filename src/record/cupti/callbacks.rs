@@ -179,6 +179,10 @@ pub(super) fn apply_api_filter(
 /// before anything else, so without a budget they cost no lock.
 pub(crate) static BUDGET_ON: AtomicBool = AtomicBool::new(false);
 
+/// Whether node creation walks the creating thread's frames for its library function
+/// (`GAPSCOPE_CUPTI_NODE_FRAMES=0` turns it off, to measure what provenance costs).
+pub(crate) static NODE_FRAMES: AtomicBool = AtomicBool::new(true);
+
 /// The recorder the callbacks feed; `None` when none is recording.
 pub(crate) static ACTIVE: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
 
@@ -908,7 +912,11 @@ fn node_created(cupti: &Cupti, shared: &Shared, gd: &sys::CUpti_GraphData) -> Re
     // The library calls on the stack (node creation is not a hot path). Without a
     // library-call marker of ours, the program's own NCCL call tags the node (its NVTX ranges,
     // when it emits them, are joined when the recording ends).
-    let libraries = super::frames::calling_libraries();
+    let libraries = if NODE_FRAMES.load(Ordering::Relaxed) {
+        super::frames::calling_libraries()
+    } else {
+        super::frames::LibraryFrames::default()
+    };
     let mut state = lock(&shared.state);
     state.self_corr.extend(corr);
     let node_type = node_type_or_fallback(&mut state, ty, gd.nodeType);

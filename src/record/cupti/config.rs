@@ -382,6 +382,9 @@ pub(super) struct Diagnostics {
     /// `GAPSCOPE_CUPTI_HOST_PINNED=0|1`: CUPTI's device-record buffers in pinned host memory
     /// (`CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED`) rather than device memory.
     pub host_pinned: Option<bool>,
+    /// `GAPSCOPE_CUPTI_NODE_FRAMES=0`: graph nodes are made without walking the creating
+    /// thread's frames (no library function in their provenance), to measure its cost.
+    pub skip_node_frames: bool,
     /// `GAPSCOPE_CUPTI_GRAPH_TRACE=1`: graph-level records too (CUPTI refuses them beside
     /// CONCURRENT_KERNEL, so skip that kind as well).
     pub graph_trace: bool,
@@ -420,6 +423,7 @@ impl Diagnostics {
             api_only: list("GAPSCOPE_CUPTI_API_ONLY", false),
             per_thread_buffers: get("GAPSCOPE_CUPTI_PER_THREAD_BUFFERS").map(|v| v.trim() != "0"),
             host_pinned: get("GAPSCOPE_CUPTI_HOST_PINNED").map(|v| v.trim() != "0"),
+            skip_node_frames: get("GAPSCOPE_CUPTI_NODE_FRAMES").is_some_and(|v| v.trim() == "0"),
             graph_trace: get("GAPSCOPE_CUPTI_GRAPH_TRACE").is_some_and(|v| v.trim() == "1"),
             size_attributes: list("GAPSCOPE_CUPTI_ATTR", false)
                 .unwrap_or_default()
@@ -457,6 +461,7 @@ mod tests {
                     "GAPSCOPE_CUPTI_API_ONLY" => "Launch,EventRecord",
                     "GAPSCOPE_CUPTI_PER_THREAD_BUFFERS" => "0",
                     "GAPSCOPE_CUPTI_HOST_PINNED" => "1",
+                    "GAPSCOPE_CUPTI_NODE_FRAMES" => "0",
                     "GAPSCOPE_CUPTI_GRAPH_TRACE" => "1",
                     "GAPSCOPE_CUPTI_ATTR" => "0=67108864, 6=4,bad,7=x",
                     "GAPSCOPE_CUPTI_FLUSH_PERIOD_MS" => " 10",
@@ -468,6 +473,7 @@ mod tests {
         assert_eq!(d.skip_kinds, ["DRIVER", "RUNTIME"]);
         assert_eq!(d.per_thread_buffers, Some(false));
         assert_eq!(d.host_pinned, Some(true));
+        assert!(d.skip_node_frames);
         assert!(d.graph_trace);
         assert_eq!(d.size_attributes, [(0, 67108864), (6, 4)]);
         assert_eq!(d.flush_period_ms, Some(10));

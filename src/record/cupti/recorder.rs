@@ -173,6 +173,13 @@ impl Recorder {
                 ),
             ));
         }
+        callbacks::NODE_FRAMES.store(!diagnostics.skip_node_frames, Ordering::Relaxed);
+        if diagnostics.skip_node_frames {
+            notes.push(
+                "graph nodes made without their library function (GAPSCOPE_CUPTI_NODE_FRAMES=0)"
+                    .to_owned(),
+            );
+        }
         // Kernel, copy and memset records in pinned host memory rather than CUPTI's default
         // device memory: after a sticky CUDA error (a device-side assert, an illegal address)
         // CUPTI can still read them back, so the trace keeps the work before the fault.
