@@ -216,11 +216,22 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         match crate::trace::read_trace(p) {
             Ok(t) => {
                 let lost = crate::analysis::completeness::check(&t);
+                let summarised: u64 = t
+                    .metadata
+                    .sampling
+                    .as_ref()
+                    .and_then(|s| s.markers.as_ref())
+                    .map_or(0, |m| m.left_out.iter().map(|r| r.count).sum());
                 note(&format!(
-                    "wrote {} ({} kernels, {} markers, {} dropped records{})",
+                    "wrote {} ({} kernels, {} markers{}, {} dropped records{})",
                     p.display(),
                     t.kernels.len(),
                     t.markers.len(),
+                    if summarised > 0 {
+                        format!(" (and {summarised} of untraced work summarised)")
+                    } else {
+                        String::new()
+                    },
                     t.dropped_records,
                     if lost.total() > 0 {
                         format!("; not adding up: {}", lost.describe())

@@ -4,6 +4,7 @@
 
 mod atomic;
 pub mod bundled;
+mod durations;
 pub mod input;
 pub mod kineto;
 mod ranges;
@@ -14,6 +15,7 @@ pub use atomic::{
     CommitLock, StagedOutput, commit_lock, exit_removing_temporaries, stage_output,
     write_atomically, write_atomically_with,
 };
+pub use durations::{DurationHistogram, bucket_bounds, duration_bucket};
 pub use ranges::{HostRanges, last_containing};
 pub use schema::*;
 

@@ -190,7 +190,13 @@ unsafe fn parse_buffer(cupti: &Cupti, shared: &Shared, buffer: *mut u8, valid: u
         };
         cupti.callback_name(d, cbid)
     };
+    // The windows as they stand: every record in this buffer ended before now, so no later
+    // decision can change whether it overlaps one.
+    let windows = shared.budget.as_ref().map(|b| lock(&b.markers).snapshot());
     let mut state = lock(&shared.state);
+    if let (Some(keeping), Some(windows)) = (&mut state.records.marker_keeping, windows) {
+        keeping.set_windows(windows);
+    }
     let mut record: *mut sys::CUpti_Activity = std::ptr::null_mut();
     loop {
         // SAFETY: resolved at load; CUPTI walks its own buffer and advances `record`.

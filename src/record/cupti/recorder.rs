@@ -292,6 +292,8 @@ impl Recorder {
             }
         }
         if config.trace_budget.is_limited() {
+            // NVTX ranges of untraced work are summarised, not all kept (see `markers`).
+            lock(&rec.shared.state).records.marker_keeping = Some(Default::default());
             rec.start_budget(&config.trace_budget);
         }
         Ok(rec)
@@ -343,6 +345,7 @@ impl Recorder {
                 // Without its callbacks the budget cannot count: trace everything instead.
                 if let Some(budget) = &self.shared.budget {
                     lock(&budget.decisions).freeze();
+                    lock(&budget.markers).keep_all();
                 }
                 lock(&self.shared.state).problem(format!(
                     "{e} (cbid {cbid}): no trace budget, every step traced"
@@ -767,6 +770,30 @@ impl Recorder {
                 metadata.notes.push(format!("recorder: {note}"));
             }
             metadata.sampling = decisions.sampling();
+            let windows = lock(&budget.markers).clone();
+            let sample = state.records.marker_keeping.as_ref().and_then(|k| {
+                let strings = &state.records.builder.trace.strings;
+                let name = |id: StrId| strings.get(id as usize).cloned().unwrap_or_default();
+                k.sample(windows.snapshot().unwrap_or_default(), name)
+            });
+            if let Some(sample) = sample {
+                let names = sample.left_out.len();
+                let left_out: u64 = sample.left_out.iter().map(|r| r.count).sum();
+                metadata.notes.push(format!(
+                    "recorder: {left_out} NVTX ranges of untraced work left out, summarised per name ({names} names: count and host durations, metadata.sampling.markers); the ranges around traced work and {} untraced steps or launches after each pause are kept",
+                    windows.untraced_kept()
+                ));
+                if windows.full {
+                    metadata.notes.push(format!(
+                        "recorder: tracing switched more than {} times: no NVTX ranges kept after that",
+                        super::markers::MAX_WINDOWS
+                    ));
+                }
+                metadata
+                    .sampling
+                    .get_or_insert_with(Default::default)
+                    .markers = Some(sample);
+            }
         }
         for msg in &self.teardown_problems {
             metadata.notes.push(format!("recorder: {msg}"));
