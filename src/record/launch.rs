@@ -6,8 +6,10 @@
 //! [`crate::library_search`] finds for the command, e.g. in its Python environment; `record`
 //! says which), `NVTX_INJECTION64_PATH` (the same libcupti, so NVTX ranges reach CUPTI; an
 //! existing value is kept), `GAPSCOPE_OUT`,
-//! `GAPSCOPE_TRACE_BUDGET` and, with `--step-range`, `GAPSCOPE_STEP_RANGE`. Its exit status is passed on (128 + N when a signal
-//! N killed it). Ctrl-C reaches the child through the terminal (same process group); gapscope
+//! `GAPSCOPE_TRACE_BUDGET`, `GAPSCOPE_SPILL` (records handed over as buffers complete, see
+//! [`crate::record::spill`]) and, with `--step-range`, `GAPSCOPE_STEP_RANGE`. Its exit status
+//! is passed on (128 + N when a signal N killed it); a process that died without writing its
+//! trace (SIGKILL) gets one written from what it had handed over. Ctrl-C reaches the child through the terminal (same process group); gapscope
 //! itself ignores it and waits for the child, so the child's trace is still listed.
 
 use crate::record::cupti::CuptiError;
@@ -186,8 +188,12 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     // Ctrl-C goes to the whole foreground process group: the child decides what to do with it;
     // we wait for it. (Fails only if a handler is already set, which is harmless here.)
     let _ = ctrlc::set_handler(|| {});
-    let status = match cmd.status() {
-        Ok(status) => status,
+    cmd.env(crate::record::spill::SPILL_VAR, "1");
+    let child = cmd
+        .spawn()
+        .and_then(|mut child| Ok((child.id(), child.wait()?)));
+    let (child_pid, status) = match child {
+        Ok(ended) => ended,
         // As shells do: 127 for a program not found, 126 for one that cannot be run.
         Err(e) => {
             let (code, what) = match e.kind() {
@@ -203,11 +209,23 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         }
     };
 
-    let written: Vec<PathBuf> = trace_files(&out)
+    let mut written: Vec<PathBuf> = trace_files(&out)
         .into_iter()
         .filter(|(p, t)| before.get(p) != Some(t))
         .map(|(p, _)| p)
         .collect();
+    // Processes that died without writing their trace (SIGKILL) left what they delivered.
+    let (recovered, problems) =
+        crate::record::spill::recover(&out, &written, |pid| {
+            match ended_how(status).filter(|_| pid == child_pid) {
+                Some(how) => how,
+                None => "ended".to_owned(),
+            }
+        });
+    for problem in problems {
+        eprintln!("gapscope: warning: {}", crate::report::printable(&problem));
+    }
+    written.extend(recovered.iter().cloned());
     let note = |line: &str| eprintln!("gapscope: note: {}", crate::report::printable(line));
     if written.is_empty() {
         note(NO_TRACE);
@@ -222,23 +240,29 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
                     .as_ref()
                     .and_then(|s| s.markers.as_ref())
                     .map_or(0, |m| m.left_out.iter().map(|r| r.count).sum());
-                note(&format!(
-                    "wrote {} ({} kernels, {} markers{}, {} dropped records{})",
-                    p.display(),
-                    t.kernels.len(),
-                    t.markers.len(),
-                    if summarised > 0 {
-                        format!(" (and {summarised} of untraced work summarised)")
+                note(
+                    &(format!(
+                        "wrote {} ({} kernels, {} markers{}, {} dropped records{})",
+                        p.display(),
+                        t.kernels.len(),
+                        t.markers.len(),
+                        if summarised > 0 {
+                            format!(" (and {summarised} of untraced work summarised)")
+                        } else {
+                            String::new()
+                        },
+                        t.dropped_records,
+                        if lost.total() > 0 {
+                            format!("; not adding up: {}", lost.describe())
+                        } else {
+                            String::new()
+                        }
+                    ) + if recovered.contains(p) {
+                        "; the process died without writing it: written from the records it handed over as they completed (its notes say what may be missing)"
                     } else {
-                        String::new()
-                    },
-                    t.dropped_records,
-                    if lost.total() > 0 {
-                        format!("; not adding up: {}", lost.describe())
-                    } else {
-                        String::new()
-                    }
-                ))
+                        ""
+                    }),
+                )
             }
             Err(e) => eprintln!(
                 "gapscope: warning: {}",
