@@ -48,6 +48,10 @@ impl TracerShare {
     }
 }
 
+/// A step marker's start, whether it was traced, and the kept window it lies in (`None`: the
+/// trace keeps every marker; `Some(None)`: in none).
+type StepSeen = (u64, bool, Option<Option<usize>>);
+
 /// The share for the step markers of metadata cell `cell`, when the trace budget left enough of
 /// them untraced (a marker is traced when an API call was recorded inside it on its thread: the
 /// API kinds pause with the rest). When the recorder kept only some markers (`sampling.markers`),
@@ -76,8 +80,7 @@ pub fn of_marked_cell(trace: &Trace, cell: usize) -> Option<TracerShare> {
             s.get(i).is_some_and(|&t| t <= end)
         })
     };
-    let mut per_thread: FxHashMap<u32, Vec<(u64, bool, Option<Option<usize>>)>> =
-        FxHashMap::default();
+    let mut per_thread: FxHashMap<u32, Vec<StepSeen>> = FxHashMap::default();
     for m in trace
         .markers
         .iter()

@@ -570,7 +570,7 @@ mod tests {
         let launch = store.intern("cudaLaunchKernel");
         let kernel = store.intern("decode_kernel");
         let mut buffer = Vec::new();
-        let mut flush = |store: &mut RecordStore, buffer: &mut Vec<_>, w: &KeepWindows| {
+        let flush = |store: &mut RecordStore, buffer: &mut Vec<_>, w: &KeepWindows| {
             if let Some(k) = &mut store.marker_keeping {
                 k.set_windows(w.snapshot());
             }

@@ -220,7 +220,7 @@ mod tests {
         }
         // Budget 8: windows of 2 steps after the first 8; after each pause the first two
         // untraced steps are kept (fewer when the next traced window comes sooner).
-        let mut expected = vec![false; 200];
+        let mut expected = [false; 200];
         for i in 1..200 {
             if traced[i - 1] && !traced[i] {
                 for e in expected.iter_mut().skip(i).take(2) {
