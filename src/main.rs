@@ -119,5 +119,9 @@ fn run(cli: Cli, given: &[&'static str]) -> Result<ExitCode, Failure> {
         } => cli::merge::command(&traces, output.as_deref(), json, clock, perfetto.format()),
         Command::Completions { shell } => cli::shell::completions(shell),
         Command::Man { dir } => cli::shell::man(dir.as_deref()),
+        Command::SpillTestChild {
+            deliveries,
+            records,
+        } => Err(gapscope::record::spill::deliver_then_die(deliveries, records)?.into()),
     }
 }

@@ -314,6 +314,7 @@ fn cells_of_a_budgeted_trace_say_how_much_of_their_work_was_traced() {
         steps: 40,
         steps_traced: 16,
         resumed_at: Vec::new(),
+        markers: None,
     });
     let a = analysis::analyze(
         std::slice::from_ref(&t),

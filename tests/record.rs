@@ -404,3 +404,77 @@ fn cupti_comes_from_the_programs_python_environment() {
         "{err}"
     );
 }
+
+/// Issue 25 e: a recorded process killed with SIGKILL (as by the OOM killer) before writing
+/// its trace. The child (`gapscope spill-test-child`) hands over three buffers of 100 steps
+/// through the recorder's spill writer, then kills itself; `record` writes the trace from what
+/// was delivered, with a note, and passes on 128 + 9.
+#[test]
+fn a_program_killed_with_sigkill_leaves_the_records_it_delivered() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = dir.path().join("out");
+    let out = record(
+        dir.path(),
+        &[
+            "-o",
+            o.to_str().unwrap(),
+            "--",
+            env!("CARGO_BIN_EXE_gapscope"),
+            "spill-test-child",
+            "--deliveries",
+            "3",
+            "--records",
+            "100",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(128 + 9), "{err}");
+    let traces: Vec<PathBuf> = std::fs::read_dir(&o)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(
+        traces.len(),
+        1,
+        "the trace, and no spill file left: {traces:?}"
+    );
+    let name = traces[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        name.starts_with("trace-pid") && name.ends_with(".json"),
+        "{name}"
+    );
+    assert!(
+        err.contains(&format!("wrote {}", traces[0].display()))
+            && err.contains("(300 kernels, 300 markers"),
+        "{err}"
+    );
+    assert!(err.contains("was killed by signal 9 (SIGKILL)"), "{err}");
+    assert!(err.contains("the process died without writing it"), "{err}");
+    let t = gapscope::trace::read_trace(&traces[0]).expect("a valid trace");
+    assert_eq!(
+        (t.kernels.len(), t.api_calls.len(), t.markers.len()),
+        (300, 300, 300)
+    );
+    assert!(
+        t.markers
+            .iter()
+            .all(|m| m.kind == gapscope::trace::MarkerKind::Step),
+        "the step range is marked as the recorder would"
+    );
+    let last_kernel = t.kernels.last().unwrap();
+    assert_eq!(t.str(last_kernel.name), "kernel_of_buffer_2");
+    let note = t.metadata.notes.last().unwrap();
+    assert!(
+        note.contains("was killed by signal 9 (SIGKILL) without writing its trace")
+            && note.contains("from the 3 deliveries")
+            && note.contains("missing are the records of the buffers not completed"),
+        "{note}"
+    );
+    // analyze reads it as any trace.
+    let a = gapscope::analysis::analyze(&[t], &["killed".into()], &Default::default());
+    assert_eq!(a.cells.len(), 1);
+}

@@ -48,11 +48,25 @@ impl TracerShare {
     }
 }
 
+/// A step marker's start, whether it was traced, and the kept window it lies in (`None`: the
+/// trace keeps every marker; `Some(None)`: in none).
+type StepSeen = (u64, bool, Option<Option<usize>>);
+
 /// The share for the step markers of metadata cell `cell`, when the trace budget left enough of
 /// them untraced (a marker is traced when an API call was recorded inside it on its thread: the
-/// API kinds pause with the rest).
+/// API kinds pause with the rest). When the recorder kept only some markers (`sampling.markers`),
+/// two steps are consecutive only inside one of its kept windows: the steps between two windows
+/// are left out.
 pub fn of_marked_cell(trace: &Trace, cell: usize) -> Option<TracerShare> {
-    trace.metadata.sampling.as_ref()?;
+    let sampling = trace.metadata.sampling.as_ref()?;
+    let windows = sampling.markers.as_ref().map(|m| m.kept_windows.as_slice());
+    // The kept window a marker overlaps (every marker overlaps one when windows exist).
+    let window_of = |start: u64, end: u64| {
+        windows.map(|w| {
+            let i = w.partition_point(|w| w[0] <= end);
+            i.checked_sub(1).filter(|&i| w[i][1] >= start)
+        })
+    };
     let mut calls: FxHashMap<u32, Vec<u64>> = FxHashMap::default();
     for c in &trace.api_calls {
         calls.entry(c.thread).or_default().push(c.start);
@@ -66,21 +80,26 @@ pub fn of_marked_cell(trace: &Trace, cell: usize) -> Option<TracerShare> {
             s.get(i).is_some_and(|&t| t <= end)
         })
     };
-    let mut per_thread: FxHashMap<u32, Vec<(u64, bool)>> = FxHashMap::default();
+    let mut per_thread: FxHashMap<u32, Vec<StepSeen>> = FxHashMap::default();
     for m in trace
         .markers
         .iter()
         .filter(|m| m.kind == MarkerKind::Step && m.cell == Some(cell as u32))
     {
-        per_thread
-            .entry(m.thread)
-            .or_default()
-            .push((m.start, traced(m.thread, m.start, m.end)));
+        per_thread.entry(m.thread).or_default().push((
+            m.start,
+            traced(m.thread, m.start, m.end),
+            window_of(m.start, m.end),
+        ));
     }
     let (mut on, mut off) = (Vec::new(), Vec::new());
     for steps in per_thread.values_mut() {
         steps.sort_unstable();
         for w in steps.windows(2) {
+            // Not consecutive: steps between two kept windows were left out.
+            if w[0].2 != w[1].2 || w[0].2 == Some(None) {
+                continue;
+            }
             let period = w[1].0.saturating_sub(w[0].0) as f64;
             match (w[0].1, w[1].1) {
                 (true, true) => on.push(period),
@@ -108,6 +127,18 @@ mod tests {
 
     /// 20 steps on one thread: the first 10 traced (an API call inside, 120 µs apart), the
     /// rest untraced (100 µs apart).
+    /// A 50 µs step marker of cell 0 on thread 7.
+    fn step_at(at: u64) -> Marker {
+        Marker {
+            start: at,
+            end: at + 50_000,
+            kind: MarkerKind::Step,
+            thread: 7,
+            cell: Some(0),
+            ..Default::default()
+        }
+    }
+
     fn budgeted() -> Trace {
         let mut t = crate::trace::synthetic::emu_experiment(1);
         t.markers.clear();
@@ -120,14 +151,7 @@ mod tests {
         });
         let mut at = 1_000_000u64;
         for i in 0..20 {
-            t.markers.push(Marker {
-                start: at,
-                end: at + 50_000,
-                kind: MarkerKind::Step,
-                thread: 7,
-                cell: Some(0),
-                ..Default::default()
-            });
+            t.markers.push(step_at(at));
             if i < 10 {
                 t.api_calls.push(ApiCall {
                     start: at + 1_000,
@@ -164,6 +188,45 @@ mod tests {
             s.describe()
                 .starts_with("tracing ×1.20 on the host step (+20.0 µs")
         );
+    }
+
+    /// As the recorder keeps markers under a budget: 10 traced steps and the 10 untraced after
+    /// the pause in one kept window, then steps left out (summarised), then a second window of
+    /// 10 untraced steps 50 ms later. The pair across the two windows is not a period.
+    #[test]
+    fn steps_of_different_kept_windows_are_not_consecutive() {
+        let mut t = budgeted();
+        let first_end = t.markers.last().unwrap().end;
+        let mut at = first_end + 50_000_000;
+        let second_start = at;
+        for _ in 0..10 {
+            t.markers.push(step_at(at));
+            at += 100_000;
+        }
+        let sampling = t.metadata.sampling.as_mut().unwrap();
+        sampling.markers = Some(crate::trace::MarkerSample {
+            kept_windows: vec![[0, first_end], [second_start, u64::MAX]],
+            left_out: vec![crate::trace::RangeSummary {
+                name: "step".into(),
+                count: 500,
+                ..Default::default()
+            }],
+        });
+        let s = of_marked_cell(&t, 0).expect("both sides");
+        assert_eq!(
+            (s.traced.n, s.untraced.n),
+            (9, 18),
+            "9 + 9 untraced periods"
+        );
+        assert_eq!(
+            s.untraced.max, 100_000.0,
+            "no period spans the left-out steps"
+        );
+        assert!((s.ratio - 1.2).abs() < 1e-9, "{s:?}");
+        // Without the windows the gap would count as one untraced period.
+        t.metadata.sampling.as_mut().unwrap().markers = None;
+        let s = of_marked_cell(&t, 0).unwrap();
+        assert_eq!(s.untraced.n, 19);
     }
 
     #[test]

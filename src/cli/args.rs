@@ -130,6 +130,16 @@ pub enum Command {
         /// Folder for gapscope.1, gapscope-analyze.1, … (created if missing).
         dir: Option<PathBuf>,
     },
+    /// Test helper (hidden): behaves as a process recorded under `gapscope record` that hands
+    /// over `deliveries` buffers of `records` kernels and markers, then kills itself with
+    /// SIGKILL (see `gapscope::record::spill::deliver_then_die`).
+    #[command(name = "spill-test-child", hide = true)]
+    SpillTestChild {
+        #[arg(long, default_value_t = 3)]
+        deliveries: usize,
+        #[arg(long, default_value_t = 100)]
+        records: usize,
+    },
 }
 
 /// `--perfetto-json`, for the commands whose output set holds a Perfetto trace.

@@ -22,7 +22,10 @@ pub fn man_pages() -> Vec<(String, Vec<u8>)> {
     let mut cli = Cli::command();
     cli.build();
     let mut pages = vec![("gapscope.1".to_string(), render(cli.clone()))];
-    for sub in cli.get_subcommands().filter(|s| s.get_name() != "help") {
+    for sub in cli
+        .get_subcommands()
+        .filter(|s| s.get_name() != "help" && !s.is_hide_set())
+    {
         let name = format!("gapscope-{}", sub.get_name());
         let page = sub.clone().name(name.clone()).display_name(name.clone());
         pages.push((format!("{name}.1"), render(page)));

@@ -25,8 +25,13 @@
 //!   library (`LD_PRELOAD`), so its [`_exit`] stands in for libc's: it writes the trace, then
 //!   ends the process with the `exit_group` system call, as libc's does.
 //!
-//! Not covered: SIGKILL, and processes forked after CUDA initialised (a forked child never
-//! writes: it would overwrite its parent's file with a copy of its state).
+//! * SIGKILL (no handler runs): under `gapscope record` ([`SPILL_VAR`]) the recorder hands each
+//!   completed activity buffer's records to a spill file as it completes (CUPTI's worker
+//!   flushes every [`DELIVERY_PERIOD_MS`]); `gapscope record` writes the trace from it when
+//!   the process is gone without having written its own (see [`crate::record::spill`]).
+//!
+//! Not covered: processes forked after CUDA initialised (a forked child never writes: it
+//! would overwrite its parent's file with a copy of its state).
 //!
 //! Environment read at initialisation: `GAPSCOPE_OUT` (folder, default: the current one),
 //! `GAPSCOPE_STEP_RANGE` (NVTX ranges of that name become [`crate::trace::MarkerKind::Step`] markers of cell
@@ -35,6 +40,7 @@
 //! variables of [`world_size`].
 
 use crate::record::cupti::{Recorder, RecorderConfig, TraceBudget};
+use crate::record::spill::{SPILL_VAR, SpillHeader, SpillWriter, spill_path};
 use crate::trace::{self, Cell, Metadata, Source, Versions};
 use std::collections::BTreeMap;
 use std::ffi::c_int;
@@ -65,6 +71,10 @@ pub const API_CALLBACKS_VAR: &str = "GAPSCOPE_CUPTI_CALLBACKS";
 pub const RANK_VARS: [&str; 4] = ["RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"];
 /// World-size variables, first set (and numeric) wins.
 pub const WORLD_VARS: [&str; 3] = ["WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"];
+
+/// Under `gapscope record`: CUPTI hands back buffers at least this often, so that a program
+/// killed with SIGKILL loses about this much of its records (see [`crate::record::spill`]).
+pub const DELIVERY_PERIOD_MS: u32 = 1000;
 
 /// Seconds a signal handler may spend writing the trace before SIGALRM ends the process.
 const SIGNAL_WATCHDOG_S: u32 = 30;
@@ -271,9 +281,33 @@ fn initialize() -> Result<(), String> {
         limit,
         step_range: config.step_range.clone(),
     };
+    let spilling = env(SPILL_VAR).is_some_and(|v| v == "1");
+    if spilling {
+        recorder_config.flush_period_ms = Some(DELIVERY_PERIOD_MS);
+    }
     let mut recorder = Recorder::start(recorder_config).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&config.out)
         .map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;
+    if spilling {
+        let mut metadata = metadata(&config, &recorder, None);
+        metadata.cells = vec![Cell {
+            label: config.command.clone(),
+            ..Default::default()
+        }];
+        let header = SpillHeader {
+            file_name: trace_file_name(&config.rank_name),
+            pid: config.pid,
+            step_range: config.step_range.clone(),
+            metadata,
+        };
+        match SpillWriter::create(&spill_path(&config.out, config.pid), &header) {
+            Ok(writer) => recorder.deliver_to(writer),
+            Err(e) => say(&format!(
+                "cannot write {}: {e}; if the program is killed (SIGKILL), its trace is lost",
+                spill_path(&config.out, config.pid).display()
+            )),
+        }
+    }
     if let Err(e) = recorder.enable_nvtx_markers() {
         say_as("note", &format!("NVTX ranges will not be recorded: {e}"));
     }
@@ -350,6 +384,9 @@ fn write_trace(signal: Option<c_int>) {
             return;
         }
     };
+    // From here on the trace is written whole (or not at all, by choice): what was delivered
+    // to `gapscope record` is not needed.
+    let spill = spill_path(&config.out, config.pid);
     if let Some(step) = &config.step_range {
         trace.mark_steps(step);
     }
@@ -360,10 +397,15 @@ fn write_trace(signal: Option<c_int>) {
             "note",
             &format!("process {} ran no GPU work: no trace written", config.pid),
         );
+        let _ = std::fs::remove_file(&spill);
         return;
     }
-    if let Err(e) = trace::write_trace(&path, &trace) {
-        say(&e.to_string());
+    match trace::write_trace(&path, &trace) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&spill);
+        }
+        // The spill file stays: `gapscope record` writes the trace from it.
+        Err(e) => say(&e.to_string()),
     }
 }
 

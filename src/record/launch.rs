@@ -6,10 +6,13 @@
 //! [`crate::library_search`] finds for the command, e.g. in its Python environment; `record`
 //! says which), `NVTX_INJECTION64_PATH` (the same libcupti, so NVTX ranges reach CUPTI; an
 //! existing value is kept), `GAPSCOPE_OUT`,
-//! `GAPSCOPE_TRACE_BUDGET` and, with `--step-range`, `GAPSCOPE_STEP_RANGE`. Its exit status is passed on (128 + N when a signal
-//! N killed it). Ctrl-C reaches the child through the terminal (same process group); SIGINT,
-//! SIGTERM, SIGHUP and SIGQUIT sent to gapscope itself (`kill`, Slurm's `scancel`, `timeout`) are
-//! passed on to the child. gapscope waits for the child either way, so its trace is still listed.
+//! `GAPSCOPE_TRACE_BUDGET`, `GAPSCOPE_SPILL` (records handed over as buffers complete, see
+//! [`crate::record::spill`]) and, with `--step-range`, `GAPSCOPE_STEP_RANGE`. Its exit status
+//! is passed on (128 + N when a signal N killed it); a process that died without writing its
+//! trace (SIGKILL) gets one written from what it had handed over. Ctrl-C reaches the child
+//! through the terminal (same process group); SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
+//! gapscope itself (`kill`, Slurm's `scancel`, `timeout`) are passed on to the child. gapscope
+//! waits for the child either way, so its trace is still listed.
 
 use crate::record::cupti::CuptiError;
 use crate::record::inject::{OUT_VAR, STEP_RANGE_VAR, TRACE_BUDGET_VAR};
@@ -184,17 +187,19 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     }
 
     let before = trace_files(&out);
+    cmd.env(crate::record::spill::SPILL_VAR, "1");
     // Registered before the program starts, so that no signal in between ends gapscope alone.
     let signals = signal_hook::iterator::Signals::new(FORWARDED_SIGNALS).ok();
-    let status = match cmd.spawn() {
-        Ok(mut child) => {
-            let forwarding = signals.and_then(|s| forward_signals(s, child.id()));
-            let waited = child.wait();
-            if let Some(handle) = forwarding {
-                handle.close();
-            }
-            waited.context("waiting for the program")?
+    let child = cmd.spawn().and_then(|mut child| {
+        let forwarding = signals.and_then(|s| forward_signals(s, child.id()));
+        let waited = child.wait();
+        if let Some(handle) = forwarding {
+            handle.close();
         }
+        Ok((child.id(), waited?))
+    });
+    let (child_pid, status) = match child {
+        Ok(ended) => ended,
         // As shells do: 127 for a program not found, 126 for one that cannot be run.
         Err(e) => {
             let (code, what) = match e.kind() {
@@ -210,11 +215,23 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         }
     };
 
-    let written: Vec<PathBuf> = trace_files(&out)
+    let mut written: Vec<PathBuf> = trace_files(&out)
         .into_iter()
         .filter(|(p, t)| before.get(p) != Some(t))
         .map(|(p, _)| p)
         .collect();
+    // Processes that died without writing their trace (SIGKILL) left what they delivered.
+    let (recovered, problems) =
+        crate::record::spill::recover(&out, &written, |pid| {
+            match ended_how(status).filter(|_| pid == child_pid) {
+                Some(how) => how,
+                None => "ended".to_owned(),
+            }
+        });
+    for problem in problems {
+        eprintln!("gapscope: warning: {}", crate::report::printable(&problem));
+    }
+    written.extend(recovered.iter().cloned());
     let note = |line: &str| eprintln!("gapscope: note: {}", crate::report::printable(line));
     if written.is_empty() {
         note(NO_TRACE);
@@ -223,18 +240,35 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         match crate::trace::read_trace(p) {
             Ok(t) => {
                 let lost = crate::analysis::completeness::check(&t);
-                note(&format!(
-                    "wrote {} ({} kernels, {} markers, {} dropped records{})",
-                    p.display(),
-                    t.kernels.len(),
-                    t.markers.len(),
-                    t.dropped_records,
-                    if lost.total() > 0 {
-                        format!("; not adding up: {}", lost.describe())
+                let summarised: u64 = t
+                    .metadata
+                    .sampling
+                    .as_ref()
+                    .and_then(|s| s.markers.as_ref())
+                    .map_or(0, |m| m.left_out.iter().map(|r| r.count).sum());
+                note(
+                    &(format!(
+                        "wrote {} ({} kernels, {} markers{}, {} dropped records{})",
+                        p.display(),
+                        t.kernels.len(),
+                        t.markers.len(),
+                        if summarised > 0 {
+                            format!(" (and {summarised} of untraced work summarised)")
+                        } else {
+                            String::new()
+                        },
+                        t.dropped_records,
+                        if lost.total() > 0 {
+                            format!("; not adding up: {}", lost.describe())
+                        } else {
+                            String::new()
+                        }
+                    ) + if recovered.contains(p) {
+                        "; the process died without writing it: written from the records it handed over as they completed (its notes say what may be missing)"
                     } else {
-                        String::new()
-                    }
-                ))
+                        ""
+                    }),
+                )
             }
             Err(e) => eprintln!(
                 "gapscope: warning: {}",

@@ -86,7 +86,7 @@ fn temporary_pid(name: &str) -> Option<u32> {
 }
 
 /// Whether process `pid` is alive, or `None` when this system cannot say (no `/proc`).
-fn process_alive(pid: u32) -> Option<bool> {
+pub(crate) fn process_alive(pid: u32) -> Option<bool> {
     if !Path::new("/proc/self").exists() {
         return None;
     }

@@ -4,16 +4,19 @@
 
 mod atomic;
 pub mod bundled;
+mod durations;
 pub mod input;
 pub mod kineto;
 mod ranges;
 mod schema;
 pub mod synthetic;
 
+pub(crate) use atomic::process_alive;
 pub use atomic::{
     CommitLock, StagedOutput, commit_lock, exit_removing_temporaries, stage_output,
     write_atomically, write_atomically_with,
 };
+pub use durations::{DurationHistogram, bucket_bounds, duration_bucket};
 pub use ranges::{HostRanges, last_containing};
 pub use schema::*;
 
@@ -323,6 +326,25 @@ impl Trace {
             graph: GraphDag::default(),
             dropped_records: 0,
         }
+    }
+
+    /// Sorts every record list as a recording writes it: by start (device timestamp for event
+    /// records), markers outer first when two start together.
+    pub fn sort_records(&mut self) {
+        self.kernels
+            .sort_unstable_by_key(|k| (k.start, k.end, k.corr));
+        self.memcpys
+            .sort_unstable_by_key(|m| (m.start, m.end, m.corr));
+        self.memsets
+            .sort_unstable_by_key(|m| (m.start, m.end, m.corr));
+        self.api_calls
+            .sort_unstable_by_key(|a| (a.start, a.end, a.corr));
+        self.syncs
+            .sort_unstable_by_key(|s| (s.start, s.end, s.corr));
+        self.event_records
+            .sort_unstable_by_key(|e| (e.device_ts, e.corr));
+        self.markers
+            .sort_by_key(|m| (m.start, std::cmp::Reverse(m.end)));
     }
 
     /// Makes every plain range named `name` (an NVTX range, a torch `record_function`) a step

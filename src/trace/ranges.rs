@@ -96,6 +96,34 @@ impl HostRanges {
     }
 }
 
+impl super::GraphDag {
+    /// Nodes made outside gapscope's own library-call markers take the innermost of `ranges`
+    /// (library-call ranges, [`HostRanges::library_calls`]) that encloses their creation on
+    /// their thread; clones follow their templates.
+    pub fn tag_library_calls(&mut self, ranges: &HostRanges) {
+        for node in &mut self.nodes {
+            if node.library_call.is_none()
+                && node.cloned_from.is_none()
+                && let (Some(at), Some(thread)) = (node.created_at, node.created_thread)
+            {
+                node.library_call = ranges.innermost(thread, at);
+            }
+        }
+        let tagged: HashMap<u64, StrId> = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.library_call.map(|l| (n.id, l)))
+            .collect();
+        for node in &mut self.nodes {
+            if node.library_call.is_none()
+                && let Some(t) = node.cloned_from
+            {
+                node.library_call = tagged.get(&t).copied();
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -116,7 +116,47 @@ pub struct Sampling {
     /// steps with one of these between them are not consecutive (untraced steps ran between).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resumed_at: Vec<u64>,
+    /// Which host ranges (NVTX markers) the recorder kept, and a summary of those it left
+    /// out; absent when every marker was kept (and in traces written before markers were
+    /// sampled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub markers: Option<MarkerSample>,
 }
+
+/// The host ranges a trace budget kept: every marker that overlaps one of `kept_windows`
+/// (tracing on, and the untraced occurrences just after each pause), and, for the others,
+/// a per-name summary.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkerSample {
+    /// `[from, to]` host times (ns, sorted, disjoint): every marker overlapping one of them is
+    /// in `markers`; two markers overlapping the same window have every marker between them
+    /// kept too. A `to` of `u64::MAX`: open until the recording ended.
+    #[serde(default)]
+    pub kept_windows: Vec<[u64; 2]>,
+    /// The markers left out, per name (the most frequent first).
+    #[serde(default)]
+    pub left_out: Vec<RangeSummary>,
+}
+
+/// Markers of one name, summarised: how many, and their host durations as a histogram of
+/// fixed log buckets (see [`crate::trace::duration_bucket`]: 16 per power of two, so a
+/// quantile read from it is within 1/32 of the true value).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeSummary {
+    /// The range's name; [`OTHER_RANGE_NAMES`] for names past the recorder's limit on distinct
+    /// names.
+    pub name: String,
+    pub count: u64,
+    pub total_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    /// `[bucket, count]` pairs, by bucket, counts non-zero.
+    #[serde(default)]
+    pub buckets: Vec<[u64; 2]>,
+}
+
+/// [`RangeSummary::name`] of the ranges whose names were past the recorder's limit.
+pub const OTHER_RANGE_NAMES: &str = "(other names)";
 
 /// Launches of one executable graph (CUPTI's exec id, as kernels' `graph` holds it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -330,6 +330,7 @@ impl BudgetState {
             steps: self.steps,
             steps_traced: self.steps_traced,
             resumed_at: self.resumed_at.clone(),
+            markers: None,
         })
     }
 

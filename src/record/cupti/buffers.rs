@@ -3,7 +3,9 @@
 
 use super::callbacks::{PANICS, Shared, active, lock};
 use super::loader::{self, Cupti};
+use super::markers;
 use super::sys;
+use crate::record::spill::{Delivered, SpillWriter};
 use crate::trace::ApiDomain;
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -156,6 +158,7 @@ pub(crate) unsafe extern "C" fn buffer_completed(
                     cupti.result_name(rc)
                 ));
             }
+            deliver(&shared);
         }
     }));
     if parsed.is_err() {
@@ -177,6 +180,87 @@ pub(crate) unsafe extern "C" fn buffer_completed(
     }
 }
 
+/// Where completed buffers' records go as they complete (`gapscope record`'s spill file), and
+/// how far they have been delivered.
+#[derive(Debug)]
+struct Delivering {
+    writer: SpillWriter,
+    /// The process delivering (a child forked later must not write into its parent's file).
+    pid: u32,
+    delivered: Delivered,
+    /// The recorder's own markers (`State::markers`) delivered.
+    own_markers: usize,
+    /// The graph table's size at the last delivery of the graph.
+    graph_size: (usize, usize, usize),
+}
+
+static DELIVERING: Mutex<Option<Delivering>> = Mutex::new(None);
+
+pub(crate) fn start_delivering(writer: SpillWriter) {
+    *lock(&DELIVERING) = Some(Delivering {
+        writer,
+        pid: std::process::id(),
+        delivered: Delivered::default(),
+        own_markers: 0,
+        graph_size: (0, 0, 0),
+    });
+}
+
+/// Stops delivering (the trace is being written whole). Never waits: a delivery under way
+/// (possibly interrupted by the signal this runs for) keeps it.
+pub(crate) fn stop_delivering() {
+    if let Ok(mut d) = DELIVERING.try_lock() {
+        *d = None;
+    }
+}
+
+/// Hands what was decoded since the last delivery to the spill file: records, strings, the
+/// graph when it changed, the sampling record and the dropped count. Copies under the state
+/// lock, encodes and writes outside it. Never waits for another delivery: what it would have
+/// delivered goes with the next one.
+fn deliver(shared: &Shared) {
+    let Ok(mut guard) = DELIVERING.try_lock() else {
+        return;
+    };
+    let Some(d) = guard.as_mut().filter(|d| d.pid == std::process::id()) else {
+        return;
+    };
+    let (part, graph, sample, zero) = {
+        let state = lock(&shared.state);
+        let trace = &state.records.builder.trace;
+        let mut part = d.delivered.new_part(trace);
+        part.markers
+            .extend_from_slice(state.markers.get(d.own_markers..).unwrap_or_default());
+        d.delivered = Delivered::of(trace);
+        d.own_markers = state.markers.len();
+        let size = state.graph.size();
+        let graph = (size != d.graph_size).then(|| state.graph.clone());
+        d.graph_size = size;
+        let sample = shared
+            .budget
+            .as_ref()
+            .and_then(|b| markers::sample_of(&state.records, &lock(&b.markers)));
+        (part, graph, sample, state.records.zero_timestamp_kernels)
+    };
+    // Library-call ranges tag the nodes when the trace is rebuilt, from every marker.
+    let dag = graph.map(|g| g.into_dag(&crate::trace::HostRanges::default()));
+    let sampling = shared.budget.as_ref().and_then(|b| {
+        let mut s = b.decisions.try_lock().ok()?.sampling();
+        if let Some(sample) = sample {
+            s.get_or_insert_with(Default::default).markers = Some(sample);
+        }
+        s
+    });
+    let dropped = shared.dropped.load(Ordering::Relaxed) + zero;
+    if let Err(e) = d.writer.deliver(part, dag, sampling, dropped) {
+        let path = d.writer.path().display().to_string();
+        *guard = None;
+        lock(&shared.state).problem(format!(
+            "cannot write {path} ({e}): records no longer handed to gapscope record as they complete"
+        ));
+    }
+}
+
 /// # Safety
 /// `buffer` holds `valid` bytes of CUPTI activity records (or is null).
 unsafe fn parse_buffer(cupti: &Cupti, shared: &Shared, buffer: *mut u8, valid: usize) {
@@ -190,7 +274,13 @@ unsafe fn parse_buffer(cupti: &Cupti, shared: &Shared, buffer: *mut u8, valid: u
         };
         cupti.callback_name(d, cbid)
     };
+    // The windows as they stand: every record in this buffer ended before now, so no later
+    // decision can change whether it overlaps one.
+    let windows = shared.budget.as_ref().map(|b| lock(&b.markers).snapshot());
     let mut state = lock(&shared.state);
+    if let (Some(keeping), Some(windows)) = (&mut state.records.marker_keeping, windows) {
+        keeping.set_windows(windows);
+    }
     let mut record: *mut sys::CUpti_Activity = std::ptr::null_mut();
     loop {
         // SAFETY: resolved at load; CUPTI walks its own buffer and advances `record`.

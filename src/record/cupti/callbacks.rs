@@ -14,6 +14,7 @@ use super::decode::{RecordStore, api_display_name};
 use super::graph::{Creation, GraphTable};
 use super::loaded::{LoadedSnapshot, Queries};
 use super::loader::{self, Cupti};
+use super::markers::KeepWindows;
 use super::sys;
 use crate::trace::{Cell, Marker, NodeType, StrId};
 use std::cell::{Cell as StdCell, RefCell};
@@ -137,6 +138,9 @@ pub(crate) struct Budget {
     pub switch_ns: AtomicU64,
     /// The step range's name, compared with NVTX push messages.
     pub step_range: Option<String>,
+    /// The host-time windows whose NVTX ranges are kept (see `markers`); updated with the
+    /// decisions (taken inside `decisions`' lock, never the other way round).
+    pub markers: Mutex<KeepWindows>,
 }
 
 impl Budget {
@@ -152,6 +156,8 @@ impl Budget {
             subscriber: AtomicUsize::new(0),
             switch_ns: AtomicU64::new(0),
             step_range: config.step_range.clone(),
+            // As many untraced occurrences kept after each pause as a traced window holds.
+            markers: Mutex::new(KeepWindows::new((config.limit / 4).max(1))),
         }
     }
 }
@@ -461,7 +467,14 @@ fn budget_decides(shared: &Shared, decide: impl FnOnce(&mut BudgetState) -> Opti
     let Some(budget) = &shared.budget else {
         return;
     };
-    if decide(&mut lock(&budget.decisions)).is_none() {
+    let switch = {
+        let mut decisions = lock(&budget.decisions);
+        let switch = decide(&mut decisions);
+        // In the decisions' lock, so the windows follow them in order.
+        lock(&budget.markers).decided(decisions.tracing(), || loader::loaded().map_or(0, now));
+        switch
+    };
+    if switch.is_none() {
         return;
     }
     budget.dirty.store(true, Ordering::SeqCst);
@@ -498,6 +511,7 @@ pub(super) fn apply_budget(shared: &Shared, budget: &Budget, cupti: Option<&Cupt
             Err(failed) => {
                 *applied = None;
                 lock(&budget.decisions).freeze();
+                lock(&budget.markers).keep_all();
                 lock(&shared.state).problem(format!(
                     "trace budget: switching tracing {} failed ({failed}); switching stopped",
                     if target { "on" } else { "off" },

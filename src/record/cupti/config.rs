@@ -37,6 +37,11 @@ pub struct RecorderConfig {
     pub all_api_calls: bool,
     /// Which launches and steps are traced (default: all). `gapscope record` sets a limit.
     pub trace_budget: TraceBudget,
+    /// `cuptiActivityFlushPeriod`: CUPTI's worker hands back buffers at least this often
+    /// (`None`: only when full or flushed). `gapscope record` sets it, so that the records it
+    /// is handed as buffers complete ([`crate::record::spill`]) lag at most this far behind;
+    /// `GAPSCOPE_CUPTI_FLUSH_PERIOD_MS` overrides it.
+    pub flush_period_ms: Option<u32>,
 }
 
 /// Runtime and driver API calls whose activity records the analysis reads: launches (kernels,
@@ -186,6 +191,7 @@ impl Default for RecorderConfig {
             api_callbacks: ApiCallbacks::default(),
             all_api_calls: false,
             trace_budget: TraceBudget::UNLIMITED,
+            flush_period_ms: None,
         }
     }
 }

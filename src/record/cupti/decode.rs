@@ -5,6 +5,7 @@
 //! unaligned reads, so a record of an older layout (Kernel9 under Kernel10 bindings) is never
 //! read past its end.
 
+use super::markers::MarkerKeeping;
 use super::sys;
 use crate::trace::{
     ApiCall, ApiDomain, EventRecord, Kernel, Marker, MarkerKind, MemOp, StrId, Sync, TraceBuilder,
@@ -52,6 +53,9 @@ pub(crate) struct RecordStore {
     open_markers: HashMap<u32, OpenMarker>,
     /// NVTX range ends that arrived before their start (records come in no set order).
     early_marker_ends: HashMap<u32, u64>,
+    /// With a trace budget: which NVTX ranges are kept, and the summary of the others
+    /// (`None`: every range is kept).
+    pub marker_keeping: Option<MarkerKeeping>,
 }
 
 /// An API call that returned a sticky CUDA error.
@@ -139,6 +143,7 @@ impl RecordStore {
             unexpected_records: 0,
             open_markers: HashMap::new(),
             early_marker_ends: HashMap::new(),
+            marker_keeping: None,
         }
     }
 
@@ -177,9 +182,15 @@ impl RecordStore {
         if open.start == 0 || end == 0 {
             return;
         }
+        let end = end.max(open.start);
+        if let Some(keeping) = &mut self.marker_keeping
+            && !keeping.keep(open.name, open.start, end)
+        {
+            return;
+        }
         self.builder.trace.markers.push(Marker {
             start: open.start,
-            end: end.max(open.start),
+            end,
             name: open.name,
             kind: MarkerKind::Range,
             thread: open.thread,
@@ -348,6 +359,7 @@ impl RecordStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::Trace;
     use std::ffi::CString;
 
     fn no_names(_: ApiDomain, _: u32) -> Option<String> {
@@ -606,6 +618,170 @@ mod tests {
                 ("forward", 120, 180, MarkerKind::Range, 77, None),
             ]
         );
+    }
+
+    /// A decode loop as `gapscope record` sees it under the default budget: `steps` steps of
+    /// 64 µs on one thread, each an NVTX range `decode_step` holding a `forward` range, the
+    /// budget deciding at each step's push and the windows following it, MARKER records
+    /// decoded in buffers of 4,096 records after the decisions; a traced step also has its
+    /// launch call and kernel. Returns the trace as the recorder finishes it.
+    fn budgeted_decode_loop(steps: u64, budget_limit: u32) -> (Trace, RecordStore) {
+        use super::super::budget::{BudgetState, StepContent};
+        use super::super::markers::{KeepWindows, MarkerKeeping};
+        let step = CString::new("decode_step").unwrap();
+        let forward = CString::new("forward").unwrap();
+        let (start, end) = (
+            sys::CUPTI_ACTIVITY_FLAG_MARKER_START,
+            sys::CUPTI_ACTIVITY_FLAG_MARKER_END,
+        );
+        let mut budget = BudgetState::new(budget_limit);
+        let mut windows = KeepWindows::new((budget_limit / 4).max(1));
+        let mut store = RecordStore::new();
+        if budget_limit > 0 {
+            store.marker_keeping = Some(MarkerKeeping::default());
+        }
+        let launch = store.intern("cudaLaunchKernel");
+        let kernel = store.intern("decode_kernel");
+        let mut buffer = Vec::new();
+        let flush = |store: &mut RecordStore, buffer: &mut Vec<_>, w: &KeepWindows| {
+            if let Some(k) = &mut store.marker_keeping {
+                k.set_windows(w.snapshot());
+            }
+            for r in buffer.drain(..) {
+                // SAFETY: complete marker records with null or valid names.
+                unsafe { store.add_record(as_record(&r), &no_names) };
+            }
+        };
+        for i in 0..steps {
+            let at = 1_000_000 + i * 64_000;
+            let id = (2 * i) as u32;
+            buffer.push(marker_half(start, id, at, Some(&step)));
+            budget.step_started();
+            let tracing = budget_limit == 0 || budget.tracing();
+            windows.decided(tracing, || at + 100);
+            buffer.push(marker_half(start, id + 1, at + 1_000, Some(&forward)));
+            if tracing {
+                let corr = i as u32 + 1;
+                store.builder.trace.api_calls.push(ApiCall {
+                    start: at + 2_000,
+                    end: at + 5_000,
+                    corr,
+                    thread: 77,
+                    name: launch,
+                    domain: ApiDomain::Runtime,
+                });
+                store.builder.trace.kernels.push(Kernel {
+                    start: at + 10_000,
+                    end: at + 40_000,
+                    corr,
+                    name: kernel,
+                    stream: 7,
+                    ..Default::default()
+                });
+            }
+            buffer.push(marker_half(end, id + 1, at + 50_000, None));
+            buffer.push(marker_half(end, id, at + 60_000, None));
+            budget.step_ended(StepContent::Eager);
+            if buffer.len() >= 4_096 {
+                flush(&mut store, &mut buffer, &windows);
+            }
+        }
+        flush(&mut store, &mut buffer, &windows);
+        let mut trace = store.builder.trace.clone();
+        trace.metadata.cells = vec![Default::default()];
+        trace.metadata.sampling = budget.sampling();
+        if let (Some(sampling), Some(k)) = (&mut trace.metadata.sampling, &store.marker_keeping) {
+            let strings = trace.strings.clone();
+            sampling.markers = k.sample(windows.snapshot().unwrap(), |id| {
+                strings[id as usize].clone()
+            });
+        }
+        trace.mark_steps("decode_step");
+        (trace, store)
+    }
+
+    /// Issue 25 d: 700,000 steps under the default budget make a trace well under 5 MB, with
+    /// every left-out range counted in the summary, and the tracer's share still measured.
+    #[test]
+    fn a_700k_step_loop_keeps_a_bounded_trace_and_its_tracer_share() {
+        let steps = 700_000u64;
+        let (trace, store) = budgeted_decode_loop(steps, 64);
+        let json = serde_json::to_vec(&trace).unwrap();
+        let sample = trace
+            .metadata
+            .sampling
+            .as_ref()
+            .unwrap()
+            .markers
+            .as_ref()
+            .unwrap();
+        let left_out: u64 = sample.left_out.iter().map(|r| r.count).sum();
+        assert_eq!(
+            trace.markers.len() as u64 + left_out,
+            2 * steps,
+            "every range is kept or counted"
+        );
+        for name in ["decode_step", "forward"] {
+            let kept = trace
+                .markers
+                .iter()
+                .filter(|m| trace.str(m.name) == name)
+                .count() as u64;
+            let summary = sample.left_out.iter().find(|r| r.name == name).unwrap();
+            assert_eq!(kept + summary.count, steps, "{name}: kept or counted");
+        }
+        assert_eq!(sample.left_out.len(), 2);
+        let step_summary = sample
+            .left_out
+            .iter()
+            .find(|r| r.name == "decode_step")
+            .unwrap();
+        let median = step_summary.quantile(0.5).unwrap();
+        assert!((median - 60_000.0).abs() <= 60_000.0 / 32.0, "{median}");
+        let traced = trace.metadata.sampling.as_ref().unwrap().steps_traced;
+        let kept_steps = trace.markers.len() as u64 / 2;
+        assert!(
+            kept_steps < 2 * traced,
+            "{kept_steps} steps kept, {traced} traced"
+        );
+        let memory = store.builder.trace.markers.capacity() * std::mem::size_of::<Marker>();
+        eprintln!(
+            "700,000 steps, budget 64: {} bytes of trace JSON, {} markers kept ({} steps traced), {} left out in {} summaries ({} buckets), {} windows; kept markers hold {} bytes in memory, open ranges {}",
+            json.len(),
+            trace.markers.len(),
+            traced,
+            left_out,
+            sample.left_out.len(),
+            sample
+                .left_out
+                .iter()
+                .map(|r| r.buckets.len())
+                .sum::<usize>(),
+            sample.kept_windows.len(),
+            memory,
+            store.unclosed_markers(),
+        );
+        assert!(json.len() < 500_000, "{} bytes", json.len());
+        // The trace reads back, and analyze measures the tracer's share from it.
+        let back = crate::trace::parse_trace(&json, std::path::Path::new("t.json")).unwrap();
+        assert_eq!(back.metadata.sampling, trace.metadata.sampling);
+        let share = crate::analysis::tracer_share::of_marked_cell(&back, 0).expect("a share");
+        assert!(share.untraced.n >= 300, "{share:?}");
+        assert!(share.traced.n >= 300, "{share:?}");
+        let a = crate::analysis::analyze(&[back], &["t".into()], &Default::default());
+        assert!(
+            a.cells.iter().any(|c| c.tracer_share.is_some()),
+            "analyze states the share"
+        );
+    }
+
+    /// With `--trace-budget 0` (no budget) every range is kept and nothing is summarised.
+    #[test]
+    fn without_a_budget_every_range_is_kept() {
+        let (trace, store) = budgeted_decode_loop(5_000, 0);
+        assert_eq!(trace.markers.len(), 10_000);
+        assert!(store.marker_keeping.is_none());
+        assert_eq!(trace.metadata.sampling, None);
     }
 
     /// The fields we read sit at the same offsets in Kernel9 (CUDA 12.x) and the kernel record

@@ -52,7 +52,7 @@ impl Creation {
 }
 
 /// Graph nodes, edges and executable graphs seen so far.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct GraphTable {
     nodes: HashMap<u64, GraphNode>,
     edges: Vec<GraphEdge>,
@@ -144,27 +144,7 @@ impl GraphTable {
     /// Nodes made outside our library-call markers take the innermost of `library_ranges`
     /// (thread, start, end, name) that encloses their creation on their thread; clones follow
     /// their templates.
-    pub fn into_dag(mut self, ranges: &crate::trace::HostRanges) -> GraphDag {
-        for node in self.nodes.values_mut() {
-            if node.library_call.is_none()
-                && node.cloned_from.is_none()
-                && let (Some(at), Some(thread)) = (node.created_at, node.created_thread)
-            {
-                node.library_call = ranges.innermost(thread, at);
-            }
-        }
-        let tagged: HashMap<u64, StrId> = self
-            .nodes
-            .values()
-            .filter_map(|n| n.library_call.map(|l| (n.id, l)))
-            .collect();
-        for node in self.nodes.values_mut() {
-            if node.library_call.is_none()
-                && let Some(t) = node.cloned_from
-            {
-                node.library_call = tagged.get(&t).copied();
-            }
-        }
+    pub fn into_dag(self, ranges: &crate::trace::HostRanges) -> GraphDag {
         let mut nodes: Vec<GraphNode> = self.nodes.into_values().collect();
         nodes.sort_by_key(|n| n.id);
         let known: HashSet<u64> = nodes.iter().map(|n| n.id).collect();
@@ -178,11 +158,18 @@ impl GraphTable {
         let mut execs = self.execs;
         execs.sort_by_key(|x| (x.id, x.template));
         execs.dedup();
-        GraphDag {
+        let mut dag = GraphDag {
             nodes,
             edges,
             execs,
-        }
+        };
+        dag.tag_library_calls(ranges);
+        dag
+    }
+
+    /// How many nodes, edges and executable graphs it holds (grows with every change).
+    pub fn size(&self) -> (usize, usize, usize) {
+        (self.nodes.len(), self.edges.len(), self.execs.len())
     }
 }
 

@@ -6,10 +6,10 @@
 //!   [`crate::cuda`] opens, checks symbols, turns status codes into
 //!   [`CuptiError`];
 //! * `loaded`: the CUDA libraries the process loaded, and their versions;
-//! * `decode`, `graph`, `budget`, `buffers`, `callbacks`, `frames`: what CUPTI calls into
+//! * `decode`, `graph`, `budget`, `markers`, `buffers`, `callbacks`, `frames`: what CUPTI calls into
 //!   (activity buffers, API, NVTX and graph callbacks), decoding records into [`crate::trace`]
-//!   types, naming the library call a graph node was made in, and deciding which launches the
-//!   trace budget leaves untraced;
+//!   types, naming the library call a graph node was made in, deciding which launches the
+//!   trace budget leaves untraced and which NVTX ranges of untraced work are only summarised;
 //! * `config` ([`RecorderConfig`]: what is enabled) and [`Recorder`]: the public face.
 //!
 //! Nothing here links against CUDA: analysis and export run where no CUDA is installed.
@@ -27,6 +27,7 @@ mod graph;
 mod loaded;
 mod loader;
 mod local_symbols;
+mod markers;
 mod recorder;
 pub(crate) mod sys;
 

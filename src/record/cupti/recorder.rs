@@ -204,11 +204,15 @@ impl Recorder {
                 format!("activity attribute {attr} set to {value} (GAPSCOPE_CUPTI_ATTR)"),
             ));
         }
-        if let Some(ms) = diagnostics.flush_period_ms {
+        if let Some(ms) = diagnostics.flush_period_ms.or(config.flush_period_ms) {
             notes.push(setting(
                 cupti.set_flush_period(ms),
                 "cuptiActivityFlushPeriod",
-                format!("worker flush period set to {ms} ms (GAPSCOPE_CUPTI_FLUSH_PERIOD_MS)"),
+                if diagnostics.flush_period_ms.is_some() {
+                    format!("worker flush period set to {ms} ms (GAPSCOPE_CUPTI_FLUSH_PERIOD_MS)")
+                } else {
+                    format!("worker flush period set to {ms} ms, so that completed buffers reach gapscope record as the program runs")
+                },
             ));
         }
         for note in notes {
@@ -316,6 +320,8 @@ impl Recorder {
             }
         }
         if config.trace_budget.is_limited() {
+            // NVTX ranges of untraced work are summarised, not all kept (see `markers`).
+            lock(&rec.shared.state).records.marker_keeping = Some(Default::default());
             rec.start_budget(&config.trace_budget);
         }
         Ok(rec)
@@ -367,6 +373,7 @@ impl Recorder {
                 // Without its callbacks the budget cannot count: trace everything instead.
                 if let Some(budget) = &self.shared.budget {
                     lock(&budget.decisions).freeze();
+                    lock(&budget.markers).keep_all();
                 }
                 lock(&self.shared.state).problem(format!(
                     "{e} (cbid {cbid}): no trace budget, every step traced"
@@ -618,6 +625,13 @@ impl Recorder {
         self.flush_with(0, "cuptiActivityFlushAll(0)")
     }
 
+    /// From now on, hands each completed activity buffer's records (and the graph, markers,
+    /// sampling and dropped counts so far) to `writer` as it completes (see
+    /// [`crate::record::spill`]), until the trace is finished.
+    pub fn deliver_to(&self, writer: crate::record::spill::SpillWriter) {
+        buffers::start_delivering(writer);
+    }
+
     /// Records lost so far: reported dropped by CUPTI plus kernels with zero timestamps.
     pub fn dropped_records(&self) -> u64 {
         let zero = lock(&self.shared.state).records.zero_timestamp_kernels;
@@ -753,6 +767,8 @@ impl Recorder {
     }
 
     fn finish_walking(mut self, mut metadata: Metadata, walk: bool) -> Result<Trace, CuptiError> {
+        // The whole trace is written now: no more deliveries.
+        buffers::stop_delivering();
         self.teardown()?;
         if walk {
             // Recording has stopped: the runtime may be asked its version.
@@ -791,6 +807,25 @@ impl Recorder {
                 metadata.notes.push(format!("recorder: {note}"));
             }
             metadata.sampling = decisions.sampling();
+            let windows = lock(&budget.markers).clone();
+            if let Some(sample) = super::markers::sample_of(&state.records, &windows) {
+                let names = sample.left_out.len();
+                let left_out: u64 = sample.left_out.iter().map(|r| r.count).sum();
+                metadata.notes.push(format!(
+                    "recorder: {left_out} NVTX ranges of untraced work left out, summarised per name ({names} names: count and host durations, metadata.sampling.markers); the ranges around traced work and {} untraced steps or launches after each pause are kept",
+                    windows.untraced_kept()
+                ));
+                if windows.full {
+                    metadata.notes.push(format!(
+                        "recorder: tracing switched more than {} times: no NVTX ranges kept after that",
+                        super::markers::MAX_WINDOWS
+                    ));
+                }
+                metadata
+                    .sampling
+                    .get_or_insert_with(Default::default)
+                    .markers = Some(sample);
+            }
         }
         for msg in &self.teardown_problems {
             metadata.notes.push(format!("recorder: {msg}"));
@@ -849,16 +884,7 @@ impl Recorder {
         t.dropped_records = dropped + zero;
 
         t.demangle_kernel_names();
-        t.kernels.sort_unstable_by_key(|k| (k.start, k.end, k.corr));
-        t.memcpys.sort_unstable_by_key(|m| (m.start, m.end, m.corr));
-        t.memsets.sort_unstable_by_key(|m| (m.start, m.end, m.corr));
-        t.api_calls
-            .sort_unstable_by_key(|a| (a.start, a.end, a.corr));
-        t.syncs.sort_unstable_by_key(|s| (s.start, s.end, s.corr));
-        t.event_records
-            .sort_unstable_by_key(|e| (e.device_ts, e.corr));
-        t.markers
-            .sort_by_key(|m| (m.start, std::cmp::Reverse(m.end)));
+        t.sort_records();
         Ok(builder.finish())
     }
 }
