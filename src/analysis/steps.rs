@@ -34,6 +34,9 @@ pub struct CellSteps {
     pub graph_group: Option<GraphGroup>,
     /// Set for cells of eager steps found in the kernel sequence (no markers).
     pub found: Option<super::discover::FoundSteps>,
+    /// Steps that follow an interruption of the cell's loop (found in the kernel sequence):
+    /// they have no period, as no step ran just before them.
+    pub breaks: Vec<usize>,
 }
 
 /// How the executable graphs of a discovered cell were launched.
@@ -160,6 +163,7 @@ pub fn split_mixed_regimes(cells: Vec<CellSteps>, timeline: &TraceTimeline) -> V
                 regime_split: Some(regime),
                 graph_group: None,
                 found: None,
+                breaks: Vec::new(),
             });
         }
     }
@@ -348,7 +352,7 @@ fn finding_of(found: &discover::Discovered, eager_ops: usize, graphs: bool) -> S
         } else {
             StepSource::KernelSequence
         },
-        loops: found.cells.iter().map(|c| c.1.clone()).collect(),
+        loops: found.cells.iter().map(|c| c.found.clone()).collect(),
         eager_ops,
         left_over: found.left_over,
         beside_graphs: found.beside_graphs,
@@ -361,9 +365,10 @@ fn found_cells(found: discover::Discovered) -> Vec<CellSteps> {
     found
         .cells
         .into_iter()
-        .map(|(steps, f)| CellSteps {
-            steps,
-            found: Some(f),
+        .map(|c| CellSteps {
+            steps: c.steps,
+            breaks: c.breaks,
+            found: Some(c.found),
             ..Default::default()
         })
         .collect()
@@ -443,6 +448,7 @@ fn group_graph_launches(
                     steps: Vec::new(),
                     regime_split: None,
                     found: None,
+                    breaks: Vec::new(),
                     graph_group: Some(GraphGroup {
                         ordinal: identity + 1,
                         identity: identities[identity].clone(),
