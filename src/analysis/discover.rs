@@ -1110,7 +1110,11 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:?}");
         let l = &found[0];
         assert_eq!((l.unit_len(), l.steps.len(), l.ops()), (40, 32, s.len()));
-        assert_eq!(s[l.unit.0 + 1], 2000, "the most frequent variant is the unit");
+        assert_eq!(
+            s[l.unit.0 + 1],
+            2000,
+            "the most frequent variant is the unit"
+        );
         assert_eq!(l.off_unit, 16);
     }
 
