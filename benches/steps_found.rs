@@ -3,6 +3,10 @@
 //! unmarked trace against the same trace with its NVTX ranges marked as steps (what finding
 //! the steps adds). Prints n, median and min–max per stage, and the ratio of the medians.
 //!
+//! Then the whole analysis of a committed recording that marks no steps: transformers'
+//! `generate()` (`traces/transformers-generate-record-h200.json.gz`, 130,193 eager ops), with
+//! the cell it must find checked.
+//!
 //! `cargo bench --bench steps_found` (add `-- --kernels N --runs R` to change the size).
 //! The stream: 20 warm-up steps, a prefill loop (200 chunks of 8 kernels), then decode steps
 //! of 48 kernels, each in an NVTX range `decode_step`, with a bookkeeping kernel every 16th.
@@ -10,6 +14,7 @@
 use gapscope::analysis::{self, AnalysisOptions, discover};
 use gapscope::trace::Trace;
 use gapscope::trace::synthetic::KernelStream;
+use std::path::Path;
 use std::time::Instant;
 
 mod common;
@@ -130,4 +135,26 @@ fn main() {
         "steps found / marked, whole analysis: {:.2}× (medians)",
         f / m
     );
+
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("traces/transformers-generate-record-h200.json.gz");
+    let recorded = gapscope::trace::read_any(&path).expect("the committed recording");
+    let mut whole = vec![];
+    for _ in 0..runs {
+        let t0 = Instant::now();
+        let a = analyze(&recorded);
+        whole.push(t0.elapsed().as_secs_f64());
+        // One cell of one token a step: 4 generate() calls of 63 decode steps.
+        let found: Vec<_> = a.cells.iter().filter_map(|c| c.found.as_ref()).collect();
+        assert!(
+            found.len() == 1 && (found[0].unit_ops, found[0].steps) == (472, 252),
+            "{found:?}"
+        );
+    }
+    println!(
+        "recording: {} ({} kernels)",
+        path.file_name().unwrap().to_string_lossy(),
+        recorded.kernels.len()
+    );
+    summary("analyze, transformers generate()", &mut whole);
 }

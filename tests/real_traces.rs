@@ -947,7 +947,8 @@ fn bundled() -> Vec<(String, trace::Trace)> {
 
 /// Where a recording marks its steps, nothing is looked for in the kernel sequence: its cells
 /// are the marked ones and the graph launches, as before. The two torch.profiler recordings
-/// without `ProfilerStep` get their eager loop found (and the `step` range named).
+/// without `ProfilerStep` get their eager loop found (and the `step` range named), and so do
+/// the recordings of unmarked decode loops (a plain PyTorch one, transformers' generate()).
 #[test]
 fn bundled_recordings_with_step_markers_keep_their_cells() {
     use gapscope::analysis::discover::StepSource;
@@ -963,7 +964,9 @@ fn bundled_recordings_with_step_markers_keep_their_cells() {
             assert!(a.inputs[0].steps.describe().is_empty(), "{path}");
         } else {
             assert!(
-                path.contains("kineto") || path.contains("decode-loop"),
+                ["kineto", "decode-loop", "transformers-generate"]
+                    .iter()
+                    .any(|p| path.contains(p)),
                 "{path}: unmarked"
             );
             assert_eq!(found, 1, "{path}");
@@ -1200,5 +1203,56 @@ fn a_decode_loop_without_markers_gets_its_eager_steps_and_pairs_them_with_the_gr
     assert_eq!(
         pair.pairing.as_ref().unwrap().basis,
         gapscope::analysis::PairBasis::KernelSequence
+    );
+}
+
+/// `gapscope record -- python examples/transformers_generate.py` on one H200 (2026-12-01):
+/// a transformers Llama-style model generating 64 tokens, 1 + 3 calls eagerly, then 1 + 3
+/// with the library's torch.compile and CUDA graphs. No marker anywhere: the eager tokens
+/// differ from one another by vectorised or unrolled variants of two elementwise kernels.
+#[test]
+fn transformers_generate_gets_one_eager_token_cell_paired_with_the_graph_on_its_library_kernels() {
+    let a = recorded_2026_12_01("transformers-generate-record-h200.json.gz");
+    let found: Vec<&CellAnalysis> = a.cells.iter().filter(|c| c.found.is_some()).collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "{:?}",
+        found.iter().map(|c| &c.label).collect::<Vec<_>>()
+    );
+    let e = found[0];
+    let f = e.found.as_ref().unwrap();
+    // One token a step: the 4 eager calls' 63 decode steps each, their prefills between.
+    assert_eq!((f.steps, f.runs_joined), (4 * 63, 4), "{f:?}");
+    let period = e.period.as_ref().unwrap();
+    assert_eq!(period.n, 4 * 62);
+    // The program's own eager period in that run (CUDA events, 3 timed calls): 8320.64 µs.
+    let p = period.median / 1e3;
+    assert!((p / 8320.64 - 1.0).abs() < 0.05, "{p}");
+    let graphed = a
+        .cells
+        .iter()
+        .position(|c| c.observed.regime == Some(Regime::Graphed))
+        .unwrap();
+    let pair = a
+        .regime_pairs
+        .iter()
+        .find(|p| p.head == graphed)
+        .expect("the graph replays are paired");
+    assert_eq!(a.cells[pair.base].label, e.label);
+    let pairing = pair.pairing.as_ref().unwrap();
+    assert_eq!(pairing.basis, gapscope::analysis::PairBasis::LibraryKernels);
+    assert_eq!(pairing.confidence, gapscope::analysis::Confidence::Likely);
+    assert!(
+        pairing.text.starts_with(
+            "paired by library kernels: 73 of the graph's 74 library kernels (GEMMs, attention, collectives) match the eager step's by name, in order, and the eager step runs 74 kernels of those names"
+        ),
+        "{}",
+        pairing.text
+    );
+    let screen = gapscope::report::summary::analysis_summary(&a, None);
+    assert!(
+        screen.contains("graph G1 replays ↔ eager loop E1: paired by library kernels"),
+        "{screen}"
     );
 }

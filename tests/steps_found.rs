@@ -23,8 +23,13 @@ const TOKEN: [&str; 9] = [
 /// `steps` decode steps; the host waits 40 µs between tokens (sampling, bookkeeping), and
 /// with `every`, a bookkeeping kernel ends every `every`-th token.
 fn decode(s: &mut KernelStream, steps: usize, every: Option<usize>) {
+    decode_waiting(s, steps, every, 40_000);
+}
+
+/// [`decode`] with the host waiting `wait` ns between tokens.
+fn decode_waiting(s: &mut KernelStream, steps: usize, every: Option<usize>, wait: u64) {
     for i in 0..steps {
-        s.kernel(TOKEN[0], 40_000, 3_000);
+        s.kernel(TOKEN[0], wait, 3_000);
         s.kernels(&TOKEN[1..]);
         if every.is_some_and(|n| i % n == n - 1) {
             s.kernel("stop_check", 1_000, 1_000);
@@ -34,6 +39,10 @@ fn decode(s: &mut KernelStream, steps: usize, every: Option<usize>) {
 
 fn found_cells(a: &Analysis) -> Vec<&analysis::CellAnalysis> {
     a.cells.iter().filter(|c| c.found.is_some()).collect()
+}
+
+fn labels(a: &Analysis) -> Vec<&str> {
+    a.cells.iter().map(|c| c.label.as_str()).collect()
 }
 
 #[test]
@@ -76,12 +85,7 @@ fn two_loops_one_after_another_are_two_cells() {
     decode(&mut s, 30, None);
     let a = analyze(&s.finish());
     let found = found_cells(&a);
-    assert_eq!(
-        found.len(),
-        2,
-        "{:?}",
-        a.cells.iter().map(|c| &c.label).collect::<Vec<_>>()
-    );
+    assert_eq!(found.len(), 2, "{:?}", labels(&a));
     let shape = |c: &analysis::CellAnalysis| {
         let f = c.found.as_ref().unwrap();
         (f.ordinal, f.unit_ops, f.steps)
@@ -92,10 +96,11 @@ fn two_loops_one_after_another_are_two_cells() {
 }
 
 #[test]
-fn a_warm_up_before_the_timed_loop_is_a_cell_of_its_own() {
-    // 5 warm-up tokens, one-off set-up kernels (a capture's, an allocator's), 100 tokens.
+fn a_slower_warm_up_before_the_timed_loop_is_a_cell_of_its_own() {
+    // 5 warm-up tokens (the host waits 400 µs a token: caches, allocator), one-off set-up
+    // kernels (a capture's, an allocator's), 100 tokens at 40 µs.
     let mut s = KernelStream::new();
-    decode(&mut s, 5, None);
+    decode_waiting(&mut s, 5, None, 400_000);
     s.kernels(&["setup_a", "setup_b", "setup_c", "setup_d"]);
     decode(&mut s, 100, None);
     let a = analyze(&s.finish());
@@ -104,12 +109,129 @@ fn a_warm_up_before_the_timed_loop_is_a_cell_of_its_own() {
     let (warm, timed) = (found[0], found[1]);
     let runs = |c: &analysis::CellAnalysis| {
         let f = c.found.as_ref().unwrap();
-        (f.ordinal, f.run, f.runs, f.steps)
+        (f.ordinal, f.run, f.runs, f.steps, f.runs_joined)
     };
-    assert_eq!(runs(warm), (1, 1, 2, 5));
-    assert_eq!(runs(timed), (1, 2, 2, 100));
+    assert_eq!(runs(warm), (1, 1, 2, 5, 1));
+    assert_eq!(runs(timed), (1, 2, 2, 100, 1));
     assert!(timed.label.contains("run 2 of 2"), "{}", timed.label);
     assert_eq!(a.inputs[0].steps.left_over, 4);
+}
+
+#[test]
+fn calls_of_one_loop_split_by_a_short_prefill_are_one_cell_without_the_prefill_period() {
+    // Three generate() calls: each a prefill (other kernels, two "layers" of 3) and 30 tokens.
+    let mut s = KernelStream::new();
+    for _ in 0..3 {
+        s.kernel("prefill_embed", 2_000_000, 3_000);
+        s.kernels(&[
+            "gemm_prefill",
+            "flash_prefill",
+            "gemm_prefill_mlp",
+            "gemm_prefill",
+            "flash_prefill",
+            "gemm_prefill_mlp",
+        ]);
+        decode(&mut s, 30, None);
+    }
+    let a = analyze(&s.finish());
+    let found = found_cells(&a);
+    assert_eq!(found.len(), 1, "{:?}", labels(&a));
+    let c = found[0];
+    let f = c.found.as_ref().unwrap();
+    assert_eq!((f.unit_ops, f.steps, f.runs_joined, f.runs), (9, 90, 3, 1));
+    // The prefills are left over, and no period reaches across one: 29 a call.
+    assert_eq!(a.inputs[0].steps.left_over, 3 * 7);
+    let p = c.period.as_ref().unwrap();
+    assert_eq!(p.n, 3 * 29);
+    assert!((p.median - 66_000.0).abs() < 1_000.0, "{p:?}");
+    assert!(p.max < 100_000.0, "{p:?}");
+    let screen = analysis_summary(&a, None);
+    assert!(
+        screen.contains("E1 unit of 9 ops, 90 steps in 3 runs; 21 of 831 eager ops left over"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn two_runs_of_one_unit_at_different_periods_stay_two_cells() {
+    // The same kernels at two batch sizes: 30 tokens at 40 µs of host work, then 30 at 400.
+    let mut s = KernelStream::new();
+    decode(&mut s, 30, None);
+    s.kernels(&["resize_a", "resize_b", "resize_c", "resize_d", "resize_e"]);
+    decode_waiting(&mut s, 30, None, 400_000);
+    let a = analyze(&s.finish());
+    let found = found_cells(&a);
+    assert_eq!(found.len(), 2);
+    assert!(
+        found
+            .iter()
+            .all(|c| c.found.as_ref().unwrap().runs_joined == 1)
+    );
+}
+
+#[test]
+fn a_token_unit_with_layers_inside_is_the_step_not_the_layer() {
+    // A token: an embedding, 8 identical layers of 6 kernels, a norm, the head, an argmax.
+    let layer = ["norm", "gemm_qkv", "rope", "attn", "gemm_o", "gemm_mlp"];
+    let mut s = KernelStream::new();
+    for _ in 0..40 {
+        s.kernel("embed", 40_000, 3_000);
+        for _ in 0..8 {
+            s.kernels(&layer);
+        }
+        s.kernels(&["final_norm", "lm_head", "argmax"]);
+    }
+    let a = analyze(&s.finish());
+    let found = found_cells(&a);
+    assert_eq!(found.len(), 1);
+    let f = found[0].found.as_ref().unwrap();
+    assert_eq!((f.unit_ops, f.steps, f.off_unit_steps), (1 + 48 + 3, 40, 0));
+    assert_eq!(a.inputs[0].steps.left_over, 0);
+}
+
+#[test]
+fn tokens_whose_kernels_alternate_with_their_alignment_are_one_loop() {
+    // Tokens of 60 ops: two elementwise kernels come in a vectorised or an unrolled variant
+    // by the alignment of their tensors, in a pattern of 4 tokens, so no two tokens in a row
+    // are the same: every token is still a step, and those off the most frequent are counted.
+    let body: Vec<String> = (0..56).map(|i| format!("k{i}")).collect();
+    let mut s = KernelStream::new();
+    for t in 0..64 {
+        let (first, second) = match t % 4 {
+            0 => ("cmp_unrolled", "add_unrolled"),
+            1 | 3 => ("cmp_vec4", "add_vec2"),
+            _ => ("cmp_vec2", "add_vec2"),
+        };
+        s.kernel("embed", 40_000, 3_000);
+        s.kernel(first, 1_000, 1_000);
+        s.kernels(&body.iter().map(String::as_str).collect::<Vec<_>>());
+        s.kernels(&[second, "argmax"]);
+    }
+    let a = analyze(&s.finish());
+    let found = found_cells(&a);
+    assert_eq!(found.len(), 1, "{:?}", labels(&a));
+    let f = found[0].found.as_ref().unwrap();
+    assert_eq!((f.unit_ops, f.steps, f.off_unit_steps), (60, 64, 32));
+    assert_eq!(found[0].period.as_ref().unwrap().n, 63);
+}
+
+#[test]
+fn a_loop_broken_by_a_few_foreign_kernels_keeps_its_steps_and_counts_them() {
+    // 60 tokens of 9 ops; after the 20th and the 40th, two kernels of other work.
+    let mut s = KernelStream::new();
+    for i in 0..60 {
+        s.kernel(TOKEN[0], 40_000, 3_000);
+        s.kernels(&TOKEN[1..]);
+        if i == 19 || i == 39 {
+            s.kernels(&["foreign_a", "foreign_b"]);
+        }
+    }
+    let a = analyze(&s.finish());
+    let found = found_cells(&a);
+    assert_eq!(found.len(), 1);
+    let f = found[0].found.as_ref().unwrap();
+    assert_eq!((f.unit_ops, f.steps, f.off_unit_steps), (9, 60, 2));
+    assert_eq!(a.inputs[0].steps.left_over, 0);
 }
 
 #[test]
@@ -200,7 +322,7 @@ fn a_compiled_graph_pairs_on_its_library_kernels_as_likely_and_an_unrelated_one_
     assert_eq!(pairing.confidence, Confidence::Likely);
     assert!(
         pairing.text.starts_with(
-            "paired by kernel sequence: 5 of the graph's 5 library kernels (GEMMs, collectives) match the eager step's by name, in order; its 4 compiler-generated kernels stand for eager ones"
+            "paired by library kernels: 5 of the graph's 5 library kernels (GEMMs, attention, collectives) match the eager step's by name, in order, and the eager step runs 5 kernels of those names; the graph's 4 compiler-generated kernels stand for the eager step's other 4 ops"
         ),
         "{}",
         pairing.text

@@ -323,6 +323,9 @@ pub struct KernelMatch {
     /// them matched.
     pub library_ops: usize,
     pub library_matched: usize,
+    /// The eager step's ops whose names are among the graph's library kernels: as many as the
+    /// graph's when both run one step of the same work.
+    pub eager_library: usize,
 }
 
 impl KernelMatch {
@@ -330,6 +333,11 @@ impl KernelMatch {
         let e: Vec<&str> = eager.sequence.iter().map(|x| x.name.as_str()).collect();
         let g: Vec<&str> = graph.sequence.iter().map(|x| x.name.as_str()).collect();
         let pairs = lcs_pairs(&e, &g);
+        let library: std::collections::BTreeSet<&str> = g
+            .iter()
+            .copied()
+            .filter(|n| !compiler_generated(n))
+            .collect();
         KernelMatch {
             matched: pairs.len(),
             graph_ops: g.len(),
@@ -339,6 +347,7 @@ impl KernelMatch {
                 .iter()
                 .filter(|&&(_, j)| !compiler_generated(g[j]))
                 .count(),
+            eager_library: e.iter().filter(|n| library.contains(*n)).count(),
         }
     }
 
@@ -348,28 +357,37 @@ impl KernelMatch {
 
     /// The pair this match supports, if any: sure when 80 % of both sides' ops match; likely
     /// when half the graph's do, or, for a graph of compiler-generated kernels, 80 % of its
-    /// library kernels (GEMMs, collectives). Eager and graphed steps of different sizes (one
-    /// holding two tokens) make it likely at best.
+    /// library kernels (GEMMs, attention, collectives: what a compiler keeps and calls in
+    /// the same order, where it fuses the elementwise work around them into kernels of its
+    /// own). Eager and graphed steps of different sizes (one holding two tokens) make it
+    /// likely at best: measured in ops, or for a compiled graph in its library kernels.
     pub fn pairing(&self) -> Option<Pairing> {
         let graph_share = Self::share(self.matched, self.graph_ops);
         let eager_share = Self::share(self.matched, self.eager_ops);
         let library_share = Self::share(self.library_matched, self.library_ops);
         let compiled = self.graph_ops - self.library_ops;
-        let size = Self::share(self.eager_ops, self.graph_ops);
-        let same_size = (0.67..=1.5).contains(&size);
         let pct = (100.0 * graph_share).round();
+        let mut basis = PairBasis::KernelSequence;
         let mut text = format!(
             "paired by kernel sequence: {pct} % of the graph's {} ops match the eager step's by name, in order ({} of {}; the eager step has {})",
             self.graph_ops, self.matched, self.graph_ops, self.eager_ops
         );
         let library_pairs =
             compiled > 0 && self.library_matched >= 2 && library_share >= 0.8 && eager_share >= 0.1;
+        let mut size = Self::share(self.eager_ops, self.graph_ops);
+        let mut size_of = "ops";
         let confidence = if graph_share >= 0.8 && eager_share >= 0.8 {
             Confidence::Sure
         } else if library_pairs {
+            basis = PairBasis::LibraryKernels;
+            size = Self::share(self.eager_library, self.library_ops);
+            size_of = "library kernels";
             text = format!(
-                "paired by kernel sequence: {} of the graph's {} library kernels (GEMMs, collectives) match the eager step's by name, in order; its {compiled} compiler-generated kernels stand for eager ones ({pct} % of all its ops match; the eager step has {})",
-                self.library_matched, self.library_ops, self.eager_ops
+                "paired by library kernels: {} of the graph's {} library kernels (GEMMs, attention, collectives) match the eager step's by name, in order, and the eager step runs {} kernels of those names; the graph's {compiled} compiler-generated kernels stand for the eager step's other {} ops",
+                self.library_matched,
+                self.library_ops,
+                self.eager_library,
+                self.eager_ops - self.eager_library
             );
             Confidence::Likely
         } else if graph_share >= 0.5 && eager_share >= 0.25 {
@@ -377,17 +395,17 @@ impl KernelMatch {
         } else {
             return None;
         };
-        let confidence = if same_size {
+        let confidence = if (0.67..=1.5).contains(&size) {
             confidence
         } else {
-            text += &format!("; the eager step holds {size:.1}× the graph's ops");
+            text += &format!("; the eager step holds {size:.1}× the graph's {size_of}");
             Confidence::Likely
         };
         if confidence == Confidence::Likely {
             text += " — likely, not certain";
         }
         Some(Pairing {
-            basis: PairBasis::KernelSequence,
+            basis,
             confidence,
             text,
         })

@@ -434,8 +434,14 @@ struct StepPlan {
 }
 
 /// The order-dependent facts of each step, in one pass; the steps can then be built in any
-/// order (on several threads) with the same result.
-fn plan_steps(ctx: &mut TraceContext, ops: &[Op], steps: Vec<Vec<usize>>) -> Vec<StepPlan> {
+/// order (on several threads) with the same result. Steps in `breaks` follow an interruption
+/// of their loop: like steps after a tracing resume, they have no period.
+fn plan_steps(
+    ctx: &mut TraceContext,
+    ops: &[Op],
+    steps: Vec<Vec<usize>>,
+    breaks: &[usize],
+) -> Vec<StepPlan> {
     let mut prev_end = None;
     let mut resumes: Vec<u64> = ctx
         .trace
@@ -461,6 +467,9 @@ fn plan_steps(ctx: &mut TraceContext, ops: &[Op], steps: Vec<Vec<usize>>) -> Vec
             if let Some(before) = prev_launch.replace(launch)
                 && resumed_between(&resumes, before, launch)
             {
+                prev_end = None;
+            }
+            if breaks.contains(&index) {
                 prev_end = None;
             }
             let plan = StepPlan {
@@ -565,7 +574,7 @@ pub fn analyze_cell(
 ) -> CellAnalysis {
     let trace = ctx.trace;
     let meta_cell = cell.cell.and_then(|c| trace.metadata.cells.get(c));
-    let plans = plan_steps(ctx, &timeline.ops, cell.steps);
+    let plans = plan_steps(ctx, &timeline.ops, cell.steps, &cell.breaks);
     let ctx: &TraceContext = ctx;
     let steps = crate::parallel_map(plans, |plan| build_step(ctx, timeline, plan, options));
     let steady: Vec<&Step> = steps.iter().filter(|s| !s.first_launch).collect();

@@ -6,24 +6,37 @@
 //!
 //! How: a step of a loop holds some op exactly once (an embedding lookup, the LM head's GEMM,
 //! a sampling kernel). Splitting the stream at each occurrence of such an *anchor* gives steps
-//! that are identical, which prefix hashes compare in O(1) each, so every op identity can be
-//! tried as the anchor in O(n) over all of them. The anchor whose loops cover most ops wins;
-//! among anchors that cover as much (within half a percent of the stream), the one with the most steps —
-//! the smallest unit: not a layer of the model (every last layer's step holds the LM head and
-//! fits no unit), and not a group of N tokens made identical by a bookkeeping kernel every N
-//! tokens (the token's unit covers as much, counting that step off the unit). A step that
-//! differs from the unit by a few ops (at most 5 %, [`off_unit_tolerance`]) stays in its loop
-//! and is counted off the unit; ops that fit no loop are left over, and counted. Loops found,
-//! their ops are taken out and the search repeats on what is left, so a program's loops
-//! (prefill and decode, two batch sizes, a warm-up) each become a loop. The phase: a step
-//! starts at the op of the unit before which the host waited longest (in a decode loop, the
-//! sampling and bookkeeping between tokens).
+//! that are alike, which prefix hashes compare in O(1) each (identical) or position by position
+//! (a few ops differ), so every op identity can be tried as the anchor in O(n) each. A loop
+//! opens at [`MIN_RUN`] steps in a row that differ from the first by at most 5 % of its ops
+//! ([`opening_tolerance`]; identical below 20 ops): a decode loop's tokens need not be
+//! identical, as PyTorch picks a vectorised or an unrolled variant of an elementwise kernel by
+//! the alignment of its tensors, which moves with the position. The loop then takes every step
+//! that differs from its unit by a few ops ([`off_unit_tolerance`]: a bookkeeping kernel every
+//! N tokens, a few foreign kernels between two) and counts it off the unit; its unit is its
+//! most frequent step. Ops that fit no loop are left over, and counted.
 //!
-//! Nothing is invented: a loop needs [`MIN_STEPS`] steps, [`MIN_RUN`] of them identical in a
-//! row, and [`MIN_LOOP_OPS`] ops, which chance repeats in a long stream do not reach.
+//! The anchor whose loops cover most ops wins; among anchors that cover as much (within half a
+//! percent of the stream), the one with the most steps — the smallest unit that tiles the
+//! loop: not a layer of the model (every last layer's step holds the LM head and fits no unit,
+//! so layers cover less), and not a group of N tokens (the token's unit covers as much, with N
+//! times the steps). Loops found, their ops are taken out and the search repeats on what is
+//! left, so a program's loops (prefill and decode, two batch sizes, a warm-up) each become a
+//! loop. The phase: a step starts at the op of the unit before which the host waited longest
+//! (in a decode loop, the sampling and bookkeeping between tokens).
+//!
+//! Then runs of one unit that a short interruption splits ([`JOIN_UNITS`]: a generate() call's
+//! prefill between two calls) and that run at the same period are one loop, one cell; the
+//! step after each interruption has no period. A loop of fewer ops in all than one step of
+//! another (a prefill's layers, inside that interruption or beside it) is the inner structure
+//! of one pass, not a loop of the program: its ops are left over.
+//!
+//! Nothing is invented: a loop needs [`MIN_STEPS`] steps, [`MIN_RUN`] of them alike in a row
+//! holding [`MIN_LOOP_OPS`] ops, which chance repeats in a long stream do not reach.
 #![forbid(unsafe_code)]
 
 use super::TraceTimeline;
+use super::stats::{Change, Stat};
 use super::steps::LaunchIndex;
 use crate::trace::{MarkerKind, Trace};
 use rustc_hash::FxHashMap;
@@ -31,7 +44,7 @@ use serde::Serialize;
 
 /// Steps a loop needs: three periods.
 pub const MIN_STEPS: usize = 4;
-/// Identical steps in a row that open a loop.
+/// Steps alike in a row that open a loop (more when they hold under [`MIN_LOOP_OPS`] ops).
 pub const MIN_RUN: usize = 3;
 /// Ops a loop needs: short repeats occur by chance in any long stream.
 pub const MIN_LOOP_OPS: usize = 24;
@@ -40,13 +53,20 @@ pub const MIN_LOOP_OPS: usize = 24;
 const COVERAGE_SLACK: f64 = 0.005;
 /// Rounds of the search (one or more loops each).
 const MAX_ROUNDS: usize = 16;
-/// Anchors fully evaluated per round, the best by identical steps.
-const SHORTLIST: usize = 8;
 
 /// Ops a step may have more or fewer than its unit and still be a step of the loop (off the
 /// unit): 5 % of the unit, at least 2, at most 32.
 pub fn off_unit_tolerance(unit_len: usize) -> usize {
     (unit_len / 20).clamp(2, 32)
+}
+
+/// Ops in which the steps that open a loop may differ from the first of them: 5 % of the
+/// unit, at most 32, and none in a unit under 20 ops (where chance makes short steps alike).
+/// Tokens of a decode loop differ so: PyTorch picks a vectorised or an unrolled variant of an
+/// elementwise kernel by the alignment of its tensors, which changes with the position, so no
+/// two tokens in a row need be identical.
+pub fn opening_tolerance(unit_len: usize) -> usize {
+    (unit_len / 20).min(32)
 }
 
 /// A loop found in a sequence of op identities: its steps as position ranges `[start, end)`,
@@ -138,15 +158,54 @@ impl Search<'_> {
             && self.symbols[a.0..a.1] == self.symbols[b.0..b.1]
     }
 
-    /// Whether `step` differs from `unit` by at most the tolerance in ops (a banded LCS).
-    fn near(&self, step: (usize, usize), unit: (usize, usize)) -> bool {
+    /// Whether `step` differs from `unit` by at most `tol` ops: `tol` substitutions when the
+    /// two are as long (counted position by position), else a banded LCS.
+    fn near_within(&self, step: (usize, usize), unit: (usize, usize), tol: usize) -> bool {
         let a = &self.symbols[step.0..step.1];
         let b = &self.symbols[unit.0..unit.1];
-        let tol = off_unit_tolerance(b.len());
         if a.len().abs_diff(b.len()) > tol {
             return false;
         }
+        if self.same(step, unit) {
+            return true;
+        }
+        if tol == 0 {
+            return false;
+        }
+        if a.len() == b.len() {
+            let mut differing = 0;
+            for (x, y) in a.iter().zip(b) {
+                differing += usize::from(x != y);
+                if differing > tol {
+                    break;
+                }
+            }
+            if differing <= tol {
+                return true;
+            }
+        }
         banded_lcs(a, b, tol) + tol >= a.len().max(b.len())
+    }
+
+    /// Whether `step` is a step of the loop of `unit`: within [`off_unit_tolerance`].
+    fn near(&self, step: (usize, usize), unit: (usize, usize)) -> bool {
+        self.near_within(step, unit, off_unit_tolerance(unit.1 - unit.0))
+    }
+
+    /// Whether the steps from `steps[0]` open a loop: [`MIN_RUN`] in a row, and at least
+    /// [`MIN_LOOP_OPS`] ops of them (short steps repeat by chance), each within
+    /// [`opening_tolerance`] of the first.
+    fn opens(&self, steps: &[(usize, usize)]) -> bool {
+        let Some(&first) = steps.first() else {
+            return false;
+        };
+        let len = first.1 - first.0;
+        let needed = MIN_RUN.max(MIN_LOOP_OPS.div_ceil(len.max(1)));
+        let tol = opening_tolerance(len);
+        steps.len() >= needed
+            && steps[1..needed]
+                .iter()
+                .all(|&s| self.near_within(s, first, tol))
     }
 
     /// Occurrences of `anchor` at positions no loop took, grouped by segment.
@@ -172,45 +231,10 @@ impl Search<'_> {
         self.segment_ends[self.segment[p] as usize].min(hi)
     }
 
-    /// Ops in runs of identical steps (at least [`MIN_RUN`] in a row) when the stream is split
-    /// at `anchor`, and their steps: a cheap first score. A run's last step may run on into
-    /// other work (to the next occurrence, or the segment's end): it counts when it starts
-    /// with the run's step.
-    fn identical_runs(&self, groups: &[Vec<usize>]) -> (usize, usize) {
-        let (mut covered, mut steps) = (0, 0);
-        for occ in groups {
-            let end = self.segment_ends[self.segment[occ[0]] as usize];
-            let step = |k: usize| (occ[k], occ.get(k + 1).copied().unwrap_or(end));
-            let key = |k: usize| {
-                let (s, e) = step(k);
-                (self.hashes.of(s, e), e - s)
-            };
-            let mut k = 0;
-            while k < occ.len() {
-                let first = key(k);
-                let mut run = 1;
-                while k + run < occ.len() && key(k + run) == first {
-                    run += 1;
-                }
-                if let Some((s, e)) = (k + run < occ.len()).then(|| step(k + run))
-                    && e - s > first.1
-                    && self.hashes.of(s, s + first.1) == first.0
-                {
-                    run += 1;
-                }
-                if run >= MIN_RUN && run * first.1 >= MIN_LOOP_OPS {
-                    covered += run * first.1;
-                    steps += run;
-                }
-                k += run;
-            }
-        }
-        (covered, steps)
-    }
-
     /// The loops of the stream split at the occurrences in `groups` (one list per segment),
     /// each step ending at the next occurrence or, for the last, where its segment (or `hi`)
-    /// ends.
+    /// ends. A loop opens at [`MIN_RUN`] steps in a row that are alike (see [`Self::opens`])
+    /// and takes every next step near its unit; its unit is then its most frequent step.
     fn loops_at(&self, groups: &[Vec<usize>], hi: usize) -> Vec<LoopSpan> {
         let mut loops = Vec::new();
         for occ in groups {
@@ -223,25 +247,20 @@ impl Search<'_> {
             while k < steps.len() {
                 let step = steps[k];
                 if let Some(cur) = open.as_mut() {
-                    let len = cur.unit_len();
-                    if self.same(step, cur.unit) {
-                        cur.steps.push(step);
-                        k += 1;
-                        continue;
-                    }
                     if self.near(step, cur.unit) {
                         cur.steps.push(step);
-                        cur.off_unit += 1;
                         k += 1;
                         continue;
                     }
                     // The loop's last step runs on into other work: the unit, then the rest.
+                    let len = cur.unit_len();
                     let head = (step.0, step.0 + len);
-                    let ends_here = step.1 - step.0 > len && self.same(head, cur.unit);
+                    let ends_here = step.1 - step.0 > len
+                        && self.near_within(head, cur.unit, opening_tolerance(len));
                     if ends_here {
                         cur.steps.push(head);
                     }
-                    let done = open.take().expect("open");
+                    let done = self.settled(open.take().expect("open"));
                     if done.accepted() {
                         loops.push(done);
                     }
@@ -250,13 +269,7 @@ impl Search<'_> {
                         continue;
                     }
                 }
-                // A loop opens at MIN_RUN identical steps in a row.
-                let run = steps[k..]
-                    .iter()
-                    .take(MIN_RUN)
-                    .take_while(|s| self.same(**s, step))
-                    .count();
-                if run == MIN_RUN {
+                if self.opens(&steps[k..]) {
                     open = Some(LoopSpan {
                         unit: step,
                         steps: Vec::new(),
@@ -266,13 +279,33 @@ impl Search<'_> {
                     k += 1;
                 }
             }
-            if let Some(done) = open.take()
+            if let Some(done) = open.take().map(|l| self.settled(l))
                 && done.accepted()
             {
                 loops.push(done);
             }
         }
         loops
+    }
+
+    /// The loop with its most frequent step as the unit (of equally frequent ones, the
+    /// first), and its steps that differ from it counted off the unit.
+    fn settled(&self, mut l: LoopSpan) -> LoopSpan {
+        let mut count: FxHashMap<(u64, usize), (usize, usize)> = FxHashMap::default();
+        for (i, &(s, e)) in l.steps.iter().enumerate() {
+            count
+                .entry((self.hashes.of(s, e), e - s))
+                .or_insert((0, i))
+                .0 += 1;
+        }
+        if let Some(&(_, first)) = count
+            .values()
+            .max_by_key(|&&(n, first)| (n, std::cmp::Reverse(first)))
+        {
+            l.unit = l.steps[first];
+        }
+        l.off_unit = l.steps.iter().filter(|s| !self.same(**s, l.unit)).count();
+        l
     }
 
     /// Moves the loop's step boundaries to offset `k` of the unit: the offset `prefer` names,
@@ -417,47 +450,32 @@ pub fn find_loops(
             }
         }
         let free = positions.iter().map(Vec::len).sum::<usize>();
-        // First score: identical steps only; the best few, one per (ops, steps) outcome
-        // (anchors that occur once per step all give the same one), are evaluated fully.
+        // Every anchor's loops; of the anchors whose loops cover as much as the best (within
+        // the slack), the one with the most steps.
         let mut scored: Vec<(usize, usize, usize)> = Vec::new();
         for (anchor, pos) in positions.iter().enumerate() {
             if pos.len() <= MIN_RUN {
                 continue;
             }
-            let (covered, steps) = search.identical_runs(&search.occurrences(pos, 0, n));
+            let loops = search.loops_at(&search.occurrences(pos, 0, n), n);
+            let covered: usize = loops.iter().map(LoopSpan::ops).sum();
+            let steps: usize = loops.iter().map(|l| l.steps.len()).sum();
             if covered > 0 {
                 scored.push((covered, steps, anchor));
             }
         }
-        scored.sort_by(|x, y| y.0.cmp(&x.0).then(y.1.cmp(&x.1)).then(x.2.cmp(&y.2)));
-        let Some(&(top, _, _)) = scored.first() else {
+        let Some(top) = scored.iter().map(|s| s.0).max() else {
             break;
         };
-        scored.dedup_by_key(|s| (s.0, s.1));
-        let shortlist = scored.iter().filter(|s| 5 * s.0 >= 2 * top).take(SHORTLIST);
-        let mut best: Option<(usize, usize, Vec<LoopSpan>)> = None;
-        for &(_, _, anchor) in shortlist {
-            let loops = search.loops_at(&search.occurrences(&positions[anchor], 0, n), n);
-            let covered: usize = loops.iter().map(LoopSpan::ops).sum();
-            let steps: usize = loops.iter().map(|l| l.steps.len()).sum();
-            let better = match &best {
-                None => covered > 0,
-                Some((c, s, _)) => {
-                    let slack = (COVERAGE_SLACK * free as f64) as usize;
-                    if covered > c + slack {
-                        true
-                    } else {
-                        covered + slack >= *c && steps > *s
-                    }
-                }
-            };
-            if better {
-                best = Some((covered, steps, loops));
-            }
-        }
-        let Some((_, _, loops)) = best else {
+        let slack = (COVERAGE_SLACK * free as f64) as usize;
+        let Some(&(_, _, anchor)) = scored
+            .iter()
+            .filter(|s| s.0 + slack >= top)
+            .max_by_key(|s| (s.1, s.0, std::cmp::Reverse(s.2)))
+        else {
             break;
         };
+        let loops = search.loops_at(&search.occurrences(&positions[anchor], 0, n), n);
         // Phase each loop within its neighbours' bounds, then take its positions.
         let mut bounds_lo = 0;
         for i in 0..loops.len() {
@@ -510,6 +528,10 @@ pub struct FoundSteps {
     /// Steps that differ from the unit by a few ops (a sampling or bookkeeping kernel every N
     /// steps): kept in the cell, counted here.
     pub off_unit_steps: usize,
+    /// Runs of the loop in this cell: one, or more that short interruptions split (a
+    /// generate() call's prefill between two calls), joined; the first step after each
+    /// interruption has no period.
+    pub runs_joined: usize,
     /// Which run of this unit the cell is (1-based) and how many runs of it the trace has
     /// (a warm-up, then the timed loop).
     pub run: usize,
@@ -532,22 +554,39 @@ impl FoundSteps {
         )
     }
 
-    /// "unit of 6 ops, 99 steps, 2 off the unit".
+    /// "unit of 6 ops, 99 steps in 3 runs, 2 off the unit".
     pub fn describe(&self) -> String {
+        let joined = if self.runs_joined > 1 {
+            format!(" in {} runs", self.runs_joined)
+        } else {
+            String::new()
+        };
         let off = if self.off_unit_steps > 0 {
             format!(", {} off the unit", self.off_unit_steps)
         } else {
             String::new()
         };
-        format!("unit of {} ops, {} steps{off}", self.unit_ops, self.steps)
+        format!(
+            "unit of {} ops, {} steps{joined}{off}",
+            self.unit_ops, self.steps
+        )
     }
+}
+
+/// A cell of steps found: its steps (ops as timeline indices, in start order) and what it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FoundCell {
+    pub steps: Vec<Vec<usize>>,
+    /// Steps that follow an interruption of the loop: no period reaches back past it.
+    pub breaks: Vec<usize>,
+    pub found: FoundSteps,
 }
 
 /// Steps found among some eager ops of a trace.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Discovered {
-    /// Each loop's steps (ops as timeline indices, in start order) with what it is.
-    pub cells: Vec<(Vec<Vec<usize>>, FoundSteps)>,
+    /// Each loop's cell.
+    pub cells: Vec<FoundCell>,
     /// Ops of loops whose steps each launch a graph too: they belong to graph replays (a
     /// framework's fill kernels beside each replay), not to eager steps.
     pub beside_graphs: usize,
@@ -706,9 +745,8 @@ pub fn discover(
     };
 
     let mut out = Discovered::default();
-    let mut units: Vec<&[u32]> = Vec::new();
     let mut taken = 0;
-    let mut kept: Vec<(LoopSpan, usize)> = Vec::new();
+    let mut kept: Vec<LoopSpan> = Vec::new();
     for l in &loops {
         // A step computes: a unit of copies and memsets alone (a library's set-up) is none.
         if !symbols[l.unit.0..l.unit.1]
@@ -731,46 +769,114 @@ pub fn discover(
             taken += l.ops();
             continue;
         }
-        let unit = &symbols[l.unit.0..l.unit.1];
-        let ordinal = match units.iter().position(|u| *u == unit) {
-            Some(i) => i + 1,
-            None => {
-                units.push(unit);
-                units.len()
-            }
-        };
-        taken += l.ops();
-        kept.push((l.clone(), ordinal));
+        kept.push(l.clone());
     }
-    let runs_of = |ordinal: usize| kept.iter().filter(|k| k.1 == ordinal).count();
+    // When each step started: the host's launch of its first op, else the op's start.
+    let started = |p: usize| match calls[order[p]] {
+        Some(c) if by_host => c.0,
+        _ => timeline.ops[ops[order[p]]].start,
+    };
+    let periods = |l: &LoopSpan| -> Vec<f64> {
+        l.steps
+            .windows(2)
+            .map(|w| started(w[1].0).saturating_sub(started(w[0].0)) as f64)
+            .collect()
+    };
+    let unit_of = |l: &LoopSpan| &symbols[l.unit.0..l.unit.1];
+    let mut joined = join_runs(kept, &unit_of, &periods);
+    // A loop of fewer ops in all than one step of another is the inner structure of one pass
+    // (a prefill's layers), not a loop of the program: its ops are left over.
+    let longest_unit = joined.iter().map(|r| r[0].unit_len()).max().unwrap_or(0);
+    joined.retain(|runs| runs.iter().map(LoopSpan::ops).sum::<usize>() >= longest_unit);
+    let mut units: Vec<&[u32]> = Vec::new();
+    let ordinals: Vec<usize> = joined
+        .iter()
+        .map(|runs| {
+            let unit = unit_of(&runs[0]);
+            match units.iter().position(|u| *u == unit) {
+                Some(i) => i + 1,
+                None => {
+                    units.push(unit);
+                    units.len()
+                }
+            }
+        })
+        .collect();
+    let runs_of = |ordinal: usize| ordinals.iter().filter(|&&o| o == ordinal).count();
     let mut run_counter: FxHashMap<usize, usize> = FxHashMap::default();
-    for (l, ordinal) in &kept {
-        let run = run_counter.entry(*ordinal).or_default();
+    for (runs, &ordinal) in joined.iter().zip(&ordinals) {
+        let run = run_counter.entry(ordinal).or_default();
         *run += 1;
-        let steps: Vec<Vec<usize>> = l
-            .steps
-            .iter()
-            .map(|&(s, e)| {
+        let mut steps: Vec<Vec<usize>> = Vec::new();
+        let mut breaks = Vec::new();
+        for l in runs {
+            if !steps.is_empty() {
+                breaks.push(steps.len());
+            }
+            taken += l.ops();
+            steps.extend(l.steps.iter().map(|&(s, e)| {
                 let mut step: Vec<usize> = (s..e).map(|p| ops[order[p]]).collect();
                 step.sort_unstable();
                 step
-            })
-            .collect();
-        out.cells.push((
+            }));
+        }
+        let found = FoundSteps {
+            ordinal,
+            unit_ops: runs[0].unit_len(),
+            steps: steps.len(),
+            // The runs' units are the same ops: each run's count is against the cell's unit.
+            off_unit_steps: runs.iter().map(|l| l.off_unit).sum(),
+            runs_joined: runs.len(),
+            run: *run,
+            runs: runs_of(ordinal),
+            inside_marker: inside_marker.map(str::to_owned),
+        };
+        out.cells.push(FoundCell {
             steps,
-            FoundSteps {
-                ordinal: *ordinal,
-                unit_ops: l.unit_len(),
-                steps: l.steps.len(),
-                off_unit_steps: l.off_unit,
-                run: *run,
-                runs: runs_of(*ordinal),
-                inside_marker: inside_marker.map(str::to_owned),
-            },
-        ));
+            breaks,
+            found,
+        });
     }
     out.left_over = ops.len() - taken;
     out
+}
+
+/// Interruptions of a loop that it outlasts: runs of one unit with at most this many units'
+/// worth of other ops between them (a generate() call's prefill and set-up between two calls)
+/// are one loop.
+pub const JOIN_UNITS: usize = 2;
+
+/// Joins runs of one unit (`loops`, in start order) that a short interruption splits
+/// ([`JOIN_UNITS`]) and whose step periods differ by no more than their spread (the same loop
+/// called again, not another batch size): each entry of the result is a loop's runs. Loops
+/// inside such an interruption (a prefill's layers) are part of it, not loops of their own:
+/// they are dropped, and their ops are left over.
+fn join_runs<'u>(
+    loops: Vec<LoopSpan>,
+    unit_of: &dyn Fn(&LoopSpan) -> &'u [u32],
+    periods: &dyn Fn(&LoopSpan) -> Vec<f64>,
+) -> Vec<Vec<LoopSpan>> {
+    let mut joined: Vec<Vec<LoopSpan>> = Vec::new();
+    for l in loops {
+        let unit = unit_of(&l);
+        let same_loop = joined.iter().rposition(|runs| {
+            let last = runs.last().expect("a run");
+            if unit_of(last) != unit || l.start() - last.end() > JOIN_UNITS * unit.len() {
+                return false;
+            }
+            let mut before: Vec<f64> = runs.iter().flat_map(periods).collect();
+            let (before, now) = (Stat::of(&mut before), Stat::of(&mut periods(&l)));
+            matches!((before, now), (Some(b), Some(n)) if Change::between(&b, &n) == Change::NoChange)
+        });
+        match same_loop {
+            Some(i) => {
+                joined.truncate(i + 1);
+                joined[i].push(l);
+            }
+            None => joined.push(vec![l]),
+        }
+    }
+    joined
 }
 
 /// A repeated host range around device work, for the note that names the flag to pass.
@@ -988,6 +1094,40 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].unit_len(), token.len());
         assert_eq!(found[0].steps.len(), 12);
+    }
+
+    #[test]
+    fn tokens_of_which_no_two_in_a_row_are_identical_are_one_loop() {
+        // Tokens of 40 ops whose second op comes in three variants, in a pattern of 4
+        // tokens (B A C A): no 3 identical in a row, every token within 2 ops of another.
+        let mut s: Vec<u32> = Vec::new();
+        for t in 0..32 {
+            s.push(1000);
+            s.push([2000, 2001, 2000, 2002][t % 4]);
+            s.extend(0..38);
+        }
+        let found = loops(&s);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let l = &found[0];
+        assert_eq!((l.unit_len(), l.steps.len(), l.ops()), (40, 32, s.len()));
+        assert_eq!(
+            s[l.unit.0 + 1],
+            2000,
+            "the most frequent variant is the unit"
+        );
+        assert_eq!(l.off_unit, 16);
+    }
+
+    #[test]
+    fn steps_that_differ_open_no_loop_when_short() {
+        // Units under 20 ops open only on identical steps: 12-op steps, every one differing
+        // from the one before in its last op, are no loop.
+        let mut s: Vec<u32> = Vec::new();
+        for t in 0..100u32 {
+            s.extend(0..11);
+            s.push(100 + t);
+        }
+        assert!(loops(&s).is_empty());
     }
 
     #[test]

@@ -668,6 +668,9 @@ pub enum PairBasis {
     Workload,
     /// The graph's op names and the eager step's, aligned (no shared marker).
     KernelSequence,
+    /// The library kernels of a compiled graph (all but the compiler's own) and the eager
+    /// step's kernels of those names, aligned (no shared marker).
+    LibraryKernels,
 }
 
 /// How sure a pair is.

@@ -37,6 +37,9 @@ pub struct CellSteps {
     /// Set for a cell of steps that launched torch.compile's Triton kernels and no graph
     /// replay: compiled code that ran eagerly (see [`split_mixed_regimes`]).
     pub compiled_without_graphs: bool,
+    /// Steps that follow an interruption of the cell's loop (found in the kernel sequence):
+    /// they have no period, as no step ran just before them.
+    pub breaks: Vec<usize>,
 }
 
 /// Whether an op is a kernel that torch.compile (inductor) generated: inductor names its
@@ -203,6 +206,7 @@ pub fn split_mixed_regimes(
                 graph_group: None,
                 found: None,
                 compiled_without_graphs,
+                breaks: Vec::new(),
             });
         }
     }
@@ -391,7 +395,7 @@ fn finding_of(found: &discover::Discovered, eager_ops: usize, graphs: bool) -> S
         } else {
             StepSource::KernelSequence
         },
-        loops: found.cells.iter().map(|c| c.1.clone()).collect(),
+        loops: found.cells.iter().map(|c| c.found.clone()).collect(),
         eager_ops,
         left_over: found.left_over,
         beside_graphs: found.beside_graphs,
@@ -404,9 +408,10 @@ fn found_cells(found: discover::Discovered) -> Vec<CellSteps> {
     found
         .cells
         .into_iter()
-        .map(|(steps, f)| CellSteps {
-            steps,
-            found: Some(f),
+        .map(|c| CellSteps {
+            steps: c.steps,
+            breaks: c.breaks,
+            found: Some(c.found),
             ..Default::default()
         })
         .collect()
@@ -487,6 +492,7 @@ fn group_graph_launches(
                     regime_split: None,
                     found: None,
                     compiled_without_graphs: false,
+                    breaks: Vec::new(),
                     graph_group: Some(GraphGroup {
                         ordinal: identity + 1,
                         identity: identities[identity].clone(),

@@ -135,7 +135,7 @@ fn steps_found(a: &Analysis, s: &mut String) {
     }
 }
 
-/// Pairs that rest on the kernel sequence (no shared marker) say so, and how sure they are;
+/// Pairs that rest on the kernels (no shared marker) say so, and how sure they are;
 /// graphed cells left unpaired say why.
 fn pairings(a: &Analysis, s: &mut String) {
     let lines: Vec<String> = a
@@ -143,7 +143,7 @@ fn pairings(a: &Analysis, s: &mut String) {
         .iter()
         .filter_map(|p| {
             let pairing = p.pairing.as_ref()?;
-            (pairing.basis == crate::analysis::PairBasis::KernelSequence).then(|| {
+            (pairing.basis != crate::analysis::PairBasis::Workload).then(|| {
                 format!(
                     "  {} ↔ {}: {}",
                     cell_name(&a.cells[p.head]),
