@@ -301,7 +301,12 @@ fn initialize() -> Result<(), String> {
             metadata,
         };
         match SpillWriter::create(&spill_path(&config.out, config.pid), &header) {
-            Ok(writer) => recorder.deliver_to(writer),
+            Ok(writer) => {
+                recorder.deliver_to(writer);
+                recorder.flush_periodically(std::time::Duration::from_millis(u64::from(
+                    DELIVERY_PERIOD_MS,
+                )));
+            }
             Err(e) => say(&format!(
                 "cannot write {}: {e}; if the program is killed (SIGKILL), its trace is lost",
                 spill_path(&config.out, config.pid).display()
@@ -343,6 +348,26 @@ pub extern "C" fn _exit(status: c_int) -> ! {
         let _ = catch_unwind(|| write_trace(None));
     }
     signals::exit_group(status)
+}
+
+/// Stands in for libc's `kill` when this library is preloaded. A traced process that sends
+/// itself a signal whose action is the default (termination) writes its trace first: Python
+/// ends on an unhandled KeyboardInterrupt (Ctrl-C) by resetting SIGINT to its default and
+/// `kill(getpid(), SIGINT)`, which skips every `atexit` handler. Every call is then made as
+/// libc's, through the `kill` system call.
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+#[unsafe(no_mangle)]
+pub extern "C" fn kill(pid: libc::pid_t, sig: c_int) -> c_int {
+    if CONFIG.get().is_some()
+        && (pid == 0 || u32::try_from(pid).is_ok_and(|p| p == std::process::id()))
+        && signals::ends_the_process(sig)
+    {
+        let _ = catch_unwind(|| write_trace(Some(sig)));
+    }
+    signals::kill_syscall(pid, sig)
 }
 
 /// Stops the recorder and writes the trace (at most once per process). `signal`: the signal
@@ -497,6 +522,34 @@ mod signals {
         let act = action(handler as libc::sighandler_t, libc::SA_RESETHAND);
         // SAFETY: `act` is a valid sigaction whose handler is an `extern "C" fn(c_int)`.
         unsafe { libc::sigaction(sig, &act, std::ptr::null_mut()) == 0 }
+    }
+
+    /// Whether `sig`, delivered now, would end the process by its default action (not
+    /// SIGKILL, which stands for the OOM killer's: no trace is written for it here).
+    pub fn ends_the_process(sig: c_int) -> bool {
+        if ![
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+            libc::SIGALRM,
+        ]
+        .contains(&sig)
+        {
+            return false;
+        }
+        let mut old = action(libc::SIG_DFL, 0);
+        // SAFETY: a null `act` only reads the current action into `old`, a valid sigaction.
+        (unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) }) == 0
+            && old.sa_sigaction == libc::SIG_DFL
+    }
+
+    /// libc's `kill`, as the system call (this library's `kill` stands in for libc's).
+    pub fn kill_syscall(pid: libc::pid_t, sig: c_int) -> c_int {
+        // SAFETY: the kill system call takes two integers; errors set errno, as libc's does.
+        unsafe { libc::syscall(libc::SYS_kill, pid, sig) as c_int }
     }
 
     /// SIGALRM at its default action (terminate) in `seconds`.

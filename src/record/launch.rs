@@ -187,7 +187,11 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     }
 
     let before = trace_files(&out);
-    cmd.env(crate::record::spill::SPILL_VAR, "1");
+    // GAPSCOPE_SPILL=0 in gapscope's environment keeps the records in the program until it
+    // ends (to measure what handing them over costs).
+    if std::env::var_os(crate::record::spill::SPILL_VAR).is_none() {
+        cmd.env(crate::record::spill::SPILL_VAR, "1");
+    }
     // Registered before the program starts, so that no signal in between ends gapscope alone.
     let signals = signal_hook::iterator::Signals::new(FORWARDED_SIGNALS).ok();
     let child = cmd.spawn().and_then(|mut child| {

@@ -625,6 +625,40 @@ impl Recorder {
         self.flush_with(0, "cuptiActivityFlushAll(0)")
     }
 
+    /// Flushes completed activity buffers every `period` from a thread of its own until
+    /// recording ends, so that buffers that never fill (a short or slow program's) are handed
+    /// over as they complete: CUPTI's own flush period returns only full ones. A default
+    /// flush (flag 0) waits for no device work and may run beside the program's threads.
+    pub fn flush_periodically(&self, period: std::time::Duration) {
+        let shared = Arc::clone(&self.shared);
+        let cupti = self.cupti;
+        let _ = std::thread::Builder::new()
+            .name("gapscope-flush".into())
+            .spawn(move || {
+                // No signal runs its handler on this thread: a trace written from a handler
+                // takes `flush_lock`, which this thread may hold.
+                let all = nix::sys::signal::SigSet::all();
+                let _ = nix::sys::signal::pthread_sigmask(
+                    nix::sys::signal::SigmaskHow::SIG_BLOCK,
+                    Some(&all),
+                    None,
+                );
+                loop {
+                    std::thread::sleep(period);
+                    let recording = lock(&ACTIVE)
+                        .as_ref()
+                        .is_some_and(|a| Arc::ptr_eq(a, &shared));
+                    if !recording {
+                        return;
+                    }
+                    let _one_at_a_time = lock(&shared.flush_lock);
+                    // SAFETY: resolved at load; buffers come back through our static callback,
+                    // which does not take `flush_lock`.
+                    let _ = unsafe { cupti.api().cuptiActivityFlushAll(0) };
+                }
+            });
+    }
+
     /// From now on, hands each completed activity buffer's records (and the graph, markers,
     /// sampling and dropped counts so far) to `writer` as it completes (see
     /// [`crate::record::spill`]), until the trace is finished.
