@@ -1256,3 +1256,57 @@ fn transformers_generate_gets_one_eager_token_cell_paired_with_the_graph_on_its_
         "{screen}"
     );
 }
+
+/// `examples/decode_loop.py` recorded on an H200 with default settings by the recorder that
+/// names library functions from torch's own symbol table (2026-12-02).
+#[test]
+fn every_replayed_op_of_a_recorded_decode_loop_names_where_it_came_from() {
+    let a = recorded_2026_12_01("decode-loop-frames-record-h200.json.gz");
+    let graphed: Vec<&CellAnalysis> = a
+        .cells
+        .iter()
+        .filter(|c| c.observed.regime == Some(Regime::Graphed))
+        .collect();
+    assert!(!graphed.is_empty());
+    for c in graphed {
+        let share = c.observed.replayed_with_provenance.unwrap();
+        assert!(share >= 0.9, "{}: {share}", c.label);
+        assert!(c.observed.graph_coverage.unwrap() > 0.95, "{}", c.label);
+    }
+    // The program's own eager period in that run: 3541.20 µs (n=200).
+    let eager = a
+        .cells
+        .iter()
+        .find(|c| c.observed.regime == Some(Regime::Eager))
+        .unwrap();
+    let p = eager.period.as_ref().unwrap().median / 1e3;
+    assert!((p / 3541.20 - 1.0).abs() < 0.05, "{p}");
+    assert_eq!(eager.observed.graph_coverage, Some(0.0));
+}
+
+/// `examples/torch_compile_decode.py --force-eager-fallback` recorded on an H200
+/// (2026-12-02): torch.compile skipped its cudagraphs (`cudagraph_skips=1`), so the compiled
+/// phase ran its Triton kernels eagerly.
+#[test]
+fn a_recorded_cudagraph_fallback_is_a_compiled_cell_without_graphs() {
+    let a = recorded_2026_12_01("torch-compile-fallback-record-h200.json.gz");
+    assert!(
+        a.cells
+            .iter()
+            .all(|c| c.observed.regime != Some(Regime::Graphed))
+    );
+    let fell_back: Vec<&CellAnalysis> = a
+        .cells
+        .iter()
+        .filter(|c| c.observed.compiled_without_graphs)
+        .collect();
+    assert_eq!(fell_back.len(), 1);
+    let c = fell_back[0];
+    assert!(c.period.as_ref().unwrap().n >= 30, "{:?}", c.period);
+    assert_eq!(c.observed.graph_coverage, Some(0.0));
+    assert!(
+        a.cells.iter().any(
+            |c| !c.observed.compiled_without_graphs && c.observed.regime == Some(Regime::Eager)
+        )
+    );
+}
