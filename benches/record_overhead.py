@@ -59,9 +59,8 @@ ATTACHED_ENV = {
 NSYS_OPTIONS = ["--trace=cuda,nvtx", "--cuda-graph-trace=node", "--sample=none",
                 "--cpuctxsw=none"]
 NOPROV_MODE = "record-noprov"
-NOPROV_MISSING = ("the recorder has no switch that turns off the library-frame walk at node "
-                  "creation (src/record/cupti/callbacks.rs, node_created -> "
-                  "frames::calling_libraries); pass --provenance-off ENV=VALUE once it has one")
+NOPROV_MISSING = ("not asked for: --provenance-off GAPSCOPE_CUPTI_NODE_FRAMES=0 adds it (graph "
+                  "nodes made without walking the creating thread's frames)")
 
 
 class Program(NamedTuple):

@@ -460,7 +460,7 @@ class EndToEnd(unittest.TestCase):
                           "1.050 [1.050–1.050] | PASS record <= 1.10 PASS record < profiler "
                           "PASS record < nsys |", text)
             self.assertIn("    nsys: +0.00 [+0.00–+0.00] n=2; pooled +0.00", text)
-            self.assertIn("skipped mode record-noprov: the recorder has no switch", text)
+            self.assertIn("skipped mode record-noprov: not asked for", text)
             self.assertIn("\nphases\nper-round medians, µs (rank 0):\n  replay_mode1: plain 20.0, "
                           "20.0; record 21.0, 21.0;", text)
             self.assertEqual((d / "o" / "report.md").read_text().strip(), text.split(

@@ -8,7 +8,7 @@ import os
 from . import distributed  # noqa: F401  (torch.distributed)
 
 __version__ = "0.0-fake"
-half = bfloat16 = "dtype"
+half = bfloat16 = long = "dtype"
 _clock_ns = [0]
 _step_ns = [round(1000 * float(os.environ.get("FAKE_TORCH_EVENT_US", "20")))]
 
@@ -30,7 +30,7 @@ def _tensor(*args, **kwargs):
     return _Tensor()
 
 
-randn = empty = empty_like = relu = matmul = add = _tensor
+randn = empty = empty_like = zeros = relu = matmul = add = _tensor
 
 
 def device(*args):

@@ -1,0 +1,1 @@
+"""Stand-in for torch._dynamo (the examples read its counters)."""

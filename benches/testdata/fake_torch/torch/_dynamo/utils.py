@@ -1,0 +1,4 @@
+"""Stand-in for torch._dynamo.utils: the counters torch.compile keeps."""
+import collections
+
+counters = collections.defaultdict(collections.Counter)
