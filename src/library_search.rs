@@ -464,7 +464,51 @@ fn site_packages(prefix: &Path, env: &Environment, fs: &dyn Probe) -> Vec<PathBu
         // Debian's pip installs into /usr/local/lib/python3.X/dist-packages.
         dirs.extend(versioned(Path::new("/usr/local/lib")));
     }
-    dirs
+    // Each site folder's `.pth` files add folders right after it, as Python's `site` does: an
+    // environment that reaches another's packages (torch's) through a `.pth` finds its wheels.
+    let mut out: Vec<PathBuf> = Vec::new();
+    for dir in dirs {
+        let added = pth_folders(&dir, fs);
+        for d in std::iter::once(dir).chain(added) {
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+/// The folders that the `.pth` files of `site` put on `sys.path`, in the files' name order:
+/// one path a line (relative to `site` unless absolute), `#` comments and `import` lines
+/// skipped, folders that do not exist left out — Python's `site` module's rules.
+fn pth_folders(site: &Path, fs: &dyn Probe) -> Vec<PathBuf> {
+    let mut names: Vec<OsString> = fs
+        .list_dir(site)
+        .into_iter()
+        .filter(|n| Path::new(n).extension().is_some_and(|e| e == "pth"))
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        let Some(text) = fs.read_start(&site.join(&name), 64 * 1024) else {
+            continue;
+        };
+        for line in String::from_utf8_lossy(&text).lines() {
+            let line = line.trim_end();
+            if line.is_empty()
+                || line.starts_with('#')
+                || line.starts_with("import ")
+                || line.starts_with("import\t")
+            {
+                continue;
+            }
+            let dir = site.join(line);
+            if fs.is_dir(&dir) && !out.contains(&dir) {
+                out.push(dir);
+            }
+        }
+    }
+    out
 }
 
 /// `python3.12` → [3, 12]; `cuda-12.8` → [12, 8]: numbers compared as numbers.
@@ -789,6 +833,34 @@ mod tests {
                 .unwrap_or_else(|| panic!("{w} in {line}"));
             at += i + w.len();
         }
+    }
+
+    #[test]
+    fn a_venv_that_reaches_torchs_packages_through_a_pth_file_finds_their_cupti() {
+        let torch_cupti =
+            "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcupti.so.13";
+        let (d, fs) = tree(&[
+            "/venv/pyvenv.cfg",
+            "/venv/bin/python",
+            "/venv/lib/python3.12/site-packages/x.py",
+            torch_cupti,
+        ]);
+        let site = d.path().join("venv/lib/python3.12/site-packages");
+        std::fs::write(
+            site.join("torch.pth"),
+            "# torch's environment\nimport sys\n/opt/torch/.venv/lib/python3.12/site-packages\n\n/no/such/folder\n",
+        )
+        .unwrap();
+        let e = env(&[("VIRTUAL_ENV", "/venv")], &[]);
+        let s = search(&CUPTI, &e, &fs);
+        let files = found(&s);
+        assert_eq!(files[0].0, torch_cupti, "{files:?}");
+        // The environment's own folders are searched first, the .pth's after them.
+        assert_eq!(
+            s.searched[0],
+            Path::new("/venv/lib/python3.12/site-packages/nvidia/cu13/lib")
+        );
+        assert!(!s.searched_line(&CUPTI).contains("/no/such/folder"));
     }
 
     #[test]
