@@ -100,15 +100,42 @@ pub(super) const LAUNCH_CBIDS: &[(sys::CUpti_CallbackDomain, u32)] = {
     ]
 };
 
-/// Driver and runtime API calls that create non-kernel graph nodes (during capture or
-/// explicitly), or set their external flags, or instantiate graphs.
-pub(super) const GRAPH_BUILDING_CBIDS: &[(sys::CUpti_CallbackDomain, u32)] = {
+/// Calls that eager code makes all the time and that also make graph nodes in a capture (or
+/// set their external flags): event waits and records, async copies and memsets, host
+/// functions. Their callbacks are the graph-building ones the trace budget pauses.
+pub(super) const EAGER_HOT_CBIDS: &[(sys::CUpti_CallbackDomain, u32)] = {
     use sys::CUPTI_CB_DOMAIN_DRIVER_API as D;
     use sys::CUPTI_CB_DOMAIN_RUNTIME_API as R;
     &[
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent),
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecord),
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecordWithFlags),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2),
+        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecord_v3020),
+        (
+            R,
+            sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecordWithFlags_v11010,
+        ),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_v10000),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020),
+        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020),
+    ]
+};
+
+/// Calls that only build graphs: explicit node creation, instantiation (and the recorder's own
+/// node-type query, so that its records can be filtered out). Never paused.
+pub(super) const GRAPH_ONLY_CBIDS: &[(sys::CUpti_CallbackDomain, u32)] = {
+    use sys::CUPTI_CB_DOMAIN_DRIVER_API as D;
+    use sys::CUPTI_CB_DOMAIN_RUNTIME_API as R;
+    &[
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddEventRecordNode),
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddEventWaitNode),
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddKernelNode),
@@ -120,25 +147,11 @@ pub(super) const GRAPH_BUILDING_CBIDS: &[(sys::CUpti_CallbackDomain, u32)] = {
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddChildGraphNode),
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode),
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2),
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate),
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags),
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams),
         // The recorder's own type queries, so their records can be filtered out.
         (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphNodeGetType),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecord_v3020),
-        (
-            R,
-            sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecordWithFlags_v11010,
-        ),
         (
             R,
             sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddEventRecordNode_v11010,
@@ -165,9 +178,6 @@ pub(super) const GRAPH_BUILDING_CBIDS: &[(sys::CUpti_CallbackDomain, u32)] = {
             sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddEmptyNode_v10000,
         ),
         (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddNode_v12020),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_v10000),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020),
         (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiate_v10000),
         (
             R,
@@ -179,6 +189,12 @@ pub(super) const GRAPH_BUILDING_CBIDS: &[(sys::CUpti_CallbackDomain, u32)] = {
         ),
     ]
 };
+
+/// Every graph-building call: [`EAGER_HOT_CBIDS`] then [`GRAPH_ONLY_CBIDS`].
+pub(super) fn graph_building_cbids()
+-> impl Iterator<Item = &'static (sys::CUpti_CallbackDomain, u32)> {
+    EAGER_HOT_CBIDS.iter().chain(GRAPH_ONLY_CBIDS)
+}
 
 impl Default for RecorderConfig {
     fn default() -> Self {
@@ -284,32 +300,7 @@ pub(super) const GRAPH_BUILDING_START_CBIDS: [(sys::CUpti_CallbackDomain, u32); 
 /// the trace budget pauses (a capture holds them on). The others only build graphs and never
 /// pause, so an explicitly built graph is always seen with its creating calls.
 pub(super) fn paused_by_budget(call: (sys::CUpti_CallbackDomain, u32)) -> bool {
-    use sys::CUPTI_CB_DOMAIN_DRIVER_API as D;
-    use sys::CUPTI_CB_DOMAIN_RUNTIME_API as R;
-    const EAGER: [(sys::CUpti_CallbackDomain, u32); 16] = [
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecord),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecordWithFlags),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2),
-        (D, sys::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecord_v3020),
-        (
-            R,
-            sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecordWithFlags_v11010,
-        ),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020),
-        (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020),
-    ];
-    EAGER.contains(&call)
-        || LAUNCH_CBIDS.contains(&call)
-        || call == (R, sys::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_v10000)
+    EAGER_HOT_CBIDS.contains(&call) || LAUNCH_CBIDS.contains(&call)
 }
 
 /// `cudaGraphLaunch`/`cuGraphLaunch` and their per-thread-stream forms: the calls the trace
@@ -510,7 +501,7 @@ mod tests {
             (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags),
             (D, sys::CUPTI_DRIVER_TRACE_CBID_cuGraphNodeGetType),
         ] {
-            assert!(GRAPH_BUILDING_CBIDS.contains(&call), "{call:?}");
+            assert!(GRAPH_ONLY_CBIDS.contains(&call), "{call:?}");
             assert!(!paused_by_budget(call), "{call:?}");
         }
         // The budget's own: capture begins and ends, graph building starts, graph launches.

@@ -4,9 +4,9 @@ use super::budget::TraceBudget;
 use super::buffers;
 use super::callbacks::{self, ACTIVE, Budget, PANICS, Shared, State, lock};
 use super::config::{
-    API_DOMAINS, ApiCallbacks, CAPTURE_END_CBIDS, Diagnostics, GRAPH_BUILDING_CBIDS,
-    GRAPH_BUILDING_START_CBIDS, GRAPH_LAUNCH_CBIDS, KINDS, LAUNCH_CBIDS, RESOURCE_CBIDS,
-    RecorderConfig, paused_by_budget,
+    API_DOMAINS, ApiCallbacks, CAPTURE_END_CBIDS, Diagnostics, GRAPH_BUILDING_START_CBIDS,
+    GRAPH_LAUNCH_CBIDS, KINDS, LAUNCH_CBIDS, RESOURCE_CBIDS, RecorderConfig, graph_building_cbids,
+    paused_by_budget,
 };
 use super::error::CuptiError;
 use super::loaded::Queries;
@@ -306,7 +306,7 @@ impl Recorder {
                 } else {
                     &[]
                 };
-                for &(domain, cbid) in GRAPH_BUILDING_CBIDS.iter().chain(launches) {
+                for &(domain, cbid) in graph_building_cbids().chain(launches) {
                     // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe
                     // gave us.
                     let rc = unsafe { api.cuptiEnableCallback(1, sub, domain, cbid) };
