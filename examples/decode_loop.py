@@ -20,16 +20,10 @@ the graph replays' cell, and the two paired by kernel sequence, the basis on scr
 """
 import argparse
 import json
-import statistics
 
 import torch
 
-
-def percentile(sorted_values, q):
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+from step_periods import print_phases
 
 
 class TinyDecoder:
@@ -128,10 +122,7 @@ def main():
 
     print(f"torch={torch.__version__} device={torch.cuda.get_device_name()!r} "
           f"layers={args.layers} hidden={args.hidden} batch={args.batch}")
-    for name, values in periods.items():
-        s = sorted(values)
-        print(f"phase={name} n={len(s)} median_us={statistics.median(s):.2f} "
-              f"p10_us={percentile(s, 0.1):.2f} p90_us={percentile(s, 0.9):.2f}")
+    print_phases(periods)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"torch": torch.__version__, "phases": periods}, f)

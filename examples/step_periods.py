@@ -46,3 +46,19 @@ def write_json(path, phases, profile, rank=0, world=1, **fields):
               **fields, "phases": phases, "host_speed_us": host_speed_us()}
     with open(path.replace("{rank}", str(rank)), "w") as f:
         json.dump(record, f)
+
+
+def percentile(sorted_values, q):
+    """The q-quantile of sorted values, interpolated between the two nearest."""
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def print_phases(periods):
+    """One line per phase: `phase=NAME n=N median_us=… p10_us=… p90_us=…` (interpolated)."""
+    for name, values in periods.items():
+        s = sorted(values)
+        print(f"phase={name} n={len(s)} median_us={statistics.median(s):.2f} "
+              f"p10_us={percentile(s, 0.1):.2f} p90_us={percentile(s, 0.9):.2f}")

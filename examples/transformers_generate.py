@@ -27,18 +27,12 @@ alignment, in a pattern of 4 tokens, so about half the steps are counted off the
 """
 import argparse
 import json
-import statistics
 
 import torch
 import transformers
 from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsProcessorList
 
-
-def percentile(sorted_values, q):
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+from step_periods import print_phases
 
 
 class TokenEvents(LogitsProcessor):
@@ -111,10 +105,7 @@ def main():
 
     print(f"torch={torch.__version__} transformers={transformers.__version__} "
           f"device={torch.cuda.get_device_name()!r} layers={args.layers} hidden={args.hidden}")
-    for name, values in periods.items():
-        s = sorted(values)
-        print(f"phase={name} n={len(s)} median_us={statistics.median(s):.2f} "
-              f"p10_us={percentile(s, 0.1):.2f} p90_us={percentile(s, 0.9):.2f}")
+    print_phases(periods)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"torch": torch.__version__, "transformers": transformers.__version__,
