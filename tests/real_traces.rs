@@ -307,6 +307,7 @@ fn cells_of_a_budgeted_trace_say_how_much_of_their_work_was_traced() {
         exec,
         launches: 40,
         traced: 16,
+        launch_periods: None,
     };
     t.metadata.sampling = Some(trace::Sampling {
         budget: 16,
@@ -350,6 +351,89 @@ fn cells_of_a_budgeted_trace_say_how_much_of_their_work_was_traced() {
     assert_eq!(back.metadata.sampling, t.metadata.sampling);
     t.metadata.sampling = None;
     assert!(!serde_json::to_string(&t).unwrap().contains("sampling"));
+}
+
+/// The same trace with the launch periods the recorder now keeps per graph (traced and
+/// untraced launches of one run): each replay cell states what tracing added to it, and a mode 2
+/// vs mode 1 difference smaller than that is not presented as a finding.
+#[test]
+fn graph_replay_cells_state_what_tracing_added_and_the_mode_difference_is_weighed_against_it() {
+    let (mut t, _) = load("torch-graphs-budget-h200.json");
+    let periods = |traced_ns: u64, untraced_ns: u64| {
+        let (mut on, mut off) = (
+            trace::DurationHistogram::default(),
+            trace::DurationHistogram::default(),
+        );
+        (0..15).for_each(|i| on.add(traced_ns + i * 100));
+        (0..23).for_each(|i| off.add(untraced_ns + i * 100));
+        trace::LaunchPeriods {
+            traced: on.summary("traced"),
+            untraced: off.summary("untraced"),
+        }
+    };
+    let graph = |exec, p| trace::SampledGraph {
+        exec,
+        launches: 40,
+        traced: 16,
+        launch_periods: Some(p),
+    };
+    t.metadata.sampling = Some(trace::Sampling {
+        budget: 16,
+        graphs: vec![
+            graph(2, periods(38_000, 25_000)),
+            graph(29, periods(41_000, 27_000)),
+        ],
+        steps: 40,
+        steps_traced: 16,
+        ..Default::default()
+    });
+    let a = analysis::analyze(
+        std::slice::from_ref(&t),
+        &["budget".into()],
+        &AnalysisOptions::default(),
+    );
+    let ratio = |i: usize| a.cells[i].tracer_share.as_ref().map(|s| s.ratio);
+    // Histogram medians: within 1/32 of each side's true median.
+    for (i, want) in [(1, 38.7 / 26.1), (3, 41.7 / 28.1)] {
+        let got = ratio(i).unwrap_or_else(|| panic!("cell {i}: {}", a.cells[i].label));
+        assert!(
+            (got - want).abs() < want / 15.0,
+            "cell {i}: {got} vs {want}"
+        );
+    }
+    assert_eq!(
+        (ratio(2), ratio(4)),
+        (None, None),
+        "first launches: every one traced"
+    );
+    let pair = a.mode_pairs.first().expect("a mode 2 vs mode 1 pair");
+    assert!(
+        pair.period_delta.expect("a delta").abs() < 13_000.0,
+        "{pair:?}"
+    );
+    assert_eq!(pair.within_tracer_effect, Some(true));
+    let screen = gapscope::report::summary::analysis_summary(&a, None);
+    assert!(
+        screen.contains(&format!(
+            "tracing ×{:.2} on the host step",
+            ratio(1).unwrap()
+        )),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("within what tracing adds to a step: not a finding"),
+        "{screen}"
+    );
+    // What a report says without the periods (traces recorded before they were kept).
+    for g in &mut t.metadata.sampling.as_mut().unwrap().graphs {
+        g.launch_periods = None;
+    }
+    let a = analysis::analyze(
+        std::slice::from_ref(&t),
+        &["budget".into()],
+        &AnalysisOptions::default(),
+    );
+    assert!(a.cells[1..].iter().all(|c| c.tracer_share.is_none()));
 }
 
 /// A trace whose `metadata.sampling` the recorder wrote itself (H200, budget 64, 200 eager

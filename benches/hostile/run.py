@@ -55,7 +55,9 @@ def cases(py, launches_bin, n_launches):
     return out
 
 
-WROTE = re.compile(r"wrote (\S+) \((\d+) kernels, (\d+) markers, (\d+) dropped records(.*)\)$")
+# "wrote PATH (K kernels, M markers, D dropped records[; not adding up: …])[; how it was written]"
+WROTE = re.compile(
+    r"wrote (\S+) \((\d+) kernels, (\d+) markers, (\d+) dropped records(.*?)\)(;.*)?$")
 
 
 def load(path):
@@ -101,7 +103,7 @@ def run_case(gapscope, out_dir, name, cmd, record_args, expected_rc, send):
         if m:
             row.setdefault("wrote", []).append(
                 {"kernels": int(m[2]), "markers": int(m[3]), "dropped": int(m[4]),
-                 "not_adding_up": m[5].lstrip("; ")})
+                 "not_adding_up": m[5].lstrip("; "), "how": (m[6] or "").lstrip("; ")})
     for path in sorted(glob.glob(os.path.join(folder, "trace-*.json*"))):
         try:
             t = load(path)
@@ -133,7 +135,10 @@ def table(rows):
         kept = "; ".join(f"{t.get('eager_kernels')} / {t.get('replayed_kernels')}, "
                          f"{t.get('markers')}, {t.get('dropped')}" for t in r["traces"]) or "no trace"
         size = "; ".join(f"{t.get('bytes', 0) / 1e6:.2f} MB" for t in r["traces"]) or "-"
-        lost = "; ".join(w["not_adding_up"] or "nothing" for w in r.get("wrote", [])) or "-"
+        lost = "; ".join((w["not_adding_up"] or "nothing")
+                         + (" (from the records handed over)" if "handed over" in w.get("how", "")
+                            else "")
+                         for w in r.get("wrote", [])) or "-"
         lines.append(f"| {r['case']} | {json.dumps(own)} | {kept} | {r['rc']} ({r['expected_rc']}) "
                      f"| {size} | {lost} |")
     return "\n".join(lines)

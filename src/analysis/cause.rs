@@ -656,10 +656,16 @@ pub fn analyze_cell(
             trace.metadata.sampling.as_ref(),
             cell.graph_group.as_ref(),
         ),
-        tracer_share: cell
-            .cell
-            .filter(|_| cell.graph_group.is_none())
-            .and_then(|c| super::tracer_share::of_marked_cell(trace, c)),
+        tracer_share: match &cell.graph_group {
+            Some(g) if g.launch == super::steps::GraphLaunch::Replay => g
+                .execs
+                .first()
+                .and_then(|&exec| super::tracer_share::of_graph_replays(trace, exec)),
+            Some(_) => None,
+            None => cell
+                .cell
+                .and_then(|c| super::tracer_share::of_marked_cell(trace, c)),
+        },
         graph_group: cell.graph_group,
         found: cell.found,
     }

@@ -403,7 +403,7 @@ pub struct CellAnalysis {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampled: Option<Sampled>,
     /// What tracing added to this cell's host step period, from the untraced steps of the
-    /// same run (step-range cells under a trace budget).
+    /// same run (step-range cells and graph replays under a trace budget).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tracer_share: Option<super::tracer_share::TracerShare>,
 }

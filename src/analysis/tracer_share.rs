@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 use super::stats::Stat;
-use crate::trace::{MarkerKind, Trace};
+use crate::trace::{MarkerKind, RangeSummary, Trace};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -108,16 +108,49 @@ pub fn of_marked_cell(trace: &Trace, cell: usize) -> Option<TracerShare> {
             }
         }
     }
-    if on.len() < MIN_PERIODS || off.len() < MIN_PERIODS {
-        return None;
-    }
-    let (traced, untraced) = (Stat::of(&mut on)?, Stat::of(&mut off)?);
-    (untraced.median > 0.0).then(|| TracerShare {
-        ratio: traced.median / untraced.median,
-        added_ns: traced.median - untraced.median,
-        traced,
-        untraced,
+    TracerShare::of(Stat::of(&mut on)?, Stat::of(&mut off)?)
+}
+
+/// The share for the replays of executable graph `exec` launched outside step ranges, from
+/// the recorder's launch-to-launch host periods with tracing on and paused
+/// (`sampling.graphs[].launch_periods`, histograms: quantiles within 1/32). A replay cell's
+/// step is one launch, so its host period is the step's.
+pub fn of_graph_replays(trace: &Trace, exec: u32) -> Option<TracerShare> {
+    let periods = trace
+        .metadata
+        .sampling
+        .as_ref()?
+        .graphs
+        .iter()
+        .find(|g| g.exec == exec)?
+        .launch_periods
+        .as_ref()?;
+    TracerShare::of(stat_of(&periods.traced)?, stat_of(&periods.untraced)?)
+}
+
+fn stat_of(h: &RangeSummary) -> Option<Stat> {
+    Some(Stat {
+        n: usize::try_from(h.count).ok()?,
+        median: h.quantile(0.5)?,
+        p10: h.quantile(0.1)?,
+        p90: h.quantile(0.9)?,
+        min: h.min_ns as f64,
+        max: h.max_ns as f64,
     })
+}
+
+impl TracerShare {
+    /// `None` unless each side has [`MIN_PERIODS`] periods and the untraced median is positive.
+    fn of(traced: Stat, untraced: Stat) -> Option<TracerShare> {
+        (traced.n >= MIN_PERIODS && untraced.n >= MIN_PERIODS && untraced.median > 0.0).then(|| {
+            TracerShare {
+                ratio: traced.median / untraced.median,
+                added_ns: traced.median - untraced.median,
+                traced,
+                untraced,
+            }
+        })
+    }
 }
 
 #[cfg(test)]
@@ -238,5 +271,46 @@ mod tests {
         let mut t = budgeted();
         t.markers.truncate(13);
         assert_eq!(of_marked_cell(&t, 0), None, "two untraced periods only");
+    }
+
+    /// The recorder's launch-period histograms of exec 5: 40 traced periods of 36 µs, 100
+    /// untraced of 24 µs (and one of 25 ms, an untraced launch after a long host pause).
+    #[test]
+    fn graph_replays_get_their_share_from_the_launch_periods() {
+        use crate::trace::{DurationHistogram, LaunchPeriods, SampledGraph};
+        let (mut on, mut off) = (DurationHistogram::default(), DurationHistogram::default());
+        (0..40).for_each(|_| on.add(36_000));
+        (0..100).for_each(|_| off.add(24_000));
+        off.add(25_000_000);
+        let mut t = budgeted();
+        t.metadata.sampling.as_mut().unwrap().graphs = vec![SampledGraph {
+            exec: 5,
+            launches: 300,
+            traced: 60,
+            launch_periods: Some(LaunchPeriods {
+                traced: on.summary("traced"),
+                untraced: off.summary("untraced"),
+            }),
+        }];
+        let s = of_graph_replays(&t, 5).expect("both sides");
+        assert_eq!((s.traced.n, s.untraced.n), (40, 101));
+        // Bucket middles: within 1/32 of 36 and 24 µs.
+        assert!(
+            (s.traced.median - 36_000.0).abs() < 36_000.0 / 32.0,
+            "{s:?}"
+        );
+        assert!(
+            (s.untraced.median - 24_000.0).abs() < 24_000.0 / 32.0,
+            "{s:?}"
+        );
+        assert!((s.ratio - 1.5).abs() < 0.1, "{s:?}");
+        assert_eq!(s.untraced.max, 25_000_000.0);
+        assert_eq!(of_graph_replays(&t, 6), None, "another graph");
+        let periods = t.metadata.sampling.as_mut().unwrap().graphs[0]
+            .launch_periods
+            .as_mut()
+            .unwrap();
+        periods.traced = DurationHistogram::default().summary("traced");
+        assert_eq!(of_graph_replays(&t, 5), None, "no traced periods");
     }
 }

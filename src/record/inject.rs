@@ -281,10 +281,9 @@ fn initialize() -> Result<(), String> {
         limit,
         step_range: config.step_range.clone(),
     };
+    // Delivery relies on the recorder's own flush thread: CUPTI's flush period
+    // (`cuptiActivityFlushPeriod`) hands back only full buffers.
     let spilling = env(SPILL_VAR).is_some_and(|v| v == "1");
-    if spilling {
-        recorder_config.flush_period_ms = Some(DELIVERY_PERIOD_MS);
-    }
     let mut recorder = Recorder::start(recorder_config).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&config.out)
         .map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;

@@ -159,11 +159,24 @@ pub struct RangeSummary {
 pub const OTHER_RANGE_NAMES: &str = "(other names)";
 
 /// Launches of one executable graph (CUPTI's exec id, as kernels' `graph` holds it).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SampledGraph {
     pub exec: u32,
     pub launches: u64,
     pub traced: u64,
+    /// Host time from one launch of this graph to its next (outside step ranges), between
+    /// launches with no tracing switch between them: what tracing adds to a replay, measured in
+    /// the same run. Absent in traces recorded before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_periods: Option<LaunchPeriods>,
+}
+
+/// [`SampledGraph::launch_periods`]: the launch-to-launch host periods (ns) while tracing was
+/// on and while it was paused, as histograms (names "traced" and "untraced").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchPeriods {
+    pub traced: RangeSummary,
+    pub untraced: RangeSummary,
 }
 
 fn one() -> u32 {

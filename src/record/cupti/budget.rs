@@ -19,7 +19,7 @@
 #![forbid(unsafe_code)]
 
 use super::sys;
-use crate::trace::{SampledGraph, Sampling};
+use crate::trace::{DurationHistogram, LaunchPeriods, SampledGraph, Sampling};
 use std::collections::HashMap;
 
 /// One CUPTI call of a pause or resume.
@@ -131,7 +131,7 @@ impl Default for TraceBudget {
 
 /// Launches of one executable graph (keyed by its handle, which the driver may reuse after the
 /// graph is destroyed: [`BudgetState::exec_created`] starts the count afresh).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct ExecLaunches {
     /// CUPTI's id of the executable graph, when its creation was seen.
     id: Option<u32>,
@@ -139,7 +139,15 @@ struct ExecLaunches {
     traced: u64,
     /// Launches counted by this graph's own schedule (outside step ranges).
     scheduled: u64,
+    /// The last scheduled launch: when it started, and the switch count after its decision
+    /// (`None` when that decision switched tracing: the switch's own cost follows it).
+    last: Option<(u64, Option<u64>)>,
+    /// Launch-to-launch host periods with no switch between them, [untraced, traced].
+    periods: [DurationHistogram; 2],
 }
+
+/// Fewest periods on each side for [`SampledGraph::launch_periods`] to be written.
+const MIN_LAUNCH_PERIODS: u64 = 5;
 
 /// The running decisions. Every method returns `Some(on)` when tracing must be switched to
 /// `on` now (the caller applies it before the launch or step goes ahead, unless another thread
@@ -162,6 +170,8 @@ pub(crate) struct BudgetState {
     /// Stream captures under way: no pause until they end.
     captures: u32,
     pauses: u64,
+    /// Tracing switches decided (pauses and resumes).
+    switches: u64,
     /// When each applied resume happened (at most [`MAX_RESUMES_KEPT`]).
     resumed_at: Vec<u64>,
 }
@@ -185,6 +195,7 @@ impl BudgetState {
             last_content: StepContent::Eager,
             captures: 0,
             pauses: 0,
+            switches: 0,
             resumed_at: Vec::new(),
         }
     }
@@ -201,6 +212,7 @@ impl BudgetState {
         }
         self.tracing = on;
         self.pauses += u64::from(!on);
+        self.switches += 1;
         Some(on)
     }
 
@@ -217,12 +229,24 @@ impl BudgetState {
         }
     }
 
-    /// A launch of executable graph `exec` outside any step range.
-    pub fn graph_launch(&mut self, exec: usize) -> Option<bool> {
+    /// A launch of executable graph `exec` outside any step range, entered at host time `at`
+    /// (ns): the period from its previous launch is kept when no tracing switch was decided
+    /// between them (nor at the previous one, whose switch would be inside the period).
+    pub fn graph_launch(&mut self, exec: usize, at: u64) -> Option<bool> {
+        // The period from the previous launch ran under the state before this decision.
+        let (before, was_tracing) = (self.switches, self.tracing);
         let e = self.execs.entry(exec).or_default();
         let want = sampled(e.scheduled, u64::from(self.limit));
         e.scheduled += 1;
         let switch = self.switch_to(want);
+        let after = self.switches;
+        let e = self.execs.entry(exec).or_default();
+        if let Some((prev, Some(switches))) = e.last
+            && switches == before
+        {
+            e.periods[usize::from(was_tracing)].add(at.saturating_sub(prev));
+        }
+        e.last = Some((at, (after == before).then_some(after)));
         self.launched(exec);
         switch
     }
@@ -316,10 +340,17 @@ impl BudgetState {
             .chain(&self.retired)
             .filter(|e| e.launches > e.traced)
             .filter_map(|e| {
+                let [untraced, traced] = &e.periods;
                 Some(SampledGraph {
                     exec: e.id?,
                     launches: e.launches,
                     traced: e.traced,
+                    launch_periods: (untraced.count >= MIN_LAUNCH_PERIODS
+                        && traced.count >= MIN_LAUNCH_PERIODS)
+                        .then(|| LaunchPeriods {
+                            traced: traced.summary("traced"),
+                            untraced: untraced.summary("untraced"),
+                        }),
                 })
             })
             .collect();
@@ -425,7 +456,7 @@ mod tests {
         let mut b = BudgetState::new(4);
         b.exec_created(0xa, 7);
         // Launch 5 is the first left out (windows of 1: 4 and 6 traced below 8).
-        let switches: Vec<Option<bool>> = (0..6).map(|_| b.graph_launch(0xa)).collect();
+        let switches: Vec<Option<bool>> = (0..6).map(|_| b.graph_launch(0xa, 0)).collect();
         assert_eq!(switches, [None, None, None, None, None, Some(false)]);
         assert!(!b.tracing());
         let notes = b.notes(None, 0);
@@ -442,16 +473,59 @@ mod tests {
             exec: 7,
             launches: 6,
             traced: 5,
+            launch_periods: None,
         };
         assert_eq!(sampling.graphs, [graph]);
         assert_eq!((sampling.budget, sampling.steps), (4, 0));
-        assert_eq!(b.graph_launch(0xa), Some(true), "launch 6: the next window");
+        assert_eq!(
+            b.graph_launch(0xa, 0),
+            Some(true),
+            "launch 6: the next window"
+        );
+    }
+
+    /// 400 launches of one graph under a budget of 16, traced ones 30 µs apart and untraced
+    /// ones 20 µs apart, with a switch costing 500 µs inside the launch that decides it: the
+    /// periods kept are exactly 30 and 20 µs, none spans a switch.
+    #[test]
+    fn launch_periods_keep_what_tracing_adds_and_leave_out_the_switches() {
+        let mut b = BudgetState::new(16);
+        b.exec_created(0xa, 3);
+        let mut at = 0u64;
+        for _ in 0..400 {
+            let switched = b.graph_launch(0xa, at).is_some();
+            at += if b.tracing() { 30_000 } else { 20_000 } + if switched { 500_000 } else { 0 };
+        }
+        let sampling = b.sampling().expect("launches were left out");
+        let g = &sampling.graphs[0];
+        assert_eq!((g.exec, g.launches), (3, 400));
+        let p = g.launch_periods.as_ref().expect("both sides measured");
+        let (traced, untraced) = (&p.traced, &p.untraced);
+        assert_eq!((traced.min_ns, traced.max_ns), (30_000, 30_000));
+        assert_eq!((untraced.min_ns, untraced.max_ns), (20_000, 20_000));
+        assert_eq!(
+            traced.count + untraced.count + b.switches,
+            399,
+            "one period left out after each switch: {g:?}"
+        );
+        assert!(traced.count >= 15 && untraced.count >= 100, "{g:?}");
+    }
+
+    #[test]
+    fn no_launch_periods_without_enough_untraced_launches() {
+        let mut b = BudgetState::new(4);
+        b.exec_created(0xa, 3);
+        for i in 0..7 {
+            b.graph_launch(0xa, i * 1_000);
+        }
+        let sampling = b.sampling().expect("launches were left out");
+        assert_eq!(sampling.graphs[0].launch_periods, None);
     }
 
     /// Six launches of `exec` under a budget of 4: the sixth is left out.
     fn over_budget(b: &mut BudgetState, exec: usize) {
         for _ in 0..6 {
-            b.graph_launch(exec);
+            b.graph_launch(exec, 0);
         }
         assert!(!b.tracing(), "launch 5 is left out");
     }
@@ -460,11 +534,11 @@ mod tests {
     fn a_new_graph_resumes_tracing_for_its_first_launch() {
         let mut b = BudgetState::new(4);
         over_budget(&mut b, 0xa);
-        assert_eq!(b.graph_launch(0xb), Some(true), "fresh graph: traced");
-        assert_eq!(b.graph_launch(0xa), None, "launch 6 of 0xa: sampled");
-        assert_eq!(b.graph_launch(0xa), Some(false), "launch 7: left out");
-        assert_eq!(b.graph_launch(0xc), Some(true));
-        assert_eq!(b.graph_launch(0xd), None, "still on");
+        assert_eq!(b.graph_launch(0xb, 0), Some(true), "fresh graph: traced");
+        assert_eq!(b.graph_launch(0xa, 0), None, "launch 6 of 0xa: sampled");
+        assert_eq!(b.graph_launch(0xa, 0), Some(false), "launch 7: left out");
+        assert_eq!(b.graph_launch(0xc, 0), Some(true));
+        assert_eq!(b.graph_launch(0xd, 0), None, "still on");
     }
 
     #[test]
@@ -520,8 +594,12 @@ mod tests {
             "graph built while paused: resumed"
         );
         assert_eq!(b.graph_building(), None, "already on");
-        assert_eq!(b.graph_launch(0xa), None, "launch 6: sampled");
-        assert_eq!(b.graph_launch(0xa), Some(false), "left out again: paused");
+        assert_eq!(b.graph_launch(0xa, 0), None, "launch 6: sampled");
+        assert_eq!(
+            b.graph_launch(0xa, 0),
+            Some(false),
+            "left out again: paused"
+        );
         assert_eq!(b.launches(0xa), 8);
         b.freeze();
         assert_eq!(b.graph_building(), None, "frozen");
@@ -534,7 +612,7 @@ mod tests {
         over_budget(&mut b, 0xa);
         b.exec_created(0xa, 2);
         assert_eq!(
-            b.graph_launch(0xa),
+            b.graph_launch(0xa, 0),
             Some(true),
             "a new graph under the old handle"
         );
@@ -566,9 +644,9 @@ mod tests {
     #[test]
     fn frozen_never_switches() {
         let mut b = BudgetState::new(4);
-        b.graph_launch(0xa);
+        b.graph_launch(0xa, 0);
         b.freeze();
-        assert_eq!(b.graph_launch(0xa), None);
+        assert_eq!(b.graph_launch(0xa, 0), None);
         assert!(b.tracing(), "left as it was when frozen");
     }
 
@@ -647,7 +725,7 @@ mod tests {
             assert_eq!(b.step_started(), None, "held on during the capture");
             assert!(b.tracing());
         }
-        assert_eq!(b.graph_launch(0xa), None);
+        assert_eq!(b.graph_launch(0xa, 0), None);
         b.capture_ended();
         b.capture_ended(); // an unmatched end changes nothing
         let later: Vec<Option<bool>> = (0..8).map(|_| b.step_started()).collect();

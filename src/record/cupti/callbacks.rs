@@ -91,6 +91,9 @@ pub(crate) struct Shared {
     pub dropped: AtomicU64,
     /// cuptiActivityFlushAll must not run on several threads at once.
     pub flush_lock: Mutex<()>,
+    /// Set when recording ends: the periodic flush thread stops (checked under `flush_lock`,
+    /// so no flush of it runs while the recorder tears CUPTI down).
+    pub flush_stopped: std::sync::atomic::AtomicBool,
     /// The trace budget, when one is set (`None`: everything is traced).
     pub budget: Option<Budget>,
     /// The CUDA libraries loaded, as last walked (at context creation and graph
@@ -388,7 +391,9 @@ unsafe fn on_api(
                 lock(&budget.decisions).graph_launch_in_step(exec);
             }
         } else {
-            budget_decides(&shared, |b| b.graph_launch(exec));
+            // The launch's host time, for what tracing adds to a replay (`launch_periods`).
+            let at = loader::loaded().map_or(0, now);
+            budget_decides(&shared, |b| b.graph_launch(exec, at));
         }
     } else if capture_begin {
         if entering {
@@ -1181,6 +1186,7 @@ mod tests {
             state: Mutex::new(State::new()),
             dropped: AtomicU64::new(0),
             flush_lock: Mutex::new(()),
+            flush_stopped: Default::default(),
             budget: Some(Budget::new(&super::super::budget::TraceBudget {
                 limit,
                 step_range: step_range.map(str::to_owned),
@@ -1194,7 +1200,7 @@ mod tests {
         let shared = shared_with_budget(4, None);
         let budget = shared.budget.as_ref().unwrap();
         for _ in 0..6 {
-            lock(&budget.decisions).graph_launch(0xa);
+            lock(&budget.decisions).graph_launch(0xa, 0);
         }
         assert!(
             !lock(&budget.decisions).tracing(),
@@ -1224,7 +1230,7 @@ mod tests {
                 .any(|p| p.contains("switching tracing off failed")),
             "{problems:?}"
         );
-        assert_eq!(lock(&budget.decisions).graph_launch(0xb), None, "frozen");
+        assert_eq!(lock(&budget.decisions).graph_launch(0xb, 0), None, "frozen");
     }
 
     /// A graph launch as CUPTI reports it: `params` is the launch's parameter block.

@@ -125,6 +125,7 @@ impl Recorder {
             state: Mutex::new(State::new()),
             dropped: Default::default(),
             flush_lock: Mutex::new(()),
+            flush_stopped: Default::default(),
             budget: config
                 .trace_budget
                 .is_limited()
@@ -652,6 +653,9 @@ impl Recorder {
                         return;
                     }
                     let _one_at_a_time = lock(&shared.flush_lock);
+                    if shared.flush_stopped.load(Ordering::Acquire) {
+                        return;
+                    }
                     // SAFETY: resolved at load; buffers come back through our static callback,
                     // which does not take `flush_lock`.
                     let _ = unsafe { cupti.api().cuptiActivityFlushAll(0) };
@@ -690,6 +694,9 @@ impl Recorder {
             return Ok(());
         }
         self.torn_down = true;
+        // No periodic flush from here on: a program exiting from another thread keeps
+        // launching while CUPTI is torn down.
+        self.shared.flush_stopped.store(true, Ordering::Release);
         let api = self.cupti.api();
         let mut notes = Vec::new();
         // Flush only what we enabled: when start failed early (e.g. another profiler holds
