@@ -89,6 +89,9 @@ static RECORDER: Mutex<Option<Recorder>> = Mutex::new(None);
 static CONFIG: OnceLock<Config> = OnceLock::new();
 /// Set by whoever writes (or gives up writing) the trace: it is written at most once.
 static WRITING: AtomicBool = AtomicBool::new(false);
+/// `GAPSCOPE_SIGNAL_BACKTRACE=1`: a fatal signal (SIGSEGV, SIGABRT) prints the native frames of
+/// the thread it hit, read once at start.
+static SIGNAL_BACKTRACE: AtomicBool = AtomicBool::new(false);
 
 /// Settings of the injected process, read from its environment at initialisation.
 #[derive(Debug, Clone)]
@@ -561,6 +564,38 @@ mod signals {
         }
     }
 
+    /// Writes the native frames of the current thread to stderr, with its thread id: what
+    /// `GAPSCOPE_SIGNAL_BACKTRACE=1` prints on a fatal signal, to tell which library crashed.
+    #[cfg(target_env = "gnu")]
+    pub fn print_backtrace(sig: c_int) {
+        unsafe extern "C" {
+            fn backtrace(buffer: *mut *mut std::ffi::c_void, size: c_int) -> c_int;
+            fn backtrace_symbols_fd(buffer: *const *mut std::ffi::c_void, size: c_int, fd: c_int);
+        }
+        let mut frames = [std::ptr::null_mut(); 48];
+        let mut line = [0u8; 64];
+        let text = {
+            use std::io::Write;
+            let mut w = &mut line[..];
+            // SAFETY: gettid has no preconditions.
+            let _ = write!(w, "gapscope: signal {sig} on thread {}:\n", unsafe {
+                libc::gettid()
+            });
+            64 - w.len()
+        };
+        // SAFETY: writes `text` bytes of a live buffer to fd 2; `backtrace` fills at most
+        // `frames.len()` entries of a live array, and `backtrace_symbols_fd` reads as many as it
+        // returned (glibc; neither allocates once libgcc is loaded, as it is by Rust's unwinder).
+        unsafe {
+            libc::write(2, line.as_ptr().cast(), text);
+            let n = backtrace(frames.as_mut_ptr(), frames.len() as c_int);
+            backtrace_symbols_fd(frames.as_ptr(), n, 2);
+        }
+    }
+
+    #[cfg(not(target_env = "gnu"))]
+    pub fn print_backtrace(_sig: c_int) {}
+
     /// Raises `sig` again; SA_RESETHAND already restored the default action, and the signal
     /// is delivered when the handler returns.
     pub fn reraise(sig: c_int) {
@@ -577,6 +612,11 @@ mod signals {
 ))]
 fn install_signal_handlers() {
     use signals::*;
+    // Read here: a signal handler must not read the environment.
+    SIGNAL_BACKTRACE.store(
+        env("GAPSCOPE_SIGNAL_BACKTRACE").is_some_and(|v| v == "1"),
+        Ordering::Relaxed,
+    );
     for sig in [SIGTERM, SIGINT, SIGSEGV, SIGABRT] {
         signals::install_if_default(sig, on_signal);
     }
@@ -594,6 +634,10 @@ fn install_signal_handlers() {}
 ))]
 extern "C" fn on_signal(sig: c_int) {
     signals::arm_watchdog(SIGNAL_WATCHDOG_S);
+    if SIGNAL_BACKTRACE.load(Ordering::Relaxed) && sig != signals::SIGTERM && sig != signals::SIGINT
+    {
+        signals::print_backtrace(sig);
+    }
     let _ = catch_unwind(AssertUnwindSafe(|| write_trace(Some(sig))));
     signals::reraise(sig);
 }
