@@ -578,7 +578,7 @@ mod signals {
             use std::io::Write;
             let mut w = &mut line[..];
             // SAFETY: gettid has no preconditions.
-            let _ = write!(w, "gapscope: signal {sig} on thread {}:\n", unsafe {
+            let _ = writeln!(w, "gapscope: signal {sig} on thread {}:", unsafe {
                 libc::gettid()
             });
             64 - w.len()
