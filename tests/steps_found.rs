@@ -504,3 +504,37 @@ fn a_librarys_qualified_range_is_not_proposed_as_the_step_range() {
     );
     assert!(!analysis_summary(&a, None).contains("Step range:"));
 }
+
+/// A burst of one kernel repeated (torch.compile's autotuning fills a buffer before each
+/// benchmark) beside a decode loop is no loop of the program; alone, a kernel launched again and
+/// again (a launch-rate benchmark) is the program's loop.
+#[test]
+fn a_one_kernel_burst_beside_a_decode_loop_is_left_over_but_alone_it_is_the_loop() {
+    let mut s = KernelStream::new();
+    decode(&mut s, 40, None);
+    for _ in 0..300 {
+        s.kernel("fill", 2_000, 1_000);
+    }
+    let a = analyze(&s.finish());
+    assert_eq!(found_cells(&a).len(), 1, "{:?}", labels(&a));
+    assert_eq!(found_cells(&a)[0].found.as_ref().unwrap().unit_ops, 9);
+    assert_eq!(
+        a.inputs[0].steps.left_over, 300,
+        "the fills are counted as left over"
+    );
+
+    let mut s = KernelStream::new();
+    for _ in 0..300 {
+        s.kernel("empty", 2_000, 1_000);
+    }
+    let a = analyze(&s.finish());
+    let cells = found_cells(&a);
+    assert_eq!(cells.len(), 1, "{:?}", labels(&a));
+    assert_eq!(
+        (
+            cells[0].found.as_ref().unwrap().unit_ops,
+            cells[0].steps.len()
+        ),
+        (1, 300)
+    );
+}

@@ -29,7 +29,8 @@
 //! prefill between two calls) and that run at the same period are one loop, one cell; the
 //! step after each interruption has no period. A loop of fewer ops in all than one step of
 //! another (a prefill's layers, inside that interruption or beside it) is the inner structure
-//! of one pass, not a loop of the program: its ops are left over.
+//! of one pass, not a loop of the program: its ops are left over. So are loops of a one-op unit
+//! beside loops of longer units or graph replays (a burst of one kernel: autotuning's fills).
 //!
 //! Nothing is invented: a loop needs [`MIN_STEPS`] steps, [`MIN_RUN`] of them alike in a row
 //! holding [`MIN_LOOP_OPS`] ops, which chance repeats in a long stream do not reach.
@@ -788,6 +789,12 @@ pub fn discover(
     // (a prefill's layers), not a loop of the program: its ops are left over.
     let longest_unit = joined.iter().map(|r| r[0].unit_len()).max().unwrap_or(0);
     joined.retain(|runs| runs.iter().map(LoopSpan::ops).sum::<usize>() >= longest_unit);
+    // One op repeated is any burst of one kernel (torch.compile's autotuning fills and
+    // benchmarks, a cache's initialisation): beside a loop of real steps or graph replays it is
+    // no step of the program, and its ops are left over.
+    if longest_unit > 1 || !graphs.is_empty() {
+        joined.retain(|runs| runs[0].unit_len() > 1);
+    }
     let mut units: Vec<&[u32]> = Vec::new();
     let ordinals: Vec<usize> = joined
         .iter()
