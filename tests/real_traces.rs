@@ -412,6 +412,10 @@ fn graph_replay_cells_state_what_tracing_added_and_the_mode_difference_is_weighe
         "{pair:?}"
     );
     assert_eq!(pair.within_tracer_effect, Some(true));
+    let untraced = pair
+        .untraced_period_delta
+        .expect("both cells measured untraced");
+    assert!((untraced - 2_000.0).abs() < 300.0, "{untraced}");
     let screen = gapscope::report::summary::analysis_summary(&a, None);
     assert!(
         screen.contains(&format!(
@@ -421,7 +425,9 @@ fn graph_replay_cells_state_what_tracing_added_and_the_mode_difference_is_weighe
         "{screen}"
     );
     assert!(
-        screen.contains("within what tracing adds to a step: not a finding"),
+        screen.contains(
+            "within what tracing adds to a step: not a finding (between untraced steps: Δ +"
+        ),
         "{screen}"
     );
     // What a report says without the periods (traces recorded before they were kept).

@@ -218,6 +218,11 @@ pub fn compare_cells(
                 d,
             )
         }),
+        untraced_period_delta: base
+            .tracer_share
+            .as_ref()
+            .zip(head.tracer_share.as_ref())
+            .map(|(b, h)| h.untraced.median - b.untraced.median),
         duration_delta_total,
         one_sided_ops_total,
         pairing: None,

@@ -589,6 +589,10 @@ pub struct CellComparison {
     /// Whether the period difference is no larger than what tracing added to either cell's
     /// step (`None`: neither cell's tracer share is known).
     pub within_tracer_effect: Option<bool>,
+    /// Head − base of the cells' untraced host step periods (ns), when both cells have a
+    /// tracer share: the difference with tracing's own share taken out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub untraced_period_delta: Option<f64>,
     /// Net change of aligned op durations (ns), and the time of one-sided ops (head only
     /// minus base only, ns). With the gap changes these decompose the period delta; what is
     /// left is overlap between streams and the difference between the median of a sum and

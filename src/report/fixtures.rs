@@ -449,6 +449,7 @@ pub fn compare_between(
         )],
         causes_gone_in_head: Vec::new(),
         within_tracer_effect: None,
+        untraced_period_delta: None,
     }
 }
 

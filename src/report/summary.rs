@@ -62,12 +62,17 @@ fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
     )
 }
 
-/// " — within the tracer's effect" when tracing added at least this difference to a step.
-fn tracer_effect_note(p: &crate::analysis::CellComparison) -> &'static str {
+/// " — within the tracer's effect" when tracing added at least this difference to a step, with
+/// the difference between the cells' untraced steps when both were measured.
+fn tracer_effect_note(p: &crate::analysis::CellComparison) -> String {
+    let untraced = p
+        .untraced_period_delta
+        .map(|d| format!(" (between untraced steps: Δ {} µs)", us2_signed(d)))
+        .unwrap_or_default();
     if p.within_tracer_effect == Some(true) {
-        " — within what tracing adds to a step: not a finding"
+        format!(" — within what tracing adds to a step: not a finding{untraced}")
     } else {
-        ""
+        untraced
     }
 }
 
