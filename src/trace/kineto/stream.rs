@@ -10,7 +10,7 @@
 #![forbid(unsafe_code)]
 
 use super::Sink;
-use super::scan::{Nesting, ScanError, Scanner};
+use super::scan::{Nesting, RawEvent, ScanError, Scanner};
 use std::io::{self, Read};
 
 /// How the events are read and split. The defaults suit files of any size.
@@ -37,7 +37,10 @@ impl Default for ImportOptions {
 /// Buffered input that keeps the unparsed tail of a block and knows the file offset.
 pub(super) struct Input<R> {
     reader: R,
+    /// Read bytes in `buf[..len]`; the rest stays initialised from block to block, so reading
+    /// into it costs no zeroing.
     buf: Vec<u8>,
+    len: usize,
     /// First byte not yet consumed.
     start: usize,
     pub eof: bool,
@@ -50,6 +53,7 @@ impl<R: Read> Input<R> {
         Input {
             reader,
             buf: Vec::new(),
+            len: 0,
             start: 0,
             eof: false,
             base: 0,
@@ -57,7 +61,7 @@ impl<R: Read> Input<R> {
     }
 
     pub(super) fn available(&self) -> &[u8] {
-        &self.buf[self.start..]
+        &self.buf[self.start..self.len]
     }
 
     pub(super) fn consume(&mut self, n: usize) {
@@ -72,19 +76,22 @@ impl<R: Read> Input<R> {
     /// Reads until `want` bytes are available or the input ends.
     pub(super) fn fill(&mut self, want: usize) -> io::Result<()> {
         if self.start > 0 {
-            self.buf.drain(..self.start);
+            self.buf.copy_within(self.start..self.len, 0);
+            self.len -= self.start;
             self.base += self.start as u64;
             self.start = 0;
         }
-        if self.buf.len() >= want || self.eof {
-            return Ok(());
+        if self.buf.len() < want {
+            self.buf.resize(want, 0);
         }
-        let missing = want - self.buf.len();
-        self.buf.reserve(missing);
-        let got = (&mut self.reader)
-            .take(missing as u64)
-            .read_to_end(&mut self.buf)?;
-        self.eof = got < missing;
+        while self.len < want && !self.eof {
+            match self.reader.read(&mut self.buf[self.len..want]) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.len += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
         Ok(())
     }
 }
@@ -347,6 +354,7 @@ fn run(
     sink: &mut Sink,
 ) -> Outcome {
     let mut s = Scanner::new(data, pos);
+    let mut ev = RawEvent::default();
     let bad = |at: usize, message: String, expect| Outcome {
         pos: at,
         expect,
@@ -376,8 +384,8 @@ fn run(
             _ => {}
         }
         let start = s.pos;
-        match s.event() {
-            Ok(ev) => {
+        match s.event(&mut ev) {
+            Ok(()) => {
                 if let Err(message) = sink.add_event(&ev) {
                     return bad(start, message, expect);
                 }
