@@ -498,6 +498,16 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// [`Scanner::skip_value`] of a member's value, with the plain integers most skipped
+    /// members hold (`"pid":4242`, `"queued":0`) stepped over here, without the call.
+    #[inline(always)]
+    fn skip_member_value(&mut self, depth: u32) -> Result<(), ScanError> {
+        if self.plain_integer().is_some() {
+            return Ok(());
+        }
+        self.skip_value(depth)
+    }
+
     /// A string value for `key`.
     #[inline(always)]
     fn str_value(&mut self, key: &str) -> Result<Str<'a>, ScanError> {
@@ -706,7 +716,7 @@ impl<'a> Scanner<'a> {
                 ArgKey::Node => &mut args.node,
                 ArgKey::Bytes => &mut args.bytes,
                 ArgKey::Other => {
-                    self.skip_value(3)?;
+                    self.skip_member_value(3)?;
                     if self.object_next("\"args\"")? {
                         return Ok(());
                     }
@@ -759,7 +769,7 @@ impl<'a> Scanner<'a> {
                 EventKey::Dur => ev.dur = Some(self.time_value("dur")?),
                 EventKey::Tid => ev.tid = Some(self.tid_value()?),
                 EventKey::Args => self.args(&mut ev.args)?,
-                EventKey::Other => self.skip_value(2)?,
+                EventKey::Other => self.skip_member_value(2)?,
             }
             if self.object_next("an event")? {
                 return Ok(());
