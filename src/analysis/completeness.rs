@@ -9,8 +9,8 @@
 //! which have no API record either (the trace's notes count them).
 #![forbid(unsafe_code)]
 
-use crate::trace::Trace;
 use super::corr_set::CorrSet;
+use crate::trace::Trace;
 use rustc_hash::FxHashSet;
 use serde::Serialize;
 

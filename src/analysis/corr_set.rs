@@ -99,7 +99,9 @@ mod tests {
     #[test]
     fn answers_as_a_hash_set() {
         let dense: Vec<u32> = (100..5000).filter(|i| i % 3 != 0).collect();
-        let spread: Vec<u32> = (0..2000u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+        let spread: Vec<u32> = (0..2000u32)
+            .map(|i| i.wrapping_mul(2_654_435_761))
+            .collect();
         for ids in [dense, spread, vec![], vec![7, 7, 7], vec![0, u32::MAX]] {
             let mut set = CorrSet::of(ids.iter().copied());
             let want: FxHashSet<u32> = ids.iter().copied().collect();
@@ -113,9 +115,6 @@ mod tests {
             }
             assert!(ids.iter().all(|&i| set.contains(i)));
         }
-        assert!(matches!(
-            CorrSet::of(100..5000u32),
-            CorrSet::Dense { .. }
-        ));
+        assert!(matches!(CorrSet::of(100..5000u32), CorrSet::Dense { .. }));
     }
 }
