@@ -509,6 +509,40 @@ fn any_split_of_the_work_gives_the_same_trace() {
     }
 }
 
+/// The next block is read while the threads parse one, and put after the unfinished tail
+/// of that one: also when that tail is longer than the room kept for it (an event of 400 KB
+/// 700 KB into a 1 MiB block) and when the next block holds the end of the array.
+#[test]
+fn reading_ahead_while_parsing_gives_the_same_trace() {
+    use gapscope::trace::kineto::{ImportOptions, import_kineto_with};
+    let doc = varied_trace(3_000);
+    let long_name = "k".repeat(400_000);
+    let kernel = "{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"";
+    let cut = 700_000 + doc[700_000..].find(kernel).unwrap();
+    let head = kernel.len();
+    let doc = format!("{}{long_name}{}", &doc[..cut + head], &doc[cut + head..]);
+    let path = Path::new("t.json");
+    let one = import_kineto_with(
+        doc.as_bytes(),
+        path,
+        &ImportOptions {
+            threads: 1,
+            ..ImportOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(one.strings.iter().any(|s| s.starts_with("kkkkkkkk")));
+    for block_bytes in [1 << 17, 300_000, 1 << 20] {
+        let opts = ImportOptions {
+            threads: 2,
+            block_bytes,
+            parallel_min_bytes: 0,
+        };
+        let split = import_kineto_with(doc.as_bytes(), path, &opts).unwrap();
+        assert!(split == one, "{block_bytes}-byte blocks");
+    }
+}
+
 #[test]
 fn the_cli_report_is_the_same_on_one_thread_and_on_several() {
     let dir = tempfile::tempdir().unwrap();

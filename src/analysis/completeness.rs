@@ -9,8 +9,9 @@
 //! which have no API record either (the trace's notes count them).
 #![forbid(unsafe_code)]
 
+use super::corr_set::CorrSet;
 use crate::trace::Trace;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 use serde::Serialize;
 
 /// The counts of one trace; all zero when it adds up.
@@ -111,21 +112,20 @@ pub fn check(trace: &Trace) -> Completeness {
         api_recorded: !trace.api_calls.is_empty(),
         ..Completeness::default()
     };
-    let device: FxHashMap<u32, u64> = trace
-        .kernels
-        .iter()
-        .map(|k| (k.corr, k.start))
-        .chain(
+    // (corr, start) of every device record, in the trace's order.
+    let device_records = || {
+        trace.kernels.iter().map(|k| (k.corr, k.start)).chain(
             trace
                 .memcpys
                 .iter()
                 .chain(&trace.memsets)
                 .map(|m| (m.corr, m.start)),
         )
-        .collect();
+    };
     if !c.api_recorded {
         return c;
     }
+    let device = CorrSet::of(device_records().map(|(corr, _)| corr));
     let kinds: Vec<Option<LaunchKind>> = trace.strings.iter().map(|s| launch_kind(s)).collect();
     let mut calls: Vec<(u32, u64, u32, LaunchKind)> = trace
         .api_calls
@@ -164,7 +164,7 @@ pub fn check(trace: &Trace) -> Completeness {
             }
             LaunchKind::Work | LaunchKind::Graph if capturing => {}
             LaunchKind::Work | LaunchKind::Graph => {
-                if device.contains_key(&corr) {
+                if device.contains(corr) {
                     lose(&mut pending, &mut c);
                 } else {
                     pending.push((start, kind));
@@ -173,9 +173,11 @@ pub fn check(trace: &Trace) -> Completeness {
         }
     }
     lose(&mut pending, &mut c);
-    let api: FxHashSet<u32> = trace.api_calls.iter().map(|a| a.corr).collect();
-    for (&corr, &start) in &device {
-        if !api.contains(&corr) {
+    // Each correlation id of a device record once, with the start of its last record.
+    let api = CorrSet::of(trace.api_calls.iter().map(|a| a.corr));
+    let mut counted = FxHashSet::default();
+    for (corr, start) in device_records().rev() {
+        if !api.contains(corr) && counted.insert(corr) {
             c.device_records_without_launch += 1;
             c.device_times.push(start);
         }

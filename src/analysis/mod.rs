@@ -8,6 +8,7 @@
 pub mod align;
 pub mod cause;
 pub mod completeness;
+mod corr_set;
 pub mod coverage;
 pub mod discover;
 pub mod merge;

@@ -12,6 +12,7 @@
 //! - Every kernel of zero duration: not the timing of a run; every op is left out.
 #![forbid(unsafe_code)]
 
+use super::corr_set::CorrSet;
 use crate::trace::{GraphEdge, Trace};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::borrow::Cow;
@@ -98,11 +99,12 @@ pub fn check(trace: &Trace) -> (Cow<'_, Trace>, Vec<String>) {
 
 /// Correlation ids (other than 0, "none") that more than one API call carries.
 fn duplicated_correlation_ids(trace: &Trace) -> FxHashSet<u32> {
-    let mut seen = FxHashSet::default();
+    let ids = || trace.api_calls.iter().map(|a| a.corr).filter(|&c| c != 0);
+    let mut seen = CorrSet::for_ids(ids());
     let mut duplicated = FxHashSet::default();
-    for a in trace.api_calls.iter().filter(|a| a.corr != 0) {
-        if !seen.insert(a.corr) {
-            duplicated.insert(a.corr);
+    for corr in ids() {
+        if !seen.insert(corr) {
+            duplicated.insert(corr);
         }
     }
     duplicated

@@ -46,10 +46,12 @@ pub fn command(
     let mut collectives = None;
     for p in &paths {
         let mut trace = load_one(p, out.steps.step_range.as_deref())?;
+        timer.part("load");
         if summary.is_some() {
             collectives = Some(summary::owned_collective_ends(&trace));
         }
         analyzer.add(&mut trace, p.display().to_string());
+        timer.part("analysis");
         if detail == Detail::Steps || summary.is_some() {
             kept.push(trace);
         }

@@ -166,16 +166,40 @@ pub fn remove_temporaries_on_signal() {
 }
 
 /// With `GAPSCOPE_TIMINGS` set, the wall time of each phase on stderr (for benchmarks).
-pub struct PhaseTimer(Option<std::time::Instant>);
+pub struct PhaseTimer {
+    since: Option<std::time::Instant>,
+    /// Parts of the next lap, summed over the traces: (name, seconds).
+    parts: Vec<(&'static str, f64)>,
+}
 
 impl PhaseTimer {
     pub fn from_env() -> PhaseTimer {
-        PhaseTimer(std::env::var_os("GAPSCOPE_TIMINGS").map(|_| std::time::Instant::now()))
+        PhaseTimer {
+            since: std::env::var_os("GAPSCOPE_TIMINGS").map(|_| std::time::Instant::now()),
+            parts: Vec::new(),
+        }
+    }
+
+    /// Adds the time since the last mark to `part` of the next lap (e.g. the load of each
+    /// trace), printed with that lap.
+    pub fn part(&mut self, part: &'static str) {
+        let Some(since) = &mut self.since else { return };
+        let secs = since.elapsed().as_secs_f64();
+        *since = std::time::Instant::now();
+        match self.parts.iter_mut().find(|(name, _)| *name == part) {
+            Some((_, sum)) => *sum += secs,
+            None => self.parts.push((part, secs)),
+        }
     }
 
     pub fn lap(&mut self, phase: &str) {
-        if let Some(since) = &mut self.0 {
-            note(&format!("{phase}: {:.3} s", since.elapsed().as_secs_f64()));
+        if let Some(since) = &mut self.since {
+            let mut total = since.elapsed().as_secs_f64();
+            for (part, secs) in self.parts.drain(..) {
+                note(&format!("{phase}, {part}: {secs:.3} s"));
+                total += secs;
+            }
+            note(&format!("{phase}: {total:.3} s"));
             *since = std::time::Instant::now();
         }
     }

@@ -180,18 +180,21 @@ impl Num<'_> {
 }
 
 /// A time in microseconds as read: already in nanoseconds when written as Kineto writes it
-/// (up to 15 digits, a point, up to 3 decimals), else the number to convert.
+/// (up to 15 digits, a point, up to 3 decimals), else the number's text (checked), converted
+/// when used: kept small, as every event carries two.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Time<'a> {
     Ns(u64),
-    Number(Num<'a>),
+    Number(&'a [u8]),
 }
 
 impl Time<'_> {
     pub(super) fn to_ns(self, what: &str) -> Result<u64, String> {
         match self {
             Time::Ns(ns) => Ok(ns),
-            Time::Number(n) => n.to_ns(what),
+            Time::Number(text) => read_number(text, 0)
+                .map_err(|(_, message)| message.to_owned())?
+                .to_ns(what),
         }
     }
 }
@@ -219,6 +222,100 @@ pub(super) struct RawEvent<'a> {
     pub dur: Option<Time<'a>>,
     pub tid: Option<u32>,
     pub args: Args,
+}
+
+/// The members of an event the import reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EventKey {
+    Ph,
+    Cat,
+    Name,
+    Ts,
+    Dur,
+    Tid,
+    Args,
+    Other,
+}
+
+impl EventKey {
+    fn of(key: &[u8]) -> EventKey {
+        match key {
+            b"ph" => EventKey::Ph,
+            b"cat" => EventKey::Cat,
+            b"name" => EventKey::Name,
+            b"ts" => EventKey::Ts,
+            b"dur" => EventKey::Dur,
+            b"tid" => EventKey::Tid,
+            b"args" => EventKey::Args,
+            _ => EventKey::Other,
+        }
+    }
+
+    /// The key at the start of `rest` and its length with quotes and colon, when it is one of
+    /// the keys torch writes in every event, written plainly (`"ts":`).
+    #[inline(always)]
+    fn written(rest: &[u8]) -> Option<(EventKey, usize)> {
+        let hit =
+            |pattern: &'static [u8], key| rest.starts_with(pattern).then_some((key, pattern.len()));
+        match rest.get(1)? {
+            b'p' => hit(b"\"ph\":", EventKey::Ph).or_else(|| hit(b"\"pid\":", EventKey::Other)),
+            b'c' => hit(b"\"cat\":", EventKey::Cat),
+            b'n' => hit(b"\"name\":", EventKey::Name),
+            b't' => hit(b"\"ts\":", EventKey::Ts).or_else(|| hit(b"\"tid\":", EventKey::Tid)),
+            b'd' => hit(b"\"dur\":", EventKey::Dur),
+            b'a' => hit(b"\"args\":", EventKey::Args),
+            b'i' => hit(b"\"id\":", EventKey::Other),
+            _ => None,
+        }
+    }
+}
+
+/// The `args` members the import reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ArgKey {
+    Device,
+    Stream,
+    Correlation,
+    Graph,
+    Node,
+    Bytes,
+    Other,
+}
+
+impl ArgKey {
+    fn of(key: &[u8]) -> ArgKey {
+        match key {
+            b"device" => ArgKey::Device,
+            b"stream" => ArgKey::Stream,
+            b"correlation" => ArgKey::Correlation,
+            b"graph id" | b"graph_id" => ArgKey::Graph,
+            b"graph node id" | b"graph_node_id" => ArgKey::Node,
+            b"bytes" => ArgKey::Bytes,
+            _ => ArgKey::Other,
+        }
+    }
+
+    /// As [`EventKey::written`], for the `args` keys of torch's kernels and API calls.
+    #[inline(always)]
+    fn written(rest: &[u8]) -> Option<(ArgKey, usize)> {
+        let hit =
+            |pattern: &'static [u8], key| rest.starts_with(pattern).then_some((key, pattern.len()));
+        match rest.get(1)? {
+            b'E' => hit(b"\"External id\":", ArgKey::Other),
+            b'q' => hit(b"\"queued\":", ArgKey::Other),
+            b'd' => hit(b"\"device\":", ArgKey::Device),
+            b'c' => hit(b"\"context\":", ArgKey::Other)
+                .or_else(|| hit(b"\"correlation\":", ArgKey::Correlation))
+                .or_else(|| hit(b"\"cbid\":", ArgKey::Other)),
+            b's' => hit(b"\"stream\":", ArgKey::Stream)
+                .or_else(|| hit(b"\"shared memory\":", ArgKey::Other)),
+            b'r' => hit(b"\"registers per thread\":", ArgKey::Other),
+            b'g' => hit(b"\"grid\":", ArgKey::Other),
+            b'b' => hit(b"\"block\":", ArgKey::Other).or_else(|| hit(b"\"bytes\":", ArgKey::Bytes)),
+            b'e' => hit(b"\"est. achieved occupancy %\":", ArgKey::Other),
+            _ => None,
+        }
+    }
 }
 
 /// A position in a byte slice.
@@ -325,69 +422,20 @@ impl<'a> Scanner<'a> {
     /// A number; at its first byte. Digits are read into values on the way.
     #[inline(always)]
     fn number(&mut self) -> Result<Num<'a>, ScanError> {
-        let b = self.bytes;
-        let start = self.pos;
-        let negative = b[start] == b'-';
-        let mut i = start + usize::from(negative);
-        let int_start = i;
-        let (end, int) = digits(b, i);
-        i = end;
-        let int_digits = i - int_start;
-        if int_digits == 0 {
-            return self.number_end(i, "invalid number");
-        }
-        if int_digits > 1 && b[int_start] == b'0' {
-            self.pos = int_start;
-            return self.bad("invalid number: leading zero");
-        }
-        let (mut frac, mut frac_digits) = (0, 0);
-        if b.get(i) == Some(&b'.') {
-            i += 1;
-            let from = i;
-            (i, frac) = digits(b, i);
-            frac_digits = i - from;
-            if frac_digits == 0 {
-                return self.number_end(i, "invalid number: no digit after the point");
-            }
-        }
-        let mut exponent = false;
-        if let Some(b'e' | b'E') = b.get(i) {
-            exponent = true;
-            i += 1;
-            if let Some(b'+' | b'-') = b.get(i) {
-                i += 1;
-            }
-            let from = i;
-            while b.get(i).is_some_and(u8::is_ascii_digit) {
-                i += 1;
-            }
-            if i == from {
-                return self.number_end(i, "invalid number: no digit in the exponent");
-            }
-        }
-        if i == b.len() {
+        let len = self.bytes.len();
+        match read_number(self.bytes, self.pos) {
             // It may go on in bytes not read yet.
-            return Err(ScanError::Incomplete);
+            Ok(n) if self.pos + n.text.len() == len => Err(ScanError::Incomplete),
+            Ok(n) => {
+                self.pos += n.text.len();
+                Ok(n)
+            }
+            Err((at, _)) if at == len => Err(ScanError::Incomplete),
+            Err((at, message)) => {
+                self.pos = at;
+                self.bad(message)
+            }
         }
-        self.pos = i;
-        Ok(Num {
-            text: &b[start..i],
-            negative,
-            exponent,
-            // Values wrap beyond 19 digits; those numbers go through `f64` (from `text`).
-            int: (int_digits <= 19).then_some(int),
-            int_digits,
-            frac,
-            frac_digits,
-        })
-    }
-
-    fn number_end<T>(&mut self, i: usize, message: &str) -> Result<T, ScanError> {
-        if i == self.bytes.len() {
-            return Err(ScanError::Incomplete);
-        }
-        self.pos = i;
-        self.bad(message)
     }
 
     fn literal(&mut self, word: &[u8]) -> Result<(), ScanError> {
@@ -450,6 +498,16 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// [`Scanner::skip_value`] of a member's value, with the plain integers most skipped
+    /// members hold (`"pid":4242`, `"queued":0`) stepped over here, without the call.
+    #[inline(always)]
+    fn skip_member_value(&mut self, depth: u32) -> Result<(), ScanError> {
+        if self.plain_integer().is_some() {
+            return Ok(());
+        }
+        self.skip_value(depth)
+    }
+
     /// A string value for `key`.
     #[inline(always)]
     fn str_value(&mut self, key: &str) -> Result<Str<'a>, ScanError> {
@@ -482,7 +540,7 @@ impl<'a> Scanner<'a> {
                 if let Some(ns) = self.kineto_time() {
                     return Ok(Time::Ns(ns));
                 }
-                Ok(Time::Number(self.number()?))
+                Ok(Time::Number(self.number()?.text))
             }
             _ => self.bad(message()),
         }
@@ -646,15 +704,19 @@ impl<'a> Scanner<'a> {
         }
         let mut decoded = String::new();
         loop {
-            let slot = match self.key(&mut decoded)? {
-                b"device" => &mut args.device,
-                b"stream" => &mut args.stream,
-                b"correlation" => &mut args.correlation,
-                b"graph id" | b"graph_id" => &mut args.graph,
-                b"graph node id" | b"graph_node_id" => &mut args.node,
-                b"bytes" => &mut args.bytes,
-                _ => {
-                    self.skip_value(3)?;
+            let key = match self.known_key(ArgKey::written) {
+                Some(key) => key,
+                None => ArgKey::of(self.key(&mut decoded)?),
+            };
+            let slot = match key {
+                ArgKey::Device => &mut args.device,
+                ArgKey::Stream => &mut args.stream,
+                ArgKey::Correlation => &mut args.correlation,
+                ArgKey::Graph => &mut args.graph,
+                ArgKey::Node => &mut args.node,
+                ArgKey::Bytes => &mut args.bytes,
+                ArgKey::Other => {
+                    self.skip_member_value(3)?;
                     if self.object_next("\"args\"")? {
                         return Ok(());
                     }
@@ -668,45 +730,75 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// One element of `traceEvents`; at its first byte. Once the members read show that the
-    /// import will not use the event (`ph` and `cat` come first in torch's output), the rest
-    /// is stepped over with [`Scanner::skip_object_rest`].
-    pub(super) fn event(&mut self) -> Result<RawEvent<'a>, ScanError> {
-        let mut ev = RawEvent::default();
+    /// At a key's opening quote: when the key is written as `written` knows it (`"name":`, no
+    /// escape, no space before the colon, as torch writes keys), steps past it, its colon and
+    /// the white space after, and returns what it is: the same as [`Scanner::key`] then a
+    /// match on its bytes would, without looking for the string's end. `None` moves nothing.
+    #[inline(always)]
+    fn known_key<K>(&mut self, written: fn(&[u8]) -> Option<(K, usize)>) -> Option<K> {
+        let rest = self.bytes.get(self.pos..)?;
+        let (key, len) = written(rest)?;
+        self.pos += len;
+        self.skip_ws();
+        Some(key)
+    }
+
+    /// One element of `traceEvents`, into `ev` (cleared first); at its first byte. Once the
+    /// members read show that the import will not use the event (`ph` and `cat` come first in
+    /// torch's output), the rest is stepped over with [`Scanner::skip_object_rest`].
+    pub(super) fn event(&mut self, ev: &mut RawEvent<'a>) -> Result<(), ScanError> {
+        *ev = RawEvent::default();
         if self.object_open("an event object")? {
-            return Ok(ev);
+            return Ok(());
         }
         let mut decoded = String::new();
         let mut cat_seen = false;
         loop {
-            match self.key(&mut decoded)? {
-                b"ph" => {
-                    ev.ph = self.word_value("ph", |s| match s {
-                        b"X" => Phase::Complete,
-                        _ => Phase::Other,
-                    })?
-                }
-                b"cat" => {
+            let key = match self.known_key(EventKey::written) {
+                Some(key) => key,
+                None => EventKey::of(self.key(&mut decoded)?),
+            };
+            match key {
+                EventKey::Ph => ev.ph = self.phase_value()?,
+                EventKey::Cat => {
                     ev.cat = self.word_value("cat", Cat::from_bytes)?;
                     cat_seen = true;
                 }
-                b"name" => ev.name = Some(self.str_value("name")?),
-                b"ts" => ev.ts = Some(self.time_value("ts")?),
-                b"dur" => ev.dur = Some(self.time_value("dur")?),
-                b"tid" => ev.tid = Some(self.tid_value()?),
-                b"args" => self.args(&mut ev.args)?,
-                _ => self.skip_value(2)?,
+                EventKey::Name => ev.name = Some(self.str_value("name")?),
+                EventKey::Ts => ev.ts = Some(self.time_value("ts")?),
+                EventKey::Dur => ev.dur = Some(self.time_value("dur")?),
+                EventKey::Tid => ev.tid = Some(self.tid_value()?),
+                EventKey::Args => self.args(&mut ev.args)?,
+                EventKey::Other => self.skip_member_value(2)?,
             }
             if self.object_next("an event")? {
-                return Ok(ev);
+                return Ok(());
             }
             if ev.ph == Phase::Other || (cat_seen && !ev.may_be_imported()) {
                 return match self.skip_object_rest() {
                     Err(ScanError::Incomplete) => Err(ScanError::IncompleteIgnored),
-                    other => other.map(|()| ev),
+                    other => other,
                 };
             }
         }
+    }
+
+    /// `ph`: `"X"` is a complete event; any other string is another phase.
+    #[inline(always)]
+    fn phase_value(&mut self) -> Result<Phase, ScanError> {
+        let of = |s: &[u8]| match s {
+            b"X" => Phase::Complete,
+            _ => Phase::Other,
+        };
+        // One plain character between quotes (torch's every phase): read as it stands.
+        if let Some(&[b'"', c, b'"']) = self.bytes.get(self.pos..self.pos + 3)
+            && c != b'\\'
+            && c >= 0x20
+        {
+            self.pos += 3;
+            return Ok(of(&[c]));
+        }
+        self.word_value("ph", of)
     }
 
     /// Steps to just after the `}` that closes the object the scan is in (after a `,`),
@@ -807,6 +899,58 @@ pub(super) fn is_step_name(name: &[u8]) -> bool {
     name.starts_with(b"ProfilerStep#")
 }
 
+/// The number at `b[start..]` (its first byte), its grammar checked, digits read on the way;
+/// or where it breaks the grammar and how. It ends where the grammar stops, which may be the
+/// end of `b`.
+#[inline(always)]
+fn read_number(b: &[u8], start: usize) -> Result<Num<'_>, (usize, &'static str)> {
+    let negative = b.get(start) == Some(&b'-');
+    let int_start = start + usize::from(negative);
+    let (mut i, int) = digits(b, int_start);
+    let int_digits = i - int_start;
+    if int_digits == 0 {
+        return Err((i, "invalid number"));
+    }
+    if int_digits > 1 && b[int_start] == b'0' {
+        return Err((int_start, "invalid number: leading zero"));
+    }
+    let (mut frac, mut frac_digits) = (0, 0);
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let from = i;
+        (i, frac) = digits(b, i);
+        frac_digits = i - from;
+        if frac_digits == 0 {
+            return Err((i, "invalid number: no digit after the point"));
+        }
+    }
+    let mut exponent = false;
+    if let Some(b'e' | b'E') = b.get(i) {
+        exponent = true;
+        i += 1;
+        if let Some(b'+' | b'-') = b.get(i) {
+            i += 1;
+        }
+        let from = i;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        if i == from {
+            return Err((i, "invalid number: no digit in the exponent"));
+        }
+    }
+    Ok(Num {
+        text: &b[start..i],
+        negative,
+        exponent,
+        // Values wrap beyond 19 digits; those numbers go through `f64` (from `text`).
+        int: (int_digits <= 19).then_some(int),
+        int_digits,
+        frac,
+        frac_digits,
+    })
+}
+
 /// `us` microseconds and `frac` written with `frac_digits` (at most 3) decimals, in
 /// nanoseconds: exact, no floating point (`us` has at most 15 digits, so it cannot overflow).
 #[inline(always)]
@@ -842,7 +986,8 @@ mod tests {
 
     fn event(text: &str) -> Result<RawEvent<'_>, ScanError> {
         let mut s = Scanner::new(text.as_bytes(), 0);
-        s.event()
+        let mut ev = RawEvent::default();
+        s.event(&mut ev).map(|()| ev)
     }
 
     fn num(text: &str) -> Num<'_> {

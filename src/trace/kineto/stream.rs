@@ -10,7 +10,7 @@
 #![forbid(unsafe_code)]
 
 use super::Sink;
-use super::scan::{Nesting, ScanError, Scanner};
+use super::scan::{Nesting, RawEvent, ScanError, Scanner};
 use std::io::{self, Read};
 
 /// How the events are read and split. The defaults suit files of any size.
@@ -34,15 +34,56 @@ impl Default for ImportOptions {
     }
 }
 
-/// Buffered input that keeps the unparsed tail of a block and knows the file offset.
+/// Buffered input that keeps the unparsed tail of a block and knows the file offset. While
+/// helper threads parse a block, the calling thread reads the next one into a second buffer
+/// ([`Input::split_ahead`]), which then follows the tail ([`Input::adopt_ahead`]): the read
+/// overlaps the parse.
 pub(super) struct Input<R> {
     reader: R,
+    /// Read bytes in `buf[..len]`; the rest stays initialised from block to block, so reading
+    /// into it costs no zeroing.
     buf: Vec<u8>,
+    len: usize,
     /// First byte not yet consumed.
     start: usize,
     pub eof: bool,
-    /// File offset of `buf[0]`.
+    /// File offset of `buf[start]`.
     base: u64,
+    /// Bytes read ahead, in `ahead[AHEAD_ROOM..AHEAD_ROOM + ahead_len]`: the room before them
+    /// takes the tail of the block being parsed, so that it need not be copied after them.
+    ahead: Vec<u8>,
+    ahead_len: usize,
+}
+
+/// Room kept before the bytes read ahead for the tail of the block before (an event or two).
+const AHEAD_ROOM: usize = 64 << 10;
+
+/// The reader and the spare buffer of an [`Input`], lent to the thread that reads ahead.
+pub(super) struct ReadAhead<'i, R> {
+    reader: &'i mut R,
+    ahead: &'i mut Vec<u8>,
+    ahead_len: &'i mut usize,
+    eof: &'i mut bool,
+}
+
+impl<R: Read> ReadAhead<'_, R> {
+    /// Reads up to `want` bytes ahead. An error is kept for the caller of
+    /// [`Input::adopt_ahead`].
+    fn read(self, want: usize) -> io::Result<()> {
+        if self.ahead.len() < AHEAD_ROOM + want {
+            self.ahead.resize(AHEAD_ROOM + want, 0);
+        }
+        while *self.ahead_len < want && !*self.eof {
+            let at = AHEAD_ROOM + *self.ahead_len;
+            match self.reader.read(&mut self.ahead[at..AHEAD_ROOM + want]) {
+                Ok(0) => *self.eof = true,
+                Ok(n) => *self.ahead_len += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
 }
 
 impl<R: Read> Input<R> {
@@ -50,42 +91,93 @@ impl<R: Read> Input<R> {
         Input {
             reader,
             buf: Vec::new(),
+            len: 0,
             start: 0,
             eof: false,
             base: 0,
+            ahead: Vec::new(),
+            ahead_len: 0,
         }
     }
 
     pub(super) fn available(&self) -> &[u8] {
-        &self.buf[self.start..]
+        &self.buf[self.start..self.len]
     }
 
     pub(super) fn consume(&mut self, n: usize) {
         self.start += n;
+        self.base += n as u64;
     }
 
     /// File offset of `available()[at]`.
     fn offset(&self, at: usize) -> u64 {
-        self.base + (self.start + at) as u64
+        self.base + at as u64
     }
 
     /// Reads until `want` bytes are available or the input ends.
     pub(super) fn fill(&mut self, want: usize) -> io::Result<()> {
+        debug_assert_eq!(self.ahead_len, 0, "bytes read ahead are adopted first");
         if self.start > 0 {
-            self.buf.drain(..self.start);
-            self.base += self.start as u64;
+            self.buf.copy_within(self.start..self.len, 0);
+            self.len -= self.start;
             self.start = 0;
         }
-        if self.buf.len() >= want || self.eof {
-            return Ok(());
+        if self.buf.len() < want {
+            self.buf.resize(want, 0);
         }
-        let missing = want - self.buf.len();
-        self.buf.reserve(missing);
-        let got = (&mut self.reader)
-            .take(missing as u64)
-            .read_to_end(&mut self.buf)?;
-        self.eof = got < missing;
+        while self.len < want && !self.eof {
+            match self.reader.read(&mut self.buf[self.len..want]) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.len += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
         Ok(())
+    }
+
+    /// The available bytes, and the means to read what follows them into the spare buffer at
+    /// the same time.
+    fn split_ahead(&mut self) -> (&[u8], ReadAhead<'_, R>) {
+        (
+            &self.buf[self.start..self.len],
+            ReadAhead {
+                reader: &mut self.reader,
+                ahead: &mut self.ahead,
+                ahead_len: &mut self.ahead_len,
+                eof: &mut self.eof,
+            },
+        )
+    }
+
+    /// Puts the bytes read ahead after the available ones; returns how many there were.
+    fn adopt_ahead(&mut self) -> usize {
+        let added = self.ahead_len;
+        if added == 0 {
+            return 0;
+        }
+        let tail = self.len - self.start;
+        if tail <= AHEAD_ROOM {
+            // The tail goes into the room before the bytes read ahead; the buffers swap.
+            let at = AHEAD_ROOM - tail;
+            self.ahead[at..AHEAD_ROOM].copy_from_slice(&self.buf[self.start..self.len]);
+            std::mem::swap(&mut self.buf, &mut self.ahead);
+            self.start = at;
+            self.len = AHEAD_ROOM + added;
+        } else {
+            // A long unfinished element: the bytes read ahead are copied after it.
+            self.buf.copy_within(self.start..self.len, 0);
+            self.len = tail;
+            self.start = 0;
+            if self.buf.len() < tail + added {
+                self.buf.resize(tail + added, 0);
+            }
+            self.buf[tail..tail + added]
+                .copy_from_slice(&self.ahead[AHEAD_ROOM..AHEAD_ROOM + added]);
+            self.len += added;
+        }
+        self.ahead_len = 0;
+        added
     }
 }
 
@@ -154,7 +246,14 @@ pub(super) fn events<R: Read>(
         if input.available().len() < want {
             input.fill(want).map_err(EventsError::Io)?;
         }
-        let out = parse_block(input.available(), expect, sink, &mut pool, opts);
+        let (data, ahead) = input.split_ahead();
+        let mut read_ahead = Some(|| ahead.read(block));
+        let mut read_error = None;
+        let out = parse_block(data, expect, sink, &mut pool, opts, &mut || {
+            if let Some(read) = read_ahead.take() {
+                read_error = read().err();
+            }
+        });
         if let Stop::Bad { at, message } = out.stop {
             return Err(EventsError::Bad {
                 index: sink.events,
@@ -163,10 +262,14 @@ pub(super) fn events<R: Read>(
             });
         }
         input.consume(out.pos);
+        let added = input.adopt_ahead();
+        if let Some(e) = read_error {
+            return Err(EventsError::Io(e));
+        }
         expect = out.expect;
         match out.stop {
             Stop::ArrayEnd => return Ok(()),
-            Stop::Incomplete if input.eof => {
+            Stop::Incomplete if input.eof && added == 0 => {
                 return Err(EventsError::CutShort { index: sink.events });
             }
             // An event the import does not use, longer than what is buffered: stepped over
@@ -269,12 +372,16 @@ const PIECES_PER_THREAD: usize = 4;
 /// Parses `data` from its start; when it is large enough, in pieces over `opts.threads`
 /// threads, each piece into its own sink of `pool` (kept from block to block), then appended
 /// to `sink` in order as far as each piece's start is confirmed by the piece before it.
+///
+/// `meanwhile` runs on the calling thread while helpers parse (the read of the next block),
+/// only when the block is parsed in parallel.
 fn parse_block(
     data: &[u8],
     expect: Expect,
     sink: &mut Sink,
     pool: &mut Vec<Sink>,
     opts: &ImportOptions,
+    meanwhile: &mut dyn FnMut(),
 ) -> Outcome {
     let threads = opts.threads.max(1);
     let mut starts = vec![0];
@@ -308,6 +415,7 @@ fn parse_block(
     let mut outcomes: Vec<Option<Outcome>> = (0..starts.len()).map(|_| None).collect();
     std::thread::scope(|scope| {
         let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(parse_pieces)).collect();
+        meanwhile();
         let mine = parse_pieces();
         // A helper that panicked leaves its pieces unset: they are parsed again in order.
         let theirs = helpers.into_iter().filter_map(|h| h.join().ok());
@@ -347,6 +455,7 @@ fn run(
     sink: &mut Sink,
 ) -> Outcome {
     let mut s = Scanner::new(data, pos);
+    let mut ev = RawEvent::default();
     let bad = |at: usize, message: String, expect| Outcome {
         pos: at,
         expect,
@@ -376,8 +485,8 @@ fn run(
             _ => {}
         }
         let start = s.pos;
-        match s.event() {
-            Ok(ev) => {
+        match s.event(&mut ev) {
+            Ok(()) => {
                 if let Err(message) = sink.add_event(&ev) {
                     return bad(start, message, expect);
                 }
@@ -533,7 +642,7 @@ mod tests {
             parallel_min_bytes: 0,
         };
         let (mut sink, mut pool) = (Sink::new(), Vec::new());
-        let out = parse_block(doc, Expect::First, &mut sink, &mut pool, &opts);
+        let out = parse_block(doc, Expect::First, &mut sink, &mut pool, &opts, &mut || {});
         (sink, pool, out.stop)
     }
 
