@@ -1061,7 +1061,11 @@ fn bundled_recordings_with_step_markers_keep_their_cells() {
             );
             // torch_graphs.py's 10 warm-up steps run at another period than its 200 timed
             // ones: two loops of one unit.
-            let loops = if path.contains("torch-graphs-defaults") { 2 } else { 1 };
+            let loops = if path.contains("torch-graphs-defaults") {
+                2
+            } else {
+                1
+            };
             assert_eq!(found, loops, "{path}");
         }
     }
