@@ -723,11 +723,9 @@ mod real_library_tests {
     /// With `CUPTI_LIB` naming a real libcupti (no GPU needed): every symbol resolves and the
     /// version is read.
     #[test]
+    #[ignore = "needs CUPTI_LIB naming a real libcupti, no GPU (.ci/run sets it to pip's)"]
     fn loads_the_library_named_by_cupti_lib() {
-        let Some(path) = std::env::var_os("CUPTI_LIB") else {
-            eprintln!("skipped: CUPTI_LIB not set");
-            return;
-        };
+        let path = std::env::var_os("CUPTI_LIB").expect("CUPTI_LIB names a libcupti");
         let search = Search {
             candidates: vec![library_search::Candidate {
                 path: path.into(),
