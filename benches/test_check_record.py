@@ -84,8 +84,7 @@ class GpuCheckScript(unittest.TestCase):
         import tempfile
         repo = TRACES.parent
         gapscope = repo / "target" / "debug" / "gapscope"
-        if not gapscope.is_file():
-            self.skipTest("needs `cargo build` (target/debug/gapscope)")
+        self.assertTrue(gapscope.is_file(), "needs `cargo build` (target/debug/gapscope)")
         with tempfile.TemporaryDirectory() as d:
             d = Path(d)
             fake = d / "gapscope"
