@@ -383,7 +383,7 @@ mod end_to_end {
 
     /// `cargo test --release --lib report::end_to_end::large -- --ignored --nocapture`
     #[test]
-    #[ignore]
+    #[ignore = "a timing probe: run by hand with --nocapture"]
     fn large_trace_streams() {
         let traces = vec![crate::trace::synthetic::emu_experiment(62_500)];
         let t = std::time::Instant::now();
