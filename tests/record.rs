@@ -283,8 +283,18 @@ fn preloaded_exit_ends_untraced_processes_as_libc_does() {
         1,
         "{err}"
     );
-    // The other ways out are unchanged: exit(), and a signal (128 + N).
+    // The other ways out are unchanged: exit(), and a signal (128 + N). libc's exit() still
+    // runs after this library's: C stdio buffered in the pipe is flushed.
     assert_eq!(run("import sys; sys.exit(5)").status.code(), Some(5));
+    let out =
+        run("import ctypes; c = ctypes.CDLL(None); c.printf(b'buffered by C stdio\\n'); c.exit(6)");
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "buffered by C stdio\n",
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(
         run("import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
             .status

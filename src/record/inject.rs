@@ -6,8 +6,11 @@
 //! instrumentation is in place before any module loads) with NVTX ranges enabled, and arranges
 //! for the trace to be written when the process ends:
 //!
-//! * at `exit` (an `atexit` handler): forced flush, [`Recorder::finish`], then
-//!   `$GAPSCOPE_OUT/trace-<rank>.json` (see [`rank_name`]), written atomically;
+//! * at `exit`: forced flush, [`Recorder::finish`], then `$GAPSCOPE_OUT/trace-<rank>.json`
+//!   (see [`rank_name`]), written atomically. Under `gapscope record`, whose preload makes this
+//!   library's [`exit`] stand in for libc's, before any `atexit` handler or static destructor
+//!   runs (a program that exits from one thread while another still runs CUDA work has its
+//!   libraries torn down under that thread); otherwise from an `atexit` handler;
 //! * on SIGTERM, SIGINT, SIGSEGV and SIGABRT, when the program left that signal at its default
 //!   action: the same, then the signal is raised again with the default action (the process
 //!   dies as it would have, core dump included). A program's own handlers (e.g. Python's
@@ -26,8 +29,8 @@
 //!   ends the process with the `exit_group` system call, as libc's does.
 //!
 //! * SIGKILL (no handler runs): under `gapscope record` ([`SPILL_VAR`]) the recorder hands each
-//!   completed activity buffer's records to a spill file as it completes (CUPTI's worker
-//!   flushes every [`DELIVERY_PERIOD_MS`]); `gapscope record` writes the trace from it when
+//!   completed activity buffer's records to a spill file as it completes (a thread of the
+//!   recorder flushes every [`DELIVERY_PERIOD_MS`]); `gapscope record` writes the trace from it when
 //!   the process is gone without having written its own (see [`crate::record::spill`]).
 //!
 //! Not covered: processes forked after CUDA initialised (a forked child never writes: it
@@ -352,6 +355,21 @@ pub extern "C" fn _exit(status: c_int) -> ! {
     signals::exit_group(status)
 }
 
+/// Stands in for libc's `exit` when this library is preloaded: a traced process writes its
+/// trace first, while every library is whole, then libc's `exit` runs its `atexit` handlers,
+/// static destructors and stdio flushes as usual.
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+#[unsafe(no_mangle)]
+pub extern "C" fn exit(status: c_int) -> ! {
+    if CONFIG.get().is_some() {
+        let _ = catch_unwind(|| write_trace(None));
+    }
+    signals::libc_exit(status)
+}
+
 /// Stands in for libc's `kill` when this library is preloaded. A traced process that sends
 /// itself a signal whose action is the default (termination) writes its trace first: Python
 /// ends on an unhandled KeyboardInterrupt (Ctrl-C) by resetting SIGINT to its default and
@@ -501,6 +519,21 @@ mod signals {
         }
     }
 
+    /// libc's `exit` (the next definition after this library's): `atexit` handlers, static
+    /// destructors, stdio flushes, then the end of the process.
+    pub fn libc_exit(status: c_int) -> ! {
+        // SAFETY: dlsym takes RTLD_NEXT and a NUL-terminated name and only reads the loader's
+        // tables.
+        let next = unsafe { libc::dlsym(libc::RTLD_NEXT, c"exit".as_ptr()) };
+        if next.is_null() {
+            exit_group(status);
+        }
+        // SAFETY: the next `exit` in the search order is libc's, `void exit(int)`, which does
+        // not return.
+        let libc_exit: extern "C" fn(c_int) -> ! = unsafe { std::mem::transmute(next) };
+        libc_exit(status)
+    }
+
     /// A `sigaction` with `handler`, `flags` and an empty mask.
     fn action(handler: libc::sighandler_t, flags: c_int) -> libc::sigaction {
         // SAFETY: `sigaction` is plain data (integers, a bit set, a pointer-sized handler),
@@ -511,9 +544,12 @@ mod signals {
         act
     }
 
+    /// A handler given the signal's `siginfo_t` and the interrupted context (`SA_SIGINFO`).
+    pub type Handler = extern "C" fn(c_int, *mut libc::siginfo_t, *mut std::ffi::c_void);
+
     /// Installs `handler` for `sig` (reset to the default on entry) if `sig` is at its default
     /// action; returns whether it did.
-    pub fn install_if_default(sig: c_int, handler: extern "C" fn(c_int)) -> bool {
+    pub fn install_if_default(sig: c_int, handler: Handler) -> bool {
         let mut old = action(libc::SIG_DFL, 0);
         // SAFETY: a null `act` only reads the current action into `old`, a valid sigaction.
         if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0
@@ -521,8 +557,12 @@ mod signals {
         {
             return false;
         }
-        let act = action(handler as libc::sighandler_t, libc::SA_RESETHAND);
-        // SAFETY: `act` is a valid sigaction whose handler is an `extern "C" fn(c_int)`.
+        let act = action(
+            handler as libc::sighandler_t,
+            libc::SA_RESETHAND | libc::SA_SIGINFO,
+        );
+        // SAFETY: `act` is a valid sigaction whose handler takes (int, siginfo_t*, void*), as
+        // SA_SIGINFO calls it.
         unsafe { libc::sigaction(sig, &act, std::ptr::null_mut()) == 0 }
     }
 
@@ -564,24 +604,55 @@ mod signals {
         }
     }
 
-    /// Writes the native frames of the current thread to stderr, with its thread id: what
-    /// `GAPSCOPE_SIGNAL_BACKTRACE=1` prints on a fatal signal, to tell which library crashed.
+    /// Writes the native frames of the current thread to stderr, with its thread id, the
+    /// interrupted instruction and the library holding it: what `GAPSCOPE_SIGNAL_BACKTRACE=1`
+    /// prints on a fatal signal, to tell which library crashed (the frames stop where the
+    /// unwinder cannot go on; the instruction does not).
     #[cfg(target_env = "gnu")]
-    pub fn print_backtrace(sig: c_int) {
+    pub fn print_backtrace(sig: c_int, info: *mut libc::siginfo_t, context: *mut std::ffi::c_void) {
         unsafe extern "C" {
             fn backtrace(buffer: *mut *mut std::ffi::c_void, size: c_int) -> c_int;
             fn backtrace_symbols_fd(buffer: *const *mut std::ffi::c_void, size: c_int, fd: c_int);
         }
         let mut frames = [std::ptr::null_mut(); 48];
-        let mut line = [0u8; 64];
+        let mut line = [0u8; 512];
         let text = {
             use std::io::Write;
             let mut w = &mut line[..];
-            // SAFETY: gettid has no preconditions.
-            let _ = writeln!(w, "gapscope: signal {sig} on thread {}:", unsafe {
-                libc::gettid()
-            });
-            64 - w.len()
+            let pc = interrupted_pc(context);
+            // SAFETY: gettid has no preconditions; `info` is the kernel's siginfo for this
+            // signal (null-checked); dladdr only reads the loader's tables and fills `dl`.
+            unsafe {
+                let fault = if info.is_null() {
+                    0
+                } else {
+                    (*info).si_addr() as usize
+                };
+                let _ = write!(
+                    w,
+                    "gapscope: signal {sig} on thread {}, at pc {pc:#x}, fault address {fault:#x}",
+                    libc::gettid()
+                );
+                let mut dl: libc::Dl_info = std::mem::zeroed();
+                if pc != 0 && libc::dladdr(pc as *const std::ffi::c_void, &mut dl) != 0 {
+                    let name = |p: *const std::ffi::c_char| {
+                        if p.is_null() {
+                            &b"?"[..]
+                        } else {
+                            std::ffi::CStr::from_ptr(p).to_bytes()
+                        }
+                    };
+                    let _ = w.write_all(b" in ");
+                    let _ = w.write_all(name(dl.dli_fname));
+                    let _ = write!(w, "+{:#x} (", pc - dl.dli_fbase as usize);
+                    let _ = w.write_all(name(dl.dli_sname));
+                    let _ = w.write_all(b")");
+                } else {
+                    let _ = w.write_all(b" in no loaded object");
+                }
+                let _ = writeln!(w, ":");
+            }
+            512 - w.len()
         };
         // SAFETY: writes `text` bytes of a live buffer to fd 2; `backtrace` fills at most
         // `frames.len()` entries of a live array, and `backtrace_symbols_fd` reads as many as it
@@ -594,7 +665,27 @@ mod signals {
     }
 
     #[cfg(not(target_env = "gnu"))]
-    pub fn print_backtrace(_sig: c_int) {}
+    pub fn print_backtrace(
+        _sig: c_int,
+        _info: *mut libc::siginfo_t,
+        _context: *mut std::ffi::c_void,
+    ) {
+    }
+
+    /// The instruction the signal interrupted, from its `ucontext_t` (0 when unknown).
+    #[cfg(target_env = "gnu")]
+    fn interrupted_pc(context: *mut std::ffi::c_void) -> usize {
+        if context.is_null() {
+            return 0;
+        }
+        let uc = context as *const libc::ucontext_t;
+        // SAFETY: with SA_SIGINFO the kernel passes the interrupted thread's ucontext_t.
+        #[cfg(target_arch = "x86_64")]
+        return unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] as usize };
+        // SAFETY: as above.
+        #[cfg(target_arch = "aarch64")]
+        return unsafe { (*uc).uc_mcontext.pc as usize };
+    }
 
     /// Raises `sig` again; SA_RESETHAND already restored the default action, and the signal
     /// is delivered when the handler returns.
@@ -632,11 +723,11 @@ fn install_signal_handlers() {}
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
-extern "C" fn on_signal(sig: c_int) {
+extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, context: *mut std::ffi::c_void) {
     signals::arm_watchdog(SIGNAL_WATCHDOG_S);
     if SIGNAL_BACKTRACE.load(Ordering::Relaxed) && sig != signals::SIGTERM && sig != signals::SIGINT
     {
-        signals::print_backtrace(sig);
+        signals::print_backtrace(sig, info, context);
     }
     let _ = catch_unwind(AssertUnwindSafe(|| write_trace(Some(sig))));
     signals::reraise(sig);
