@@ -1517,6 +1517,19 @@ fn phases_recorded_with_defaults_keep_the_external_nodes_and_weigh_the_mode_diff
         untraced > 0.0 && untraced < traced,
         "{untraced} vs {traced}"
     );
+    // Without the host-bound launch gaps tracing opened, the difference is the untraced
+    // program's: within its spread over 5 rounds.
+    let host = pair.gap_growth_of(gapscope::analysis::CauseKind::GraphLaunchHostBound) / 1e3;
+    let rest = traced - host;
+    assert!(
+        (1.31..=3.25).contains(&rest),
+        "{rest} µs (host-bound {host})"
+    );
+    let screen = gapscope::report::summary::analysis_summary(&a, None);
+    assert!(
+        screen.contains(&format!("the rest +{rest:.2} µs")),
+        "{screen}"
+    );
 }
 
 /// `examples/torch_compile_decode.py` under `gapscope record` with default settings, no step

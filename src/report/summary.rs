@@ -216,11 +216,24 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
             "Mode 2 vs mode 1 (graphs with vs without external event nodes):"
         );
         for p in &a.mode_pairs {
-            let external = p.gap_growth_of(crate::analysis::CauseKind::ExternalEventWait);
+            use crate::analysis::CauseKind;
+            let external = p.gap_growth_of(CauseKind::ExternalEventWait);
+            // Under tracing a replay can turn host-bound: the host's part of the difference,
+            // and what is left of it on the device (when the host's part is a part of it).
+            let host = p.gap_growth_of(CauseKind::GraphLaunchHostBound)
+                + p.gap_growth_of(CauseKind::HostLaunchBound);
+            let host_part = match p.period_delta {
+                Some(d) if host != 0.0 && (0.0..=1.0).contains(&(host / d)) => format!(
+                    "; host-bound launch gaps {} µs, the rest {} µs",
+                    us2_signed(host),
+                    us2_signed(d - host)
+                ),
+                _ => String::new(),
+            };
             let change = p.change.map_or("—".to_owned(), |c| c.label().to_owned());
             let _ = writeln!(
                 s,
-                "  {}: mode 1 {} → mode 2 {} µs ({}, Δ {} µs; external event wait {} µs){}",
+                "  {}: mode 1 {} → mode 2 {} µs ({}, Δ {} µs; external event wait {} µs{host_part}){}",
                 short_label(&a.cells[p.head].label),
                 a.cells[p.base]
                     .period
