@@ -1530,6 +1530,15 @@ fn phases_recorded_with_defaults_keep_the_external_nodes_and_weigh_the_mode_diff
         screen.contains(&format!("the rest +{rest:.2} µs")),
         "{screen}"
     );
+    // The eager loop, outside any step range, was traced whole: it says its share is unknown.
+    let eager_line = screen
+        .lines()
+        .find(|l| l.contains("eager loop E1") && l.contains(" — eager: "))
+        .unwrap();
+    assert!(
+        eager_line.ends_with("every step traced: what tracing adds is not measured in this run"),
+        "{eager_line}"
+    );
 }
 
 /// `examples/torch_compile_decode.py` under `gapscope record` with default settings, no step

@@ -201,6 +201,7 @@ impl Analyzer {
                 )
                 .collect(),
             kernels: recorded.kernels,
+            trace_budget: trace.metadata.sampling.as_ref().map(|s| s.budget),
             damage: recorded.damage,
             completeness: recorded.completeness,
             steps: found,

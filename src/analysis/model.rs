@@ -721,6 +721,10 @@ pub struct InputSummary {
     pub completeness: super::completeness::Completeness,
     /// How the trace's eager steps were found (markers, the kernel sequence, or not at all).
     pub steps: super::discover::StepFinding,
+    /// `gapscope record`'s trace budget, when the recording had one: cells with no tracer share
+    /// then say that all their work was traced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_budget: Option<u32>,
 }
 
 /// Everything `analyze` found.

@@ -388,6 +388,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             damage: Vec::new(),
             completeness: crate::analysis::completeness::check(&trace),
             steps: Default::default(),
+            trace_budget: None,
         }],
         cells,
         regime_pairs: vec![pair],

@@ -50,11 +50,19 @@ fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
     let coverage = super::coverage_label(&c.observed)
         .map(|l| format!("; {l}"))
         .unwrap_or_default();
-    let tracing = c
-        .tracer_share
-        .as_ref()
-        .map(|t| format!("; {}", t.describe()))
-        .unwrap_or_default();
+    let budgeted = a
+        .inputs
+        .get(c.trace)
+        .is_some_and(|i| i.trace_budget.is_some());
+    let tracing = match &c.tracer_share {
+        Some(t) => format!("; {}", t.describe()),
+        // Under a budget, a cell none of whose work went untraced has nothing to set its
+        // traced period against.
+        None if budgeted && c.sampled.is_none() => {
+            "; every step traced: what tracing adds is not measured in this run".to_owned()
+        }
+        None => String::new(),
+    };
     format!(
         "  {} — {}{mode}: {period}{sampled}{vs}{coverage}{tracing}",
         short_label(&c.label),
