@@ -732,93 +732,113 @@ fn canonical_sequence(
     };
     let canonical = seqs[representative_step].clone();
     let len = canonical.len();
-    // Per step (a column), what lies at each canonical position: the op's duration (NaN: no
-    // op of the step matched to it) and the gap ending at that op. Steps are independent.
-    let columns: Vec<Vec<(f64, Option<&Gap>)>> =
-        crate::parallel_map(steps.iter().zip(&seqs).collect(), |(s, seq)| {
-            // Gaps and ops are both in start order: the gap ending at each op position.
-            let mut gap_at: Vec<Option<&Gap>> = vec![None; s.ops.len()];
-            let mut q = 0;
-            for g in &s.gaps {
-                while q < s.ops.len() && s.ops[q] != g.after {
-                    q += 1;
-                }
-                if q < s.ops.len() {
-                    gap_at[q] = Some(g);
-                }
+    // One row per canonical position, one column per step: a position's samples lie together
+    // for its statistics. NaN: the step had no op matched to that position.
+    let n = steps.len();
+    let mut durations = vec![f64::NAN; len * n];
+    let mut gaps_before = vec![f64::NAN; len * n];
+    let mut causes: Vec<Vec<(CauseKind, usize, String)>> = vec![Vec::new(); len];
+    let mut gap_at: Vec<Option<&Gap>> = Vec::new();
+    for (col, (s, seq)) in steps.iter().zip(&seqs).enumerate() {
+        // Gaps and ops are both in start order: the gap ending at each op position.
+        gap_at.clear();
+        gap_at.resize(s.ops.len(), None);
+        let mut q = 0;
+        for g in &s.gaps {
+            while q < s.ops.len() && s.ops[q] != g.after {
+                q += 1;
             }
-            let mut column = vec![(f64::NAN, None); len];
-            let mut put = |p: usize, q: usize| {
-                let op = &ops[s.ops[q]];
-                column[p] = ((op.end - op.start) as f64, gap_at[q]);
-            };
-            if *seq == canonical {
-                (0..len).for_each(|p| put(p, p));
-            } else {
-                for (p, q) in super::align::lcs_pairs(&canonical, seq) {
-                    put(p, q);
-                }
-            }
-            column
-        });
-    // Then per run of positions (a row each), its samples gathered over the steps in step
-    // order (which decides each cause's representative gap), and its figures.
-    let entry = |p: usize, durations: &mut Vec<f64>, gaps_before: &mut Vec<f64>| {
-        let representative = &ops[steps[representative_step].ops[p]];
-        // Gap cause kinds seen at this position: how often, and the first gap of each.
-        let mut causes: Vec<(CauseKind, usize, &Gap)> = Vec::new();
-        durations.clear();
-        gaps_before.clear();
-        for column in &columns {
-            let (duration, gap) = column[p];
-            if duration.is_nan() {
-                continue;
-            }
-            durations.push(duration);
-            match gap {
-                Some(g) => {
-                    gaps_before.push(g.len() as f64);
-                    let kind = g.cause.kind();
-                    match causes.iter_mut().find(|c| c.0 == kind) {
-                        Some(c) => c.1 += 1,
-                        None => causes.push((kind, 1, g)),
-                    }
-                }
-                None => gaps_before.push(0.0),
+            if q < s.ops.len() {
+                gap_at[q] = Some(g);
             }
         }
+        let matched: Vec<(usize, usize)> = if *seq == canonical {
+            (0..len).map(|p| (p, p)).collect()
+        } else {
+            super::align::lcs_pairs(&canonical, seq)
+        };
+        for (p, q) in matched {
+            let op = &ops[s.ops[q]];
+            durations[p * n + col] = (op.end - op.start) as f64;
+            match gap_at[q] {
+                Some(g) => {
+                    gaps_before[p * n + col] = g.len() as f64;
+                    let kind = g.cause.kind();
+                    match causes[p].iter_mut().find(|c| c.0 == kind) {
+                        Some(c) => c.1 += 1,
+                        None => causes[p].push((kind, 1, g.cause.label())),
+                    }
+                }
+                None => gaps_before[p * n + col] = 0.0,
+            }
+        }
+    }
+    // Empty rows (a step count of 0) make no chunks; then there is nothing to report.
+    if n == 0 {
+        return Vec::new();
+    }
+    let rows: Vec<PositionSamples> = durations
+        .chunks_mut(n)
+        .zip(gaps_before.chunks_mut(n))
+        .zip(causes)
+        .enumerate()
+        .map(|(p, ((durations, gaps_before), causes))| PositionSamples {
+            p,
+            durations,
+            gaps_before,
+            causes,
+        })
+        .collect();
+    let entry = |row: PositionSamples| {
+        let PositionSamples {
+            p,
+            durations,
+            gaps_before,
+            causes,
+        } = row;
+        let representative = &ops[steps[representative_step].ops[p]];
         let (gap_cause, gap_cause_label) = causes
             .iter()
             .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
-            .map(|(k, _, g)| (*k, g.cause.label()))
+            .map(|(k, _, l)| (*k, l.clone()))
             .unwrap_or((CauseKind::Unattributed, "no gap".to_owned()));
         Some(SequenceEntry {
             name: trace.str(canonical[p]).to_owned(),
             kind: representative.kind,
-            duration: Stat::of(durations)?,
-            gap_before: Stat::of(gaps_before)?,
+            duration: Stat::of(samples(durations))?,
+            gap_before: Stat::of(samples(gaps_before))?,
             gap_cause,
             gap_cause_label,
             library_call: ctx.library_call_of(representative),
             provenance: ctx.provenance.of(trace, &ctx.launches, representative),
         })
     };
-    let runs: Vec<std::ops::Range<usize>> = (0..len)
-        .step_by(POSITIONS_PER_RUN)
-        .map(|p| p..(p + POSITIONS_PER_RUN).min(len))
-        .collect();
-    crate::parallel_map(runs, |run| {
-        let (mut durations, mut gaps_before) = (Vec::new(), Vec::new());
-        run.filter_map(|p| entry(p, &mut durations, &mut gaps_before))
-            .collect::<Vec<_>>()
-    })
-    .into_iter()
-    .flatten()
-    .collect()
+    crate::parallel_map(rows, entry)
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
-/// Canonical positions handed to a thread at a time by [`canonical_sequence`].
-const POSITIONS_PER_RUN: usize = 256;
+/// What the steps show at one position of the canonical sequence.
+struct PositionSamples<'r> {
+    p: usize,
+    durations: &'r mut [f64],
+    gaps_before: &'r mut [f64],
+    /// Gap cause kinds seen there: how often, and the label of the first.
+    causes: Vec<(CauseKind, usize, String)>,
+}
+
+/// The samples of a row (the values that are not NaN), moved to its front.
+fn samples(row: &mut [f64]) -> &mut [f64] {
+    let mut kept = 0;
+    for i in 0..row.len() {
+        if !row[i].is_nan() {
+            row[kept] = row[i];
+            kept += 1;
+        }
+    }
+    &mut row[..kept]
+}
 
 /// What the DAG and records show: regime and the nodes NCCL's modes add.
 fn observe(ctx: &TraceContext, steps: &[Step]) -> Observed {
