@@ -280,7 +280,7 @@ fn a_huge_ignored_kineto_event_is_skipped_in_linear_time() {
     let out = gapscope(&["analyze", p.to_str().unwrap(), "--json"]);
     let took = t0.elapsed();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    // Linear: a quadratic re-scan of 96 MiB in 16 MiB blocks takes many seconds more.
+    // Linear: a quadratic re-scan of 96 MiB in blocks of a few MiB takes many seconds more.
     assert!(took < Duration::from_secs(20), "{took:?}");
 }
 

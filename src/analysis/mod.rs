@@ -138,12 +138,11 @@ impl Analyzer {
     /// [`validate`]) is analysed on its checked copy and keeps its records.
     pub fn add(&mut self, trace: &mut Trace, path: String) {
         // Both checks read the device records: before they move.
-        let (checked, damage) = validate::check(trace);
+        let ((checked, damage), completeness) = checks(trace);
         let checked = match checked {
             std::borrow::Cow::Owned(checked) => Some(checked),
             std::borrow::Cow::Borrowed(_) => None,
         };
-        let completeness = completeness::check(trace);
         let kernels = trace.kernels.len();
         let recorded = Recorded {
             path,
@@ -166,12 +165,12 @@ impl Analyzer {
     /// [`Analyzer::add`] of a trace that stays as it is: its device ops are copied.
     pub fn add_borrowed(&mut self, trace: &Trace, path: String) {
         // Damage that parsing accepts is taken out here, and named in the input's summary.
-        let (checked, damage) = validate::check(trace);
+        let ((checked, damage), completeness) = checks(trace);
         let recorded = Recorded {
             path,
             kernels: trace.kernels.len(),
             damage,
-            completeness: completeness::check(trace),
+            completeness,
         };
         let timeline = timeline::build(&checked);
         self.add_checked(&checked, recorded, timeline);
@@ -262,6 +261,25 @@ impl Analyzer {
         analysis
     }
 }
+
+/// [`validate::check`] and [`completeness::check`] of `trace`, side by side when there are
+/// threads to spare: both only read it, and each is a pass over every record.
+fn checks(trace: &Trace) -> (ValidatedTrace<'_>, completeness::Completeness) {
+    if crate::worker_threads() < 2 {
+        return (validate::check(trace), completeness::check(trace));
+    }
+    std::thread::scope(|scope| {
+        let completeness = scope.spawn(|| completeness::check(trace));
+        let validated = validate::check(trace);
+        match completeness.join() {
+            Ok(completeness) => (validated, completeness),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+}
+
+/// What [`validate::check`] returns: the trace with its damage taken out, and what was.
+type ValidatedTrace<'t> = (std::borrow::Cow<'t, Trace>, Vec<String>);
 
 /// What an input was before [`validate`] took its damage out.
 struct Recorded {

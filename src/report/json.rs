@@ -154,9 +154,103 @@ impl<'a> CellDoc<'a> {
 fn pretty(doc: &impl Serialize) -> String {
     // The model holds only maps with string keys, so serialisation cannot fail; non-finite
     // floats become null.
-    let mut s = serde_json::to_string_pretty(doc).unwrap_or_else(|_| "null".into());
-    s.push('\n');
-    s
+    let mut out = Vec::with_capacity(1 << 16);
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, Pretty::default());
+    if doc.serialize(&mut ser).is_err() {
+        return "null\n".into();
+    }
+    out.push(b'\n');
+    // serde_json writes only valid UTF-8.
+    String::from_utf8(out).unwrap_or_else(|_| "null\n".into())
+}
+
+/// serde_json's `PrettyFormatter` with its two-space indent, to the byte, but each line's
+/// indent written at once rather than a level at a time (a report of a long trace has
+/// hundreds of thousands of lines, several levels deep).
+#[derive(Default)]
+struct Pretty {
+    level: usize,
+    has_value: bool,
+}
+
+impl Pretty {
+    fn newline_and_indent<W: ?Sized + std::io::Write>(
+        &self,
+        w: &mut W,
+        comma: bool,
+    ) -> std::io::Result<()> {
+        const SPACES: &[u8; 64] = &[b' '; 64];
+        w.write_all(if comma { b",\n" } else { b"\n" })?;
+        let mut left = self.level * 2;
+        while left > 0 {
+            let n = left.min(SPACES.len());
+            w.write_all(&SPACES[..n])?;
+            left -= n;
+        }
+        Ok(())
+    }
+
+    fn open<W: ?Sized + std::io::Write>(&mut self, w: &mut W, b: &[u8]) -> std::io::Result<()> {
+        self.level += 1;
+        self.has_value = false;
+        w.write_all(b)
+    }
+
+    fn close<W: ?Sized + std::io::Write>(&mut self, w: &mut W, b: &[u8]) -> std::io::Result<()> {
+        self.level -= 1;
+        if self.has_value {
+            self.newline_and_indent(w, false)?;
+        }
+        w.write_all(b)
+    }
+}
+
+impl serde_json::ser::Formatter for Pretty {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.open(w, b"[")
+    }
+
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"]")
+    }
+
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.newline_and_indent(w, !first)
+    }
+
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, _: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.open(w, b"{")
+    }
+
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"}")
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.newline_and_indent(w, !first)
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, _: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -164,6 +258,33 @@ mod tests {
     use super::*;
     use crate::report::fixtures;
     use serde_json::Value;
+
+    #[test]
+    fn pretty_writes_what_serde_json_pretty_writes() {
+        let (_, a) = fixtures::fixture();
+        let doc = AnalysisDoc {
+            header: Header::new("analysis", &JsonOptions::default()),
+            body: AnalysisBody::new(
+                &a,
+                &JsonOptions {
+                    include_steps: true,
+                },
+            ),
+        };
+        let want = serde_json::to_string_pretty(&doc).unwrap() + "\n";
+        assert_eq!(pretty(&doc), want);
+        // Deeper than the run of spaces written at once, empty arrays and objects.
+        let deep: Value = serde_json::from_str(&format!(
+            "{}{{\"a\": [], \"b\": {{}}, \"c\": [1, {{\"d\": null}}]}}{}",
+            "[".repeat(40),
+            "]".repeat(40)
+        ))
+        .unwrap();
+        assert_eq!(
+            pretty(&deep),
+            serde_json::to_string_pretty(&deep).unwrap() + "\n"
+        );
+    }
 
     #[test]
     fn analysis_json_omits_steps_by_default() {
