@@ -452,20 +452,22 @@ fn varied_trace(kernels: u64) -> String {
     out
 }
 
+/// `doc` imported by one thread, the reference the split imports are compared with.
+fn import_on_one_thread(doc: &str, path: &Path) -> gapscope::trace::Trace {
+    use gapscope::trace::kineto::{ImportOptions, import_kineto_with};
+    let opts = ImportOptions {
+        threads: 1,
+        ..ImportOptions::default()
+    };
+    import_kineto_with(doc.as_bytes(), path, &opts).unwrap()
+}
+
 #[test]
 fn any_split_of_the_work_gives_the_same_trace() {
     use gapscope::trace::kineto::{ImportOptions, import_kineto_with};
     let doc = varied_trace(6_000);
     let path = Path::new("t.json");
-    let one = import_kineto_with(
-        doc.as_bytes(),
-        path,
-        &ImportOptions {
-            threads: 1,
-            ..ImportOptions::default()
-        },
-    )
-    .unwrap();
+    let one = import_on_one_thread(&doc, path);
     assert_eq!(one.kernels.len(), 6_000);
     assert!(one.strings.iter().any(|s| s.starts_with("late \"")));
     // 64-byte blocks are shorter than any event: each is read on and parsed again.
@@ -522,15 +524,7 @@ fn reading_ahead_while_parsing_gives_the_same_trace() {
     let head = kernel.len();
     let doc = format!("{}{long_name}{}", &doc[..cut + head], &doc[cut + head..]);
     let path = Path::new("t.json");
-    let one = import_kineto_with(
-        doc.as_bytes(),
-        path,
-        &ImportOptions {
-            threads: 1,
-            ..ImportOptions::default()
-        },
-    )
-    .unwrap();
+    let one = import_on_one_thread(&doc, path);
     assert!(one.strings.iter().any(|s| s.starts_with("kkkkkkkk")));
     for block_bytes in [1 << 17, 300_000, 1 << 20] {
         let opts = ImportOptions {

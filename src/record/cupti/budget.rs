@@ -146,6 +146,14 @@ struct ExecLaunches {
     periods: [DurationHistogram; 2],
 }
 
+impl ExecLaunches {
+    /// Counts a launch, as traced when tracing is on as it goes ahead.
+    fn count_launch(&mut self, tracing: bool) {
+        self.launches += 1;
+        self.traced += u64::from(tracing);
+    }
+}
+
 /// Fewest periods on each side for [`SampledGraph::launch_periods`] to be written.
 const MIN_LAUNCH_PERIODS: u64 = 5;
 
@@ -239,7 +247,7 @@ impl BudgetState {
         let want = sampled(e.scheduled, u64::from(self.limit));
         e.scheduled += 1;
         let switch = self.switch_to(want);
-        let after = self.switches;
+        let (after, tracing) = (self.switches, self.tracing);
         let e = self.execs.entry(exec).or_default();
         if let Some((prev, Some(switches))) = e.last
             && switches == before
@@ -247,21 +255,14 @@ impl BudgetState {
             e.periods[usize::from(was_tracing)].add(at.saturating_sub(prev));
         }
         e.last = Some((at, (after == before).then_some(after)));
-        self.launched(exec);
+        e.count_launch(tracing);
         switch
-    }
-
-    /// Counts a launch of `exec` as traced when tracing is on as it goes ahead.
-    fn launched(&mut self, exec: usize) {
-        let tracing = self.tracing;
-        let e = self.execs.entry(exec).or_default();
-        e.launches += 1;
-        e.traced += u64::from(tracing);
     }
 
     /// A launch of `exec` inside a step range: the step's decision covers it.
     pub fn graph_launch_in_step(&mut self, exec: usize) {
-        self.launched(exec);
+        let tracing = self.tracing;
+        self.execs.entry(exec).or_default().count_launch(tracing);
     }
 
     /// A step range started (on the thread that will launch its work): sampled as a step of
