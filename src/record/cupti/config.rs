@@ -24,8 +24,8 @@ pub struct RecorderConfig {
     /// KIND_SYNCHRONIZATION: one record per synchronisation call. Off by default (`record`;
     /// `gapscope run` turns it on): the analysis reads host synchronisations from the API
     /// records of the `*Synchronize` calls, and once this kind has been enabled CUPTI slows
-    /// every later API call, even after it is disabled (about 1.3 µs of host time per torch
-    /// graph replay on an H200, `benches/record_overhead.py`).
+    /// every later API call, even after it is disabled (measured in benches/README.md, "The
+    /// recorder").
     pub sync_records: bool,
     /// Which API calls get a callback (to tag graph nodes with the API and library call that
     /// created them). Every callback costs host time on that call.

@@ -10,7 +10,7 @@
 //!
 //! A table is read once per file and process, at the first node created under a frame the
 //! dynamic table cannot name (graph capture, never the launch hot path): the file's section
-//! headers, its program headers and its `.symtab` (about 5 MB for libtorch_cuda), not its
+//! headers, its program headers and its `.symtab` (megabytes for libtorch_cuda), not its
 //! string table, whose names are read one at a time when a frame asks.
 #![forbid(unsafe_code)]
 

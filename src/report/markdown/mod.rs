@@ -291,7 +291,7 @@ fn opt_stat_cell(s: Option<&Stat>) -> String {
 }
 
 /// What CUPTI's kernel tracing adds to first launches, as measured (see the README).
-const FIRST_LAUNCH_INFLATION: &str = "> First launches recorded by CUPTI are inflated by its kernel tracing, which sets up each new executable graph inside its first launch: on an H200 a 6-node graph's first launch measured +5 to +30 µs per launch under `gapscope record` and +8 to +29 µs under torch.profiler (`benches/record_overhead.py`, 11 runs of 3–6 rounds on one and two GPUs, medians of n = 117–234 against 22–35 µs untraced), where a traced replay of the same graph paid +2.3 to +4.8 µs (more in processes that run host code at the host's slower speed). Every first launch outside a step range is traced, whatever `--trace-budget`. Compare first launches with first launches recorded the same way, not with untraced timings.";
+const FIRST_LAUNCH_INFLATION: &str = "> First launches recorded by CUPTI are inflated by its kernel tracing, which sets up each new executable graph inside its first launch: by more than a traced replay of the same graph pays (measured in benches/README.md, \"Recording: what the recorder enables and what it costs\"). Every first launch outside a step range is traced, whatever `--trace-budget`. Compare first launches with first launches recorded the same way, not with untraced timings.";
 
 /// Host time that CUPTI adds to every `cudaGraphLaunch` per graph node once it is attached to
 /// the process, traced or not, in µs: the range of the per-size medians measured on an H200

@@ -28,8 +28,8 @@ impl Default for ImportOptions {
     fn default() -> ImportOptions {
         ImportOptions {
             // Small enough that the two buffers stay few pages to fault in and the parse
-            // starts early (on a 68 MB trace, 16 MiB blocks spent a tenth of the CPU time
-            // faulting in the buffers); large enough that a block's threads cost little.
+            // starts early (benches/README.md, issue 29 round 2); large enough that a
+            // block's threads cost little.
             block_bytes: 4 << 20,
             threads: crate::worker_threads(),
             parallel_min_bytes: 1 << 20,
