@@ -489,10 +489,11 @@ fn the_recorders_own_sampling_record_reaches_every_cell() {
     assert!(a.cells[3].label.starts_with("graph G2 replays (exec 125"));
 }
 
-/// Replays whose launch is host-bound carry an estimate of what attaching CUPTI added to each
-/// launch, from the graph's node count; traces made by the runner (no graph groups) do not.
+/// Replays whose launch is host-bound carry a note that attaching CUPTI lengthens each launch
+/// with the graph's node count, without quoting another host's per-node figures; traces made
+/// by the runner (no graph groups) do not.
 #[test]
-fn host_bound_graph_cells_say_what_cupti_adds_per_launch() {
+fn host_bound_graph_cells_say_that_cupti_adds_to_each_launch() {
     let (_, a) = load("torch-graphs-budget-h200.json");
     let md = gapscope::report::markdown::analysis_markdown(&a);
     // One note per group of cells (first launches, replays).
@@ -501,11 +502,13 @@ fn host_bound_graph_cells_say_what_cupti_adds_per_launch() {
         .filter(|l| l.starts_with("> Graph launches under CUPTI"))
         .collect::<Vec<_>>()
         .join("\n");
-    // G1: 6 nodes x 0.20-0.51 µs untraced, x 0.71-1.07 µs traced.
     assert!(
-        note.contains(
-            "graph G1 replays (exec 2, 6 ops): 6 nodes, +1.2–3.1 µs per launch untraced, +4.3–6.4 µs traced"
-        ),
+        note.contains("graph G1 replays (exec 2, 6 ops): 6 nodes, host-bound launch gaps of "),
+        "{note}"
+    );
+    // Per-node costs are measured in benches/README.md, not quoted from another host.
+    assert!(
+        !note.contains("µs per node") && !note.contains("H200"),
         "{note}"
     );
     // G2 holds the external event record and wait nodes besides its 6 ops.

@@ -293,14 +293,6 @@ fn opt_stat_cell(s: Option<&Stat>) -> String {
 /// What CUPTI's kernel tracing adds to first launches, as measured (see the README).
 const FIRST_LAUNCH_INFLATION: &str = "> First launches recorded by CUPTI are inflated by its kernel tracing, which sets up each new executable graph inside its first launch: by more than a traced replay of the same graph pays (measured in benches/README.md, \"Recording: what the recorder enables and what it costs\"). Every first launch outside a step range is traced, whatever `--trace-budget`. Compare first launches with first launches recorded the same way, not with untraced timings.";
 
-/// Host time that CUPTI adds to every `cudaGraphLaunch` per graph node once it is attached to
-/// the process, traced or not, in µs: the range of the per-size medians measured on an H200
-/// (`benches/cupti_attach_cost.sh`: 6, 24 and 96 kernel nodes, 6 processes each; a subscriber
-/// alone, activity buffers alone, or kernel tracing paused). Only `cuptiFinalize` gives it back.
-const CUPTI_ATTACHED_US_PER_NODE: (f64, f64) = (0.20, 0.51);
-/// The same while kernel tracing is on (CONCURRENT_KERNEL), same benchmark.
-const CUPTI_TRACED_US_PER_NODE: (f64, f64) = (0.71, 1.07);
-
 /// Whether cell `c` comes from a trace CUPTI recorded (not a Kineto import or synthetic).
 fn recorded_by_cupti(a: &Analysis, c: &CellAnalysis) -> bool {
     a.inputs.get(c.trace).map(|i| i.source) == Some(Source::Cupti)
@@ -322,15 +314,9 @@ fn cupti_launch_cost_note(a: &Analysis, cells: &[usize]) -> Option<String> {
                 0 => group.identity.op_names.len(),
                 n => n,
             };
-            let at = |per_node: f64| per_node * nodes as f64;
             Some(format!(
-                "{}: {nodes} nodes, +{:.1}–{:.1} µs per launch untraced, +{:.1}–{:.1} µs traced, \
-                 against host-bound launch gaps of {} µs per step",
+                "{}: {nodes} nodes, host-bound launch gaps of {} µs per step",
                 md_cell(&c.label),
-                at(CUPTI_ATTACHED_US_PER_NODE.0),
-                at(CUPTI_ATTACHED_US_PER_NODE.1),
-                at(CUPTI_TRACED_US_PER_NODE.0),
-                at(CUPTI_TRACED_US_PER_NODE.1),
                 us2(host_bound.per_step.median),
             ))
         })
@@ -338,17 +324,16 @@ fn cupti_launch_cost_note(a: &Analysis, cells: &[usize]) -> Option<String> {
     if parts.is_empty() {
         return None;
     }
+    // The per-node cost itself is the host's and CUPTI's, measured in benches/README.md: a
+    // report quotes this run's figures only (the tracer's share lines), never another host's.
     Some(format!(
         "> Graph launches under CUPTI: once CUPTI is attached, every `cudaGraphLaunch` takes longer \
-         on the host, in proportion to the graph's nodes, whether or not anything is traced: on an \
-         H200 {:.2}–{:.2} µs per node, {:.2}–{:.2} µs while kernels are traced \
-         (`benches/cupti_attach_cost.sh`, graphs of kernel nodes). Estimated for {}. Where a graph's launch is host-bound, \
-         part of that gap is the recorder's, not the program's; any CUPTI-based profiler \
-         (torch.profiler included) attaches CUPTI the same way.",
-        CUPTI_ATTACHED_US_PER_NODE.0,
-        CUPTI_ATTACHED_US_PER_NODE.1,
-        CUPTI_TRACED_US_PER_NODE.0,
-        CUPTI_TRACED_US_PER_NODE.1,
+         on the host, in proportion to the graph's nodes, whether or not anything is traced, and \
+         more while kernels are traced (measured per node in benches/README.md, \"Recording: what \
+         the recorder enables and what it costs\"). Host-bound replays here: {}. Where a graph's \
+         launch is host-bound, part of that gap is the recorder's, not the program's; the \
+         tracer's share lines say how much tracing added in this run where it left launches \
+         untraced. Any CUPTI-based profiler (torch.profiler included) attaches CUPTI the same way.",
         parts.join("; ")
     ))
 }
