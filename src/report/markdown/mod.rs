@@ -330,7 +330,7 @@ fn cupti_launch_cost_note(a: &Analysis, cells: &[usize]) -> Option<String> {
         "> Graph launches under CUPTI: once CUPTI is attached, every `cudaGraphLaunch` takes longer \
          on the host, in proportion to the graph's nodes, whether or not anything is traced, and \
          more while kernels are traced (measured per node in benches/README.md, \"Recording: what \
-         the recorder enables and what it costs\"). Host-bound replays here: {}. Where a graph's \
+         the recorder enables and what it costs\"). Host-bound graph cells here: {}. Where a graph's \
          launch is host-bound, part of that gap is the recorder's, not the program's; the \
          tracer's share lines say how much tracing added in this run where it left launches \
          untraced. Any CUPTI-based profiler (torch.profiler included) attaches CUPTI the same way.",
