@@ -1063,8 +1063,8 @@ fn bundled_recordings_with_step_markers_keep_their_cells() {
                 "{path}: unmarked"
             );
             // torch_graphs.py's 10 warm-up steps run at another period than its 200 timed
-            // ones: two loops of one unit.
-            let loops = if path.contains("torch-graphs-defaults") {
+            // ones: two loops of one unit (run directly or under torchrun).
+            let loops = if path.contains("graphs-defaults") {
                 2
             } else {
                 1
@@ -1441,6 +1441,24 @@ fn median_us(c: &CellAnalysis) -> f64 {
     c.period.as_ref().unwrap().median / 1e3
 }
 
+/// The cell's median is within 5 % of the program's own CUDA-event median.
+fn within_5_percent(c: &CellAnalysis, own_us: f64) {
+    assert!(
+        (median_us(c) / own_us - 1.0).abs() < 0.05,
+        "{}: {} µs against the program's {own_us} µs",
+        c.label,
+        median_us(c)
+    );
+}
+
+/// The eager cell of at least 100 steps (not the warm-ups).
+fn steady_eager_cell(a: &Analysis) -> &CellAnalysis {
+    a.cells
+        .iter()
+        .find(|c| c.observed.regime == Some(Regime::Eager) && c.period.as_ref().unwrap().n >= 100)
+        .unwrap()
+}
+
 /// `examples/torch_graphs.py` under `gapscope record` with default settings (H200,
 /// 2026-12-02; 200 eager steps, 200 replays of a graph and of its external-event twin, 40
 /// fresh graphs each). The program's own CUDA-event medians in that run: eager 168.00, replay
@@ -1464,26 +1482,87 @@ fn torch_graphs_recorded_with_defaults_states_what_tracing_added_to_each_replay_
     let replays = replay_cells(&a);
     assert_eq!(replays.len(), 2);
     for (c, own) in replays.iter().zip([21.44, 24.70]) {
-        assert!(
-            (median_us(c) / own - 1.0).abs() < 0.05,
-            "{}: {}",
-            c.label,
-            median_us(c)
-        );
+        within_5_percent(c, own);
     }
-    let eager = a
-        .cells
-        .iter()
-        .find(|c| c.observed.regime == Some(Regime::Eager) && c.period.as_ref().unwrap().n >= 100)
-        .unwrap();
-    assert!(
-        (median_us(eager) / 168.00 - 1.0).abs() < 0.05,
-        "{}",
-        median_us(eager)
-    );
+    let eager = steady_eager_cell(&a);
+    within_5_percent(eager, 168.00);
     assert_eq!(eager.observed.graph_coverage, Some(0.0));
     let pair = &a.mode_pairs[0];
     assert_eq!(pair.within_tracer_effect, Some(true), "{pair:?}");
+}
+
+/// A cell's median is the program's own CUDA-event median, or above it by no more than the
+/// tracer's share the cell states (measured in the same run on its untraced steps).
+fn within_stated_tracer_share(c: &CellAnalysis, own_us: f64) {
+    let share = c
+        .tracer_share
+        .as_ref()
+        .expect("the cell states the tracer's share");
+    assert!(
+        share.untraced.n >= 40 && share.ratio > 1.0,
+        "{}: {share:?}",
+        c.label
+    );
+    let ratio = median_us(c) / own_us;
+    assert!(
+        ratio > 0.95 && ratio < share.ratio,
+        "{}: {} µs against the program's {own_us} µs, tracing ×{}",
+        c.label,
+        median_us(c),
+        share.ratio
+    );
+}
+
+/// `gapscope record -o … -- torchrun --nproc-per-node 1 examples/torch_graphs.py` with default
+/// settings (H200, 2026-12-02, build 44a5f2c; an NCCL process group of one rank). The program's
+/// own CUDA-event medians in that run: eager 365.54, replay 34.59, replay_ext 41.09 µs (n=199).
+#[test]
+fn torchrun_recorded_with_defaults_finds_its_eager_steps_and_names_the_step_range() {
+    let t = trace::read_any(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("traces/torchrun-graphs-defaults-record-h200.json.gz"),
+    )
+    .unwrap();
+    assert_eq!(t.metadata.versions.nccl.as_deref(), Some("2.28.9"));
+    let a = analyze_one(&t);
+    let hint = a.inputs[0].steps.step_range_hint.as_ref().unwrap();
+    assert_eq!((hint.name.as_str(), hint.ranges), ("decode_step", 200));
+    // The warm-ups are not the steady state: the eager cell is the 200 timed steps.
+    let eager = steady_eager_cell(&a);
+    within_5_percent(eager, 365.54);
+    let replays = replay_cells(&a);
+    assert_eq!(replays.len(), 2);
+    for (c, own) in replays.iter().zip([34.59, 41.09]) {
+        within_stated_tracer_share(c, own);
+    }
+}
+
+/// The same program with the step range the report names, `--step-range decode_step` (same
+/// session, another process). The program's own medians: eager 130.85, replay 21.31,
+/// replay_ext 22.59 µs (n=199).
+#[test]
+fn torchrun_recorded_with_its_step_range_samples_eager_steps_and_states_their_tracer_share() {
+    let a = recorded_2026_12_01("torchrun-graphs-step-range-record-h200.json.gz");
+    let eager = a
+        .cells
+        .iter()
+        .find(|c| c.label.starts_with("`decode_step` steps"))
+        .unwrap();
+    assert_eq!(eager.observed.regime, Some(Regime::Eager));
+    assert!(eager.period.as_ref().unwrap().n >= 100);
+    within_stated_tracer_share(eager, 130.85);
+    let replays = replay_cells(&a);
+    assert_eq!(replays.len(), 2);
+    for (c, own) in replays.iter().zip([21.31, 22.59]) {
+        within_5_percent(c, own);
+    }
+    // The external-event twin keeps its event nodes under the budget.
+    assert!(
+        replays[1]
+            .idle_by_cause
+            .iter()
+            .any(|t| t.cause == CauseKind::ExternalEventWait)
+    );
 }
 
 /// `examples/phases.py` under `gapscope record` with default settings (H200, 2026-12-02): 320
