@@ -256,6 +256,8 @@ pub struct RecordArgs {
     #[arg(short, long, default_value = "gapscope-out")]
     pub output: PathBuf,
     /// NVTX range that marks one step (e.g. `step` for `torch.cuda.nvtx.range("step")`).
+    /// Without it, the first outermost NVTX range that holds device work 8 times becomes the
+    /// step range (the trace notes name it); with `--trace-budget 0` none is needed.
     #[arg(long, value_name = "NAME")]
     pub step_range: Option<String>,
     /// Sample size: each executable graph's first N launches, and each kind of `--step-range`

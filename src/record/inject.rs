@@ -417,6 +417,8 @@ fn write_trace(signal: Option<c_int>) {
         return;
     };
     let path = config.out.join(trace_file_name(&config.rank_name));
+    // The one given, or the one the recorder chose.
+    let step_range = recorder.step_range();
     let metadata = metadata(config, &recorder, signal);
     let finished = match signal {
         None => recorder.finish(metadata),
@@ -432,7 +434,7 @@ fn write_trace(signal: Option<c_int>) {
     // From here on the trace is written whole (or not at all, by choice): what was delivered
     // to `gapscope record` is not needed.
     let spill = spill_path(&config.out, config.pid);
-    if let Some(step) = &config.step_range {
+    if let Some(step) = &step_range {
         trace.mark_steps(step);
     }
     // A launcher (torchrun, mpirun) or helper process that initialised CUDA but ran nothing
@@ -458,15 +460,16 @@ fn metadata(config: &Config, recorder: &Recorder, signal: Option<c_int>) -> Meta
     let mut workload = BTreeMap::new();
     workload.insert("command".to_string(), config.command.clone().into());
     workload.insert("pid".to_string(), config.pid.into());
-    if let Some(s) = &config.step_range {
+    let step_range = recorder.step_range();
+    if let Some(s) = &step_range {
         workload.insert("step_range".to_string(), s.clone().into());
     }
     let mut notes = vec![
         "recorded by CUDA injection (gapscope record): the program ran unmodified".to_string(),
     ];
-    if config.step_range.is_none() {
+    if step_range.is_none() {
         notes.push(format!(
-            "no {STEP_RANGE_VAR} given: NVTX ranges are plain ranges, steps come from graph launches and the kernel sequence"
+            "no {STEP_RANGE_VAR} given and none chosen: NVTX ranges are plain ranges, steps come from graph launches and the kernel sequence"
         ));
     }
     if let Some(sig) = signal {

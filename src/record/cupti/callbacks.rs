@@ -9,12 +9,14 @@
 use super::budget::{BudgetState, StepContent, SwitchOp};
 use super::config::{
     CAPTURE_BEGIN_CBIDS, CAPTURE_END_CBIDS, GRAPH_BUILDING_START_CBIDS, GRAPH_LAUNCH_CBIDS,
+    LAUNCH_CBIDS,
 };
 use super::decode::{RecordStore, api_display_name};
 use super::graph::{Creation, GraphTable};
 use super::loaded::{LoadedSnapshot, Queries};
 use super::loader::{self, Cupti};
 use super::markers::KeepWindows;
+use super::step_choice::{Choice, StepRangeChooser};
 use super::sys;
 use crate::trace::{Cell, Marker, NodeType, StrId};
 use std::cell::{Cell as StdCell, RefCell};
@@ -22,7 +24,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::ffi::{CStr, c_char, c_void};
 use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 /// Locks a mutex, ignoring poisoning (a panic caught at the FFI edge must not stop recording).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -139,8 +141,15 @@ pub(crate) struct Budget {
     pub subscriber: AtomicUsize,
     /// Longest time one pause or resume took, in ns (for the trace notes).
     pub switch_ns: AtomicU64,
-    /// The step range's name, compared with NVTX push messages.
-    pub step_range: Option<String>,
+    /// The step range's name, compared with NVTX push messages: the one given, or the one
+    /// `chooser` picked.
+    pub step_range: OnceLock<String>,
+    /// With no step range given: the watch over outermost NVTX ranges that picks one.
+    pub chooser: Option<Mutex<StepRangeChooser>>,
+    /// The kernel-launch callbacks the watch needs to see device work inside a range, enabled
+    /// at the first outermost range and disabled once the watch ends; only those the recorder
+    /// had not enabled anyway.
+    pub watch_callbacks: Mutex<Vec<(sys::CUpti_CallbackDomain, u32)>>,
     /// The host-time windows whose NVTX ranges are kept (see `markers`); updated with the
     /// decisions (taken inside `decisions`' lock, never the other way round).
     pub markers: Mutex<KeepWindows>,
@@ -158,7 +167,13 @@ impl Budget {
             api_callbacks: Mutex::new(Vec::new()),
             subscriber: AtomicUsize::new(0),
             switch_ns: AtomicU64::new(0),
-            step_range: config.step_range.clone(),
+            step_range: config
+                .step_range
+                .clone()
+                .map(OnceLock::from)
+                .unwrap_or_default(),
+            chooser: config.step_range.is_none().then(Default::default),
+            watch_callbacks: Mutex::new(Vec::new()),
             // As many untraced occurrences kept after each pause as a traced window holds.
             markers: Mutex::new(KeepWindows::new((config.limit / 4).max(1))),
         }
@@ -187,6 +202,13 @@ pub(super) fn apply_api_filter(
 /// Set while a recorder with a trace budget is recording: graph launch callbacks read it
 /// before anything else, so without a budget they cost no lock.
 pub(crate) static BUDGET_ON: AtomicBool = AtomicBool::new(false);
+
+/// Set while a budget's step-range watch runs (see `step_choice`): launch callbacks read it
+/// before anything else.
+pub(crate) static WATCHING: AtomicBool = AtomicBool::new(false);
+
+/// Whether the watch's launch callbacks (`Budget::watch_callbacks`) are on.
+pub(crate) static WATCH_ARMED: AtomicBool = AtomicBool::new(false);
 
 /// Whether node creation walks the creating thread's frames for its library function
 /// (`GAPSCOPE_CUPTI_NODE_FRAMES=0` turns it off, to measure what provenance costs).
@@ -227,6 +249,9 @@ thread_local! {
     static NVTX_STACK: RefCell<Vec<bool>> = const { RefCell::new(Vec::new()) };
     /// What this thread's open outermost step has done so far (for the budget's step kinds).
     static STEP_CONTENT: StdCell<StepContent> = const { StdCell::new(StepContent::Eager) };
+    /// While the step range is being chosen: this thread's open outermost NVTX range, and the
+    /// launches made inside it so far.
+    static OUTER_RANGE: RefCell<Option<(Vec<u8>, u64)>> = const { RefCell::new(None) };
 }
 
 /// Opens a LibraryCall scope on this thread.
@@ -342,6 +367,16 @@ unsafe fn on_api(
     let _ = API_STACK.try_with(|stack| {
         let mut stack = stack.borrow_mut();
         if d.callbackSite == sys::CUPTI_API_ENTER {
+            if WATCHING.load(Ordering::Relaxed)
+                && is_any_launch(domain, cbid)
+                && !stack.iter().any(|f| is_any_launch(f.domain, f.cbid))
+            {
+                let _ = OUTER_RANGE.try_with(|r| {
+                    if let Some((_, launches)) = r.borrow_mut().as_mut() {
+                        *launches += 1;
+                    }
+                });
+            }
             // The outermost graph launch (a runtime launch calls the driver's) decides.
             if BUDGET_ON.load(Ordering::Relaxed)
                 && is_graph_launch(domain, cbid)
@@ -454,6 +489,11 @@ fn is_capture_end(domain: sys::CUpti_CallbackDomain, cbid: u32) -> bool {
 
 fn is_graph_launch(domain: sys::CUpti_CallbackDomain, cbid: u32) -> bool {
     GRAPH_LAUNCH_CBIDS.contains(&(domain, cbid))
+}
+
+/// A kernel or graph launch: device work, for the step range's watch.
+fn is_any_launch(domain: sys::CUpti_CallbackDomain, cbid: u32) -> bool {
+    is_graph_launch(domain, cbid) || LAUNCH_CBIDS.contains(&(domain, cbid))
 }
 
 /// Whether this thread is inside a step range (whose decision then covers its launches).
@@ -669,7 +709,20 @@ unsafe fn on_nvtx(cbid: u32, data: *const NvtxData) {
     }
     match cbid {
         NVTX_RANGE_POP => {
-            let popped = NVTX_STACK.try_with(|s| s.borrow_mut().pop()).ok().flatten();
+            let (popped, depth) = NVTX_STACK
+                .try_with(|s| {
+                    let mut s = s.borrow_mut();
+                    (s.pop(), s.len())
+                })
+                .unwrap_or((None, 1));
+            if popped.is_some() && depth == 0 && WATCHING.load(Ordering::Relaxed) {
+                outermost_range_ended();
+            } else if depth == 0
+                && WATCH_ARMED.load(Ordering::Relaxed)
+                && let Some(shared) = active()
+            {
+                disarm_watch(&shared);
+            }
             if popped == Some(true)
                 && !inside_step()
                 && let Some(shared) = active()
@@ -688,19 +741,113 @@ unsafe fn on_nvtx(cbid: u32, data: *const NvtxData) {
             let step_range = shared
                 .budget
                 .as_ref()
-                .and_then(|b| b.step_range.as_deref())
-                .map(str::as_bytes);
+                .and_then(|b| b.step_range.get())
+                .map(String::as_bytes);
             // SAFETY: CUPTI passes a valid CUpti_NvtxData; its params belong to `cbid`.
             let message = unsafe { pushed_message(cbid, (*data).function_params) };
             let is_step = step_range.is_some() && message == step_range;
             let outermost_step = is_step && !inside_step();
-            let _ = NVTX_STACK.try_with(|s| s.borrow_mut().push(is_step));
+            let depth = NVTX_STACK
+                .try_with(|s| {
+                    let mut s = s.borrow_mut();
+                    s.push(is_step);
+                    s.len()
+                })
+                .unwrap_or(0);
+            if depth == 1
+                && WATCHING.load(Ordering::Relaxed)
+                && let Some(budget) = &shared.budget
+            {
+                outermost_range_began(&shared, budget, message.unwrap_or_default());
+            }
             if outermost_step {
                 let _ = STEP_CONTENT.try_with(|c| c.set(StepContent::Eager));
                 budget_decides(&shared, |b| b.step_started());
             }
         }
         _ => {}
+    }
+}
+
+/// An outermost NVTX range began on this thread while the step range is being chosen: its
+/// launches are counted from now on, with the launch callbacks on from the first such range.
+fn outermost_range_began(shared: &Shared, budget: &Budget, name: &[u8]) {
+    let _ = OUTER_RANGE.try_with(|r| *r.borrow_mut() = Some((name.to_vec(), 0)));
+    if !WATCH_ARMED.load(Ordering::SeqCst) {
+        switch_watch_callbacks(shared, budget, true);
+    }
+}
+
+/// This thread's outermost NVTX range ended while the step range is being chosen: the watch
+/// counts it and, once it has chosen (or given up), stops with its callbacks.
+fn outermost_range_ended() {
+    let Some((name, launches)) = OUTER_RANGE.try_with(|r| r.take()).ok().flatten() else {
+        return;
+    };
+    let Some(shared) = active() else {
+        return;
+    };
+    let Some(budget) = &shared.budget else {
+        return;
+    };
+    let Some(chooser) = &budget.chooser else {
+        return;
+    };
+    let chosen = {
+        let mut chooser = lock(chooser);
+        match chooser.range_ended(&name, launches) {
+            None => return,
+            Some(Choice::Chosen { name, .. }) => Some(name.clone()),
+            Some(_) => None,
+        }
+    };
+    if let Some(name) = chosen {
+        let _ = budget.step_range.set(name);
+    }
+    WATCHING.store(false, Ordering::SeqCst);
+    disarm_watch(&shared);
+}
+
+/// Turns the watch's launch callbacks off once it has ended, if they are on (retried at later
+/// pops when another thread was switching).
+fn disarm_watch(shared: &Shared) {
+    if let Some(budget) = &shared.budget
+        && !WATCHING.load(Ordering::SeqCst)
+    {
+        switch_watch_callbacks(shared, budget, false);
+    }
+}
+
+/// Enables or disables the kernel-launch callbacks of the step-range watch, holding the
+/// budget's switch token (so never while recording ends); when another thread holds it, does
+/// nothing: the next outermost range tries again.
+fn switch_watch_callbacks(shared: &Shared, budget: &Budget, on: bool) {
+    let Some(cupti) = loader::loaded() else {
+        return;
+    };
+    let Some(_token) = lock_within(&budget.applied, std::time::Duration::ZERO) else {
+        return;
+    };
+    if WATCH_ARMED.load(Ordering::SeqCst) == on || lock(&budget.decisions).is_frozen() {
+        return;
+    }
+    WATCH_ARMED.store(on, Ordering::SeqCst);
+    let subscriber = budget.subscriber.load(Ordering::SeqCst) as sys::CUpti_SubscriberHandle;
+    let calls = lock(&budget.watch_callbacks).clone();
+    for (domain, cbid) in calls {
+        // SAFETY: resolved at load; `subscriber` is the recorder's live subscriber (the watch
+        // stops, under `WATCHING`, before it unsubscribes).
+        let rc = unsafe {
+            cupti
+                .api()
+                .cuptiEnableCallback(u32::from(on), subscriber, domain, cbid)
+        };
+        if rc != sys::CUPTI_SUCCESS {
+            lock(&shared.state).problem(format!(
+                "step range watch: cuptiEnableCallback({on}, cbid {cbid}) failed: {}",
+                cupti.result_name(rc)
+            ));
+        }
     }
 }
 
@@ -999,6 +1146,7 @@ pub(crate) unsafe extern "C" fn on_callback(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::cupti::step_choice;
 
     #[test]
     fn external_flags_read_the_wait_and_record_params() {
@@ -1245,6 +1393,18 @@ mod tests {
         [enter, exit]
     }
 
+    /// An NVTX push (`message`) or pop callback, as CUPTI makes it.
+    fn nvtx_call(cbid: u32, message: &std::ffi::CStr) {
+        let text = message.as_ptr();
+        let data = NvtxData {
+            function_name: std::ptr::null(),
+            function_params: (&raw const text).cast(),
+            function_return_value: std::ptr::null(),
+        };
+        // SAFETY: the message and the data outlive the call.
+        unsafe { on_nvtx(cbid, &data) };
+    }
+
     #[test]
     fn the_budget_counts_each_launch_once_and_leaves_launches_inside_steps_to_the_step() {
         let _one = lock(&super::super::recorder::TEST_RECORDER_LOCK);
@@ -1267,25 +1427,15 @@ mod tests {
             on_api(drv, drv_cbid, &drv_exit);
             on_api(rt, rt_cbid, &rt_exit);
         };
-        let nvtx = |cbid: u32, message: &std::ffi::CStr| {
-            let text = message.as_ptr();
-            let data = NvtxData {
-                function_name: std::ptr::null(),
-                function_params: (&raw const text).cast(),
-                function_return_value: std::ptr::null(),
-            };
-            // SAFETY: the message and the data outlive the call.
-            unsafe { on_nvtx(cbid, &data) };
-        };
         runtime_launch();
         runtime_launch();
-        nvtx(NVTX_RANGE_PUSH_A, c"decode_step");
-        nvtx(NVTX_RANGE_PUSH_A, c"inner");
+        nvtx_call(NVTX_RANGE_PUSH_A, c"decode_step");
+        nvtx_call(NVTX_RANGE_PUSH_A, c"inner");
         runtime_launch(); // inside the step: the step's decision covers it
-        nvtx(NVTX_RANGE_POP, c"");
-        nvtx(NVTX_RANGE_POP, c"");
-        nvtx(NVTX_RANGE_PUSH_A, c"other_range");
-        nvtx(NVTX_RANGE_POP, c"");
+        nvtx_call(NVTX_RANGE_POP, c"");
+        nvtx_call(NVTX_RANGE_POP, c"");
+        nvtx_call(NVTX_RANGE_PUSH_A, c"other_range");
+        nvtx_call(NVTX_RANGE_POP, c"");
         *lock(&ACTIVE) = None;
         BUDGET_ON.store(false, Ordering::Relaxed);
         let budget = shared.budget.as_ref().unwrap();
@@ -1300,5 +1450,53 @@ mod tests {
             NVTX_STACK.with(|s| s.borrow().is_empty()),
             "pushes and pops pair up"
         );
+    }
+
+    /// With no step range given, the outermost range around kernel launches becomes the step
+    /// range at its eighth occurrence; a range around host work only, and a nested range with
+    /// the same launches, do not; from then on its pushes are steps of the budget.
+    #[test]
+    fn with_no_step_range_the_outermost_range_around_launches_is_chosen() {
+        let _one = lock(&super::super::recorder::TEST_RECORDER_LOCK);
+        let shared = Arc::new(shared_with_budget(8, None));
+        *lock(&ACTIVE) = Some(shared.clone());
+        BUDGET_ON.store(true, Ordering::Relaxed);
+        WATCHING.store(true, Ordering::SeqCst);
+        let drv = sys::CUPTI_CB_DOMAIN_DRIVER_API;
+        let cbid = sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel;
+        let params = 0usize;
+        let [enter, exit] = launch_callbacks(&params);
+        // SAFETY: callback data and parameters outlive the calls.
+        let kernel_launch = || unsafe {
+            on_api(drv, cbid, &enter);
+            on_api(drv, cbid, &exit);
+        };
+        let budget = shared.budget.as_ref().unwrap();
+        for _ in 0..step_choice::CHOOSE_AFTER {
+            assert_eq!(budget.step_range.get(), None);
+            nvtx_call(NVTX_RANGE_PUSH_A, c"load_batch");
+            nvtx_call(NVTX_RANGE_POP, c"");
+            nvtx_call(NVTX_RANGE_PUSH_A, c"decode_step");
+            nvtx_call(NVTX_RANGE_PUSH_A, c"attention");
+            kernel_launch();
+            nvtx_call(NVTX_RANGE_POP, c"");
+            kernel_launch();
+            nvtx_call(NVTX_RANGE_POP, c"");
+        }
+        let chosen = budget.step_range.get().cloned();
+        let watching = WATCHING.load(Ordering::SeqCst);
+        let steps_at_choice = lock(&budget.decisions).steps();
+        nvtx_call(NVTX_RANGE_PUSH_A, c"decode_step");
+        kernel_launch();
+        nvtx_call(NVTX_RANGE_POP, c"");
+        *lock(&ACTIVE) = None;
+        BUDGET_ON.store(false, Ordering::Relaxed);
+        WATCHING.store(false, Ordering::SeqCst);
+        assert_eq!(chosen.as_deref(), Some("decode_step"));
+        assert!(!watching, "the watch ends with its choice");
+        assert_eq!(steps_at_choice, 0, "ranges before the choice are not steps");
+        assert_eq!(lock(&budget.decisions).steps(), 1, "the next one is");
+        let note = lock(budget.chooser.as_ref().unwrap()).note();
+        assert!(note.contains("`decode_step` chosen"), "{note}");
     }
 }

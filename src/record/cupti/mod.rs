@@ -6,10 +6,11 @@
 //!   [`crate::cuda`] opens, checks symbols, turns status codes into
 //!   [`CuptiError`];
 //! * `loaded`: the CUDA libraries the process loaded, and their versions;
-//! * `decode`, `graph`, `budget`, `markers`, `buffers`, `callbacks`, `frames`: what CUPTI calls into
-//!   (activity buffers, API, NVTX and graph callbacks), decoding records into [`crate::trace`]
-//!   types, naming the library call a graph node was made in, deciding which launches the
-//!   trace budget leaves untraced and which NVTX ranges of untraced work are only summarised;
+//! * `decode`, `graph`, `budget`, `step_choice`, `markers`, `buffers`, `callbacks`, `frames`:
+//!   what CUPTI calls into (activity buffers, API, NVTX and graph callbacks), decoding records
+//!   into [`crate::trace`] types, naming the library call a graph node was made in, deciding
+//!   which launches the trace budget leaves untraced, which NVTX range marks a step when none
+//!   is given, and which NVTX ranges of untraced work are only summarised;
 //! * `config` ([`RecorderConfig`]: what is enabled) and [`Recorder`]: the public face.
 //!
 //! Nothing here links against CUDA: analysis and export run where no CUDA is installed.
@@ -29,6 +30,7 @@ mod loader;
 mod local_symbols;
 mod markers;
 mod recorder;
+mod step_choice;
 pub(crate) mod sys;
 
 pub use budget::TraceBudget;

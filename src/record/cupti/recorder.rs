@@ -1,6 +1,5 @@
 //! The recorder: CUPTI activity tracing plus graph callbacks, turned into a [`Trace`].
 
-use super::budget::TraceBudget;
 use super::buffers;
 use super::callbacks::{self, ACTIVE, Budget, PANICS, Shared, State, lock};
 use super::config::{
@@ -323,15 +322,16 @@ impl Recorder {
         if config.trace_budget.is_limited() {
             // NVTX ranges of untraced work are summarised, not all kept (see `markers`).
             lock(&rec.shared.state).records.marker_keeping = Some(Default::default());
-            rec.start_budget(&config.trace_budget);
+            rec.start_budget();
         }
         Ok(rec)
     }
 
     /// Hands the budget the kinds it pauses (every device and API kind enabled so far; NVTX
-    /// markers stay on) and enables the callbacks it decides in: graph launches, and NVTX
-    /// pushes and pops when there is a step range.
-    fn start_budget(&mut self, config: &TraceBudget) {
+    /// markers stay on) and enables the callbacks it decides in: graph launches, graph
+    /// building, and NVTX pushes and pops (to count steps of the step range, or, with none
+    /// given, to choose one: `step_choice`).
+    fn start_budget(&mut self) {
         let sub = self.subscriber_handle();
         if let Some(budget) = &self.shared.budget {
             *lock(&budget.kinds) = self.kinds_enabled.clone();
@@ -352,16 +352,11 @@ impl Recorder {
             callbacks::NVTX_RANGE_POP,
         ]
         .map(|cbid| (sys::CUPTI_CB_DOMAIN_NVTX, cbid));
-        let nvtx: &[_] = if config.step_range.is_some() {
-            &nvtx
-        } else {
-            &[]
-        };
         let budget_cbids = GRAPH_LAUNCH_CBIDS
             .iter()
             .chain(&GRAPH_BUILDING_START_CBIDS)
             .chain(&CAPTURE_END_CBIDS)
-            .chain(nvtx);
+            .chain(&nvtx);
         for &(domain, cbid) in budget_cbids {
             // Already on, by call or (ApiCallbacks::All) by domain.
             if self.api_enabled.contains(&(domain, cbid)) || self.domains_enabled.contains(&domain)
@@ -383,7 +378,23 @@ impl Recorder {
             }
             self.api_enabled.push((domain, cbid));
         }
+        if let Some(budget) = &self.shared.budget
+            && budget.chooser.is_some()
+        {
+            // Launch callbacks the recorder has on anyway need no arming by the watch.
+            *lock(&budget.watch_callbacks) = LAUNCH_CBIDS
+                .iter()
+                .copied()
+                .filter(|c| !self.api_enabled.contains(c) && !self.domains_enabled.contains(&c.0))
+                .collect();
+            callbacks::WATCHING.store(true, Ordering::SeqCst);
+        }
         callbacks::BUDGET_ON.store(true, Ordering::Relaxed);
+    }
+
+    /// The step range of this recording: the one given, or the one chosen so far.
+    pub fn step_range(&self) -> Option<String> {
+        self.shared.budget.as_ref()?.step_range.get().cloned()
     }
 
     /// Leaves only the API calls of [`api_record_wanted`] with activity records; says in the
@@ -709,6 +720,7 @@ impl Recorder {
         let mut switch_token = None;
         if let Some(budget) = &shared.budget {
             callbacks::BUDGET_ON.store(false, Ordering::Relaxed);
+            callbacks::WATCHING.store(false, Ordering::SeqCst);
             let wait = std::time::Duration::from_millis(200);
             match callbacks::lock_within(&budget.decisions, wait) {
                 Some(mut decisions) => decisions.freeze(),
@@ -773,6 +785,8 @@ impl Recorder {
                 notes.push(e.to_string());
             }
         }
+        // Unsubscribing ended the watch's launch callbacks too.
+        callbacks::WATCH_ARMED.store(false, Ordering::SeqCst);
         {
             let mut active = lock(&ACTIVE);
             if active
@@ -841,8 +855,13 @@ impl Recorder {
             });
         }
         if let Some(budget) = &self.shared.budget {
-            let step_range = budget.step_range.as_deref();
+            let step_range = budget.step_range.get().map(String::as_str);
             let longest = budget.switch_ns.load(Ordering::Relaxed);
+            if let Some(chooser) = &budget.chooser {
+                metadata
+                    .notes
+                    .push(format!("recorder: {}", lock(chooser).note()));
+            }
             let decisions = lock(&budget.decisions);
             for note in decisions.notes(step_range, longest) {
                 metadata.notes.push(format!("recorder: {note}"));
