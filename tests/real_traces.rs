@@ -1657,3 +1657,109 @@ fn torch_compile_recorded_with_defaults_has_both_phases_and_no_cells_of_its_auto
         "names --step-range decode_step"
     );
 }
+
+/// The step range the recorder chose with none given: named in the workload and the notes,
+/// and its `decode_step` ranges are the eager cell's steps (sampled: some untraced).
+fn chosen_step_range_cell<'a>(t: &trace::Trace, a: &'a Analysis) -> &'a CellAnalysis {
+    assert_eq!(
+        t.metadata
+            .workload
+            .get("step_range")
+            .and_then(|v| v.as_str()),
+        Some("decode_step")
+    );
+    assert!(
+        t.metadata
+            .notes
+            .iter()
+            .any(|n| n.contains("step range `decode_step` chosen by the recorder")),
+        "{:?}",
+        t.metadata.notes
+    );
+    let eager = a
+        .cells
+        .iter()
+        .find(|c| {
+            c.label.starts_with("`decode_step` steps") && c.observed.regime == Some(Regime::Eager)
+        })
+        .expect("an eager cell of the chosen range's steps");
+    assert!(eager.period.as_ref().unwrap().n >= 100, "{}", eager.label);
+    eager
+}
+
+fn chosen_step_recording(name: &str) -> (trace::Trace, Analysis) {
+    let t = trace::read_any(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("traces")
+            .join(name),
+    )
+    .unwrap();
+    let a = analyze_one(&t);
+    (t, a)
+}
+
+/// `examples/torch_graphs.py` under `gapscope record` with default settings and no step range
+/// given (H200, 2026-12-02, build 6a28526): the recorder chose `decode_step`. The program's
+/// own CUDA-event medians in that run: eager 115.78, replay 21.57, replay_ext 23.20 µs (n=199).
+#[test]
+fn torch_graphs_recorded_with_defaults_samples_the_eager_steps_of_the_range_the_recorder_chose() {
+    let (t, a) = chosen_step_recording("torch-graphs-chosen-step-record-h200.json.gz");
+    let eager = chosen_step_range_cell(&t, &a);
+    assert!(
+        eager.tracer_share.is_some(),
+        "untraced eager steps measured"
+    );
+    within_5_percent(eager, 115.78);
+    let replays = replay_cells(&a);
+    assert_eq!(replays.len(), 2);
+    for (c, own) in replays.iter().zip([21.57, 23.20]) {
+        within_5_percent(c, own);
+    }
+    assert!(
+        a.inputs[0].steps.step_range_hint.is_none(),
+        "no flag to name"
+    );
+}
+
+/// `examples/phases.py` the same way (same session and build): 320 eager steps, then the
+/// mode-1 graph and the one with external event nodes, 200 replays each. The program's own
+/// medians: eager 102.78, mode 1 21.97, mode 2 23.33 µs, so mode 2 − mode 1 = +1.36 µs.
+#[test]
+fn phases_recorded_with_defaults_sample_eager_steps_and_keep_the_mode_difference() {
+    let (t, a) = chosen_step_recording("phases-chosen-step-record-h200.json.gz");
+    let eager = chosen_step_range_cell(&t, &a);
+    within_stated_tracer_share(eager, 102.78);
+    let replays = replay_cells(&a);
+    assert_eq!(replays.len(), 2);
+    for (c, own) in replays.iter().zip([21.97, 23.33]) {
+        within_5_percent(c, own);
+    }
+    assert!(replays[1].observed.external_wait_nodes > 0);
+    assert!(replays[1].observed.external_record_nodes > 0);
+    let traced = a.mode_pairs[0].period_delta.unwrap() / 1e3;
+    assert!((traced - 1.36).abs() < 0.25, "traced Δ {traced} µs");
+}
+
+/// `examples/torch_compile_decode.py` the same way (same session and build): 200 eager steps,
+/// the compile, 200 compiled steps, all in `decode_step` ranges. The program's own medians:
+/// eager 295.89, compiled 145.02 µs (n=180).
+#[test]
+fn torch_compile_recorded_with_defaults_has_eager_and_compiled_steps_of_the_chosen_range() {
+    let (t, a) = chosen_step_recording("torch-compile-chosen-step-record-h200.json.gz");
+    let eager = chosen_step_range_cell(&t, &a);
+    within_stated_tracer_share(eager, 295.89);
+    let compiled = a
+        .cells
+        .iter()
+        .find(|c| {
+            c.label.starts_with("`decode_step` steps") && c.observed.regime == Some(Regime::Graphed)
+        })
+        .expect("the compiled phase's steps");
+    assert!(compiled.period.as_ref().unwrap().n >= 100);
+    within_5_percent(compiled, 145.02);
+    assert!(compiled.observed.graph_coverage.unwrap() > 0.95);
+    assert!(
+        compiled.observed.eager_in_graphed.is_some(),
+        "the .clone() beside each replay"
+    );
+}
