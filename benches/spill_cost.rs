@@ -70,7 +70,7 @@ fn deliver_all(t: &Trace, per_buffer: usize, dir: &std::path::Path) -> (f64, u64
         growing.markers.extend_from_slice(&t.markers[at..to]);
         let part = delivered.new_part(&growing);
         delivered = Delivered::of(&growing);
-        bytes += w.deliver(part, None, None, 0).unwrap() as u64;
+        bytes += w.deliver(part, None, None, 0, None).unwrap() as u64;
         at = to;
     }
     let s = began.elapsed().as_secs_f64();

@@ -62,6 +62,9 @@ pub struct Delivery<T> {
     pub strings_from: usize,
     #[serde(default)]
     pub graph_changed: bool,
+    /// The step range the recorder chose, once it has (none was given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chosen_step_range: Option<String>,
     pub part: T,
 }
 
@@ -152,13 +155,15 @@ impl SpillWriter {
 
     /// Delivers `part` (records new since the last delivery, strings included, as
     /// [`Delivered::new_part`] made them) with the graph when it changed, the sampling record
-    /// and the dropped count so far; returns the bytes written.
+    /// and the dropped count so far, and the step range the recorder chose, if it has; returns
+    /// the bytes written.
     pub fn deliver(
         &mut self,
         mut part: Trace,
         graph: Option<GraphDag>,
         sampling: Option<Sampling>,
         dropped_records: u64,
+        chosen_step_range: Option<String>,
     ) -> std::io::Result<usize> {
         let strings = part.strings.len();
         let graph_changed = graph.is_some();
@@ -168,6 +173,7 @@ impl SpillWriter {
         let out = Delivery {
             strings_from: self.strings,
             graph_changed,
+            chosen_step_range,
             part: &part,
         };
         self.line.clear();
@@ -209,6 +215,7 @@ pub fn rebuild(path: &Path, why: &str) -> Result<Recovered, String> {
     let mut trace = Trace::new(header.metadata.clone());
     let (mut deliveries, mut cut_short) = (0, 0);
     let mut graph = None;
+    let mut chosen_step_range = None;
     for line in lines {
         let line = line.map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
         // Only the last line can be cut short (a kill during its write): it does not parse.
@@ -223,6 +230,9 @@ pub fn rebuild(path: &Path, why: &str) -> Result<Recovered, String> {
                 d.strings_from,
                 trace.strings.len()
             )));
+        }
+        if d.chosen_step_range.is_some() {
+            chosen_step_range = d.chosen_step_range;
         }
         let p = d.part;
         trace.strings.extend(p.strings);
@@ -247,8 +257,12 @@ pub fn rebuild(path: &Path, why: &str) -> Result<Recovered, String> {
         trace.graph = g;
     }
     trace.sort_records();
-    if let Some(step) = &header.step_range {
+    if let Some(step) = header.step_range.as_ref().or(chosen_step_range.as_ref()) {
         trace.mark_steps(step);
+        trace
+            .metadata
+            .workload
+            .insert("step_range".to_string(), step.clone().into());
     }
     trace.metadata.notes.push(format!(
         "gapscope record: process {} {why} without writing its trace; this trace was written from the {deliveries} deliveries its recorder made as CUPTI completed activity buffers: missing are the records of the buffers not completed when it died (about the last second of its work), NVTX ranges still open, and graphs built after its last delivery{}",
@@ -364,7 +378,7 @@ pub fn deliver_then_die(
         let part = delivered.new_part(&b.trace);
         delivered = Delivered::of(&b.trace);
         writer
-            .deliver(part, None, None, 0)
+            .deliver(part, None, None, 0, None)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     signal_hook::low_level::raise(signal_hook::consts::SIGKILL)?;
@@ -409,8 +423,8 @@ mod tests {
     use super::*;
     use crate::trace::{MarkerKind, TraceBuilder};
 
-    /// A recorder's state growing over three buffers, delivered after each; the third
-    /// delivery cut short as a kill would leave it.
+    /// A recorder's state growing over three buffers, delivered after each, the step range
+    /// chosen before the second; the third delivery cut short as a kill would leave it.
     #[test]
     fn deliveries_rebuild_the_trace_and_a_line_cut_short_is_left_out() {
         let dir = tempfile::tempdir().unwrap();
@@ -419,7 +433,7 @@ mod tests {
         let header = SpillHeader {
             file_name: "trace-0.json".into(),
             pid: 4242,
-            step_range: Some("step".into()),
+            step_range: None,
             metadata: Metadata {
                 tool: "gapscope test".into(),
                 cells: vec![Default::default()],
@@ -436,7 +450,8 @@ mod tests {
             let part = delivered.new_part(&b.trace);
             delivered = Delivered::of(&b.trace);
             let graph = (buffer == 1).then(GraphDag::default);
-            let n = w.deliver(part, graph, None, buffer as u64).unwrap();
+            let chosen = (buffer > 0).then(|| "step".to_string());
+            let n = w.deliver(part, graph, None, buffer as u64, chosen).unwrap();
             assert!(n > 0);
         }
         // The kill came during the third delivery's write.
@@ -454,8 +469,10 @@ mod tests {
         assert!(
             t.markers
                 .iter()
-                .all(|m| m.kind == MarkerKind::Step && m.cell == Some(0))
+                .all(|m| m.kind == MarkerKind::Step && m.cell == Some(0)),
+            "the chosen range marks the steps of every delivery"
         );
+        assert_eq!(t.metadata.workload["step_range"], "step");
         assert_eq!(t.str(t.kernels[15].name), "kernel1");
         assert_eq!(t.dropped_records, 1);
         let note = t.metadata.notes.last().unwrap();

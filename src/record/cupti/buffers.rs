@@ -252,7 +252,12 @@ fn deliver(shared: &Shared) {
         s
     });
     let dropped = shared.dropped.load(Ordering::Relaxed) + zero;
-    if let Err(e) = d.writer.deliver(part, dag, sampling, dropped) {
+    let chosen = shared
+        .budget
+        .as_ref()
+        .filter(|b| b.chooser.is_some())
+        .and_then(|b| b.step_range.get().cloned());
+    if let Err(e) = d.writer.deliver(part, dag, sampling, dropped, chosen) {
         let path = d.writer.path().display().to_string();
         *guard = None;
         lock(&shared.state).problem(format!(
