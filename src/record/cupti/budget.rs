@@ -43,25 +43,34 @@ pub(crate) enum SwitchOp {
 /// The CUPTI calls that switch tracing `on` or off, in order: a resume turns the callbacks on
 /// first (so they see everything the kinds record), then the kinds, then the per-call API
 /// filter again (re-enabling an API kind records every call); a pause turns the kinds off,
-/// then the callbacks.
+/// then the callbacks. With `filter_off_on_pause`, a pause first switches off the calls the
+/// filter records (`GAPSCOPE_BUDGET_PAUSE_FILTER=1`, to measure whether a disabled API kind
+/// still costs its filtered-in calls host time).
 pub(crate) fn switch_plan(
     on: bool,
     kinds: &[sys::CUpti_ActivityKind],
     callbacks: &[(sys::CUpti_CallbackDomain, u32)],
     api_filter: Option<&[(sys::CUpti_CallbackDomain, u32, bool)]>,
+    filter_off_on_pause: bool,
 ) -> Vec<SwitchOp> {
     let callbacks = callbacks
         .iter()
         .map(|&(domain, cbid)| SwitchOp::Callback { domain, cbid });
     let kinds = kinds.iter().map(|&k| SwitchOp::Kind(k));
+    let filter = api_filter.unwrap_or_default().iter();
     if on {
-        let filter = api_filter
-            .unwrap_or_default()
-            .iter()
-            .map(|&(domain, cbid, on)| SwitchOp::ApiRecord { domain, cbid, on });
+        let filter = filter.map(|&(domain, cbid, on)| SwitchOp::ApiRecord { domain, cbid, on });
         callbacks.chain(kinds).chain(filter).collect()
     } else {
-        kinds.chain(callbacks).collect()
+        let recorded =
+            filter
+                .filter(|&&(_, _, on)| on && filter_off_on_pause)
+                .map(|&(domain, cbid, _)| SwitchOp::ApiRecord {
+                    domain,
+                    cbid,
+                    on: false,
+                });
+        recorded.chain(kinds).chain(callbacks).collect()
     }
 }
 
@@ -547,7 +556,7 @@ mod tests {
         let kinds = [10, 11];
         let callbacks = [(1, 7), (2, 8)];
         let filter = [(1, 3, true), (2, 4, false)];
-        let on = switch_plan(true, &kinds, &callbacks, Some(&filter));
+        let on = switch_plan(true, &kinds, &callbacks, Some(&filter), false);
         assert_eq!(
             on,
             [
@@ -567,7 +576,7 @@ mod tests {
                 },
             ]
         );
-        let off = switch_plan(false, &kinds, &callbacks, Some(&filter));
+        let off = switch_plan(false, &kinds, &callbacks, Some(&filter), false);
         assert_eq!(
             off,
             [
@@ -579,7 +588,16 @@ mod tests {
             "a pause leaves the filter as it is"
         );
         assert_eq!(
-            switch_plan(true, &kinds, &[], None).len(),
+            switch_plan(false, &kinds, &callbacks, Some(&filter), true)[0],
+            SwitchOp::ApiRecord {
+                domain: 1,
+                cbid: 3,
+                on: false
+            },
+            "or first switches off the calls it records"
+        );
+        assert_eq!(
+            switch_plan(true, &kinds, &[], None, false).len(),
             2,
             "no filter: kinds only"
         );

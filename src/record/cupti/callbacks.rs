@@ -214,6 +214,10 @@ pub(crate) static WATCH_ARMED: AtomicBool = AtomicBool::new(false);
 /// (`GAPSCOPE_CUPTI_NODE_FRAMES=0` turns it off, to measure what provenance costs).
 pub(crate) static NODE_FRAMES: AtomicBool = AtomicBool::new(true);
 
+/// Whether a budget's pause also switches off the API calls the record filter keeps
+/// (`GAPSCOPE_BUDGET_PAUSE_FILTER=1`, see `budget::switch_plan`).
+pub(crate) static PAUSE_FILTER: AtomicBool = AtomicBool::new(false);
+
 /// The recorder the callbacks feed; `None` when none is recording.
 pub(crate) static ACTIVE: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
 
@@ -581,7 +585,8 @@ fn switch_kinds(budget: &Budget, cupti: Option<&Cupti>, on: bool) -> Result<(), 
         let filter = lock(&budget.api_filter).clone();
         let api_callbacks = lock(&budget.api_callbacks).clone();
         let filter = filter.as_deref().filter(|_| cupti.api_filter().is_some());
-        super::budget::switch_plan(on, &kinds, &api_callbacks, filter)
+        let filter_off = PAUSE_FILTER.load(Ordering::Relaxed);
+        super::budget::switch_plan(on, &kinds, &api_callbacks, filter, filter_off)
     };
     let subscriber = budget.subscriber.load(Ordering::SeqCst) as sys::CUpti_SubscriberHandle;
     let mut failed = Vec::new();

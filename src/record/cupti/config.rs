@@ -382,6 +382,9 @@ pub(super) struct Diagnostics {
     /// `GAPSCOPE_CUPTI_NODE_FRAMES=0`: graph nodes are made without walking the creating
     /// thread's frames (no library function in their provenance), to measure its cost.
     pub skip_node_frames: bool,
+    /// `GAPSCOPE_BUDGET_PAUSE_FILTER=1`: a budget's pause also switches off the API calls the
+    /// record filter keeps (see `budget::switch_plan`).
+    pub pause_filter: bool,
     /// `GAPSCOPE_CUPTI_GRAPH_TRACE=1`: graph-level records too (CUPTI refuses them beside
     /// CONCURRENT_KERNEL, so skip that kind as well).
     pub graph_trace: bool,
@@ -421,6 +424,7 @@ impl Diagnostics {
             per_thread_buffers: get("GAPSCOPE_CUPTI_PER_THREAD_BUFFERS").map(|v| v.trim() != "0"),
             host_pinned: get("GAPSCOPE_CUPTI_HOST_PINNED").map(|v| v.trim() != "0"),
             skip_node_frames: get("GAPSCOPE_CUPTI_NODE_FRAMES").is_some_and(|v| v.trim() == "0"),
+            pause_filter: get("GAPSCOPE_BUDGET_PAUSE_FILTER").is_some_and(|v| v.trim() == "1"),
             graph_trace: get("GAPSCOPE_CUPTI_GRAPH_TRACE").is_some_and(|v| v.trim() == "1"),
             size_attributes: list("GAPSCOPE_CUPTI_ATTR", false)
                 .unwrap_or_default()
@@ -462,6 +466,7 @@ mod tests {
                     "GAPSCOPE_CUPTI_GRAPH_TRACE" => "1",
                     "GAPSCOPE_CUPTI_ATTR" => "0=67108864, 6=4,bad,7=x",
                     "GAPSCOPE_CUPTI_FLUSH_PERIOD_MS" => " 10",
+                    "GAPSCOPE_BUDGET_PAUSE_FILTER" => "1",
                     _ => return None,
                 }
                 .to_owned(),
@@ -471,6 +476,7 @@ mod tests {
         assert_eq!(d.per_thread_buffers, Some(false));
         assert_eq!(d.host_pinned, Some(true));
         assert!(d.skip_node_frames);
+        assert!(d.pause_filter);
         assert!(d.graph_trace);
         assert_eq!(d.size_attributes, [(0, 67108864), (6, 4)]);
         assert_eq!(d.flush_period_ms, Some(10));

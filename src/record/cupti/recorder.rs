@@ -174,6 +174,7 @@ impl Recorder {
             ));
         }
         callbacks::NODE_FRAMES.store(!diagnostics.skip_node_frames, Ordering::Relaxed);
+        callbacks::PAUSE_FILTER.store(diagnostics.pause_filter, Ordering::Relaxed);
         if diagnostics.skip_node_frames {
             notes.push(
                 "graph nodes made without their library function (GAPSCOPE_CUPTI_NODE_FRAMES=0)"
