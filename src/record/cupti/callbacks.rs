@@ -214,6 +214,51 @@ pub(crate) static WATCH_ARMED: AtomicBool = AtomicBool::new(false);
 /// (`GAPSCOPE_CUPTI_NODE_FRAMES=0` turns it off, to measure what provenance costs).
 pub(crate) static NODE_FRAMES: AtomicBool = AtomicBool::new(true);
 
+/// Set with `GAPSCOPE_CUPTI_API_FROM=callbacks`: the API calls of [`API_RECORDED`] are recorded
+/// from their enter and exit callbacks instead of the RUNTIME and DRIVER activity kinds (which,
+/// once enabled, keep costing each call host time after they are paused).
+pub(crate) static API_FROM_CALLBACKS: AtomicBool = AtomicBool::new(false);
+
+/// Bit `cbid` of `[runtime, driver]`: the calls recorded from callbacks.
+static API_RECORDED: [[AtomicU64; 16]; 2] = [
+    [const { AtomicU64::new(0) }; 16],
+    [const { AtomicU64::new(0) }; 16],
+];
+
+fn api_recorded_bit(domain: sys::CUpti_CallbackDomain, cbid: u32) -> Option<(usize, usize, u64)> {
+    let d = match domain {
+        sys::CUPTI_CB_DOMAIN_RUNTIME_API => 0,
+        sys::CUPTI_CB_DOMAIN_DRIVER_API => 1,
+        _ => return None,
+    };
+    let word = usize::try_from(cbid / 64).ok().filter(|&w| w < 16)?;
+    Some((d, word, 1u64 << (cbid % 64)))
+}
+
+/// Records call `cbid` of `domain` from its callbacks (false when it is out of range).
+pub(crate) fn record_api_from_callbacks(domain: sys::CUpti_CallbackDomain, cbid: u32) -> bool {
+    let Some((d, w, bit)) = api_recorded_bit(domain, cbid) else {
+        return false;
+    };
+    API_RECORDED[d][w].fetch_or(bit, Ordering::Relaxed);
+    true
+}
+
+/// Whether call `cbid` of `domain` is recorded from its callbacks.
+pub(crate) fn api_recorded(domain: sys::CUpti_CallbackDomain, cbid: u32) -> bool {
+    api_recorded_bit(domain, cbid)
+        .is_some_and(|(d, w, bit)| API_RECORDED[d][w].load(Ordering::Relaxed) & bit != 0)
+}
+
+/// Forgets every call recorded from callbacks (recording ended).
+pub(crate) fn clear_api_recorded() {
+    for words in &API_RECORDED {
+        for w in words {
+            w.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Whether a budget's pause also switches off the API calls the record filter keeps
 /// (`GAPSCOPE_BUDGET_PAUSE_FILTER=1`, see `budget::switch_plan`).
 pub(crate) static PAUSE_FILTER: AtomicBool = AtomicBool::new(false);
@@ -241,6 +286,8 @@ struct Frame {
     name: *const c_char,
     wait_external: bool,
     record_external: bool,
+    /// Host time it was entered, when its record is made from callbacks (else 0).
+    entered: u64,
 }
 
 thread_local! {
@@ -393,12 +440,19 @@ unsafe fn on_api(
             // SAFETY: functionParams belongs to this (domain, cbid) call.
             let (wait_external, record_external) =
                 unsafe { external_flags(domain, cbid, d.functionParams) };
+            let entered =
+                if API_FROM_CALLBACKS.load(Ordering::Relaxed) && api_recorded(domain, cbid) {
+                    loader::loaded().map_or(0, now)
+                } else {
+                    0
+                };
             stack.push(Frame {
                 domain,
                 cbid,
                 name: d.functionName,
                 wait_external,
                 record_external,
+                entered,
             });
         } else if let Some(i) = stack
             .iter()
@@ -406,7 +460,11 @@ unsafe fn on_api(
         {
             // Normally the top; an exit without its enter (tracing enabled mid-call) pops
             // nothing, and frames left above a matching one are dropped with it.
+            let entered = stack[i].entered;
             stack.truncate(i);
+            if entered != 0 {
+                api_call_exited(domain, cbid, entered, d);
+            }
         }
     });
     if !BUDGET_ON.load(Ordering::Relaxed) {
@@ -452,6 +510,58 @@ unsafe fn on_api(
         step_did(StepContent::Building);
         budget_decides(&shared, |b| b.graph_building());
     }
+}
+
+/// The exit of a call recorded from callbacks: its API record.
+fn api_call_exited(
+    domain: sys::CUpti_CallbackDomain,
+    cbid: u32,
+    entered: u64,
+    d: &sys::CUpti_CallbackData,
+) {
+    let Some(cupti) = loader::loaded() else {
+        return;
+    };
+    let Some(shared) = active() else {
+        return;
+    };
+    // As the API kinds would: no record of a call made while the budget has tracing off (the
+    // calls it decides in are never paused).
+    if let Some(budget) = &shared.budget
+        && !lock(&budget.decisions).tracing()
+    {
+        return;
+    }
+    let end = now(cupti);
+    let returned = if d.functionReturnValue.is_null() {
+        0
+    } else {
+        // SAFETY: at API exit CUPTI points functionReturnValue at the call's cudaError_t or
+        // CUresult, both 32-bit.
+        unsafe { *(d.functionReturnValue as *const u32) }
+    };
+    let api_domain = if domain == sys::CUPTI_CB_DOMAIN_RUNTIME_API {
+        crate::trace::ApiDomain::Runtime
+    } else {
+        crate::trace::ApiDomain::Driver
+    };
+    let call = super::decode::ApiCallSeen {
+        domain: api_domain,
+        cbid,
+        start: entered,
+        end: end.max(entered),
+        corr: d.correlationId,
+        thread: super::recorder::current_thread_id(),
+        returned,
+    };
+    let resolve = |domain: crate::trace::ApiDomain, cbid: u32| {
+        let d = match domain {
+            crate::trace::ApiDomain::Runtime => sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+            crate::trace::ApiDomain::Driver => sys::CUPTI_CB_DOMAIN_DRIVER_API,
+        };
+        cupti.callback_name(d, cbid)
+    };
+    lock(&shared.state).records.add_api_call(call, &resolve);
 }
 
 /// Whether the driver call this exit callback reports returned an error.
@@ -1396,6 +1506,23 @@ mod tests {
         let mut exit = enter;
         exit.callbackSite = sys::CUPTI_API_EXIT;
         [enter, exit]
+    }
+
+    #[test]
+    fn api_calls_recorded_from_callbacks_are_kept_per_domain_and_cbid() {
+        let _one = lock(&super::super::recorder::TEST_RECORDER_LOCK);
+        let (rt, drv) = (
+            sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+            sys::CUPTI_CB_DOMAIN_DRIVER_API,
+        );
+        assert!(record_api_from_callbacks(rt, 211));
+        assert!(record_api_from_callbacks(drv, 1023));
+        assert!(!record_api_from_callbacks(drv, 1024), "beyond the set");
+        assert!(!record_api_from_callbacks(sys::CUPTI_CB_DOMAIN_NVTX, 8));
+        assert!(api_recorded(rt, 211) && api_recorded(drv, 1023));
+        assert!(!api_recorded(drv, 211) && !api_recorded(rt, 210));
+        clear_api_recorded();
+        assert!(!api_recorded(rt, 211) && !api_recorded(drv, 1023));
     }
 
     /// An NVTX push (`message`) or pop callback, as CUPTI makes it.

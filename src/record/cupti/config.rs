@@ -385,6 +385,9 @@ pub(super) struct Diagnostics {
     /// `GAPSCOPE_BUDGET_PAUSE_FILTER=1`: a budget's pause also switches off the API calls the
     /// record filter keeps (see `budget::switch_plan`).
     pub pause_filter: bool,
+    /// `GAPSCOPE_CUPTI_API_FROM=callbacks`: the API calls kept are recorded from their enter
+    /// and exit callbacks, and the RUNTIME and DRIVER activity kinds are never enabled.
+    pub api_from_callbacks: bool,
     /// `GAPSCOPE_CUPTI_GRAPH_TRACE=1`: graph-level records too (CUPTI refuses them beside
     /// CONCURRENT_KERNEL, so skip that kind as well).
     pub graph_trace: bool,
@@ -425,6 +428,8 @@ impl Diagnostics {
             host_pinned: get("GAPSCOPE_CUPTI_HOST_PINNED").map(|v| v.trim() != "0"),
             skip_node_frames: get("GAPSCOPE_CUPTI_NODE_FRAMES").is_some_and(|v| v.trim() == "0"),
             pause_filter: get("GAPSCOPE_BUDGET_PAUSE_FILTER").is_some_and(|v| v.trim() == "1"),
+            api_from_callbacks: get("GAPSCOPE_CUPTI_API_FROM")
+                .is_some_and(|v| v.trim() == "callbacks"),
             graph_trace: get("GAPSCOPE_CUPTI_GRAPH_TRACE").is_some_and(|v| v.trim() == "1"),
             size_attributes: list("GAPSCOPE_CUPTI_ATTR", false)
                 .unwrap_or_default()
@@ -467,6 +472,7 @@ mod tests {
                     "GAPSCOPE_CUPTI_ATTR" => "0=67108864, 6=4,bad,7=x",
                     "GAPSCOPE_CUPTI_FLUSH_PERIOD_MS" => " 10",
                     "GAPSCOPE_BUDGET_PAUSE_FILTER" => "1",
+                    "GAPSCOPE_CUPTI_API_FROM" => "callbacks",
                     _ => return None,
                 }
                 .to_owned(),
@@ -477,6 +483,7 @@ mod tests {
         assert_eq!(d.host_pinned, Some(true));
         assert!(d.skip_node_frames);
         assert!(d.pause_filter);
+        assert!(d.api_from_callbacks);
         assert!(d.graph_trace);
         assert_eq!(d.size_attributes, [(0, 67108864), (6, 4)]);
         assert_eq!(d.flush_period_ms, Some(10));

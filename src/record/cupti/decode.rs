@@ -58,6 +58,19 @@ pub(crate) struct RecordStore {
     pub marker_keeping: Option<MarkerKeeping>,
 }
 
+/// One runtime or driver API call as CUPTI reported it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ApiCallSeen {
+    pub domain: ApiDomain,
+    pub cbid: u32,
+    pub start: u64,
+    pub end: u64,
+    pub corr: u32,
+    pub thread: u32,
+    /// Its `cudaError_t`/`CUresult`.
+    pub returned: u32,
+}
+
 /// An API call that returned a sticky CUDA error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Fault {
@@ -215,6 +228,36 @@ impl RecordStore {
         self.builder.intern(&s)
     }
 
+    /// Appends one runtime or driver API call (from its activity record, or from its enter and
+    /// exit callbacks), noting the first sticky error it returned.
+    pub fn add_api_call(
+        &mut self,
+        call: ApiCallSeen,
+        resolve: &dyn Fn(ApiDomain, u32) -> Option<String>,
+    ) {
+        let name = self.api_name(call.domain, call.cbid, resolve);
+        if sticky_error_name(call.returned).is_some()
+            && self
+                .first_fault
+                .as_ref()
+                .is_none_or(|f| call.start < f.start)
+        {
+            self.first_fault = Some(Fault {
+                code: call.returned,
+                api: name,
+                start: call.start,
+            });
+        }
+        self.builder.trace.api_calls.push(ApiCall {
+            start: call.start,
+            end: call.end,
+            corr: call.corr,
+            thread: call.thread,
+            name,
+            domain: call.domain,
+        });
+    }
+
     fn api_name(
         &mut self,
         domain: ApiDomain,
@@ -291,26 +334,16 @@ impl RecordStore {
                     } else {
                         ApiDomain::Driver
                     };
-                    let name = self.api_name(domain, field!(a, cbid), resolve);
-                    let returned = field!(a, returnValue);
-                    let start = field!(a, start);
-                    if sticky_error_name(returned).is_some()
-                        && self.first_fault.as_ref().is_none_or(|f| start < f.start)
-                    {
-                        self.first_fault = Some(Fault {
-                            code: returned,
-                            api: name,
-                            start,
-                        });
-                    }
-                    self.builder.trace.api_calls.push(ApiCall {
-                        start,
+                    let call = ApiCallSeen {
+                        domain,
+                        cbid: field!(a, cbid),
+                        start: field!(a, start),
                         end: field!(a, end),
                         corr: field!(a, correlationId),
                         thread: field!(a, threadId),
-                        name,
-                        domain,
-                    });
+                        returned: field!(a, returnValue),
+                    };
+                    self.add_api_call(call, resolve);
                 }
                 sys::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION => {
                     let s = rec as *const sys::CUpti_ActivitySynchronization2;

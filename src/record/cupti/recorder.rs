@@ -80,6 +80,14 @@ impl Drop for MarkerGuard {
     }
 }
 
+/// The calls whose callbacks the budget decides in, or that only build graphs: never paused.
+fn budget_decides_in(call: (sys::CUpti_CallbackDomain, u32)) -> bool {
+    GRAPH_LAUNCH_CBIDS.contains(&call)
+        || GRAPH_BUILDING_START_CBIDS.contains(&call)
+        || CAPTURE_END_CBIDS.contains(&call)
+        || graph_building_cbids().any(|c| *c == call && !paused_by_budget(call))
+}
+
 #[cfg(target_os = "linux")]
 pub(crate) fn current_thread_id() -> u32 {
     // SAFETY: gettid (glibc ≥ 2.30, musl ≥ 1.2.2) has no preconditions and cannot fail.
@@ -254,6 +262,11 @@ impl Recorder {
                 );
                 continue;
             }
+            let api_kind =
+                kind == sys::CUPTI_ACTIVITY_KIND_RUNTIME || kind == sys::CUPTI_ACTIVITY_KIND_DRIVER;
+            if api_kind && diagnostics.api_from_callbacks {
+                continue;
+            }
             if diagnostics
                 .skip_kinds
                 .iter()
@@ -320,6 +333,9 @@ impl Recorder {
                 }
             }
         }
+        if diagnostics.api_from_callbacks {
+            rec.record_api_from_callbacks(&diagnostics);
+        }
         if config.trace_budget.is_limited() {
             // NVTX ranges of untraced work are summarised, not all kept (see `markers`).
             lock(&rec.shared.state).records.marker_keeping = Some(Default::default());
@@ -342,7 +358,10 @@ impl Recorder {
                 .api_enabled
                 .iter()
                 .copied()
-                .filter(|&c| paused_by_budget(c))
+                .filter(|&c| {
+                    paused_by_budget(c)
+                        || (callbacks::api_recorded(c.0, c.1) && !budget_decides_in(c))
+                })
                 .collect();
             budget.subscriber.store(sub as usize, Ordering::SeqCst);
         }
@@ -396,6 +415,50 @@ impl Recorder {
     /// The step range of this recording: the one given, or the one chosen so far.
     pub fn step_range(&self) -> Option<String> {
         self.shared.budget.as_ref()?.step_range.get().cloned()
+    }
+
+    /// Enables the enter and exit callbacks of every API call [`api_record_wanted`] keeps, which
+    /// make their records (`GAPSCOPE_CUPTI_API_FROM=callbacks`).
+    fn record_api_from_callbacks(&mut self, diagnostics: &Diagnostics) {
+        let sub = self.subscriber_handle();
+        let domains = [
+            (
+                sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+                sys::CUPTI_RUNTIME_TRACE_CBID_SIZE,
+            ),
+            (
+                sys::CUPTI_CB_DOMAIN_DRIVER_API,
+                sys::CUPTI_DRIVER_TRACE_CBID_SIZE,
+            ),
+        ];
+        let mut recorded = 0;
+        for (domain, size) in domains {
+            for cbid in 1..size {
+                let wanted = self
+                    .cupti
+                    .callback_name(domain, cbid)
+                    .is_some_and(|name| diagnostics.api_record_wanted(&name));
+                if !wanted || !callbacks::record_api_from_callbacks(domain, cbid) {
+                    continue;
+                }
+                recorded += 1;
+                if self.api_enabled.contains(&(domain, cbid))
+                    || self.domains_enabled.contains(&domain)
+                {
+                    continue;
+                }
+                // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe gave us.
+                let rc = unsafe { self.cupti.api().cuptiEnableCallback(1, sub, domain, cbid) };
+                match self.cupti.check("cuptiEnableCallback(API record)", rc) {
+                    Ok(()) => self.api_enabled.push((domain, cbid)),
+                    Err(e) => lock(&self.shared.state).problem(format!("{e} (cbid {cbid})")),
+                }
+            }
+        }
+        callbacks::API_FROM_CALLBACKS.store(true, Ordering::SeqCst);
+        lock(&self.shared.state).problem(format!(
+            "API activity: {recorded} calls recorded from their enter and exit callbacks, the RUNTIME and DRIVER kinds off (GAPSCOPE_CUPTI_API_FROM=callbacks)"
+        ));
     }
 
     /// Leaves only the API calls of [`api_record_wanted`] with activity records; says in the
@@ -788,6 +851,8 @@ impl Recorder {
         }
         // Unsubscribing ended the watch's launch callbacks too.
         callbacks::WATCH_ARMED.store(false, Ordering::SeqCst);
+        callbacks::API_FROM_CALLBACKS.store(false, Ordering::SeqCst);
+        callbacks::clear_api_recorded();
         {
             let mut active = lock(&ACTIVE);
             if active
