@@ -10,8 +10,8 @@
 //! name with what the previous step of that name did (ran eagerly, replayed graph X, or built a
 //! graph): an eager phase followed by a graphed one gets a sample of each.
 //!
-//! Untraced launches and steps run with the device and API activity kinds and the eager-hot
-//! graph-building callbacks disabled; tracing resumes as soon as something sampled starts or a
+//! Untraced launches and steps run with the device and API activity kinds, the API calls the
+//! record filter keeps, and the eager-hot graph-building callbacks disabled; tracing resumes as soon as something sampled starts or a
 //! graph is captured, created or instantiated, and it never pauses while a stream capture is
 //! under way, so every captured node is seen with its creating call and external flags. The
 //! callbacks of calls that only build graphs (`cudaGraphAdd*Node`, instantiation) never pause.
@@ -43,9 +43,10 @@ pub(crate) enum SwitchOp {
 /// The CUPTI calls that switch tracing `on` or off, in order: a resume turns the callbacks on
 /// first (so they see everything the kinds record), then the kinds, then the per-call API
 /// filter again (re-enabling an API kind records every call); a pause turns the kinds off,
-/// then the callbacks. With `filter_off_on_pause`, a pause first switches off the calls the
-/// filter records (`GAPSCOPE_BUDGET_PAUSE_FILTER=1`, to measure whether a disabled API kind
-/// still costs its filtered-in calls host time).
+/// then the callbacks. With `filter_off_on_pause` (the recorder's default), a pause first
+/// switches off the calls the filter records: a disabled API kind whose calls stay switched on
+/// in the filter keeps costing each of them host time (benches/README.md, "What a paused step
+/// still costs").
 pub(crate) fn switch_plan(
     on: bool,
     kinds: &[sys::CUpti_ActivityKind],

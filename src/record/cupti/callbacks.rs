@@ -259,9 +259,9 @@ pub(crate) fn clear_api_recorded() {
     }
 }
 
-/// Whether a budget's pause also switches off the API calls the record filter keeps
-/// (`GAPSCOPE_BUDGET_PAUSE_FILTER=1`, see `budget::switch_plan`).
-pub(crate) static PAUSE_FILTER: AtomicBool = AtomicBool::new(false);
+/// Whether a budget's pause also switches off the API calls the record filter keeps (the
+/// default; `GAPSCOPE_BUDGET_PAUSE_FILTER=0` leaves them on; see `budget::switch_plan`).
+pub(crate) static PAUSE_FILTER: AtomicBool = AtomicBool::new(true);
 
 /// The recorder the callbacks feed; `None` when none is recording.
 pub(crate) static ACTIVE: Mutex<Option<Arc<Shared>>> = Mutex::new(None);

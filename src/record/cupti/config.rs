@@ -382,9 +382,10 @@ pub(super) struct Diagnostics {
     /// `GAPSCOPE_CUPTI_NODE_FRAMES=0`: graph nodes are made without walking the creating
     /// thread's frames (no library function in their provenance), to measure its cost.
     pub skip_node_frames: bool,
-    /// `GAPSCOPE_BUDGET_PAUSE_FILTER=1`: a budget's pause also switches off the API calls the
-    /// record filter keeps (see `budget::switch_plan`).
-    pub pause_filter: bool,
+    /// `GAPSCOPE_BUDGET_PAUSE_FILTER=0`: a budget's pause leaves the per-call API record filter
+    /// as it is (by default it switches off the calls the filter keeps: see
+    /// `budget::switch_plan`), to measure what that saves.
+    pub keep_filter_on_pause: bool,
     /// `GAPSCOPE_CUPTI_API_FROM=callbacks`: the API calls kept are recorded from their enter
     /// and exit callbacks, and the RUNTIME and DRIVER activity kinds are never enabled.
     pub api_from_callbacks: bool,
@@ -427,7 +428,8 @@ impl Diagnostics {
             per_thread_buffers: get("GAPSCOPE_CUPTI_PER_THREAD_BUFFERS").map(|v| v.trim() != "0"),
             host_pinned: get("GAPSCOPE_CUPTI_HOST_PINNED").map(|v| v.trim() != "0"),
             skip_node_frames: get("GAPSCOPE_CUPTI_NODE_FRAMES").is_some_and(|v| v.trim() == "0"),
-            pause_filter: get("GAPSCOPE_BUDGET_PAUSE_FILTER").is_some_and(|v| v.trim() == "1"),
+            keep_filter_on_pause: get("GAPSCOPE_BUDGET_PAUSE_FILTER")
+                .is_some_and(|v| v.trim() == "0"),
             api_from_callbacks: get("GAPSCOPE_CUPTI_API_FROM")
                 .is_some_and(|v| v.trim() == "callbacks"),
             graph_trace: get("GAPSCOPE_CUPTI_GRAPH_TRACE").is_some_and(|v| v.trim() == "1"),
@@ -471,7 +473,7 @@ mod tests {
                     "GAPSCOPE_CUPTI_GRAPH_TRACE" => "1",
                     "GAPSCOPE_CUPTI_ATTR" => "0=67108864, 6=4,bad,7=x",
                     "GAPSCOPE_CUPTI_FLUSH_PERIOD_MS" => " 10",
-                    "GAPSCOPE_BUDGET_PAUSE_FILTER" => "1",
+                    "GAPSCOPE_BUDGET_PAUSE_FILTER" => "0",
                     "GAPSCOPE_CUPTI_API_FROM" => "callbacks",
                     _ => return None,
                 }
@@ -482,7 +484,7 @@ mod tests {
         assert_eq!(d.per_thread_buffers, Some(false));
         assert_eq!(d.host_pinned, Some(true));
         assert!(d.skip_node_frames);
-        assert!(d.pause_filter);
+        assert!(d.keep_filter_on_pause);
         assert!(d.api_from_callbacks);
         assert!(d.graph_trace);
         assert_eq!(d.size_attributes, [(0, 67108864), (6, 4)]);

@@ -182,7 +182,13 @@ impl Recorder {
             ));
         }
         callbacks::NODE_FRAMES.store(!diagnostics.skip_node_frames, Ordering::Relaxed);
-        callbacks::PAUSE_FILTER.store(diagnostics.pause_filter, Ordering::Relaxed);
+        callbacks::PAUSE_FILTER.store(!diagnostics.keep_filter_on_pause, Ordering::Relaxed);
+        if diagnostics.keep_filter_on_pause {
+            notes.push(
+                "trace budget: pauses leave the API record filter on (GAPSCOPE_BUDGET_PAUSE_FILTER=0)"
+                    .to_owned(),
+            );
+        }
         if diagnostics.skip_node_frames {
             notes.push(
                 "graph nodes made without their library function (GAPSCOPE_CUPTI_NODE_FRAMES=0)"
