@@ -1054,7 +1054,14 @@ fn bundled_recordings_with_step_markers_keep_their_cells() {
         if marked {
             assert_eq!(a.inputs[0].steps.source, StepSource::Markers, "{path}");
             assert_eq!(found, 0, "{path}");
-            assert!(a.inputs[0].steps.describe().is_empty(), "{path}");
+            // Nothing to say about the steps, unless the recorder chose their range.
+            let chosen = a.inputs[0].steps.chosen_step_range.is_some();
+            assert_eq!(
+                a.inputs[0].steps.describe().len(),
+                usize::from(chosen),
+                "{path}"
+            );
+            assert_eq!(chosen, path.contains("chosen-step"), "{path}");
         } else {
             assert!(
                 ["kineto", "decode-loop", "transformers-generate", "defaults"]
@@ -1675,6 +1682,15 @@ fn chosen_step_range_cell<'a>(t: &trace::Trace, a: &'a Analysis) -> &'a CellAnal
             .any(|n| n.contains("step range `decode_step` chosen by the recorder")),
         "{:?}",
         t.metadata.notes
+    );
+    assert_eq!(
+        a.inputs[0].steps.chosen_step_range.as_deref(),
+        Some("decode_step")
+    );
+    let screen = gapscope::report::summary::analysis_summary(a, None);
+    assert!(
+        screen.contains("Steps: the NVTX range `decode_step`, which `gapscope record` chose"),
+        "{screen}"
     );
     let eager = a
         .cells

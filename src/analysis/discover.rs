@@ -955,6 +955,19 @@ pub fn step_range_hint(
     })
 }
 
+/// The step range `gapscope record` chose itself (none was given): the workload's
+/// `step_range`, when the recorder's note says it chose it.
+pub fn chosen_step_range(trace: &Trace) -> Option<String> {
+    let name = trace.metadata.workload.get("step_range")?.as_str()?;
+    let chosen = format!("step range `{name}` chosen by the recorder");
+    trace
+        .metadata
+        .notes
+        .iter()
+        .any(|n| n.contains(&chosen))
+        .then(|| name.to_owned())
+}
+
 /// How a trace's eager steps were found, for every report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -982,6 +995,9 @@ pub struct StepFinding {
     pub graphs: bool,
     /// Without step markers: a repeated host range that could mark the steps.
     pub step_range_hint: Option<RangeHint>,
+    /// The step range `gapscope record` chose when none was given (its steps are the markers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chosen_step_range: Option<String>,
 }
 
 impl StepFinding {
@@ -997,7 +1013,13 @@ impl StepFinding {
             String::new()
         };
         match self.source {
-            StepSource::Markers => {}
+            StepSource::Markers => {
+                if let Some(name) = &self.chosen_step_range {
+                    lines.push(format!(
+                        "Steps: the NVTX range `{name}`, which `gapscope record` chose (the outermost range around device work); `gapscope record --step-range NAME` chooses another"
+                    ));
+                }
+            }
             StepSource::KernelSequence => {
                 let where_ = match self.loops.first().and_then(|l| l.inside_marker.as_deref()) {
                     Some(m) => format!("inside the one step marker `{m}`"),

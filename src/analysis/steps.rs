@@ -345,7 +345,10 @@ pub fn split_cells(
             .push(ops);
     }
     // A cell of one step has no period: loops inside it are its steps.
-    let mut finding = StepFinding::default();
+    let mut finding = StepFinding {
+        chosen_step_range: discover::chosen_step_range(trace),
+        ..Default::default()
+    };
     let mut found_inside = Vec::new();
     cells.retain(|_, (cell, name)| {
         if cell.steps.len() != 1 {
@@ -401,6 +404,7 @@ fn finding_of(found: &discover::Discovered, eager_ops: usize, graphs: bool) -> S
         beside_graphs: found.beside_graphs,
         graphs,
         step_range_hint: None,
+        chosen_step_range: None,
     }
 }
 
