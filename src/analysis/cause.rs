@@ -36,6 +36,9 @@ pub struct TraceContext<'a> {
     /// Per graph node: what stands in front of it, and the node-level cause if any.
     /// (A lock: steps are built on several threads.)
     node_causes: std::sync::Mutex<FxHashMap<u64, (Predecessors, Option<Cause>)>>,
+    /// API-call starts per thread, for the tracer's share of marked cells: built the first time
+    /// a cell needs it (traces with a trace budget), then shared by the trace's cells.
+    call_starts: std::sync::OnceLock<super::tracer_share::CallStarts>,
 }
 
 impl<'a> TraceContext<'a> {
@@ -74,6 +77,7 @@ impl<'a> TraceContext<'a> {
             host_syncs,
             launched_execs: Default::default(),
             node_causes: Default::default(),
+            call_starts: Default::default(),
             library_calls: crate::trace::HostRanges::library_calls(trace, true),
             provenance: super::provenance::ProvenanceIndex::new(trace),
         }
@@ -87,6 +91,16 @@ impl<'a> TraceContext<'a> {
     /// Where each op of the trace came from.
     pub fn provenance(&self) -> &super::provenance::ProvenanceIndex {
         &self.provenance
+    }
+
+    /// The tracer's share of the step markers of metadata cell `cell`
+    /// ([`super::tracer_share::of_marked_cell`]), with the trace's API-call index built once.
+    fn tracer_share_of_marked_cell(&self, cell: usize) -> Option<super::tracer_share::TracerShare> {
+        self.trace.metadata.sampling.as_ref()?;
+        let calls = self
+            .call_starts
+            .get_or_init(|| super::tracer_share::CallStarts::new(self.trace));
+        super::tracer_share::of_marked_cell_with(self.trace, cell, calls)
     }
 
     /// The library call that launched `op`: its graph node's tag, or the innermost
@@ -662,9 +676,7 @@ pub fn analyze_cell(
                 .first()
                 .and_then(|&exec| super::tracer_share::of_graph_replays(trace, exec)),
             Some(_) => None,
-            None => cell
-                .cell
-                .and_then(|c| super::tracer_share::of_marked_cell(trace, c)),
+            None => cell.cell.and_then(|c| ctx.tracer_share_of_marked_cell(c)),
         },
         graph_group: cell.graph_group,
         found: cell.found,
