@@ -744,70 +744,24 @@ fn canonical_sequence(
     };
     let canonical = seqs[representative_step].clone();
     let len = canonical.len();
-    // One row per canonical position, one column per step: a position's samples lie together
-    // for its statistics. NaN: the step had no op matched to that position.
     let n = steps.len();
-    let mut durations = vec![f64::NAN; len * n];
-    let mut gaps_before = vec![f64::NAN; len * n];
-    let mut causes: Vec<Vec<(CauseKind, usize, String)>> = vec![Vec::new(); len];
-    let mut gap_at: Vec<Option<&Gap>> = Vec::new();
-    for (col, (s, seq)) in steps.iter().zip(&seqs).enumerate() {
-        // Gaps and ops are both in start order: the gap ending at each op position.
-        gap_at.clear();
-        gap_at.resize(s.ops.len(), None);
-        let mut q = 0;
-        for g in &s.gaps {
-            while q < s.ops.len() && s.ops[q] != g.after {
-                q += 1;
-            }
-            if q < s.ops.len() {
-                gap_at[q] = Some(g);
-            }
-        }
-        let matched: Vec<(usize, usize)> = if *seq == canonical {
-            (0..len).map(|p| (p, p)).collect()
-        } else {
-            super::align::lcs_pairs(&canonical, seq)
-        };
-        for (p, q) in matched {
-            let op = &ops[s.ops[q]];
-            durations[p * n + col] = (op.end - op.start) as f64;
-            match gap_at[q] {
-                Some(g) => {
-                    gaps_before[p * n + col] = g.len() as f64;
-                    let kind = g.cause.kind();
-                    match causes[p].iter_mut().find(|c| c.0 == kind) {
-                        Some(c) => c.1 += 1,
-                        None => causes[p].push((kind, 1, g.cause.label())),
-                    }
-                }
-                None => gaps_before[p * n + col] = 0.0,
-            }
-        }
-    }
-    // Empty rows (a step count of 0) make no chunks; then there is nothing to report.
+    // Empty rows (a step count of 0) make no samples; then there is nothing to report.
     if n == 0 {
         return Vec::new();
     }
-    let rows: Vec<PositionSamples> = durations
-        .chunks_mut(n)
-        .zip(gaps_before.chunks_mut(n))
-        .zip(causes)
-        .enumerate()
-        .map(|(p, ((durations, gaps_before), causes))| PositionSamples {
-            p,
-            durations,
-            gaps_before,
-            causes,
-        })
+    // Per step: how its ops match the canonical positions, and the position of the op each
+    // gap ends at.
+    let columns: Vec<Column> =
+        crate::parallel_map(steps.iter().zip(&seqs).collect(), |(s, seq)| {
+            Column::of(s, seq, &canonical)
+        });
+    // The positions in blocks, each block filled and summarised on its own (rows of samples
+    // that stay small and lie together), on the threads there are.
+    let blocks: Vec<std::ops::Range<usize>> = (0..len)
+        .step_by(SEQUENCE_BLOCK)
+        .map(|p0| p0..len.min(p0 + SEQUENCE_BLOCK))
         .collect();
-    let entry = |row: PositionSamples| {
-        let PositionSamples {
-            p,
-            durations,
-            gaps_before,
-            causes,
-        } = row;
+    let entry = |p: usize, durations: &mut [f64], gaps_before: &mut [f64], causes: &[CauseSeen]| {
         let representative = &ops[steps[representative_step].ops[p]];
         let (gap_cause, gap_cause_label) = causes
             .iter()
@@ -825,19 +779,109 @@ fn canonical_sequence(
             provenance: ctx.provenance.of(trace, &ctx.launches, representative),
         })
     };
-    crate::parallel_map(rows, entry)
+    let block = |rows: std::ops::Range<usize>| {
+        // One row per position of the block, one column per step. NaN: the step had no op
+        // matched to that position.
+        let (p0, width) = (rows.start, rows.len());
+        let mut durations = vec![f64::NAN; width * n];
+        let mut gaps_before = vec![f64::NAN; width * n];
+        let mut causes: Vec<Vec<CauseSeen>> = vec![Vec::new(); width];
+        for (col, (s, c)) in steps.iter().zip(&columns).enumerate() {
+            let matched: &[(usize, usize)] = match &c.pairs {
+                Some(pairs) => {
+                    let from = pairs.partition_point(|&(p, _)| p < rows.start);
+                    let to = pairs.partition_point(|&(p, _)| p < rows.end);
+                    &pairs[from..to]
+                }
+                None => &[],
+            };
+            let identity = c.pairs.is_none();
+            let pairs = identity
+                .then(|| rows.clone().map(|p| (p, p)))
+                .into_iter()
+                .flatten()
+                .chain(matched.iter().copied());
+            let first_q = if identity {
+                rows.start
+            } else {
+                matched.first().map_or(usize::MAX, |m| m.1)
+            };
+            let mut g = c.gap_q.partition_point(|&q| q < first_q);
+            for (p, q) in pairs {
+                let op = &ops[s.ops[q]];
+                let at = (p - p0) * n + col;
+                durations[at] = (op.end - op.start) as f64;
+                while g < c.gap_q.len() && c.gap_q[g] < q {
+                    g += 1;
+                }
+                // A later gap ending at the same op stands in for an earlier one.
+                let mut gap = None;
+                while g < c.gap_q.len() && c.gap_q[g] == q {
+                    gap = Some(&s.gaps[g]);
+                    g += 1;
+                }
+                match gap {
+                    Some(gap) => {
+                        gaps_before[at] = gap.len() as f64;
+                        let kind = gap.cause.kind();
+                        let seen = &mut causes[p - p0];
+                        match seen.iter_mut().find(|c| c.0 == kind) {
+                            Some(c) => c.1 += 1,
+                            None => seen.push((kind, 1, gap.cause.label())),
+                        }
+                    }
+                    None => gaps_before[at] = 0.0,
+                }
+            }
+        }
+        durations
+            .chunks_mut(n)
+            .zip(gaps_before.chunks_mut(n))
+            .zip(&causes)
+            .enumerate()
+            .map(|(k, ((durations, gaps_before), causes))| {
+                entry(p0 + k, durations, gaps_before, causes)
+            })
+            .collect::<Vec<_>>()
+    };
+    crate::parallel_map(blocks, block)
         .into_iter()
+        .flatten()
         .flatten()
         .collect()
 }
 
-/// What the steps show at one position of the canonical sequence.
-struct PositionSamples<'r> {
-    p: usize,
-    durations: &'r mut [f64],
-    gaps_before: &'r mut [f64],
-    /// Gap cause kinds seen there: how often, and the label of the first.
-    causes: Vec<(CauseKind, usize, String)>,
+/// Canonical positions summarised together (a block's samples: positions × steps).
+const SEQUENCE_BLOCK: usize = 256;
+
+/// Gap cause kinds seen at a position: how often, and the label of the first.
+type CauseSeen = (CauseKind, usize, String);
+
+/// How one step lines up with the canonical sequence.
+struct Column {
+    /// The (position, op) pairs matched by alignment; `None` when the step's sequence is the
+    /// canonical one (op `p` at position `p`).
+    pairs: Option<Vec<(usize, usize)>>,
+    /// Per gap of the step, the position in its ops of the op the gap ends at (gaps and ops
+    /// are both in start order); `usize::MAX` when not found.
+    gap_q: Vec<usize>,
+}
+
+impl Column {
+    fn of(s: &Step, seq: &[u32], canonical: &[u32]) -> Column {
+        let mut gap_q = Vec::with_capacity(s.gaps.len());
+        let mut q = 0;
+        for g in &s.gaps {
+            while q < s.ops.len() && s.ops[q] != g.after {
+                q += 1;
+            }
+            gap_q.push(if q < s.ops.len() { q } else { usize::MAX });
+        }
+        Column {
+            pairs: (seq != canonical).then(|| super::align::lcs_pairs(canonical, seq)),
+            gap_q,
+        }
+    }
 }
 
 /// The samples of a row (the values that are not NaN), moved to its front.
