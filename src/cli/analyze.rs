@@ -4,7 +4,9 @@
 
 use super::args::{Format, OutputArgs};
 use super::inputs::{expand_all, load_one};
-use super::{Failure, PhaseTimer, bad_input, check_output_folder, note, print_stdout};
+use super::{
+    Failure, PhaseTimer, bad_input, check_output_folder, note, print_stdout, print_stdout_with,
+};
 use gapscope::analysis::{Analysis, AnalysisOptions, Analyzer, Detail, summary};
 use gapscope::report;
 use gapscope::report::PerfettoFormat;
@@ -195,7 +197,10 @@ fn export_one(
 /// Markdown report (`--full`) or the JSON report (`--json`).
 pub fn print_summary(reports: &Rendered<'_, Analysis>, out: &OutputArgs) -> Result<(), Failure> {
     let analysis = reports.value;
-    if out.print.json {
+    if out.print.json && out.output.is_none() && !reports.has_json() {
+        // No output set shares it: written as it is made, not held.
+        print_stdout_with(|w| report::json::write_analysis_json(analysis, w))
+    } else if out.print.json {
         print_stdout(reports.json())
     } else if out.print.full {
         print_stdout(reports.markdown())
