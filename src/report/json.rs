@@ -196,12 +196,19 @@ impl Pretty {
         w: &mut W,
         comma: bool,
     ) -> std::io::Result<()> {
-        const SPACES: &[u8; 64] = &[b' '; 64];
-        w.write_all(if comma { b",\n" } else { b"\n" })?;
-        let mut left = self.level * 2;
+        // A comma, a newline and spaces: most lines' start in one write.
+        const LINE: &[u8; 66] =
+            b",\n                                                                ";
+        let indent = self.level * 2;
+        let from = usize::from(!comma);
+        if indent <= LINE.len() - 2 {
+            return w.write_all(&LINE[from..2 + indent]);
+        }
+        w.write_all(&LINE[from..])?;
+        let mut left = indent - (LINE.len() - 2);
         while left > 0 {
-            let n = left.min(SPACES.len());
-            w.write_all(&SPACES[..n])?;
+            let n = left.min(LINE.len() - 2);
+            w.write_all(&LINE[2..2 + n])?;
             left -= n;
         }
         Ok(())
