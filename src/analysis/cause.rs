@@ -749,10 +749,16 @@ fn canonical_sequence(
     if n == 0 {
         return Vec::new();
     }
+    // Threads only for a sequence with many samples (a thread costs more than a few blocks).
+    let threads = if len * n >= PARALLEL_SEQUENCE_SAMPLES {
+        crate::worker_threads()
+    } else {
+        1
+    };
     // Per step: how its ops match the canonical positions, and the position of the op each
     // gap ends at.
     let columns: Vec<Column> =
-        crate::parallel_map(steps.iter().zip(&seqs).collect(), |(s, seq)| {
+        crate::parallel_map_on(threads, steps.iter().zip(&seqs).collect(), |(s, seq)| {
             Column::of(s, seq, &canonical)
         });
     // The positions in blocks, each block filled and summarised on its own (rows of samples
@@ -844,7 +850,7 @@ fn canonical_sequence(
             })
             .collect::<Vec<_>>()
     };
-    crate::parallel_map(blocks, block)
+    crate::parallel_map_on(threads, blocks, block)
         .into_iter()
         .flatten()
         .flatten()
@@ -853,6 +859,9 @@ fn canonical_sequence(
 
 /// Canonical positions summarised together (a block's samples: positions × steps).
 const SEQUENCE_BLOCK: usize = 256;
+
+/// Samples (positions × steps) from which a canonical sequence is summarised on several threads.
+const PARALLEL_SEQUENCE_SAMPLES: usize = 1 << 16;
 
 /// Gap cause kinds seen at a position: how often, and the label of the first.
 type CauseSeen = (CauseKind, usize, String);
