@@ -36,6 +36,9 @@ pub struct TraceContext<'a> {
     /// Per graph node: what stands in front of it, and the node-level cause if any.
     /// (A lock: steps are built on several threads.)
     node_causes: std::sync::Mutex<FxHashMap<u64, (Predecessors, Option<Cause>)>>,
+    /// API-call starts per thread, for the tracer's share of marked cells: built the first time
+    /// a cell needs it (traces with a trace budget), then shared by the trace's cells.
+    call_starts: std::sync::OnceLock<super::tracer_share::CallStarts>,
 }
 
 impl<'a> TraceContext<'a> {
@@ -74,6 +77,7 @@ impl<'a> TraceContext<'a> {
             host_syncs,
             launched_execs: Default::default(),
             node_causes: Default::default(),
+            call_starts: Default::default(),
             library_calls: crate::trace::HostRanges::library_calls(trace, true),
             provenance: super::provenance::ProvenanceIndex::new(trace),
         }
@@ -87,6 +91,16 @@ impl<'a> TraceContext<'a> {
     /// Where each op of the trace came from.
     pub fn provenance(&self) -> &super::provenance::ProvenanceIndex {
         &self.provenance
+    }
+
+    /// The tracer's share of the step markers of metadata cell `cell`
+    /// ([`super::tracer_share::of_marked_cell`]), with the trace's API-call index built once.
+    fn tracer_share_of_marked_cell(&self, cell: usize) -> Option<super::tracer_share::TracerShare> {
+        self.trace.metadata.sampling.as_ref()?;
+        let calls = self
+            .call_starts
+            .get_or_init(|| super::tracer_share::CallStarts::new(self.trace));
+        super::tracer_share::of_marked_cell_with(self.trace, cell, calls)
     }
 
     /// The library call that launched `op`: its graph node's tag, or the innermost
@@ -662,9 +676,7 @@ pub fn analyze_cell(
                 .first()
                 .and_then(|&exec| super::tracer_share::of_graph_replays(trace, exec)),
             Some(_) => None,
-            None => cell
-                .cell
-                .and_then(|c| super::tracer_share::of_marked_cell(trace, c)),
+            None => cell.cell.and_then(|c| ctx.tracer_share_of_marked_cell(c)),
         },
         graph_group: cell.graph_group,
         found: cell.found,
@@ -732,70 +744,30 @@ fn canonical_sequence(
     };
     let canonical = seqs[representative_step].clone();
     let len = canonical.len();
-    // One row per canonical position, one column per step: a position's samples lie together
-    // for its statistics. NaN: the step had no op matched to that position.
     let n = steps.len();
-    let mut durations = vec![f64::NAN; len * n];
-    let mut gaps_before = vec![f64::NAN; len * n];
-    let mut causes: Vec<Vec<(CauseKind, usize, String)>> = vec![Vec::new(); len];
-    let mut gap_at: Vec<Option<&Gap>> = Vec::new();
-    for (col, (s, seq)) in steps.iter().zip(&seqs).enumerate() {
-        // Gaps and ops are both in start order: the gap ending at each op position.
-        gap_at.clear();
-        gap_at.resize(s.ops.len(), None);
-        let mut q = 0;
-        for g in &s.gaps {
-            while q < s.ops.len() && s.ops[q] != g.after {
-                q += 1;
-            }
-            if q < s.ops.len() {
-                gap_at[q] = Some(g);
-            }
-        }
-        let matched: Vec<(usize, usize)> = if *seq == canonical {
-            (0..len).map(|p| (p, p)).collect()
-        } else {
-            super::align::lcs_pairs(&canonical, seq)
-        };
-        for (p, q) in matched {
-            let op = &ops[s.ops[q]];
-            durations[p * n + col] = (op.end - op.start) as f64;
-            match gap_at[q] {
-                Some(g) => {
-                    gaps_before[p * n + col] = g.len() as f64;
-                    let kind = g.cause.kind();
-                    match causes[p].iter_mut().find(|c| c.0 == kind) {
-                        Some(c) => c.1 += 1,
-                        None => causes[p].push((kind, 1, g.cause.label())),
-                    }
-                }
-                None => gaps_before[p * n + col] = 0.0,
-            }
-        }
-    }
-    // Empty rows (a step count of 0) make no chunks; then there is nothing to report.
+    // Empty rows (a step count of 0) make no samples; then there is nothing to report.
     if n == 0 {
         return Vec::new();
     }
-    let rows: Vec<PositionSamples> = durations
-        .chunks_mut(n)
-        .zip(gaps_before.chunks_mut(n))
-        .zip(causes)
-        .enumerate()
-        .map(|(p, ((durations, gaps_before), causes))| PositionSamples {
-            p,
-            durations,
-            gaps_before,
-            causes,
-        })
+    // Threads only for a sequence with many samples (a thread costs more than a few blocks).
+    let threads = if len * n >= PARALLEL_SEQUENCE_SAMPLES {
+        crate::worker_threads()
+    } else {
+        1
+    };
+    // Per step: how its ops match the canonical positions, and the position of the op each
+    // gap ends at.
+    let columns: Vec<Column> =
+        crate::parallel_map_on(threads, steps.iter().zip(&seqs).collect(), |(s, seq)| {
+            Column::of(s, seq, &canonical)
+        });
+    // The positions in blocks, each block filled and summarised on its own (rows of samples
+    // that stay small and lie together), on the threads there are.
+    let blocks: Vec<std::ops::Range<usize>> = (0..len)
+        .step_by(SEQUENCE_BLOCK)
+        .map(|p0| p0..len.min(p0 + SEQUENCE_BLOCK))
         .collect();
-    let entry = |row: PositionSamples| {
-        let PositionSamples {
-            p,
-            durations,
-            gaps_before,
-            causes,
-        } = row;
+    let entry = |p: usize, durations: &mut [f64], gaps_before: &mut [f64], causes: &[CauseSeen]| {
         let representative = &ops[steps[representative_step].ops[p]];
         let (gap_cause, gap_cause_label) = causes
             .iter()
@@ -813,19 +785,112 @@ fn canonical_sequence(
             provenance: ctx.provenance.of(trace, &ctx.launches, representative),
         })
     };
-    crate::parallel_map(rows, entry)
+    let block = |rows: std::ops::Range<usize>| {
+        // One row per position of the block, one column per step. NaN: the step had no op
+        // matched to that position.
+        let (p0, width) = (rows.start, rows.len());
+        let mut durations = vec![f64::NAN; width * n];
+        let mut gaps_before = vec![f64::NAN; width * n];
+        let mut causes: Vec<Vec<CauseSeen>> = vec![Vec::new(); width];
+        for (col, (s, c)) in steps.iter().zip(&columns).enumerate() {
+            let matched: &[(usize, usize)] = match &c.pairs {
+                Some(pairs) => {
+                    let from = pairs.partition_point(|&(p, _)| p < rows.start);
+                    let to = pairs.partition_point(|&(p, _)| p < rows.end);
+                    &pairs[from..to]
+                }
+                None => &[],
+            };
+            let identity = c.pairs.is_none();
+            let pairs = identity
+                .then(|| rows.clone().map(|p| (p, p)))
+                .into_iter()
+                .flatten()
+                .chain(matched.iter().copied());
+            let first_q = if identity {
+                rows.start
+            } else {
+                matched.first().map_or(usize::MAX, |m| m.1)
+            };
+            let mut g = c.gap_q.partition_point(|&q| q < first_q);
+            for (p, q) in pairs {
+                let op = &ops[s.ops[q]];
+                let at = (p - p0) * n + col;
+                durations[at] = (op.end - op.start) as f64;
+                while g < c.gap_q.len() && c.gap_q[g] < q {
+                    g += 1;
+                }
+                // A later gap ending at the same op stands in for an earlier one.
+                let mut gap = None;
+                while g < c.gap_q.len() && c.gap_q[g] == q {
+                    gap = Some(&s.gaps[g]);
+                    g += 1;
+                }
+                match gap {
+                    Some(gap) => {
+                        gaps_before[at] = gap.len() as f64;
+                        let kind = gap.cause.kind();
+                        let seen = &mut causes[p - p0];
+                        match seen.iter_mut().find(|c| c.0 == kind) {
+                            Some(c) => c.1 += 1,
+                            None => seen.push((kind, 1, gap.cause.label())),
+                        }
+                    }
+                    None => gaps_before[at] = 0.0,
+                }
+            }
+        }
+        durations
+            .chunks_mut(n)
+            .zip(gaps_before.chunks_mut(n))
+            .zip(&causes)
+            .enumerate()
+            .map(|(k, ((durations, gaps_before), causes))| {
+                entry(p0 + k, durations, gaps_before, causes)
+            })
+            .collect::<Vec<_>>()
+    };
+    crate::parallel_map_on(threads, blocks, block)
         .into_iter()
+        .flatten()
         .flatten()
         .collect()
 }
 
-/// What the steps show at one position of the canonical sequence.
-struct PositionSamples<'r> {
-    p: usize,
-    durations: &'r mut [f64],
-    gaps_before: &'r mut [f64],
-    /// Gap cause kinds seen there: how often, and the label of the first.
-    causes: Vec<(CauseKind, usize, String)>,
+/// Canonical positions summarised together (a block's samples: positions × steps).
+const SEQUENCE_BLOCK: usize = 256;
+
+/// Samples (positions × steps) from which a canonical sequence is summarised on several threads.
+const PARALLEL_SEQUENCE_SAMPLES: usize = 1 << 16;
+
+/// Gap cause kinds seen at a position: how often, and the label of the first.
+type CauseSeen = (CauseKind, usize, String);
+
+/// How one step lines up with the canonical sequence.
+struct Column {
+    /// The (position, op) pairs matched by alignment; `None` when the step's sequence is the
+    /// canonical one (op `p` at position `p`).
+    pairs: Option<Vec<(usize, usize)>>,
+    /// Per gap of the step, the position in its ops of the op the gap ends at (gaps and ops
+    /// are both in start order); `usize::MAX` when not found.
+    gap_q: Vec<usize>,
+}
+
+impl Column {
+    fn of(s: &Step, seq: &[u32], canonical: &[u32]) -> Column {
+        let mut gap_q = Vec::with_capacity(s.gaps.len());
+        let mut q = 0;
+        for g in &s.gaps {
+            while q < s.ops.len() && s.ops[q] != g.after {
+                q += 1;
+            }
+            gap_q.push(if q < s.ops.len() { q } else { usize::MAX });
+        }
+        Column {
+            pairs: (seq != canonical).then(|| super::align::lcs_pairs(canonical, seq)),
+            gap_q,
+        }
+    }
 }
 
 /// The samples of a row (the values that are not NaN), moved to its front.

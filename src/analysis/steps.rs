@@ -270,6 +270,12 @@ impl<'t> LaunchIndex<'t> {
     }
 }
 
+/// Ops per stretch of the timeline when ops are assigned to step markers.
+const OPS_PER_STRETCH: usize = 1 << 16;
+
+/// No step marker holds the op's launch (in [`split_cells`]' assignment).
+const NO_MARKER: u32 = u32::MAX;
+
 /// Splits the timeline into cells of steps (see the module doc), and says how the eager steps
 /// were found.
 ///
@@ -312,16 +318,30 @@ pub fn split_cells(
     }
     markers.sort_unstable();
     let spans: Vec<(u64, u64)> = markers.iter().map(|m| (m.0, m.1)).collect();
+    // Each op to the marker its launch lies in, stretches of the timeline on the threads there
+    // are; then the ops go to their markers' lists in timeline order.
+    let mut marker_of = vec![NO_MARKER; timeline.ops.len()];
+    let stretches: Vec<(usize, &mut [u32])> = marker_of
+        .chunks_mut(OPS_PER_STRETCH)
+        .enumerate()
+        .map(|(k, chunk)| (k * OPS_PER_STRETCH, chunk))
+        .collect();
+    crate::parallel_map(stretches, |(first, chunk)| {
+        for (slot, op) in chunk.iter_mut().zip(&timeline.ops[first..]) {
+            if let Some(m) = launches.call(op.corr).and_then(|(launched, _, _)| {
+                crate::trace::last_containing(&spans, |&mk| mk, launched)
+            }) {
+                *slot = m as u32;
+            }
+        }
+    });
     let mut per_marker: Vec<Vec<usize>> = vec![Vec::new(); markers.len()];
     let mut unmarked_graph_ops = Vec::new();
-    for (i, op) in timeline.ops.iter().enumerate() {
-        let marker = launches
-            .call(op.corr)
-            .and_then(|(launched, _, _)| crate::trace::last_containing(&spans, |&mk| mk, launched));
-        match marker {
-            Some(m) => per_marker[m].push(i),
-            None if op.graph != 0 => unmarked_graph_ops.push(i),
-            None => {}
+    for (i, (&m, op)) in marker_of.iter().zip(&timeline.ops).enumerate() {
+        if m != NO_MARKER {
+            per_marker[m as usize].push(i);
+        } else if op.graph != 0 {
+            unmarked_graph_ops.push(i);
         }
     }
     let mut cells: BTreeMap<Option<u32>, (CellSteps, u32)> = BTreeMap::new();

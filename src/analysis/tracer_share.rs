@@ -58,6 +58,41 @@ type StepSeen = (u64, bool, Option<Option<usize>>);
 /// two steps are consecutive only inside one of its kept windows: the steps between two windows
 /// are left out.
 pub fn of_marked_cell(trace: &Trace, cell: usize) -> Option<TracerShare> {
+    trace.metadata.sampling.as_ref()?;
+    of_marked_cell_with(trace, cell, &CallStarts::new(trace))
+}
+
+/// The start times of a trace's API calls, per thread, sorted: what tells a traced step marker
+/// from an untraced one. Built once per trace and shared by its cells.
+#[derive(Debug, Default)]
+pub struct CallStarts {
+    per_thread: FxHashMap<u32, Vec<u64>>,
+}
+
+impl CallStarts {
+    pub fn new(trace: &Trace) -> CallStarts {
+        let mut per_thread: FxHashMap<u32, Vec<u64>> = FxHashMap::default();
+        for c in &trace.api_calls {
+            per_thread.entry(c.thread).or_default().push(c.start);
+        }
+        for starts in per_thread.values_mut() {
+            starts.sort_unstable();
+        }
+        CallStarts { per_thread }
+    }
+
+    /// Whether an API call on `thread` starts within `[start, end]`.
+    fn any_within(&self, thread: u32, start: u64, end: u64) -> bool {
+        self.per_thread.get(&thread).is_some_and(|s| {
+            let i = s.partition_point(|&t| t < start);
+            s.get(i).is_some_and(|&t| t <= end)
+        })
+    }
+}
+
+/// [`of_marked_cell`] with the trace's API-call index already built ([`CallStarts::new`] of
+/// the same trace).
+pub fn of_marked_cell_with(trace: &Trace, cell: usize, calls: &CallStarts) -> Option<TracerShare> {
     let sampling = trace.metadata.sampling.as_ref()?;
     let windows = sampling.markers.as_ref().map(|m| m.kept_windows.as_slice());
     // The kept window a marker overlaps (every marker overlaps one when windows exist).
@@ -65,19 +100,6 @@ pub fn of_marked_cell(trace: &Trace, cell: usize) -> Option<TracerShare> {
         windows.map(|w| {
             let i = w.partition_point(|w| w[0] <= end);
             i.checked_sub(1).filter(|&i| w[i][1] >= start)
-        })
-    };
-    let mut calls: FxHashMap<u32, Vec<u64>> = FxHashMap::default();
-    for c in &trace.api_calls {
-        calls.entry(c.thread).or_default().push(c.start);
-    }
-    for starts in calls.values_mut() {
-        starts.sort_unstable();
-    }
-    let traced = |thread: u32, start: u64, end: u64| {
-        calls.get(&thread).is_some_and(|s| {
-            let i = s.partition_point(|&t| t < start);
-            s.get(i).is_some_and(|&t| t <= end)
         })
     };
     let mut per_thread: FxHashMap<u32, Vec<StepSeen>> = FxHashMap::default();
@@ -88,7 +110,7 @@ pub fn of_marked_cell(trace: &Trace, cell: usize) -> Option<TracerShare> {
     {
         per_thread.entry(m.thread).or_default().push((
             m.start,
-            traced(m.thread, m.start, m.end),
+            calls.any_within(m.thread, m.start, m.end),
             window_of(m.start, m.end),
         ));
     }

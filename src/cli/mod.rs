@@ -139,8 +139,18 @@ pub fn bad_input(message: String) -> Failure {
 /// Writes `text` and a newline to stdout. A closed pipe (`| head`) ends the output quietly;
 /// another failure (`> /dev/full`) is an error.
 pub fn print_stdout(text: &str) -> Result<(), Failure> {
-    let mut out = std::io::stdout().lock();
-    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+    print_stdout_with(|out| out.write_all(text.as_bytes()))
+}
+
+/// [`print_stdout`] of what `write` writes (then a newline), through a buffer.
+pub fn print_stdout_with(
+    write: impl FnOnce(&mut std::io::BufWriter<std::io::StdoutLock<'static>>) -> std::io::Result<()>,
+) -> Result<(), Failure> {
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    match write(&mut out)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush())
+    {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Failure {
             code: 1,
             error: anyhow::anyhow!("cannot write to standard output: {e}"),

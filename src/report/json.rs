@@ -34,6 +34,18 @@ pub fn analysis_json_with(a: &Analysis, opts: &JsonOptions) -> String {
     })
 }
 
+/// [`analysis_json`] written to `w` as it is made, not held: the same bytes.
+pub fn write_analysis_json(a: &Analysis, w: &mut impl std::io::Write) -> std::io::Result<()> {
+    let opts = JsonOptions::default();
+    pretty_to(
+        &AnalysisDoc {
+            header: Header::new("analysis", &opts),
+            body: AnalysisBody::new(a, &opts),
+        },
+        w,
+    )
+}
+
 /// The comparison as pretty JSON, without step lists; `"verdict"` is "pass" or "fail".
 pub fn comparison_json(c: &Comparison) -> String {
     comparison_json_with(c, &JsonOptions::default())
@@ -155,13 +167,18 @@ fn pretty(doc: &impl Serialize) -> String {
     // The model holds only maps with string keys, so serialisation cannot fail; non-finite
     // floats become null.
     let mut out = Vec::with_capacity(1 << 16);
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, Pretty::default());
-    if doc.serialize(&mut ser).is_err() {
+    if pretty_to(doc, &mut out).is_err() {
         return "null\n".into();
     }
-    out.push(b'\n');
     // serde_json writes only valid UTF-8.
     String::from_utf8(out).unwrap_or_else(|_| "null\n".into())
+}
+
+/// [`pretty`] into `w`: only writing can fail.
+fn pretty_to(doc: &impl Serialize, w: &mut impl std::io::Write) -> std::io::Result<()> {
+    let mut ser = serde_json::Serializer::with_formatter(&mut *w, Pretty::default());
+    doc.serialize(&mut ser).map_err(std::io::Error::other)?;
+    w.write_all(b"\n")
 }
 
 /// serde_json's `PrettyFormatter` with its two-space indent, to the byte, but each line's
@@ -179,12 +196,19 @@ impl Pretty {
         w: &mut W,
         comma: bool,
     ) -> std::io::Result<()> {
-        const SPACES: &[u8; 64] = &[b' '; 64];
-        w.write_all(if comma { b",\n" } else { b"\n" })?;
-        let mut left = self.level * 2;
+        // A comma, a newline and spaces: most lines' start in one write.
+        const LINE: &[u8; 66] =
+            b",\n                                                                ";
+        let indent = self.level * 2;
+        let from = usize::from(!comma);
+        if indent <= LINE.len() - 2 {
+            return w.write_all(&LINE[from..2 + indent]);
+        }
+        w.write_all(&LINE[from..])?;
+        let mut left = indent - (LINE.len() - 2);
         while left > 0 {
-            let n = left.min(SPACES.len());
-            w.write_all(&SPACES[..n])?;
+            let n = left.min(LINE.len() - 2);
+            w.write_all(&LINE[2..2 + n])?;
             left -= n;
         }
         Ok(())

@@ -176,6 +176,11 @@ impl<'a, T> Rendered<'a, T> {
     pub fn json(&self) -> &str {
         self.json.get_or_init(|| (self.render_json)(self.value))
     }
+
+    /// Whether the JSON has been rendered (and is kept).
+    pub fn has_json(&self) -> bool {
+        self.json.get().is_some()
+    }
 }
 
 /// `report.md` and `report.json` of an analysis.

@@ -217,6 +217,10 @@ struct Sink {
     /// Names as written (without escapes) → string id: a name seen before costs no UTF-8
     /// check and no copy.
     raw_names: FxHashMap<Box<[u8]>, StrId>,
+    /// The ids of the names last looked up (written without escapes: their text is their
+    /// bytes), by a cheap mix of their bytes: a name seen a moment ago (most events' names
+    /// repeat) is found with one comparison, without hashing it.
+    recent: [Option<StrId>; RECENT_NAMES],
     /// Memcpy name → kind.
     memcpy_kinds: FxHashMap<StrId, StrId>,
     /// Events read, imported or skipped: the index of the next one.
@@ -230,6 +234,7 @@ impl Sink {
         Sink {
             b: TraceBuilder::new(Metadata::default()),
             raw_names: FxHashMap::default(),
+            recent: [None; RECENT_NAMES],
             memcpy_kinds: FxHashMap::default(),
             events: 0,
             to_global: Vec::new(),
@@ -238,15 +243,24 @@ impl Sink {
 
     fn name(&mut self, name: Option<Str>, what: &str) -> Result<StrId, String> {
         let name = name.ok_or_else(|| format!("{what} event without \"name\""))?;
-        if !name.escaped
-            && let Some(&id) = self.raw_names.get(name.raw)
+        if name.escaped {
+            return Ok(self.b.intern(&name.text()?));
+        }
+        let slot = recent_slot(name.raw);
+        if let Some(id) = self.recent[slot]
+            && self.b.trace.strings[id as usize].as_bytes() == name.raw
         {
             return Ok(id);
         }
-        let id = self.b.intern(&name.text()?);
-        if !name.escaped {
-            self.raw_names.insert(name.raw.into(), id);
-        }
+        let id = match self.raw_names.get(name.raw) {
+            Some(&id) => id,
+            None => {
+                let id = self.b.intern(&name.text()?);
+                self.raw_names.insert(name.raw.into(), id);
+                id
+            }
+        };
+        self.recent[slot] = Some(id);
         Ok(id)
     }
 
@@ -401,6 +415,18 @@ impl Sink {
         }));
         self.events += std::mem::take(&mut later.events);
     }
+}
+
+/// Names kept in [`Sink::recent`].
+const RECENT_NAMES: usize = 64;
+
+/// The slot of [`Sink::recent`] for a name: its length and a few of its bytes, mixed.
+fn recent_slot(raw: &[u8]) -> usize {
+    let (len, first, last) = (raw.len(), raw.first(), raw.last());
+    let byte = |b: Option<&u8>| usize::from(b.copied().unwrap_or(0));
+    let middle = byte(raw.get(len / 2));
+    (len.wrapping_mul(31) ^ byte(first).wrapping_mul(7) ^ byte(last) ^ middle.wrapping_mul(13))
+        % RECENT_NAMES
 }
 
 /// What the top level and the events have filled in so far.

@@ -502,10 +502,37 @@ impl<'a> Scanner<'a> {
     /// members hold (`"pid":4242`, `"queued":0`) stepped over here, without the call.
     #[inline(always)]
     fn skip_member_value(&mut self, depth: u32) -> Result<(), ScanError> {
-        if self.plain_integer().is_some() {
+        if self.plain_integer().is_some() || self.integer_array() {
             return Ok(());
         }
         self.skip_value(depth)
+    }
+
+    /// A non-empty array of plain integers written compactly (`[128,1,1]`, as torch writes a
+    /// kernel's grid and block): steps over it as [`Scanner::skip_value`] would. `false` moves
+    /// nothing.
+    #[inline(always)]
+    fn integer_array(&mut self) -> bool {
+        let start = self.pos;
+        if self.bytes.get(start) != Some(&b'[') {
+            return false;
+        }
+        self.pos += 1;
+        loop {
+            if self.plain_integer().is_none() {
+                break;
+            }
+            match self.bytes.get(self.pos) {
+                Some(b',') => self.pos += 1,
+                Some(b']') => {
+                    self.pos += 1;
+                    return true;
+                }
+                _ => break,
+            }
+        }
+        self.pos = start;
+        false
     }
 
     /// A string value for `key`.
@@ -669,6 +696,12 @@ impl<'a> Scanner<'a> {
     /// After a member of an object: `true` at its closing `}`, `false` after a `,`.
     #[inline(always)]
     fn object_next(&mut self, what: &str) -> Result<bool, ScanError> {
+        // Compact JSON (`1,"next"`) first: no white space to step over before the comma.
+        if self.bytes.get(self.pos) == Some(&b',') {
+            self.pos += 1;
+            self.skip_ws();
+            return Ok(false);
+        }
         self.skip_ws();
         match self.peek()? {
             b',' => {
@@ -804,6 +837,14 @@ impl<'a> Scanner<'a> {
     /// Steps to just after the `}` that closes the object the scan is in (after a `,`),
     /// checking strings and the nesting of brackets only: members the import does not read.
     fn skip_object_rest(&mut self) -> Result<(), ScanError> {
+        if self.skip_flat_object_rest() {
+            return Ok(());
+        }
+        self.skip_any_object_rest()
+    }
+
+    /// [`Scanner::skip_object_rest`] of any rest: each string and bracket in turn.
+    fn skip_any_object_rest(&mut self) -> Result<(), ScanError> {
         let mut nesting = Nesting::inside_one_object();
         loop {
             let rest = self.bytes.get(self.pos..).unwrap_or_default();
@@ -832,6 +873,84 @@ impl<'a> Scanner<'a> {
             }
         }
     }
+}
+
+impl Scanner<'_> {
+    /// [`Scanner::skip_object_rest`] of a rest written compactly (`"id":1,"cat":"ac2g"}`, as
+    /// torch's flow events are) and holding no bracket, backslash or control character before
+    /// its `}`: then its strings are the stretches between pairs of quotes, all valid, and the
+    /// object ends at the first `}` after an even number of quotes, as the full skip finds.
+    /// `false` (nothing moved) for anything else, which the full skip then reads.
+    #[inline(always)]
+    fn skip_flat_object_rest(&mut self) -> bool {
+        let Some(rest) = self.bytes.get(self.pos..) else {
+            return false;
+        };
+        if rest.first() != Some(&b'"') {
+            return false;
+        }
+        let (mut from, mut quotes) = (0, 0);
+        loop {
+            let Some(close) = memchr::memchr(b'}', &rest[from..]).map(|p| from + p) else {
+                return false;
+            };
+            let (q, special) = flat_bytes(&rest[from..close]);
+            if special {
+                return false;
+            }
+            quotes += q;
+            if quotes % 2 == 0 {
+                self.pos += close + 1;
+                return true;
+            }
+            // That `}` is inside a string.
+            from = close + 1;
+        }
+    }
+}
+
+/// The quotes in `s`, and whether it holds a bracket but `}`, a backslash or a control
+/// character: eight bytes at a time, with no branch on the bytes.
+#[inline(always)]
+fn flat_bytes(s: &[u8]) -> (usize, bool) {
+    let mut words = s.chunks_exact(8);
+    let (mut quotes, mut special) = (0, 0);
+    for word in words.by_ref() {
+        let (q, sp) = flat_word(u64::from_le_bytes(word.try_into().unwrap_or([0; 8])));
+        quotes += q;
+        special |= sp;
+    }
+    let tail = words.remainder();
+    if !tail.is_empty() {
+        // Padded with a byte that is none of those.
+        let mut padded = [b'a'; 8];
+        padded[..tail.len()].copy_from_slice(tail);
+        let (q, sp) = flat_word(u64::from_le_bytes(padded));
+        quotes += q;
+        special |= sp;
+    }
+    (quotes, special != 0)
+}
+
+/// [`flat_bytes`] of eight bytes: the quotes, and non-zero for any of the others.
+#[inline(always)]
+fn flat_word(x: u64) -> (usize, u64) {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const LOW: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // The high bit of each zero byte, exactly (no borrow runs between bytes).
+    let zero_bytes = |v: u64| !((v & LOW).wrapping_add(LOW) | v) & HIGH;
+    // Non-zero when some byte is zero (only whether, not where).
+    let any_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let quote_bytes = zero_bytes(x ^ (ONES * u64::from(b'"')));
+    // Each flagged byte adds one to the top byte (at most eight: no carry out).
+    let quotes = ((quote_bytes >> 7).wrapping_mul(ONES) >> 56) as usize;
+    // Setting bit 5 turns `[` into `{` (and no other byte into it).
+    let special = any_zero(x ^ (ONES * u64::from(b'\\')))
+        | any_zero((x | (ONES * 0x20)) ^ (ONES * u64::from(b'{')))
+        | any_zero(x ^ (ONES * u64::from(b']')))
+        | any_zero(x & (ONES * 0xe0));
+    (quotes, special)
 }
 
 /// The brackets open around a skipped member, innermost in the low bit (1 for `[`, 0 for
@@ -1128,6 +1247,80 @@ mod tests {
         }
         let deep = format!("{{\"a\":{}{}}}", "[".repeat(200), "]".repeat(200));
         assert!(matches!(event(&deep), Err(ScanError::Bad(b)) if b.message.contains("deep")));
+    }
+
+    #[test]
+    fn the_flat_skip_ends_where_the_full_skip_does() {
+        let rests = [
+            r#""id":1,"pid":4242,"ts":1003.525,"cat":"ac2g","name":"ac2g"},{"#,
+            r#""name":"a}b","x":"}}"},"#,
+            r#""a":"}","b":"c"}"#,
+            r#""a":1}"#,
+            r#""a":[1],"b":2}"#,
+            r#""a":{"b":1},"c":2}"#,
+            r#""a":"x\"}","b":1}"#,
+            "\"a\":\"x\ty\"}",
+            "\"a\":1,\n\"b\":2}",
+            r#""a":"é€ ünïcode}","b":"ok"}  "#,
+            r#""a":"unterminated}"#,
+            r#""a":1"#,
+            r#""abcdefghijklmnopqrstuvwxyz":"0123456789abcdef","q":"r"}"#,
+        ];
+        for rest in rests {
+            let (mut flat, mut full) = (
+                Scanner::new(rest.as_bytes(), 0),
+                Scanner::new(rest.as_bytes(), 0),
+            );
+            let full_result = full.skip_any_object_rest();
+            if flat.skip_flat_object_rest() {
+                assert_eq!(full_result, Ok(()), "{rest}");
+                assert_eq!(flat.pos, full.pos, "{rest}");
+            } else {
+                assert_eq!(flat.pos, 0, "{rest}: moved without skipping");
+            }
+        }
+        // Taken where torch's flow events stand.
+        let mut s = Scanner::new(rests[0].as_bytes(), 0);
+        assert!(s.skip_flat_object_rest());
+        // Every eight-byte stretch of a flat rest, whatever its length.
+        for len in 0..40 {
+            let rest = format!("\"k\":\"{}\"}}", "v".repeat(len));
+            let mut s = Scanner::new(rest.as_bytes(), 0);
+            assert!(s.skip_flat_object_rest(), "{rest}");
+            assert_eq!(s.pos, rest.len());
+        }
+        // Random rests of the bytes that matter: wherever the flat skip ends, the full one does.
+        let alphabet = b"\"\"\"\"}}}aaaa,,::{[]\\\n\xc3";
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut flat_ones = 0;
+        for _ in 0..20_000 {
+            let mut rest = vec![b'"'];
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            for k in 0..(x % 24) {
+                rest.push(alphabet[((x >> (k % 50)) % alphabet.len() as u64) as usize]);
+            }
+            let (mut flat, mut full) = (Scanner::new(&rest, 0), Scanner::new(&rest, 0));
+            let full_result = full.skip_any_object_rest();
+            if flat.skip_flat_object_rest() {
+                assert_eq!((full_result, flat.pos), (Ok(()), full.pos), "{rest:?}");
+                flat_ones += 1;
+            } else {
+                assert_eq!(flat.pos, 0);
+            }
+        }
+        assert!(flat_ones > 500, "{flat_ones} flat rests");
+        for b in 0..=255u8 {
+            let mut bytes = br#""k":"0123456789abcdef","#.to_vec();
+            bytes[7] = b;
+            bytes.extend_from_slice(b"\"z\":1}");
+            let special = b == b'\\' || b == b'{' || b == b'[' || b == b']' || b < 0x20;
+            let quote = b == b'"';
+            let mut s = Scanner::new(&bytes, 0);
+            let skipped = s.skip_flat_object_rest();
+            assert_eq!(skipped, !special && !quote, "byte {b}");
+        }
     }
 
     #[test]

@@ -241,16 +241,20 @@ pub(super) fn events<R: Read>(
     opts: &ImportOptions,
 ) -> Result<(), EventsError> {
     let block = opts.block_bytes.max(1);
+    // The first block is smaller and each next one twice as large, up to `block`: the parse
+    // starts after a short read, not after a whole block's.
+    let mut step = block.min(FIRST_BLOCK_BYTES);
     // A sink per piece of a block, kept from block to block (with allocations and names).
     let mut pool: Vec<Sink> = Vec::new();
     let mut expect = Expect::First;
-    let mut want = block;
+    let mut want = step;
     loop {
         if input.available().len() < want {
             input.fill(want).map_err(EventsError::Io)?;
         }
+        step = (step * 2).min(block);
         let (data, ahead) = input.split_ahead();
-        let mut read_ahead = Some(|| ahead.read(block));
+        let mut read_ahead = Some(|| ahead.read(step));
         let mut read_error = None;
         let out = parse_block(data, expect, sink, &mut pool, opts, &mut || {
             if let Some(read) = read_ahead.take() {
@@ -281,13 +285,13 @@ pub(super) fn events<R: Read>(
                 skip_element(input, block, sink.events)?;
                 sink.events += 1;
                 expect = Expect::Next;
-                want = block;
+                want = step;
             }
             // An element longer than what is buffered: read twice as much before trying again
             // (doubling keeps the re-scans linear in the element's size).
-            Stop::Incomplete if out.pos == 0 => want = (input.available().len() * 2).max(block),
+            Stop::Incomplete if out.pos == 0 => want = (input.available().len() * 2).max(step),
             // (`Split` is not returned for a whole block; parsing on from there is right.)
-            _ => want = block,
+            _ => want = step,
         }
     }
 }
@@ -367,6 +371,9 @@ fn skip_element<R: Read>(
         }
     }
 }
+
+/// The size of the first block read ([`ImportOptions::block_bytes`] at most).
+const FIRST_BLOCK_BYTES: usize = 1 << 20;
 
 /// Pieces per thread in a parallel block: threads take pieces in turn, so a slow piece holds
 /// the others up by little.
