@@ -652,13 +652,15 @@ fn two_ranks(folder: &str, mixing: u32) -> (Vec<trace::Trace>, Vec<String>) {
     (traces, vec!["r0".into(), "r1".into()])
 }
 
+/// A gapscope trace in traces/ (never a Kineto import).
 fn read(rel: &str) -> trace::Trace {
-    trace::read_trace(
-        &Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("traces")
-            .join(rel),
-    )
-    .unwrap()
+    trace::read_trace(&bundled_path(rel)).unwrap()
+}
+
+fn bundled_path(rel: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("traces")
+        .join(rel)
 }
 
 fn analyze_one(t: &trace::Trace) -> Analysis {
@@ -1227,15 +1229,13 @@ fn traces_written_before_loaded_libraries_were_listed_read_as_before() {
 
 /// Recordings of 2026-12-01 (one H200, default settings, the windows sampling schedule; the
 /// programs' own CUDA-event periods in the same runs are in traces/README.md).
+/// A recording in traces/, read as `analyze` reads any input.
+fn bundled_trace(name: &str) -> trace::Trace {
+    trace::read_any(&bundled_path(name)).unwrap()
+}
+
 fn recorded_2026_12_01(name: &str) -> Analysis {
-    analyze_one(
-        &trace::read_any(
-            &Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("traces")
-                .join(name),
-        )
-        .unwrap(),
-    )
+    analyze_one(&bundled_trace(name))
 }
 
 #[test]
@@ -1472,11 +1472,7 @@ fn steady_eager_cell(a: &Analysis) -> &CellAnalysis {
 /// 21.44, replay_ext 24.70 µs (n=199).
 #[test]
 fn torch_graphs_recorded_with_defaults_states_what_tracing_added_to_each_replay_cell() {
-    let t = trace::read_any(
-        &Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("traces/torch-graphs-defaults-record-h200.json.gz"),
-    )
-    .unwrap();
+    let t = bundled_trace("torch-graphs-defaults-record-h200.json.gz");
     let v = &t.metadata.versions;
     assert_eq!(v.nccl.as_deref(), Some("2.28.9"), "the NCCL torch loaded");
     assert!(
@@ -1525,11 +1521,7 @@ fn within_stated_tracer_share(c: &CellAnalysis, own_us: f64) {
 /// own CUDA-event medians in that run: eager 365.54, replay 34.59, replay_ext 41.09 µs (n=199).
 #[test]
 fn torchrun_recorded_with_defaults_finds_its_eager_steps_and_names_the_step_range() {
-    let t = trace::read_any(
-        &Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("traces/torchrun-graphs-defaults-record-h200.json.gz"),
-    )
-    .unwrap();
+    let t = bundled_trace("torchrun-graphs-defaults-record-h200.json.gz");
     assert_eq!(t.metadata.versions.nccl.as_deref(), Some("2.28.9"));
     let a = analyze_one(&t);
     let hint = a.inputs[0].steps.step_range_hint.as_ref().unwrap();
@@ -1704,12 +1696,7 @@ fn chosen_step_range_cell<'a>(t: &trace::Trace, a: &'a Analysis) -> &'a CellAnal
 }
 
 fn chosen_step_recording(name: &str) -> (trace::Trace, Analysis) {
-    let t = trace::read_any(
-        &Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("traces")
-            .join(name),
-    )
-    .unwrap();
+    let t = bundled_trace(name);
     let a = analyze_one(&t);
     (t, a)
 }

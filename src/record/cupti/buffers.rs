@@ -272,13 +272,7 @@ unsafe fn parse_buffer(cupti: &Cupti, shared: &Shared, buffer: *mut u8, valid: u
     if buffer.is_null() || valid == 0 {
         return;
     }
-    let resolve = |domain: ApiDomain, cbid: u32| {
-        let d = match domain {
-            ApiDomain::Runtime => sys::CUPTI_CB_DOMAIN_RUNTIME_API,
-            ApiDomain::Driver => sys::CUPTI_CB_DOMAIN_DRIVER_API,
-        };
-        cupti.callback_name(d, cbid)
-    };
+    let resolve = |domain: ApiDomain, cbid: u32| cupti.api_call_name(domain, cbid);
     // The windows as they stand: every record in this buffer ended before now, so no later
     // decision can change whether it overlaps one.
     let windows = shared.budget.as_ref().map(|b| lock(&b.markers).snapshot());

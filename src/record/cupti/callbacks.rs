@@ -554,13 +554,7 @@ fn api_call_exited(
         thread: super::recorder::current_thread_id(),
         returned,
     };
-    let resolve = |domain: crate::trace::ApiDomain, cbid: u32| {
-        let d = match domain {
-            crate::trace::ApiDomain::Runtime => sys::CUPTI_CB_DOMAIN_RUNTIME_API,
-            crate::trace::ApiDomain::Driver => sys::CUPTI_CB_DOMAIN_DRIVER_API,
-        };
-        cupti.callback_name(d, cbid)
-    };
+    let resolve = |domain: crate::trace::ApiDomain, cbid: u32| cupti.api_call_name(domain, cbid);
     lock(&shared.state).records.add_api_call(call, &resolve);
 }
 

@@ -391,6 +391,19 @@ impl Cupti {
         }
     }
 
+    /// The name of a runtime or driver API call, as the trace's API records name their domain.
+    pub(crate) fn api_call_name(
+        &self,
+        domain: crate::trace::ApiDomain,
+        cbid: u32,
+    ) -> Option<String> {
+        let domain = match domain {
+            crate::trace::ApiDomain::Runtime => sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+            crate::trace::ApiDomain::Driver => sys::CUPTI_CB_DOMAIN_DRIVER_API,
+        };
+        self.callback_name(domain, cbid)
+    }
+
     /// `cuptiGetCallbackName` for a runtime or driver API callback id.
     pub(crate) fn callback_name(
         &self,

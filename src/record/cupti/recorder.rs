@@ -423,42 +423,59 @@ impl Recorder {
         self.shared.budget.as_ref()?.step_range.get().cloned()
     }
 
-    /// Enables the enter and exit callbacks of every API call [`api_record_wanted`] keeps, which
-    /// make their records (`GAPSCOPE_CUPTI_API_FROM=callbacks`).
-    fn record_api_from_callbacks(&mut self, diagnostics: &Diagnostics) {
-        let sub = self.subscriber_handle();
+    /// Every runtime (with `runtime`) and driver (with `driver`) call CUPTI names, and whether
+    /// [`api_record_wanted`] keeps its record.
+    fn api_calls_wanted(
+        &self,
+        diagnostics: &Diagnostics,
+        runtime: bool,
+        driver: bool,
+    ) -> Vec<(sys::CUpti_CallbackDomain, u32, bool)> {
         let domains = [
             (
+                runtime,
                 sys::CUPTI_CB_DOMAIN_RUNTIME_API,
                 sys::CUPTI_RUNTIME_TRACE_CBID_SIZE,
             ),
             (
+                driver,
                 sys::CUPTI_CB_DOMAIN_DRIVER_API,
                 sys::CUPTI_DRIVER_TRACE_CBID_SIZE,
             ),
         ];
-        let mut recorded = 0;
-        for (domain, size) in domains {
+        let mut calls = Vec::new();
+        for (on, domain, size) in domains {
+            if !on {
+                continue;
+            }
             for cbid in 1..size {
-                let wanted = self
-                    .cupti
-                    .callback_name(domain, cbid)
-                    .is_some_and(|name| diagnostics.api_record_wanted(&name));
-                if !wanted || !callbacks::record_api_from_callbacks(domain, cbid) {
-                    continue;
+                if let Some(name) = self.cupti.callback_name(domain, cbid) {
+                    calls.push((domain, cbid, diagnostics.api_record_wanted(&name)));
                 }
-                recorded += 1;
-                if self.api_enabled.contains(&(domain, cbid))
-                    || self.domains_enabled.contains(&domain)
-                {
-                    continue;
-                }
-                // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe gave us.
-                let rc = unsafe { self.cupti.api().cuptiEnableCallback(1, sub, domain, cbid) };
-                match self.cupti.check("cuptiEnableCallback(API record)", rc) {
-                    Ok(()) => self.api_enabled.push((domain, cbid)),
-                    Err(e) => lock(&self.shared.state).problem(format!("{e} (cbid {cbid})")),
-                }
+            }
+        }
+        calls
+    }
+
+    /// Enables the enter and exit callbacks of every API call [`api_record_wanted`] keeps, which
+    /// make their records (`GAPSCOPE_CUPTI_API_FROM=callbacks`).
+    fn record_api_from_callbacks(&mut self, diagnostics: &Diagnostics) {
+        let sub = self.subscriber_handle();
+        let mut recorded = 0;
+        for (domain, cbid, wanted) in self.api_calls_wanted(diagnostics, true, true) {
+            if !wanted || !callbacks::record_api_from_callbacks(domain, cbid) {
+                continue;
+            }
+            recorded += 1;
+            if self.api_enabled.contains(&(domain, cbid)) || self.domains_enabled.contains(&domain)
+            {
+                continue;
+            }
+            // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe gave us.
+            let rc = unsafe { self.cupti.api().cuptiEnableCallback(1, sub, domain, cbid) };
+            match self.cupti.check("cuptiEnableCallback(API record)", rc) {
+                Ok(()) => self.api_enabled.push((domain, cbid)),
+                Err(e) => lock(&self.shared.state).problem(format!("{e} (cbid {cbid})")),
             }
         }
         callbacks::API_FROM_CALLBACKS.store(true, Ordering::SeqCst);
@@ -485,36 +502,13 @@ impl Recorder {
             );
             return;
         };
-        let domains = [
-            (
-                runtime_on,
-                sys::CUPTI_CB_DOMAIN_RUNTIME_API,
-                sys::CUPTI_RUNTIME_TRACE_CBID_SIZE,
-            ),
-            (
-                driver_on,
-                sys::CUPTI_CB_DOMAIN_DRIVER_API,
-                sys::CUPTI_DRIVER_TRACE_CBID_SIZE,
-            ),
-        ];
         if let Some(only) = &diagnostics.api_only {
             lock(&self.shared.state).problem(format!(
                 "API activity limited to calls named like {} (GAPSCOPE_CUPTI_API_ONLY)",
                 only.join(", ")
             ));
         }
-        let mut switches = Vec::new();
-        for (on, domain, size) in domains {
-            if !on {
-                continue;
-            }
-            for cbid in 1..size {
-                if let Some(name) = self.cupti.callback_name(domain, cbid) {
-                    let wanted = diagnostics.api_record_wanted(&name);
-                    switches.push((domain, cbid, wanted));
-                }
-            }
-        }
+        let switches = self.api_calls_wanted(diagnostics, runtime_on, driver_on);
         let failed = callbacks::apply_api_filter(filter, switches.iter().copied());
         if let Some(budget) = &self.shared.budget {
             // Re-enabling the API kinds after a pause records every call again.
