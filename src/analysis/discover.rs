@@ -956,9 +956,14 @@ pub fn step_range_hint(
 }
 
 /// The step range `gapscope record` chose itself (none was given): the workload's
-/// `step_range`, when the recorder's note says it chose it.
+/// `step_range`, when the workload says the recorder chose it, or, in recordings made before
+/// it said so, when the recorder's note does.
 pub fn chosen_step_range(trace: &Trace) -> Option<String> {
-    let name = trace.metadata.workload.get("step_range")?.as_str()?;
+    let workload = &trace.metadata.workload;
+    let name = workload.get("step_range")?.as_str()?;
+    if let Some(chosen) = workload.get(crate::trace::STEP_RANGE_CHOSEN) {
+        return (chosen.as_bool() == Some(true)).then(|| name.to_owned());
+    }
     let chosen = format!("step range `{name}` chosen by the recorder");
     trace
         .metadata
@@ -1080,6 +1085,29 @@ mod tests {
 
     fn lengths(l: &LoopSpan) -> Vec<usize> {
         l.steps.iter().map(|s| s.1 - s.0).collect()
+    }
+
+    #[test]
+    fn a_chosen_step_range_is_read_from_the_workload_or_an_older_recording_s_note() {
+        let mut t = Trace::new(Default::default());
+        assert_eq!(chosen_step_range(&t), None, "no step range");
+        t.metadata
+            .workload
+            .insert("step_range".into(), "decode_step".into());
+        assert_eq!(chosen_step_range(&t), None, "a given step range");
+        let note = "recorder: step range `decode_step` chosen by the recorder: …".to_string();
+        t.metadata.notes.push(note);
+        assert_eq!(
+            chosen_step_range(&t).as_deref(),
+            Some("decode_step"),
+            "a recording made before the workload said so"
+        );
+        let chosen = crate::trace::STEP_RANGE_CHOSEN;
+        t.metadata.workload.insert(chosen.into(), false.into());
+        assert_eq!(chosen_step_range(&t), None, "the workload's word is final");
+        t.metadata.notes.clear();
+        t.metadata.workload.insert(chosen.into(), true.into());
+        assert_eq!(chosen_step_range(&t).as_deref(), Some("decode_step"));
     }
 
     #[test]

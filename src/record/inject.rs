@@ -463,6 +463,9 @@ fn metadata(config: &Config, recorder: &Recorder, signal: Option<c_int>) -> Meta
     let step_range = recorder.step_range();
     if let Some(s) = &step_range {
         workload.insert("step_range".to_string(), s.clone().into());
+        if recorder.step_range_chosen() {
+            workload.insert(trace::STEP_RANGE_CHOSEN.to_string(), true.into());
+        }
     }
     let mut notes = vec![
         "recorded by CUDA injection (gapscope record): the program ran unmodified".to_string(),

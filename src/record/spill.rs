@@ -259,10 +259,11 @@ pub fn rebuild(path: &Path, why: &str) -> Result<Recovered, String> {
     trace.sort_records();
     if let Some(step) = header.step_range.as_ref().or(chosen_step_range.as_ref()) {
         trace.mark_steps(step);
-        trace
-            .metadata
-            .workload
-            .insert("step_range".to_string(), step.clone().into());
+        let workload = &mut trace.metadata.workload;
+        workload.insert("step_range".to_string(), step.clone().into());
+        if header.step_range.is_none() {
+            workload.insert(crate::trace::STEP_RANGE_CHOSEN.to_string(), true.into());
+        }
     }
     trace.metadata.notes.push(format!(
         "gapscope record: process {} {why} without writing its trace; this trace was written from the {deliveries} deliveries its recorder made as CUPTI completed activity buffers: missing are the records of the buffers not completed when it died (about the last second of its work), NVTX ranges still open, and graphs built after its last delivery{}",
@@ -473,6 +474,11 @@ mod tests {
             "the chosen range marks the steps of every delivery"
         );
         assert_eq!(t.metadata.workload["step_range"], "step");
+        assert_eq!(
+            crate::analysis::discover::chosen_step_range(t).as_deref(),
+            Some("step"),
+            "the workload says the recorder chose it"
+        );
         assert_eq!(t.str(t.kernels[15].name), "kernel1");
         assert_eq!(t.dropped_records, 1);
         let note = t.metadata.notes.last().unwrap();

@@ -118,6 +118,9 @@ pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
     Ok(trace)
 }
 
+/// The workload key `gapscope record` sets (to `true`) when it chose the `step_range` itself.
+pub const STEP_RANGE_CHOSEN: &str = "step_range_chosen";
+
 /// The longest name kept whole (longer ones: [`Trace::cap_long_names`]).
 pub const NAME_CAP_BYTES: usize = 4 << 10;
 

@@ -423,6 +423,14 @@ impl Recorder {
         self.shared.budget.as_ref()?.step_range.get().cloned()
     }
 
+    /// Whether [`Recorder::step_range`] is the recorder's own choice (none was given).
+    pub fn step_range_chosen(&self) -> bool {
+        self.shared
+            .budget
+            .as_ref()
+            .is_some_and(|b| b.chooser.is_some() && b.step_range.get().is_some())
+    }
+
     /// Every runtime (with `runtime`) and driver (with `driver`) call CUPTI names, and whether
     /// [`api_record_wanted`] keeps its record.
     fn api_calls_wanted(
