@@ -9,7 +9,7 @@
 #
 # Cases: 100k-10 (100k kernels, 10 ProfilerStep annotations), 100k-12500, 1m-80.
 # Each trace lives alone in its folder as rank-0.json (HTA reads every *.json of a folder and
-# takes the rank from "distributedInfo": {"rank": 0}). Timed with /usr/bin/time -v: wall time
+# takes the rank from "distributedInfo": {"rank": 0}). Timed by benches/common/time_run.py: wall time
 # and peak RSS of `TraceAnalysis(trace_dir=...)` + `get_idle_time_breakdown(ranks=[0])`, and of
 # `gapscope analyze FILE --json > /dev/null` (import + analysis + JSON report). Prints n, the
 # median and the min-max of each, and the HTA/gapscope ratios. Traces are kept in $WORK
@@ -48,7 +48,7 @@ if not rows:
     print(f"n={dnf}: none finished within {sys.argv[2]} s")
     sys.exit()
 t = [r[0] for r in rows]; m = [r[1] / 1024 for r in rows]
-print(f"n={len(rows)} time median {statistics.median(t):.2f} s [{min(t):.2f}-{max(t):.2f}], "
+print(f"n={len(rows)} time median {statistics.median(t):.3f} s [{min(t):.3f}-{max(t):.3f}], "
       f"peak RSS median {statistics.median(m):.0f} MB [{min(m):.0f}-{max(m):.0f}]"
       + (f"; {dnf} more did not finish within {sys.argv[2]} s" if dnf else ""))
 PY

@@ -15,8 +15,9 @@
 #   NEW=/tmp/gapscope-branch BASE=/tmp/gapscope-main benches/scale.sh   # two copied binaries
 #   NO_HTA=1 benches/scale.sh                           # without HTA (its runs take minutes)
 #
-# Timed with /usr/bin/time -v: `gapscope analyze FILE --json > /dev/null` (import, analysis,
-# JSON report); HTA as benches/hta_compare.sh times it. Prints n, the median and min-max of
+# Timed by benches/common/time_run.py (wall time to the microsecond, peak RSS):
+# `gapscope analyze FILE --json > /dev/null` (import, analysis, JSON report); HTA as
+# benches/hta_compare.sh times it. Prints n, the median and min-max of
 # each, and peak RSS per kernel. The traces go to $WORK (default /tmp/gapscope-scale); the
 # 8-rank folder (5.6 GB) is deleted at the end unless KEEP=1, and skipped when the disk has
 # less room than it needs.
@@ -125,7 +126,7 @@ for key, label, kernels, goal, _ in rows:
         t = [d[0] for d in done]; m = [d[1] * 1024 / 1e6 for d in done]
         medians[(key, tool)] = (med(t), med(m))
         print(f"| {label} | {tool} | {len(done)}{f' (+{dnf} dnf)' if dnf else ''} | "
-              f"{med(t):.2f} [{min(t):.2f}-{max(t):.2f}] | {med(m):.0f} [{min(m):.0f}-{max(m):.0f}] | "
+              f"{med(t):.3f} [{min(t):.3f}-{max(t):.3f}] | {med(m):.0f} [{min(m):.0f}-{max(m):.0f}] | "
               f"{med(m) * 1e6 / kernels:.0f} | {goal if tool != 'hta' else ''} |")
 for key, label, *_ in rows:
     if (key, "base") in medians and (key, "new") in medians:
