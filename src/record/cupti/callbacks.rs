@@ -250,6 +250,19 @@ pub(crate) fn api_recorded(domain: sys::CUpti_CallbackDomain, cbid: u32) -> bool
         .is_some_and(|(d, w, bit)| API_RECORDED[d][w].load(Ordering::Relaxed) & bit != 0)
 }
 
+/// Whether call `cbid` of `domain`, entered with `stack` open on its thread, gets a record
+/// from its callbacks: one of [`API_RECORDED`], and not a driver call made by a runtime call
+/// (`cudaLaunchKernel` calls `cuLaunchKernel` under the same correlation id), which the API
+/// kinds do not record either.
+fn recorded_from_callbacks(domain: sys::CUpti_CallbackDomain, cbid: u32, stack: &[Frame]) -> bool {
+    let inside_runtime = || {
+        stack
+            .iter()
+            .any(|f| f.domain == sys::CUPTI_CB_DOMAIN_RUNTIME_API)
+    };
+    api_recorded(domain, cbid) && !(domain == sys::CUPTI_CB_DOMAIN_DRIVER_API && inside_runtime())
+}
+
 /// Forgets every call recorded from callbacks (recording ended).
 pub(crate) fn clear_api_recorded() {
     for words in &API_RECORDED {
@@ -440,12 +453,13 @@ unsafe fn on_api(
             // SAFETY: functionParams belongs to this (domain, cbid) call.
             let (wait_external, record_external) =
                 unsafe { external_flags(domain, cbid, d.functionParams) };
-            let entered =
-                if API_FROM_CALLBACKS.load(Ordering::Relaxed) && api_recorded(domain, cbid) {
-                    loader::loaded().map_or(0, now)
-                } else {
-                    0
-                };
+            let entered = if API_FROM_CALLBACKS.load(Ordering::Relaxed)
+                && recorded_from_callbacks(domain, cbid, &stack)
+            {
+                loader::loaded().map_or(0, now)
+            } else {
+                0
+            };
             stack.push(Frame {
                 domain,
                 cbid,
@@ -1517,6 +1531,40 @@ mod tests {
         assert!(!api_recorded(drv, 211) && !api_recorded(rt, 210));
         clear_api_recorded();
         assert!(!api_recorded(rt, 211) && !api_recorded(drv, 1023));
+    }
+
+    #[test]
+    fn a_driver_call_made_by_a_runtime_call_gets_no_record_of_its_own() {
+        let _one = lock(&super::super::recorder::TEST_RECORDER_LOCK);
+        let (rt, drv) = (
+            sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+            sys::CUPTI_CB_DOMAIN_DRIVER_API,
+        );
+        // cudaLaunchKernel (211) and cuLaunchKernel (307), both recorded.
+        assert!(record_api_from_callbacks(rt, 211) && record_api_from_callbacks(drv, 307));
+        let frame = |domain, cbid| Frame {
+            domain,
+            cbid,
+            name: std::ptr::null(),
+            wait_external: false,
+            record_external: false,
+            entered: 1,
+        };
+        assert!(recorded_from_callbacks(rt, 211, &[]));
+        assert!(
+            recorded_from_callbacks(drv, 307, &[]),
+            "called directly (Triton)"
+        );
+        assert!(
+            !recorded_from_callbacks(drv, 307, &[frame(rt, 211)]),
+            "inside cudaLaunchKernel: the runtime call's record is the launch's"
+        );
+        assert!(recorded_from_callbacks(drv, 307, &[frame(drv, 1)]));
+        assert!(
+            !recorded_from_callbacks(rt, 212, &[]),
+            "not one of the recorded calls"
+        );
+        clear_api_recorded();
     }
 
     /// An NVTX push (`message`) or pop callback, as CUPTI makes it.
