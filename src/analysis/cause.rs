@@ -94,13 +94,18 @@ impl<'a> TraceContext<'a> {
     }
 
     /// The tracer's share of the step markers of metadata cell `cell`
-    /// ([`super::tracer_share::of_marked_cell`]), with the trace's API-call index built once.
-    fn tracer_share_of_marked_cell(&self, cell: usize) -> Option<super::tracer_share::TracerShare> {
+    /// ([`super::tracer_share::of_marked_cell`]) that are of kind `steps`, with the trace's
+    /// API-call index built once.
+    fn tracer_share_of_marked_cell(
+        &self,
+        cell: usize,
+        steps: super::tracer_share::StepsOf,
+    ) -> Option<super::tracer_share::TracerShare> {
         self.trace.metadata.sampling.as_ref()?;
         let calls = self
             .call_starts
             .get_or_init(|| super::tracer_share::CallStarts::new(self.trace));
-        super::tracer_share::of_marked_cell_with(self.trace, cell, calls)
+        super::tracer_share::of_marked_cell_with(self.trace, cell, calls, steps)
     }
 
     /// The library call that launched `op`: its graph node's tag, or the innermost
@@ -676,7 +681,17 @@ pub fn analyze_cell(
                 .first()
                 .and_then(|&exec| super::tracer_share::of_graph_replays(trace, exec)),
             Some(_) => None,
-            None => cell.cell.and_then(|c| ctx.tracer_share_of_marked_cell(c)),
+            None => {
+                use super::tracer_share::StepsOf;
+                // A range split by what its steps ran: each half's share from its own steps.
+                let steps = match cell.regime_split {
+                    Some(super::Regime::Graphed) => StepsOf::Graphed,
+                    Some(super::Regime::Eager) => StepsOf::Ungraphed,
+                    None => StepsOf::All,
+                };
+                cell.cell
+                    .and_then(|c| ctx.tracer_share_of_marked_cell(c, steps))
+            }
         },
         graph_group: cell.graph_group,
         found: cell.found,

@@ -48,9 +48,53 @@ impl TracerShare {
     }
 }
 
-/// A step marker's start, whether it was traced, and the kept window it lies in (`None`: the
-/// trace keeps every marker; `Some(None)`: in none).
-type StepSeen = (u64, bool, Option<Option<usize>>);
+/// A step marker as the share sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct StepSeen {
+    start: u64,
+    traced: bool,
+    /// Whether it launched a graph; `None` for an untraced step whose traced neighbours
+    /// disagree (or that has none).
+    graphed: Option<bool>,
+    /// The kept window it lies in (`None`: the trace keeps every marker; `Some(None)`: in none).
+    window: Option<Option<usize>>,
+}
+
+impl StepSeen {
+    fn of_kind(&self, steps: StepsOf) -> bool {
+        match steps {
+            StepsOf::All => true,
+            StepsOf::Graphed => self.graphed == Some(true),
+            StepsOf::Ungraphed => self.graphed == Some(false),
+        }
+    }
+}
+
+/// Gives each untraced step the kind of the traced steps on either side of it, when they agree
+/// or only one side has any (`steps` sorted by start, one thread's).
+fn infer_untraced_kinds(steps: &mut [StepSeen]) {
+    let mut before = None;
+    let mut after: Vec<Option<bool>> = vec![None; steps.len()];
+    let mut next = None;
+    for (i, s) in steps.iter().enumerate().rev() {
+        after[i] = next;
+        if s.traced {
+            next = s.graphed;
+        }
+    }
+    for (s, after) in steps.iter_mut().zip(after) {
+        if s.traced {
+            before = s.graphed;
+        } else {
+            // At the start or the end of the steps one side is enough: the budget traces the
+            // first steps of each kind, so a change of kind shows in a traced step soon after.
+            s.graphed = match (before, after) {
+                (Some(b), Some(a)) => (a == b).then_some(a),
+                (b, a) => b.or(a),
+            };
+        }
+    }
+}
 
 /// The share for the step markers of metadata cell `cell`, when the trace budget left enough of
 /// them untraced (a marker is traced when an API call was recorded inside it on its thread: the
@@ -59,40 +103,86 @@ type StepSeen = (u64, bool, Option<Option<usize>>);
 /// are left out.
 pub fn of_marked_cell(trace: &Trace, cell: usize) -> Option<TracerShare> {
     trace.metadata.sampling.as_ref()?;
-    of_marked_cell_with(trace, cell, &CallStarts::new(trace))
+    of_marked_cell_with(trace, cell, &CallStarts::new(trace), StepsOf::All)
+}
+
+/// Which steps of a marked cell a share is measured on: when one range held steps that ran
+/// differently (`steps::split_mixed_regimes`), each half's share is its own steps'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepsOf {
+    /// Every step of the range.
+    All,
+    /// The steps that launched a graph: a traced step is one when a graph launch call was
+    /// recorded inside it, an untraced one when the traced steps on either side of it on its
+    /// thread are, or the one side that has any (nothing of an untraced step is recorded but
+    /// its marker).
+    Graphed,
+    /// The steps that launched none, told apart as [`StepsOf::Graphed`] (eager steps and
+    /// compiled ones without graphs are not told apart: the eager half of such a split pools
+    /// them, as the compiled half's share over all the range's steps does).
+    Ungraphed,
 }
 
 /// The start times of a trace's API calls, per thread, sorted: what tells a traced step marker
-/// from an untraced one. Built once per trace and shared by its cells.
+/// from an untraced one, and one that launched a graph. Built once per trace and shared by its
+/// cells.
 #[derive(Debug, Default)]
 pub struct CallStarts {
     per_thread: FxHashMap<u32, Vec<u64>>,
+    graph_launches: FxHashMap<u32, Vec<u64>>,
 }
 
 impl CallStarts {
     pub fn new(trace: &Trace) -> CallStarts {
         let mut per_thread: FxHashMap<u32, Vec<u64>> = FxHashMap::default();
+        let mut graph_launches: FxHashMap<u32, Vec<u64>> = FxHashMap::default();
+        let mut is_graph_launch = FxHashMap::default();
         for c in &trace.api_calls {
             per_thread.entry(c.thread).or_default().push(c.start);
+            let graph = *is_graph_launch.entry(c.name).or_insert_with(|| {
+                let name = trace.str(c.name);
+                name.starts_with("cudaGraphLaunch") || name.starts_with("cuGraphLaunch")
+            });
+            if graph {
+                graph_launches.entry(c.thread).or_default().push(c.start);
+            }
         }
-        for starts in per_thread.values_mut() {
+        for starts in per_thread.values_mut().chain(graph_launches.values_mut()) {
             starts.sort_unstable();
         }
-        CallStarts { per_thread }
+        CallStarts {
+            per_thread,
+            graph_launches,
+        }
     }
 
     /// Whether an API call on `thread` starts within `[start, end]`.
     fn any_within(&self, thread: u32, start: u64, end: u64) -> bool {
-        self.per_thread.get(&thread).is_some_and(|s| {
+        Self::within(&self.per_thread, thread, start, end)
+    }
+
+    /// Whether a graph launch call on `thread` starts within `[start, end]`.
+    fn graph_launch_within(&self, thread: u32, start: u64, end: u64) -> bool {
+        Self::within(&self.graph_launches, thread, start, end)
+    }
+
+    fn within(starts: &FxHashMap<u32, Vec<u64>>, thread: u32, start: u64, end: u64) -> bool {
+        starts.get(&thread).is_some_and(|s| {
             let i = s.partition_point(|&t| t < start);
             s.get(i).is_some_and(|&t| t <= end)
         })
     }
 }
 
-/// [`of_marked_cell`] with the trace's API-call index already built ([`CallStarts::new`] of
-/// the same trace).
-pub fn of_marked_cell_with(trace: &Trace, cell: usize, calls: &CallStarts) -> Option<TracerShare> {
+/// [`of_marked_cell`] of the cell's `steps` only, with the trace's API-call index already
+/// built ([`CallStarts::new`] of the same trace): a period counts when both its steps are of
+/// that kind.
+pub fn of_marked_cell_with(
+    trace: &Trace,
+    cell: usize,
+    calls: &CallStarts,
+    steps_of: StepsOf,
+) -> Option<TracerShare> {
     let sampling = trace.metadata.sampling.as_ref()?;
     let windows = sampling.markers.as_ref().map(|m| m.kept_windows.as_slice());
     // The kept window a marker overlaps (every marker overlaps one when windows exist).
@@ -108,22 +198,30 @@ pub fn of_marked_cell_with(trace: &Trace, cell: usize, calls: &CallStarts) -> Op
         .iter()
         .filter(|m| m.kind == MarkerKind::Step && m.cell == Some(cell as u32))
     {
-        per_thread.entry(m.thread).or_default().push((
-            m.start,
-            calls.any_within(m.thread, m.start, m.end),
-            window_of(m.start, m.end),
-        ));
+        let traced = calls.any_within(m.thread, m.start, m.end);
+        per_thread.entry(m.thread).or_default().push(StepSeen {
+            start: m.start,
+            traced,
+            graphed: traced.then(|| calls.graph_launch_within(m.thread, m.start, m.end)),
+            window: window_of(m.start, m.end),
+        });
     }
     let (mut on, mut off) = (Vec::new(), Vec::new());
     for steps in per_thread.values_mut() {
         steps.sort_unstable();
+        if steps_of != StepsOf::All {
+            infer_untraced_kinds(steps);
+        }
         for w in steps.windows(2) {
             // Not consecutive: steps between two kept windows were left out.
-            if w[0].2 != w[1].2 || w[0].2 == Some(None) {
+            if w[0].window != w[1].window || w[0].window == Some(None) {
                 continue;
             }
-            let period = w[1].0.saturating_sub(w[0].0) as f64;
-            match (w[0].1, w[1].1) {
+            if !(w[0].of_kind(steps_of) && w[1].of_kind(steps_of)) {
+                continue;
+            }
+            let period = w[1].start.saturating_sub(w[0].start) as f64;
+            match (w[0].traced, w[1].traced) {
                 (true, true) => on.push(period),
                 (false, false) => off.push(period),
                 _ => {}
@@ -282,6 +380,84 @@ mod tests {
         t.metadata.sampling.as_mut().unwrap().markers = None;
         let s = of_marked_cell(&t, 0).unwrap();
         assert_eq!(s.untraced.n, 19);
+    }
+
+    /// One range around an eager phase and then a graphed one, as torch.compile's
+    /// reduce-overhead loop runs: 10 traced eager steps (120 µs apart), 10 untraced (100 µs),
+    /// 3 traced (120 µs), then 10 traced steps that each launch a graph (60 µs apart) and 10
+    /// untraced (40 µs) to the end. Each half's share is its own steps'; pooled, both halves'
+    /// periods mix.
+    #[test]
+    fn a_range_split_into_eager_and_graphed_steps_gets_a_share_per_half() {
+        let mut t = budgeted();
+        let graph_launch = t.strings.len() as crate::trace::StrId;
+        t.strings.push("cudaGraphLaunch".into());
+        let mut at = t.markers.last().unwrap().start + 100_000;
+        let call = |at: u64, name| ApiCall {
+            start: at + 1_000,
+            end: at + 2_000,
+            thread: 7,
+            name,
+            ..Default::default()
+        };
+        for _ in 0..3 {
+            t.markers.push(step_at(at));
+            t.api_calls.push(call(at, 0));
+            at += 120_000;
+        }
+        for i in 0..20 {
+            t.markers.push(step_at(at));
+            if i < 10 {
+                t.api_calls.push(call(at, graph_launch));
+            }
+            at += if i < 10 { 60_000 } else { 40_000 };
+        }
+        let calls = CallStarts::new(&t);
+        let share = |steps| of_marked_cell_with(&t, 0, &calls, steps).expect("both sides");
+        let eager = share(StepsOf::Ungraphed);
+        assert_eq!((eager.traced.n, eager.untraced.n), (11, 9));
+        assert!((eager.ratio - 1.2).abs() < 1e-9, "{eager:?}");
+        let graphed = share(StepsOf::Graphed);
+        assert_eq!((graphed.traced.n, graphed.untraced.n), (9, 9));
+        assert!((graphed.ratio - 1.5).abs() < 1e-9, "{graphed:?}");
+        assert!((graphed.added_ns - 20_000.0).abs() < 1e-6);
+        let pooled = share(StepsOf::All);
+        assert_eq!((pooled.traced.n, pooled.untraced.n), (21, 18));
+    }
+
+    /// An untraced step's kind is its traced neighbours' when they agree or only one side has
+    /// any; unknown when they disagree.
+    #[test]
+    fn untraced_steps_take_the_kind_of_the_traced_steps_around_them() {
+        let step = |traced, graphed| StepSeen {
+            start: 0,
+            traced,
+            graphed,
+            window: None,
+        };
+        let mut steps = [
+            step(false, None),
+            step(true, Some(false)),
+            step(false, None),
+            step(true, Some(false)),
+            step(false, None),
+            step(true, Some(true)),
+            step(false, None),
+        ];
+        infer_untraced_kinds(&mut steps);
+        let kinds: Vec<_> = steps.iter().map(|s| s.graphed).collect();
+        assert_eq!(
+            kinds,
+            [
+                Some(false),
+                Some(false),
+                Some(false),
+                Some(false),
+                None,
+                Some(true),
+                Some(true)
+            ]
+        );
     }
 
     #[test]
