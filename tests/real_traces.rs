@@ -1765,4 +1765,17 @@ fn torch_compile_recorded_with_defaults_has_eager_and_compiled_steps_of_the_chos
         compiled.observed.eager_in_graphed.is_some(),
         "the .clone() beside each replay"
     );
+    // Each half's tracer share from its own steps: the traced host periods are the half's
+    // (as many as its steps, and near its period), and tracing adds less to a graphed step
+    // (one launch) than to an eager one (every launch).
+    let share = |c: &CellAnalysis| c.tracer_share.clone().expect("a tracer share");
+    let (eager_share, compiled_share) = (share(eager), share(compiled));
+    for (cell, s) in [(eager, &eager_share), (compiled, &compiled_share)] {
+        let period = cell.period.as_ref().unwrap();
+        assert!(s.traced.n.abs_diff(period.n) <= 2, "{}: {s:?}", cell.label);
+        let off = (s.traced.median - period.median).abs() / period.median;
+        assert!(off < 0.05, "{}: traced host {s:?}", cell.label);
+        assert!(s.untraced.n >= 20, "{}: {s:?}", cell.label);
+    }
+    assert!(compiled_share.added_ns < eager_share.added_ns / 2.0);
 }
