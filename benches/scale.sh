@@ -3,6 +3,8 @@
 # synthetic torch.profiler (Kineto) traces made by examples/gen_kineto.rs, in one run:
 #
 #   100k kernels (66 MB, 10 steps)     gapscope, and HTA 0.5.0 on the same file when it installs
+#   the same 100k kernels in torch's own layout (92 MB: each event over several lines, as
+#                                      torch's profiler writes them), gapscope and HTA
 #   1 M kernels (669 MB, 80 steps)     gapscope; and the size of its rank summary (--summary)
 #   8 ranks x 1 M kernels (5.3 GB)     gapscope on the folder of the 8 rank files
 #
@@ -42,8 +44,9 @@ if [ -z "${GEN:-}" ]; then
     (cd "$ROOT" && cargo build -q --release --example gen_kineto)
     GEN="$ROOT/target/release/examples/gen_kineto"
 fi
-mkdir -p "$WORK/100k" "$WORK/1m"
+mkdir -p "$WORK/100k" "$WORK/100k-torch" "$WORK/1m"
 [ -s "$WORK/100k/rank-0.json" ] || "$GEN" --kernels 100000 --annotations 10 -o "$WORK/100k/rank-0.json"
+[ -s "$WORK/100k-torch/rank-0.json" ] || "$GEN" --layout torch --kernels 100000 --annotations 10 -o "$WORK/100k-torch/rank-0.json"
 [ -s "$WORK/1m/rank-0.json" ] || "$GEN" --kernels 1000000 --annotations 80 -o "$WORK/1m/rank-0.json"
 
 HTA=
@@ -82,10 +85,12 @@ rm -f "$WORK"/*.times "$WORK"/*.times.log
 for r in $(seq "$RUNS"); do
     for tool in "${TOOLS[@]}"; do
         time_it "$WORK/100k.$tool.times" "$(binary "$tool")" analyze "$WORK/100k/rank-0.json" --json
+        time_it "$WORK/100kt.$tool.times" "$(binary "$tool")" analyze "$WORK/100k-torch/rank-0.json" --json
         time_it "$WORK/1m.$tool.times" "$(binary "$tool")" analyze "$WORK/1m/rank-0.json" --json
     done
     if [ -n "$HTA" ] && [ "$r" -le "$HTA_RUNS" ]; then
         time_it "$WORK/100k.hta.times" "$HTA" "$ROOT/benches/hta_run.py" "$WORK/100k"
+        time_it "$WORK/100kt.hta.times" "$HTA" "$ROOT/benches/hta_run.py" "$WORK/100k-torch"
     fi
 done
 if [ -n "$RANKS8" ]; then
@@ -97,10 +102,12 @@ if [ -n "$RANKS8" ]; then
 fi
 "$NEW" analyze "$WORK/1m/rank-0.json" --summary "$WORK/1m.summary.json" > /dev/null 2>&1
 
-python3 - "$WORK" "$one" "$(stat -c %s "$WORK/100k/rank-0.json")" "$(stat -c %s "$WORK/1m.summary.json")" <<'PY'
+python3 - "$WORK" "$one" "$(stat -c %s "$WORK/100k/rank-0.json")" "$(stat -c %s "$WORK/1m.summary.json")" "$(stat -c %s "$WORK/100k-torch/rank-0.json")" <<'PY'
 import os, statistics, sys
 work, one, small, summary = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+small_torch = int(sys.argv[5])
 rows = [("100k", "100k kernels, %d MB" % (small // 10**6), 100_000, "", "(HTA: time, RSS)"),
+        ("100kt", "100k kernels in torch's layout, %d MB" % (small_torch // 10**6), 100_000, "", ""),
         ("1m", "1 M kernels, %d MB" % (one // 10**6), 1_000_000, "<= 0.8 s, <= 300 MB", ""),
         ("8x1m", "8 ranks x 1 M kernels, %.1f GB" % (8 * one / 1e9), 8_000_000, "<= 8 s, <= 1 GB", "")]
 def load(path):
@@ -132,9 +139,10 @@ for key, label, *_ in rows:
     if (key, "base") in medians and (key, "new") in medians:
         (bt, bm), (nt, nm) = medians[(key, "base")], medians[(key, "new")]
         print(f"{label}: new/base wall {nt / bt:.2f}x, peak RSS {nm / bm:.2f}x")
-if ("100k", "hta") in medians and ("100k", "new") in medians:
-    (ht, hm), (nt, nm) = medians[("100k", "hta")], medians[("100k", "new")]
-    print(f"100k kernels: HTA/gapscope wall {ht / nt:.1f}x, peak RSS {hm / nm:.1f}x")
+for key, label in (("100k", "100k kernels"), ("100kt", "100k kernels in torch's layout")):
+    if (key, "hta") in medians and (key, "new") in medians:
+        (ht, hm), (nt, nm) = medians[(key, "hta")], medians[(key, "new")]
+        print(f"{label}: HTA/gapscope wall {ht / nt:.1f}x, peak RSS {hm / nm:.1f}x")
 print(f"rank summary of the 1 M-kernel trace: {summary} bytes, {100 * summary / one:.2f} % of the trace")
 PY
 

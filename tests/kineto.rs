@@ -639,3 +639,32 @@ fn long_unused_events_are_stepped_over_as_they_are_read() {
     .to_string();
     assert!(err.contains("mismatched bracket"), "{err}");
 }
+
+/// The generator's two layouts hold the same events: torch's own (over several lines, with
+/// `blocks per SM` and `warps per SM`) imports to the trace the compact one does, record for
+/// record.
+#[test]
+fn the_generators_torch_layout_imports_as_its_compact_one() {
+    use gapscope::trace::synthetic::kineto::{Layout, write_kineto_as};
+    let write = |layout| {
+        let mut bytes = Vec::new();
+        write_kineto_as(&mut bytes, 3_000, 7, "layouts", layout).unwrap();
+        String::from_utf8(bytes).unwrap()
+    };
+    let (compact, torch) = (write(Layout::Compact), write(Layout::Torch));
+    assert!(
+        torch.len() > compact.len() * 4 / 3,
+        "torch's layout is the longer"
+    );
+    assert!(torch.contains("\"cat\": \"kernel\"") && torch.contains("\"blocks per SM\": "));
+    let path = Path::new("t.json");
+    let (a, b) = (
+        import_on_one_thread(&compact, path),
+        import_on_one_thread(&torch, path),
+    );
+    assert_eq!(a.kernels.len(), 3_000);
+    assert_eq!(a.strings, b.strings);
+    assert_eq!(a.kernels, b.kernels);
+    assert_eq!(a.api_calls, b.api_calls);
+    assert_eq!(a.markers, b.markers);
+}

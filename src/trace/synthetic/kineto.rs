@@ -43,16 +43,40 @@ fn kineto_mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// Writes a synthetic single-rank torch.profiler (Kineto) Chrome trace: `kernels` kernels, each
-/// with its `cudaLaunchKernel` runtime event and `ac2g` flow pair, and `annotations`
-/// `ProfilerStep#k` annotations spread evenly over them. Keys and sizes follow torch 2.x output
-/// (about 670 bytes per kernel: 100k kernels ≈ 68 MB). Deterministic. `trace_name` goes to
-/// `traceName`.
+/// How the events of a synthetic trace are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// One event per line with compact separators and only the kernel args HTA and gapscope
+    /// read: about 670 bytes per kernel (the issue-29 bench's traces).
+    #[default]
+    Compact,
+    /// As torch's profiler (libkineto) writes them: each event over several lines, `", "` and
+    /// `": "` separators, the kernel args with `blocks per SM` and `warps per SM`: about 920
+    /// bytes per kernel.
+    Torch,
+}
+
+/// [`write_kineto_as`] in the [`Layout::Compact`] layout.
 pub fn write_kineto(
     w: &mut impl Write,
     kernels: u64,
     annotations: u64,
     trace_name: &str,
+) -> std::io::Result<()> {
+    write_kineto_as(w, kernels, annotations, trace_name, Layout::Compact)
+}
+
+/// Writes a synthetic single-rank torch.profiler (Kineto) Chrome trace: `kernels` kernels, each
+/// with its `cudaLaunchKernel` runtime event and `ac2g` flow pair, and `annotations`
+/// `ProfilerStep#k` annotations spread evenly over them, each event written in `layout`. Keys
+/// follow torch 2.x output (100k kernels ≈ 68 MB compact, 92 MB in torch's layout).
+/// Deterministic. `trace_name` goes to `traceName`.
+pub fn write_kineto_as(
+    w: &mut impl Write,
+    kernels: u64,
+    annotations: u64,
+    trace_name: &str,
+    layout: Layout,
 ) -> std::io::Result<()> {
     let n = kernels;
     let steps = annotations.clamp(1, n.max(1));
@@ -140,11 +164,51 @@ pub fn write_kineto(
             let dur = 1_500 + (r >> 16) % 7_000;
             let ks = gpu_free.max(host + host_dur / 2 + 1_200) + (r >> 32) % 700;
             gpu_free = ks + dur;
-            write!(
-                w,
+            // The values the format strings below name.
+            macro_rules! write_kernel {
+                (concat!($($part:tt)*) $(,)?) => {
+                    write!(
+                        w,
+                        concat!($($part)*),
+                        PID = PID,
+                        TID = TID,
+                        STREAM = STREAM,
+                        external = external,
+                        corr = corr,
+                        name = name,
+                        hts = Us(host),
+                        hdur = Us(host_dur),
+                        kts = Us(ks),
+                        kdur = Us(dur),
+                    )
+                };
+            }
+            if layout == Layout::Torch {
+                write_kernel!(
+                    // libkineto's own layout, as in traces/torch-step-kineto-h200.json.
+                    concat!(
+                        ",\n  {{\n    \"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": {PID}, \"tid\": {TID},\n",
+                        "    \"ts\": {hts}, \"dur\": {hdur},\n    \"args\": {{\n",
+                        "      \"External id\": {external},      \"cbid\": 211, \"correlation\": {corr}\n    }}\n  }}",
+                        ",\n  {{\n    \"ph\": \"s\", \"id\": {corr}, \"pid\": {PID}, \"tid\": {TID}, \"ts\": {hts},\n",
+                        "    \"cat\": \"ac2g\", \"name\": \"ac2g\"\n  }}",
+                        ",\n  {{\n    \"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"{name}\", \"pid\": 0, \"tid\": {STREAM},\n",
+                        "    \"ts\": {kts}, \"dur\": {kdur},\n    \"args\": {{\n",
+                        "      \"External id\": {external},      \"queued\": 0, \"device\": 0, \"context\": 1,",
+                        "      \"stream\": {STREAM}, \"correlation\": {corr},      \"registers per thread\": 32,",
+                        "      \"shared memory\": 0,      \"blocks per SM\": 0.015152,      \"warps per SM\": 0.060606,",
+                        "      \"grid\": [2, 1, 1],      \"block\": [128, 1, 1],      \"est. achieved occupancy %\": 0\n    }}\n  }}",
+                        ",\n  {{\n    \"ph\": \"f\", \"id\": {corr}, \"pid\": 0, \"tid\": {STREAM}, \"ts\": {kts},\n",
+                        "    \"cat\": \"ac2g\", \"name\": \"ac2g\", \"bp\": \"e\"\n  }}"
+                    ),
+                )?;
+                external += 1;
+                continue;
+            }
+            write_kernel!(
                 // One event per line, compact separators and the kernel args HTA and gapscope
                 // read (no blocks/warps per SM): ~670 bytes per kernel with its runtime event and
-                // flows, as in real traces.
+                // flows.
                 concat!(
                     ",\n{{\"ph\":\"X\",\"cat\":\"cuda_runtime\",\"name\":\"cudaLaunchKernel\",\"pid\":{PID},\"tid\":{TID},",
                     "\"ts\":{hts},\"dur\":{hdur},\"args\":{{\"External id\":{external},\"cbid\":211,\"correlation\":{corr}}}}}",
@@ -155,16 +219,6 @@ pub fn write_kineto(
                     "\"shared memory\":0,\"grid\":[2,1,1],\"block\":[128,1,1],\"est. achieved occupancy %\":0}}}}",
                     ",\n{{\"ph\":\"f\",\"id\":{corr},\"pid\":0,\"tid\":{STREAM},\"ts\":{kts},\"cat\":\"ac2g\",\"name\":\"ac2g\",\"bp\":\"e\"}}"
                 ),
-                PID = PID,
-                TID = TID,
-                STREAM = STREAM,
-                external = external,
-                corr = corr,
-                name = name,
-                hts = Us(host),
-                hdur = Us(host_dur),
-                kts = Us(ks),
-                kdur = Us(dur),
             )?;
             external += 1;
         }
