@@ -611,11 +611,12 @@ impl<'a> Scanner<'a> {
                 })?;
                 Ok(text.parse::<u32>().unwrap_or_else(|_| hash_tid(&text)))
             }
+            b'0'..=b'9' if let Some(v) = self.plain_integer() => Ok(tid_of(v)),
             b'-' | b'0'..=b'9' => {
                 let at = self.pos;
                 let n = self.number()?;
                 if let Some(v) = n.as_plain_u64() {
-                    return Ok(u32::try_from(v).unwrap_or((v ^ (v >> 32)) as u32));
+                    return Ok(tid_of(v));
                 }
                 if n.negative
                     && !n.exponent
@@ -776,10 +777,122 @@ impl<'a> Scanner<'a> {
         Some(key)
     }
 
-    /// One element of `traceEvents`, into `ev` (cleared first); at its first byte. Once the
-    /// members read show that the import will not use the event (`ph` and `cat` come first in
-    /// torch's output), the rest is stepped over with [`Scanner::skip_object_rest`].
+    /// One element of `traceEvents`, into `ev` (cleared first); at its first byte. A kernel, a
+    /// runtime call or an event of another phase written as torch writes them compactly is read
+    /// by [`Scanner::compact_event`]; anything else (everything it leaves) from its start by
+    /// [`Scanner::any_event`], with the same outcome either way.
+    #[inline(always)]
     pub(super) fn event(&mut self, ev: &mut RawEvent<'a>) -> Result<(), ScanError> {
+        *ev = RawEvent::default();
+        let start = self.pos;
+        if let Some(outcome) = self.compact_event(ev) {
+            return outcome;
+        }
+        self.pos = start;
+        self.any_event(ev)
+    }
+
+    /// The literal `word` at the position: steps past it, or `None` (moving nothing).
+    #[inline(always)]
+    fn lit(&mut self, word: &'static [u8]) -> Option<()> {
+        let have = self.bytes.get(self.pos..self.pos + word.len())?;
+        if have != word {
+            return None;
+        }
+        self.pos += word.len();
+        Some(())
+    }
+
+    /// An event written compactly, as torch writes them, `ph` first: a kernel or a runtime call
+    /// with the members torch writes, in its order
+    /// (`{"ph":"X","cat":"kernel","name":"…","pid":0,"tid":7,"ts":…`), or an event of another
+    /// phase (a flow event, `{"ph":"s","id":…`) to step over. The bytes between values are
+    /// compared as literals, each value is read by the reader [`Scanner::any_event`] would use
+    /// for its key, and an event of another phase is stepped over from where
+    /// [`Scanner::any_event`] would step over it. So when it gives an outcome, it is the one
+    /// [`Scanner::any_event`] would give, leaving `ev` and the position as it would. At
+    /// anything else (a byte not as written here, white space, another member, a value its
+    /// reader refuses, the end of the bytes) it gives up with `None`, leaving the event to
+    /// [`Scanner::any_event`], which reads it from its start as without this.
+    #[inline(always)]
+    fn compact_event(&mut self, ev: &mut RawEvent<'a>) -> Option<Result<(), ScanError>> {
+        self.lit(b"{\"ph\":")?;
+        ev.ph = self.phase_value().ok()?;
+        if ev.ph == Phase::Other {
+            self.lit(b",")?;
+            self.skip_ws();
+            return Some(self.skip_ignored_rest());
+        }
+        self.lit(b",\"cat\":\"")?;
+        let kernel = match self.bytes.get(self.pos)? {
+            b'k' => {
+                self.lit(b"kernel\",\"name\":")?;
+                ev.cat = Cat::Kernel;
+                true
+            }
+            b'c' => {
+                self.lit(b"cuda_runtime\",\"name\":")?;
+                ev.cat = Cat::Runtime;
+                false
+            }
+            _ => return None,
+        };
+        ev.name = Some(self.str_value("name").ok()?);
+        self.lit(b",\"pid\":")?;
+        self.skip_member_value(2).ok()?;
+        self.lit(b",\"tid\":")?;
+        ev.tid = Some(self.tid_value().ok()?);
+        self.lit(b",\"ts\":")?;
+        ev.ts = Some(self.time_value("ts").ok()?);
+        self.lit(b",\"dur\":")?;
+        ev.dur = Some(self.time_value("dur").ok()?);
+        self.lit(b",\"args\":{\"External id\":")?;
+        self.skip_member_value(3).ok()?;
+        let args = &mut ev.args;
+        if kernel {
+            self.lit(b",\"queued\":")?;
+            self.skip_member_value(3).ok()?;
+            self.lit(b",\"device\":")?;
+            args.device = Some(self.arg_value().ok()?);
+            self.lit(b",\"context\":")?;
+            self.skip_member_value(3).ok()?;
+            self.lit(b",\"stream\":")?;
+            args.stream = Some(self.arg_value().ok()?);
+            self.lit(b",\"correlation\":")?;
+            args.correlation = Some(self.arg_value().ok()?);
+            self.lit(b",\"registers per thread\":")?;
+            self.skip_member_value(3).ok()?;
+            self.lit(b",\"shared memory\":")?;
+            self.skip_member_value(3).ok()?;
+            self.lit(b",\"grid\":")?;
+            self.skip_member_value(3).ok()?;
+            self.lit(b",\"block\":")?;
+            self.skip_member_value(3).ok()?;
+            self.lit(b",\"est. achieved occupancy %\":")?;
+            self.skip_member_value(3).ok()?;
+        } else {
+            self.lit(b",\"cbid\":")?;
+            self.skip_member_value(3).ok()?;
+            self.lit(b",\"correlation\":")?;
+            args.correlation = Some(self.arg_value().ok()?);
+        }
+        self.lit(b"}}")?;
+        Some(Ok(()))
+    }
+
+    /// [`Scanner::skip_object_rest`] of an event known not to be imported.
+    #[inline(always)]
+    fn skip_ignored_rest(&mut self) -> Result<(), ScanError> {
+        match self.skip_object_rest() {
+            Err(ScanError::Incomplete) => Err(ScanError::IncompleteIgnored),
+            other => other,
+        }
+    }
+
+    /// [`Scanner::event`] of any element, member by member. Once the members read show that
+    /// the import will not use the event (`ph` and `cat` come first in torch's output), the
+    /// rest is stepped over with [`Scanner::skip_object_rest`].
+    fn any_event(&mut self, ev: &mut RawEvent<'a>) -> Result<(), ScanError> {
         *ev = RawEvent::default();
         if self.object_open("an event object")? {
             return Ok(());
@@ -808,10 +921,7 @@ impl<'a> Scanner<'a> {
                 return Ok(());
             }
             if ev.ph == Phase::Other || (cat_seen && !ev.may_be_imported()) {
-                return match self.skip_object_rest() {
-                    Err(ScanError::Incomplete) => Err(ScanError::IncompleteIgnored),
-                    other => other,
-                };
+                return self.skip_ignored_rest();
             }
         }
     }
@@ -1092,6 +1202,13 @@ fn digits(b: &[u8], mut i: usize) -> (usize, u64) {
     (i, value)
 }
 
+/// A non-negative integer `tid` as a 32-bit thread id: itself when it fits, else its halves
+/// folded.
+#[inline(always)]
+fn tid_of(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or((v ^ (v >> 32)) as u32)
+}
+
 /// FNV-1a: a stable 32-bit thread id for a string `tid`.
 pub(super) fn hash_tid(s: &str) -> u32 {
     s.bytes().fold(0x811c_9dc5u32, |h, b| {
@@ -1321,6 +1438,225 @@ mod tests {
             let skipped = s.skip_flat_object_rest();
             assert_eq!(skipped, !special && !quote, "byte {b}");
         }
+    }
+
+    /// torch's events as `examples/gen_kineto.rs` writes them: a runtime call, its flow start,
+    /// a kernel, its flow end.
+    const COMPACT: [&str; 4] = [
+        r#"{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":4242,"tid":4242,"ts":1000.000,"dur":3.985,"args":{"External id":2,"cbid":211,"correlation":100}}"#,
+        r#"{"ph":"s","id":100,"pid":4242,"tid":4242,"ts":1000.000,"cat":"ac2g","name":"ac2g"}"#,
+        r#"{"ph":"X","cat":"kernel","name":"ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x4_tn","pid":0,"tid":7,"ts":1003.525,"dur":6.705,"args":{"External id":2,"queued":0,"device":0,"context":1,"stream":7,"correlation":100,"registers per thread":32,"shared memory":0,"grid":[2,1,1],"block":[128,1,1],"est. achieved occupancy %":0}}"#,
+        r#"{"ph":"f","id":100,"pid":0,"tid":7,"ts":1003.525,"cat":"ac2g","name":"ac2g","bp":"e"}"#,
+    ];
+
+    /// Reads `text` with [`Scanner::event`] and with [`Scanner::any_event`] alone and checks
+    /// that both give the same outcome, leave the same event and stop at the same byte.
+    fn same_as_any_event(text: &[u8]) -> Result<(), ScanError> {
+        let (mut fast, mut full) = (Scanner::new(text, 0), Scanner::new(text, 0));
+        let (mut fast_ev, mut full_ev) = (RawEvent::default(), RawEvent::default());
+        let outcome = fast.event(&mut fast_ev);
+        let doc = String::from_utf8_lossy(text);
+        assert_eq!(outcome, full.any_event(&mut full_ev), "{doc}");
+        assert_eq!(fast.pos, full.pos, "{doc}");
+        assert_eq!(format!("{fast_ev:?}"), format!("{full_ev:?}"), "{doc}");
+        outcome
+    }
+
+    /// Whether [`Scanner::compact_event`] gives `text` an outcome (rather than leaving it).
+    fn read_compactly(text: &[u8]) -> bool {
+        Scanner::new(text, 0)
+            .compact_event(&mut RawEvent::default())
+            .is_some()
+    }
+
+    #[test]
+    fn compact_events_read_as_the_general_path_reads_them() {
+        for text in COMPACT {
+            for after in ["", ",\n", "]}", " "] {
+                let doc = format!("{text}{after}");
+                assert!(read_compactly(doc.as_bytes()), "{doc}");
+                assert_eq!(same_as_any_event(doc.as_bytes()), Ok(()));
+            }
+        }
+        let ev = event(COMPACT[2]).unwrap();
+        assert_eq!(
+            (ev.ph, ev.cat, ev.tid),
+            (Phase::Complete, Cat::Kernel, Some(7))
+        );
+        assert_eq!(ev.ts.unwrap().to_ns("ts"), Ok(1_003_525));
+        assert!(matches!(ev.dur, Some(Time::Ns(6705))));
+        let a = &ev.args;
+        assert_eq!(
+            (a.device, a.stream, a.correlation, a.graph),
+            (Some(Some(0)), Some(Some(7)), Some(Some(100)), None)
+        );
+        let ev = event(COMPACT[0]).unwrap();
+        assert_eq!(
+            (ev.cat, ev.args.correlation),
+            (Cat::Runtime, Some(Some(100)))
+        );
+        assert_eq!(ev.name.unwrap().text().unwrap(), "cudaLaunchKernel");
+        assert_eq!(event(COMPACT[1]).unwrap().ph, Phase::Other);
+    }
+
+    #[test]
+    fn every_cut_of_a_compact_event_reads_as_the_general_path_reads_it() {
+        for text in COMPACT {
+            for cut in 0..text.len() {
+                let outcome = same_as_any_event(&text.as_bytes()[..cut]);
+                assert!(
+                    matches!(
+                        outcome,
+                        Err(ScanError::Incomplete | ScanError::IncompleteIgnored)
+                    ),
+                    "{cut}: {outcome:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_byte_changed_in_a_compact_event_reads_as_the_general_path_reads_it() {
+        let bytes = b" \n\"\\{}[],:.-+e0179aXxs\x01\x7f\xc3\xff";
+        for text in COMPACT {
+            for at in 0..text.len() {
+                for &b in bytes {
+                    let mut doc = text.as_bytes().to_vec();
+                    doc[at] = b;
+                    let _ = same_as_any_event(&doc);
+                    doc.insert(at, b);
+                    let _ = same_as_any_event(&doc);
+                    doc.remove(at);
+                    doc.remove(at);
+                    let _ = same_as_any_event(&doc);
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn random_edits_of_compact_events_read_as_the_general_path_reads_them(
+            which in 0..COMPACT.len(),
+            edits in proptest::collection::vec(
+                (proptest::prelude::any::<proptest::sample::Index>(),
+                 proptest::prelude::any::<u8>()),
+                1..4,
+            ),
+            cut in proptest::prelude::any::<proptest::sample::Index>(),
+        ) {
+            let mut doc = COMPACT[which].as_bytes().to_vec();
+            for (at, b) in edits {
+                let at = at.index(doc.len());
+                doc[at] = b;
+            }
+            let _ = same_as_any_event(&doc);
+            let _ = same_as_any_event(&doc[..cut.index(doc.len())]);
+        }
+    }
+
+    #[test]
+    fn other_layouts_of_torch_events_are_left_to_the_general_path() {
+        let [runtime, flow, kernel, _] = COMPACT;
+        let variants = [
+            // White space.
+            kernel.replace(",\"", ", \""),
+            kernel.replace("\":", "\": "),
+            kernel.replace("{\"", "{ \""),
+            kernel.replace("}}", "} }"),
+            runtime.replace(",\"args", ",\n\"args"),
+            flow.replace("{\"ph\"", "{ \"ph\""),
+            flow.replace("\"s\",", "\"s\" ,"),
+            // Escapes: in a name (read the same, escaped), a key, a phase, a category.
+            kernel.replace("ampere", "amp\\u0065re"),
+            kernel.replace("ampere", "amp\\\"ere"),
+            kernel.replace("ampere", "amp\\qere"),
+            kernel.replace("ampere", "amp\\u00zzre"),
+            kernel.replace("\"tid\"", "\"t\\u0069d\""),
+            kernel.replace("\"X\"", "\"\\u0058\""),
+            runtime.replace("cuda_runtime", "cuda\\u005fruntime"),
+            flow.replace("\"s\"", "\"\\u0073\""),
+            // Reordered, missing, extra and repeated members.
+            kernel.replace(
+                "\"ts\":1003.525,\"dur\":6.705",
+                "\"dur\":6.705,\"ts\":1003.525",
+            ),
+            kernel.replace(
+                "\"ph\":\"X\",\"cat\":\"kernel\"",
+                "\"cat\":\"kernel\",\"ph\":\"X\"",
+            ),
+            kernel.replace("\"queued\":0,", ""),
+            kernel.replace("\"queued\":0,", "\"queued\":0,\"graph id\":3,"),
+            runtime.replace("\"External id\":2,", ""),
+            runtime.replace("}}", "},\"ts\":5}"),
+            runtime.replace("}}", ",\"correlation\":7}}"),
+            runtime.replace("\"tid\":4242", "\"tid\":4242,\"tid\":5"),
+            kernel.replace("}}", ",\"bytes\":64}}"),
+            // Other values: times, thread ids, arguments, categories, phases.
+            kernel.replace("1003.525", "1003.5255"),
+            kernel.replace("1003.525", "1.003525e3"),
+            kernel.replace("1003.525", "1003"),
+            kernel.replace("1003.525", "01003.525"),
+            kernel.replace("6.705", "-6.705"),
+            kernel.replace("6.705", "\"6.705\""),
+            kernel.replace("\"tid\":7", "\"tid\":\"stream 7\""),
+            kernel.replace("\"tid\":7", "\"tid\":\"7\""),
+            kernel.replace("\"tid\":7", "\"tid\":-7"),
+            kernel.replace("\"tid\":7", "\"tid\":99999999999"),
+            kernel.replace("\"tid\":7", "\"tid\":7.5"),
+            kernel.replace("\"pid\":0", "\"pid\":\"rank 0\""),
+            kernel.replace("\"stream\":7", "\"stream\":7.0"),
+            kernel.replace("\"stream\":7", "\"stream\":null"),
+            kernel.replace("\"device\":0", "\"device\":-1"),
+            kernel.replace(
+                "\"correlation\":100",
+                "\"correlation\":18446744073709551615",
+            ),
+            kernel.replace("[2,1,1]", "[2, 1, 1]"),
+            kernel.replace("[2,1,1]", "[]"),
+            kernel.replace(
+                "\"est. achieved occupancy %\":0",
+                "\"est. achieved occupancy %\":12.5",
+            ),
+            kernel.replace("\"kernel\"", "\"Kernel\""),
+            kernel.replace("\"kernel\"", "\"kernels\""),
+            runtime.replace("cuda_runtime", "cuda_driver"),
+            kernel.replace("\"X\"", "\"i\""),
+            kernel.replace("\"X\"", "\"XX\""),
+            kernel.replace("\"X\"", "\"\"\""),
+            flow.replace("\"s\"", "\"\""),
+            flow.replace("\"ac2g\"}", "\"ac2g\",\"x\":[{}]}"),
+            flow.replace("\"ac2g\"}", "\"ac2g\",\"x\":\"\\q\"}"),
+            "{\"ph\":\"s\"}".to_owned(),
+            "{\"ph\":\"X\"}".to_owned(),
+            "{\"ph\":7,\"x\":1}".to_owned(),
+            "{}".to_owned(),
+        ];
+        for doc in &variants {
+            let _ = same_as_any_event(doc.as_bytes());
+            let with_next = format!("{doc},\n{kernel}");
+            let _ = same_as_any_event(with_next.as_bytes());
+            for cut in 0..doc.len() {
+                let _ = same_as_any_event(&doc.as_bytes()[..cut]);
+            }
+        }
+        // Escaped names and string thread ids are read compactly too, with what the general
+        // path reads; white space and reordered members are not.
+        assert!(read_compactly(variants[7].as_bytes()));
+        assert!(event(&variants[7]).unwrap().name.unwrap().escaped);
+        assert!(read_compactly(variants[30].as_bytes()));
+        assert!(!read_compactly(variants[0].as_bytes()));
+        assert!(!read_compactly(variants[15].as_bytes()));
+        // The events as torch's own writer lays them out, over several lines.
+        let kineto = r#"{
+    "ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_128x64_64x8_1x2_h_bz_NNT", "pid": 0, "tid": 7,
+    "ts": 5183240911118.455, "dur": 5.888,
+    "args": {
+      "External id": 2,      "queued": 0, "device": 0, "context": 1,      "stream": 7, "correlation": 16,      "registers per thread": 168,      "shared memory": 213268,      "blocks per SM": 0.969697,      "warps per SM": 11.636364,      "grid": [2, 64, 1],      "block": [384, 1, 1],      "est. achieved occupancy %": 0
+    }
+  }"#;
+        assert!(!read_compactly(kineto.as_bytes()));
+        assert_eq!(same_as_any_event(kineto.as_bytes()), Ok(()));
     }
 
     #[test]
