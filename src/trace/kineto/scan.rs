@@ -318,6 +318,96 @@ impl ArgKey {
     }
 }
 
+/// A reader of `args` for [`Scanner::spaced_event`] that reads it as [`Scanner::args`] does,
+/// with the keys torch writes for one kind of event compared first, as written, in torch's
+/// order: at each key of the list in turn, when the next member's key is written so
+/// (`"stream":`, then white space), its value and what follows it are read as
+/// [`Scanner::args_rest`] reads them for the [`ArgKey`] given there (the one [`ArgKey::of`]
+/// names for that text, as the tests check through the list's `const`); a key of the list
+/// not there is passed by. The members left after the list (another key, or one out of
+/// order) are read by [`Scanner::args_rest`], as [`Scanner::args`] reads every member.
+macro_rules! expected_args {
+    ($(#[$doc:meta])* fn $reader:ident, const $list:ident = [$($key:literal => $arg:ident),* $(,)?];) => {
+        #[cfg(test)]
+        const $list: &[(&[u8], ArgKey)] = &[$(($key, ArgKey::$arg)),*];
+
+        impl Scanner<'_> {
+            $(#[$doc])*
+            #[inline(always)]
+            fn $reader(&mut self, args: &mut Args) -> Result<(), ScanError> {
+                if self.object_open("an object for \"args\"")? {
+                    return Ok(());
+                }
+                // Whether the `}` closing `args` has been read.
+                let mut closed = false;
+                $(
+                    if !closed && self.key_lit($key).is_some() {
+                        closed = self.arg_member(ArgKey::$arg, args)?;
+                    }
+                )*
+                if closed {
+                    return Ok(());
+                }
+                self.args_rest(args)
+            }
+        }
+    };
+}
+
+expected_args! {
+    /// `args` of a kernel.
+    fn kernel_args, const KERNEL_ARGS = [
+        b"\"External id\":" => Other,
+        b"\"queued\":" => Other,
+        b"\"device\":" => Device,
+        b"\"context\":" => Other,
+        b"\"stream\":" => Stream,
+        b"\"correlation\":" => Correlation,
+        b"\"graph id\":" => Graph,
+        b"\"graph node id\":" => Node,
+        b"\"registers per thread\":" => Other,
+        b"\"shared memory\":" => Other,
+        b"\"blocks per SM\":" => Other,
+        b"\"warps per SM\":" => Other,
+        b"\"grid\":" => Other,
+        b"\"block\":" => Other,
+        b"\"est. achieved occupancy %\":" => Other,
+    ];
+}
+
+expected_args! {
+    /// `args` of a runtime or driver call.
+    fn runtime_args, const RUNTIME_ARGS = [
+        b"\"External id\":" => Other,
+        b"\"cbid\":" => Other,
+        b"\"correlation\":" => Correlation,
+    ];
+}
+
+expected_args! {
+    /// `args` of a copy or a memset.
+    fn memory_args, const MEMORY_ARGS = [
+        b"\"External id\":" => Other,
+        b"\"device\":" => Device,
+        b"\"context\":" => Other,
+        b"\"stream\":" => Stream,
+        b"\"correlation\":" => Correlation,
+        b"\"graph id\":" => Graph,
+        b"\"graph node id\":" => Node,
+        b"\"bytes\":" => Bytes,
+        b"\"memory bandwidth (GB/s)\":" => Other,
+    ];
+}
+
+expected_args! {
+    /// `args` of the other events read (annotations, steps).
+    fn other_args, const OTHER_ARGS = [
+        b"\"External id\":" => Other,
+        b"\"Record function id\":" => Other,
+        b"\"Ev Idx\":" => Other,
+    ];
+}
+
 /// A position in a byte slice.
 pub(super) struct Scanner<'a> {
     bytes: &'a [u8],
@@ -508,9 +598,9 @@ impl<'a> Scanner<'a> {
         self.skip_value(depth)
     }
 
-    /// A non-empty array of plain integers written compactly (`[128,1,1]`, as torch writes a
-    /// kernel's grid and block): steps over it as [`Scanner::skip_value`] would. `false` moves
-    /// nothing.
+    /// A non-empty array of plain integers (`[128,1,1]`, `[128, 1, 1]`, as torch writes a
+    /// kernel's grid and block): steps over it as [`Scanner::skip_value`] would, with the white
+    /// space it steps over. `false` moves nothing.
     #[inline(always)]
     fn integer_array(&mut self) -> bool {
         let start = self.pos;
@@ -518,12 +608,19 @@ impl<'a> Scanner<'a> {
             return false;
         }
         self.pos += 1;
+        self.skip_ws();
         loop {
             if self.plain_integer().is_none() {
                 break;
             }
+            if self.bytes.get(self.pos) != Some(&b',') {
+                self.skip_ws();
+            }
             match self.bytes.get(self.pos) {
-                Some(b',') => self.pos += 1,
+                Some(b',') => {
+                    self.pos += 1;
+                    self.skip_ws();
+                }
                 Some(b']') => {
                     self.pos += 1;
                     return true;
@@ -611,11 +708,12 @@ impl<'a> Scanner<'a> {
                 })?;
                 Ok(text.parse::<u32>().unwrap_or_else(|_| hash_tid(&text)))
             }
+            b'0'..=b'9' if let Some(v) = self.plain_integer() => Ok(tid_of(v)),
             b'-' | b'0'..=b'9' => {
                 let at = self.pos;
                 let n = self.number()?;
                 if let Some(v) = n.as_plain_u64() {
-                    return Ok(u32::try_from(v).unwrap_or((v ^ (v >> 32)) as u32));
+                    return Ok(tid_of(v));
                 }
                 if n.negative
                     && !n.exponent
@@ -735,32 +833,45 @@ impl<'a> Scanner<'a> {
         if self.object_open("an object for \"args\"")? {
             return Ok(());
         }
+        self.args_rest(args)
+    }
+
+    /// The members of `args` from one at its key's opening quote to the `}` closing it.
+    fn args_rest(&mut self, args: &mut Args) -> Result<(), ScanError> {
         let mut decoded = String::new();
         loop {
             let key = match self.known_key(ArgKey::written) {
                 Some(key) => key,
                 None => ArgKey::of(self.key(&mut decoded)?),
             };
-            let slot = match key {
-                ArgKey::Device => &mut args.device,
-                ArgKey::Stream => &mut args.stream,
-                ArgKey::Correlation => &mut args.correlation,
-                ArgKey::Graph => &mut args.graph,
-                ArgKey::Node => &mut args.node,
-                ArgKey::Bytes => &mut args.bytes,
-                ArgKey::Other => {
-                    self.skip_member_value(3)?;
-                    if self.object_next("\"args\"")? {
-                        return Ok(());
-                    }
-                    continue;
-                }
-            };
-            *slot = Some(self.arg_value()?);
-            if self.object_next("\"args\"")? {
+            if self.arg_member(key, args)? {
                 return Ok(());
             }
         }
+    }
+
+    /// The value of an `args` member whose key is `key` (into its slot, or stepped over) and
+    /// what follows it: `true` at the `}` that closes `args`, `false` after a `,`.
+    #[inline(always)]
+    fn arg_member(&mut self, key: ArgKey, args: &mut Args) -> Result<bool, ScanError> {
+        self.arg_member_value(key, args)?;
+        self.object_next("\"args\"")
+    }
+
+    /// The value of an `args` member whose key is `key`: into its slot, or stepped over.
+    #[inline(always)]
+    fn arg_member_value(&mut self, key: ArgKey, args: &mut Args) -> Result<(), ScanError> {
+        let slot = match key {
+            ArgKey::Device => &mut args.device,
+            ArgKey::Stream => &mut args.stream,
+            ArgKey::Correlation => &mut args.correlation,
+            ArgKey::Graph => &mut args.graph,
+            ArgKey::Node => &mut args.node,
+            ArgKey::Bytes => &mut args.bytes,
+            ArgKey::Other => return self.skip_member_value(3),
+        };
+        *slot = Some(self.arg_value()?);
+        Ok(())
     }
 
     /// At a key's opening quote: when the key is written as `written` knows it (`"name":`, no
@@ -776,10 +887,245 @@ impl<'a> Scanner<'a> {
         Some(key)
     }
 
-    /// One element of `traceEvents`, into `ev` (cleared first); at its first byte. Once the
-    /// members read show that the import will not use the event (`ph` and `cat` come first in
-    /// torch's output), the rest is stepped over with [`Scanner::skip_object_rest`].
+    /// One element of `traceEvents`, into `ev` (cleared first); at its first byte. An event
+    /// written as torch writes them is read by a template of torch's members:
+    /// [`Scanner::compact_event`] when it is written compactly (`{"ph":"`, every member as
+    /// torch's kernels and runtime calls have them), else [`Scanner::spaced_event`] (any white
+    /// space between tokens, other args); anything else (everything they leave) from its start
+    /// by [`Scanner::any_event`], with the same outcome either way.
+    #[inline(always)]
     pub(super) fn event(&mut self, ev: &mut RawEvent<'a>) -> Result<(), ScanError> {
+        *ev = RawEvent::default();
+        let start = self.pos;
+        if self.bytes.get(start..start + 7) == Some(b"{\"ph\":\"") {
+            if let Some(outcome) = self.compact_event(ev) {
+                return outcome;
+            }
+            *ev = RawEvent::default();
+            self.pos = start;
+        }
+        if let Some(outcome) = self.spaced_event(ev) {
+            return outcome;
+        }
+        self.pos = start;
+        self.any_event(ev)
+    }
+
+    /// The literal `word` at the position: steps past it, or `None` (moving nothing).
+    #[inline(always)]
+    fn lit(&mut self, word: &'static [u8]) -> Option<()> {
+        let have = self.bytes.get(self.pos..self.pos + word.len())?;
+        if have != word {
+            return None;
+        }
+        self.pos += word.len();
+        Some(())
+    }
+
+    /// An event written compactly, as torch writes them, `ph` first: a kernel or a runtime call
+    /// with the members torch writes, in its order
+    /// (`{"ph":"X","cat":"kernel","name":"…","pid":0,"tid":7,"ts":…`), or an event of another
+    /// phase (a flow event, `{"ph":"s","id":…`) to step over. The bytes between values are
+    /// compared as literals, each value is read by the reader [`Scanner::any_event`] would use
+    /// for its key, and an event of another phase is stepped over from where
+    /// [`Scanner::any_event`] would step over it. So when it gives an outcome, it is the one
+    /// [`Scanner::any_event`] would give, leaving `ev` and the position as it would. At
+    /// anything else (a byte not as written here, white space, another member, a value its
+    /// reader refuses, the end of the bytes) it gives up with `None`, leaving the event to
+    /// [`Scanner::spaced_event`], then [`Scanner::any_event`], which read it from its start.
+    #[inline(always)]
+    fn compact_event(&mut self, ev: &mut RawEvent<'a>) -> Option<Result<(), ScanError>> {
+        self.lit(b"{\"ph\":")?;
+        ev.ph = self.phase_value().ok()?;
+        if ev.ph == Phase::Other {
+            self.lit(b",")?;
+            self.skip_ws();
+            return Some(self.skip_ignored_rest());
+        }
+        self.lit(b",\"cat\":\"")?;
+        let kernel = match self.bytes.get(self.pos)? {
+            b'k' => {
+                self.lit(b"kernel\",\"name\":")?;
+                ev.cat = Cat::Kernel;
+                true
+            }
+            b'c' => {
+                self.lit(b"cuda_runtime\",\"name\":")?;
+                ev.cat = Cat::Runtime;
+                false
+            }
+            _ => return None,
+        };
+        ev.name = Some(self.str_value("name").ok()?);
+        self.lit(b",\"pid\":")?;
+        self.skip_member_value(2).ok()?;
+        self.lit(b",\"tid\":")?;
+        ev.tid = Some(self.tid_value().ok()?);
+        self.lit(b",\"ts\":")?;
+        ev.ts = Some(self.time_value("ts").ok()?);
+        self.lit(b",\"dur\":")?;
+        ev.dur = Some(self.time_value("dur").ok()?);
+        self.lit(b",\"args\":{\"External id\":")?;
+        self.skip_member_value(3).ok()?;
+        let args = &mut ev.args;
+        if kernel {
+            self.lit(b",\"queued\":")?;
+            self.skip_member_value(3).ok()?;
+            self.lit(b",\"device\":")?;
+            args.device = Some(self.arg_value().ok()?);
+            self.lit(b",\"context\":")?;
+            self.skip_member_value(3).ok()?;
+            self.lit(b",\"stream\":")?;
+            args.stream = Some(self.arg_value().ok()?);
+            self.lit(b",\"correlation\":")?;
+            args.correlation = Some(self.arg_value().ok()?);
+            self.lit(b",\"registers per thread\":")?;
+            self.skip_member_value(3).ok()?;
+            self.lit(b",\"shared memory\":")?;
+            self.skip_member_value(3).ok()?;
+            self.lit(b",\"grid\":")?;
+            self.skip_member_value(3).ok()?;
+            self.lit(b",\"block\":")?;
+            self.skip_member_value(3).ok()?;
+            self.lit(b",\"est. achieved occupancy %\":")?;
+            self.skip_member_value(3).ok()?;
+        } else {
+            self.lit(b",\"cbid\":")?;
+            self.skip_member_value(3).ok()?;
+            self.lit(b",\"correlation\":")?;
+            args.correlation = Some(self.arg_value().ok()?);
+        }
+        self.lit(b"}}")?;
+        Some(Ok(()))
+    }
+
+    /// `,` between two members, with any white space around it (as
+    /// [`Scanner::object_next`] steps over it); `None` (the position left anywhere) at
+    /// anything else.
+    #[inline(always)]
+    fn comma(&mut self) -> Option<()> {
+        self.skip_ws();
+        self.lit(b",")?;
+        self.skip_ws();
+        Some(())
+    }
+
+    /// The key `pattern` (`"ts":`, its quotes and colon, as [`EventKey::written`] and
+    /// [`ArgKey::written`] know keys) and the white space after it: where
+    /// [`Scanner::known_key`] or [`Scanner::key`] would leave a key written so.
+    #[inline(always)]
+    fn key_lit(&mut self, pattern: &'static [u8]) -> Option<()> {
+        self.lit(pattern)?;
+        self.skip_ws();
+        Some(())
+    }
+
+    /// [`Scanner::compact_event`] of an event in any of the layouts torch's events come in,
+    /// with the args torch writes that it does not know: an event whose first members are
+    /// those torch writes first, in its order, written compactly (`{"ph":"X","cat":"kernel",…`),
+    /// over several lines as libkineto writes them (`{\n    "ph": "X", "cat": "kernel", …`)
+    /// or as Python's `json.dump` rewrites them (`{"ph": "X", "cat": "kernel", …`):
+    /// `ph`, `cat`, `name`, `pid`, `tid`, `ts`, `dur`, then at most `args`, the event's last
+    /// member. Between tokens any white space is stepped over, as [`Scanner::any_event`]
+    /// steps over it; keys are compared as written (quotes and colon, no escape); each value
+    /// is read by the reader [`Scanner::any_event`] uses for its key, and `args` by a reader
+    /// of [`expected_args!`], which reads it as [`Scanner::args`] does. An event of another
+    /// phase, or one the import will not use (known from `ph`, `cat` and `name`, as
+    /// [`Scanner::any_event`] knows it), is stepped over from where
+    /// [`Scanner::any_event`] would step over it. So when it gives an outcome, it is the one
+    /// [`Scanner::any_event`] would give, leaving `ev` and the position as it would. At
+    /// anything else (a key not as written here, another member or order, a value its reader
+    /// refuses, the end of the bytes) it gives up with `None`, leaving the event to
+    /// [`Scanner::any_event`], which reads it from its start as without this.
+    #[inline(always)]
+    fn spaced_event(&mut self, ev: &mut RawEvent<'a>) -> Option<Result<(), ScanError>> {
+        self.lit(b"{")?;
+        self.skip_ws();
+        self.key_lit(b"\"ph\":")?;
+        ev.ph = self.phase_value().ok()?;
+        if ev.ph == Phase::Other {
+            self.comma()?;
+            return Some(self.skip_ignored_rest());
+        }
+        self.next_key(b"\"cat\":")?;
+        ev.cat = self.cat_value()?;
+        if !ev.may_be_imported() {
+            self.comma()?;
+            return Some(self.skip_ignored_rest());
+        }
+        self.next_key(b"\"name\":")?;
+        ev.name = Some(self.str_value("name").ok()?);
+        // What the import will use depends on `ph`, `cat` and `name` only: known from here.
+        if !ev.may_be_imported() {
+            self.comma()?;
+            return Some(self.skip_ignored_rest());
+        }
+        // As in `compact_event`, written out: through a shared function taking the separator
+        // as a closure, this took 3 % more instructions on libkineto's layout (inlined
+        // differently).
+        self.next_key(b"\"pid\":")?;
+        self.skip_member_value(2).ok()?;
+        self.next_key(b"\"tid\":")?;
+        ev.tid = Some(self.tid_value().ok()?);
+        self.next_key(b"\"ts\":")?;
+        ev.ts = Some(self.time_value("ts").ok()?);
+        self.next_key(b"\"dur\":")?;
+        ev.dur = Some(self.time_value("dur").ok()?);
+        if self.next_key(b"\"args\":").is_some() {
+            let args = &mut ev.args;
+            match ev.cat {
+                Cat::Kernel => self.kernel_args(args),
+                Cat::Runtime | Cat::Driver => self.runtime_args(args),
+                Cat::Memcpy | Cat::Memset => self.memory_args(args),
+                _ => self.other_args(args),
+            }
+            .ok()?;
+        }
+        self.skip_ws();
+        self.lit(b"}")?;
+        Some(Ok(()))
+    }
+
+    /// After a member's value: the `,` and the next key, `key` as written (`"ts":`, its
+    /// quotes and colon), and the white space around the comma and after the key, which
+    /// [`Scanner::object_next`] then [`Scanner::known_key`] or [`Scanner::key`] would step
+    /// over. Past them, or `None` with the position left as it was.
+    #[inline(always)]
+    fn next_key(&mut self, key: &'static [u8]) -> Option<()> {
+        let at = self.pos;
+        let found = self.comma().and_then(|()| self.key_lit(key));
+        if found.is_none() {
+            self.pos = at;
+        }
+        found
+    }
+
+    /// `cat`, as [`Scanner::word_value`] reads it, with torch's two most frequent categories
+    /// compared as written.
+    #[inline(always)]
+    fn cat_value(&mut self) -> Option<Cat> {
+        if self.lit(b"\"kernel\"").is_some() {
+            return Some(Cat::Kernel);
+        }
+        if self.lit(b"\"cuda_runtime\"").is_some() {
+            return Some(Cat::Runtime);
+        }
+        self.word_value("cat", Cat::from_bytes).ok()
+    }
+
+    /// [`Scanner::skip_object_rest`] of an event known not to be imported.
+    #[inline(always)]
+    fn skip_ignored_rest(&mut self) -> Result<(), ScanError> {
+        match self.skip_object_rest() {
+            Err(ScanError::Incomplete) => Err(ScanError::IncompleteIgnored),
+            other => other,
+        }
+    }
+
+    /// [`Scanner::event`] of any element, member by member. Once the members read show that
+    /// the import will not use the event (`ph` and `cat` come first in torch's output), the
+    /// rest is stepped over with [`Scanner::skip_object_rest`].
+    fn any_event(&mut self, ev: &mut RawEvent<'a>) -> Result<(), ScanError> {
         *ev = RawEvent::default();
         if self.object_open("an event object")? {
             return Ok(());
@@ -808,10 +1154,7 @@ impl<'a> Scanner<'a> {
                 return Ok(());
             }
             if ev.ph == Phase::Other || (cat_seen && !ev.may_be_imported()) {
-                return match self.skip_object_rest() {
-                    Err(ScanError::Incomplete) => Err(ScanError::IncompleteIgnored),
-                    other => other,
-                };
+                return self.skip_ignored_rest();
             }
         }
     }
@@ -876,11 +1219,13 @@ impl<'a> Scanner<'a> {
 }
 
 impl Scanner<'_> {
-    /// [`Scanner::skip_object_rest`] of a rest written compactly (`"id":1,"cat":"ac2g"}`, as
-    /// torch's flow events are) and holding no bracket, backslash or control character before
-    /// its `}`: then its strings are the stretches between pairs of quotes, all valid, and the
-    /// object ends at the first `}` after an even number of quotes, as the full skip finds.
-    /// `false` (nothing moved) for anything else, which the full skip then reads.
+    /// [`Scanner::skip_object_rest`] of a rest holding no bracket, backslash or control
+    /// character inside a string before its `}` (`"id":1,"cat":"ac2g"}`, or written over
+    /// lines, `"id": 1,\n    "cat": "ac2g"\n  }`, as torch's flow events are): then its
+    /// strings are the stretches between pairs of quotes, all valid, and the object ends at the
+    /// first `}` after an even number of quotes, as the full skip finds (which reads nothing
+    /// outside strings but brackets). `false` (nothing moved) for anything else, which the full
+    /// skip then reads.
     #[inline(always)]
     fn skip_flat_object_rest(&mut self) -> bool {
         let Some(rest) = self.bytes.get(self.pos..) else {
@@ -894,8 +1239,8 @@ impl Scanner<'_> {
             let Some(close) = memchr::memchr(b'}', &rest[from..]).map(|p| from + p) else {
                 return false;
             };
-            let (q, special) = flat_bytes(&rest[from..close]);
-            if special {
+            let (q, special, control) = flat_bytes(&rest[from..close]);
+            if special || (control && controls_inside(&rest[from..close], quotes % 2 == 1)) {
                 return false;
             }
             quotes += q;
@@ -909,37 +1254,50 @@ impl Scanner<'_> {
     }
 }
 
-/// The quotes in `s`, and whether it holds a bracket but `}`, a backslash or a control
-/// character: eight bytes at a time, with no branch on the bytes.
+/// The quotes in `s`, whether it holds a bracket but `}` or a backslash, and whether it
+/// holds a control character: eight bytes at a time, with no branch on the bytes.
 #[inline(always)]
-fn flat_bytes(s: &[u8]) -> (usize, bool) {
+fn flat_bytes(s: &[u8]) -> (usize, bool, bool) {
     let mut words = s.chunks_exact(8);
-    let (mut quotes, mut special) = (0, 0);
+    let (mut quotes, mut special, mut control) = (0, 0, 0);
     for word in words.by_ref() {
-        let (q, sp) = flat_word(u64::from_le_bytes(word.try_into().unwrap_or([0; 8])));
+        let (q, sp, c) = flat_word(u64::from_le_bytes(word.try_into().unwrap_or([0; 8])));
         quotes += q;
         special |= sp;
+        control |= c;
     }
     let tail = words.remainder();
     if !tail.is_empty() {
-        // Padded with a byte that is none of those.
-        let mut padded = [b'a'; 8];
-        padded[..tail.len()].copy_from_slice(tail);
-        let (q, sp) = flat_word(u64::from_le_bytes(padded));
+        let (q, sp, c) = flat_word(u64::from_le_bytes(padded(tail)));
         quotes += q;
         special |= sp;
+        control |= c;
     }
-    (quotes, special != 0)
+    (quotes, special != 0, control != 0)
 }
 
-/// [`flat_bytes`] of eight bytes: the quotes, and non-zero for any of the others.
+/// Up to eight bytes, padded with a byte that is none of those [`flat_word`] and
+/// [`controls_inside`] look for.
 #[inline(always)]
-fn flat_word(x: u64) -> (usize, u64) {
-    const ONES: u64 = 0x0101_0101_0101_0101;
+fn padded(tail: &[u8]) -> [u8; 8] {
+    let mut padded = [b'a'; 8];
+    padded[..tail.len()].copy_from_slice(tail);
+    padded
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// The high bit of each zero byte of `v`, exactly (no borrow runs between bytes).
+#[inline(always)]
+fn zero_bytes(v: u64) -> u64 {
     const LOW: u64 = 0x7f7f_7f7f_7f7f_7f7f;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    // The high bit of each zero byte, exactly (no borrow runs between bytes).
-    let zero_bytes = |v: u64| !((v & LOW).wrapping_add(LOW) | v) & HIGH;
+    !((v & LOW).wrapping_add(LOW) | v) & HIGH
+}
+
+/// [`flat_bytes`] of eight bytes: the quotes, and non-zero for the others.
+#[inline(always)]
+fn flat_word(x: u64) -> (usize, u64, u64) {
     // Non-zero when some byte is zero (only whether, not where).
     let any_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
     let quote_bytes = zero_bytes(x ^ (ONES * u64::from(b'"')));
@@ -948,9 +1306,33 @@ fn flat_word(x: u64) -> (usize, u64) {
     // Setting bit 5 turns `[` into `{` (and no other byte into it).
     let special = any_zero(x ^ (ONES * u64::from(b'\\')))
         | any_zero((x | (ONES * 0x20)) ^ (ONES * u64::from(b'{')))
-        | any_zero(x ^ (ONES * u64::from(b']')))
-        | any_zero(x & (ONES * 0xe0));
-    (quotes, special)
+        | any_zero(x ^ (ONES * u64::from(b']')));
+    (quotes, special, any_zero(x & (ONES * 0xe0)))
+}
+
+/// Whether `s` (with no backslash; `odd`: it starts inside a string) holds a control
+/// character inside a string, as opposed to only between strings (the line breaks and tabs
+/// of events written over lines).
+#[inline(always)]
+fn controls_inside(s: &[u8], odd: bool) -> bool {
+    let mut words = s.chunks_exact(8);
+    let mut odd = odd;
+    let mut word = |x: u64| {
+        // One in each byte that is a quote; byte k of the product counts the quotes in bytes
+        // 0 to k (at most eight: no carry between bytes), so its low bit says, for a byte that
+        // is not a quote, whether it lies inside a string (with `odd`).
+        let counts = (zero_bytes(x ^ (ONES * u64::from(b'"'))) >> 7).wrapping_mul(ONES);
+        let inside = (counts ^ if odd { ONES } else { 0 }) & ONES;
+        odd ^= (counts >> 56) % 2 == 1;
+        (zero_bytes(x & (ONES * 0xe0)) >> 7) & inside != 0
+    };
+    for chunk in words.by_ref() {
+        if word(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]))) {
+            return true;
+        }
+    }
+    let tail = words.remainder();
+    !tail.is_empty() && word(u64::from_le_bytes(padded(tail)))
 }
 
 /// The brackets open around a skipped member, innermost in the low bit (1 for `[`, 0 for
@@ -1090,6 +1472,13 @@ fn digits(b: &[u8], mut i: usize) -> (usize, u64) {
         i += 1;
     }
     (i, value)
+}
+
+/// A non-negative integer `tid` as a 32-bit thread id: itself when it fits, else its halves
+/// folded.
+#[inline(always)]
+fn tid_of(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or((v ^ (v >> 32)) as u32)
 }
 
 /// FNV-1a: a stable 32-bit thread id for a string `tid`.
@@ -1261,6 +1650,10 @@ mod tests {
             r#""a":"x\"}","b":1}"#,
             "\"a\":\"x\ty\"}",
             "\"a\":1,\n\"b\":2}",
+            "\"a\": 1,\n    \"b\": \"c\"\n  }",
+            "\"a\": \"x\ny\", \"b\": 2}",
+            "\"a\": \"xy\"\t, \"b\"\r: \"c\ty}\"\n}",
+            "\"a\":\"0123456\", \"b\": \"01234567\n\"}",
             r#""a":"é€ ünïcode}","b":"ok"}  "#,
             r#""a":"unterminated}"#,
             r#""a":1"#,
@@ -1279,9 +1672,20 @@ mod tests {
                 assert_eq!(flat.pos, 0, "{rest}: moved without skipping");
             }
         }
-        // Taken where torch's flow events stand.
-        let mut s = Scanner::new(rests[0].as_bytes(), 0);
-        assert!(s.skip_flat_object_rest());
+        // Taken where torch's flow events stand, compact or over lines; not with a control
+        // character inside a string, wherever it falls in a word.
+        for (i, flat) in [(0, true), (9, true), (10, false), (11, false), (12, false)] {
+            let mut s = Scanner::new(rests[i].as_bytes(), 0);
+            assert_eq!(s.skip_flat_object_rest(), flat, "{}", rests[i]);
+        }
+        for text in LIBKINETO.into_iter().chain(JSON_DUMP).chain(REAL) {
+            let Some(at) = text.find("\"id\"") else {
+                continue;
+            };
+            let mut s = Scanner::new(text.as_bytes(), at);
+            assert!(s.skip_flat_object_rest(), "{text}");
+            assert_eq!(s.pos, text.len());
+        }
         // Every eight-byte stretch of a flat rest, whatever its length.
         for len in 0..40 {
             let rest = format!("\"k\":\"{}\"}}", "v".repeat(len));
@@ -1321,6 +1725,518 @@ mod tests {
             let skipped = s.skip_flat_object_rest();
             assert_eq!(skipped, !special && !quote, "byte {b}");
         }
+    }
+
+    /// torch's events as `examples/gen_kineto.rs` writes them: a runtime call, its flow start,
+    /// a kernel, its flow end.
+    const COMPACT: [&str; 4] = [
+        r#"{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":4242,"tid":4242,"ts":1000.000,"dur":3.985,"args":{"External id":2,"cbid":211,"correlation":100}}"#,
+        r#"{"ph":"s","id":100,"pid":4242,"tid":4242,"ts":1000.000,"cat":"ac2g","name":"ac2g"}"#,
+        r#"{"ph":"X","cat":"kernel","name":"ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x4_tn","pid":0,"tid":7,"ts":1003.525,"dur":6.705,"args":{"External id":2,"queued":0,"device":0,"context":1,"stream":7,"correlation":100,"registers per thread":32,"shared memory":0,"grid":[2,1,1],"block":[128,1,1],"est. achieved occupancy %":0}}"#,
+        r#"{"ph":"f","id":100,"pid":0,"tid":7,"ts":1003.525,"cat":"ac2g","name":"ac2g","bp":"e"}"#,
+    ];
+
+    /// The events of [`COMPACT`] as libkineto lays them out (over several lines, spaces after
+    /// commas and colons).
+    const LIBKINETO: [&str; 4] = [
+        r##"{
+    "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242,
+    "ts": 1000.000, "dur": 3.985,
+    "args": {
+      "External id": 2,      "cbid": 211,      "correlation": 100
+    }
+  }"##,
+        r##"{
+    "ph": "s", "id": 100, "pid": 4242, "tid": 4242, "ts": 1000.000,
+    "cat": "ac2g", "name": "ac2g"
+  }"##,
+        r##"{
+    "ph": "X", "cat": "kernel", "name": "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x4_tn", "pid": 0, "tid": 7,
+    "ts": 1003.525, "dur": 6.705,
+    "args": {
+      "External id": 2,      "queued": 0,      "device": 0,      "context": 1,      "stream": 7,      "correlation": 100,      "registers per thread": 32,      "shared memory": 0,      "grid": [2, 1, 1],      "block": [128, 1, 1],      "est. achieved occupancy %": 0
+    }
+  }"##,
+        r##"{
+    "ph": "f", "id": 100, "pid": 0, "tid": 7, "ts": 1003.525,
+    "cat": "ac2g", "name": "ac2g", "bp": "e"
+  }"##,
+    ];
+
+    /// The events of [`COMPACT`] as Python's `json.dump` writes them (one line, `", "` and
+    /// `": "` between tokens), times as Python prints floats.
+    const JSON_DUMP: [&str; 4] = [
+        r##"{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242, "ts": 1000.0, "dur": 3.985, "args": {"External id": 2, "cbid": 211, "correlation": 100}}"##,
+        r##"{"ph": "s", "id": 100, "pid": 4242, "tid": 4242, "ts": 1000.0, "cat": "ac2g", "name": "ac2g"}"##,
+        r##"{"ph": "X", "cat": "kernel", "name": "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x4_tn", "pid": 0, "tid": 7, "ts": 1003.525, "dur": 6.705, "args": {"External id": 2, "queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": 100, "registers per thread": 32, "shared memory": 0, "grid": [2, 1, 1], "block": [128, 1, 1], "est. achieved occupancy %": 0}}"##,
+        r##"{"ph": "f", "id": 100, "pid": 0, "tid": 7, "ts": 1003.525, "cat": "ac2g", "name": "ac2g", "bp": "e"}"##,
+    ];
+
+    /// One event of each kind in `traces/torch-step-kineto-h200.json` (torch 2.x, H200), as
+    /// written there.
+    const REAL: [&str; 12] = [
+        r##"{
+    "ph": "X", "cat": "cuda_runtime", "name": "cudaStreamIsCapturing", "pid": 469, "tid": 469,
+    "ts": 5095587836765.929, "dur": 3.752,
+    "args": {
+            "cbid": 317, "correlation": 9
+    }
+  }"##,
+        r##"{
+    "ph": "s", "id": 33, "pid": 469, "tid": 469, "ts": 5095587837374.958,
+    "cat": "ac2g", "name": "ac2g"
+  }"##,
+        r##"{
+    "ph": "X", "cat": "kernel", "name": "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas", "pid": 0, "tid": 7,
+    "ts": 5095587837414.412, "dur": 10.240,
+    "args": {
+      "External id": 3,      "queued": 0, "device": 0, "context": 1,      "stream": 7, "correlation": 33,      "registers per thread": 121,      "shared memory": 12672,      "blocks per SM": 1.939394,      "warps per SM": 7.757576,      "grid": [8, 8, 4],      "block": [128, 1, 1],      "est. achieved occupancy %": 12
+    }
+  }"##,
+        r##"{
+    "ph": "f", "id": 9, "pid": 469, "tid": 469, "ts": 5095587836765.929,
+    "cat": "ac2g", "name": "ac2g", "bp": "e"
+  }"##,
+        r##"{
+    "ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD (Device -> Device)", "pid": 0, "tid": 7,
+    "ts": 5095587837985.582, "dur": 1.152,
+    "args": {
+      "External id": 45,      "device": 0, "context": 1,      "stream": 7, "correlation": 126,      "bytes": 1048576, "memory bandwidth (GB/s)": 910.2222222222222
+    }
+  }"##,
+        r##"{
+    "ph": "X", "cat": "user_annotation", "name": "step", "pid": 469, "tid": 469,
+    "ts": 5095587837002.975, "dur": 1046.265,
+    "args": {
+      "External id": 1,"Record function id": 0, "Ev Idx": 0
+    }
+  }"##,
+        r##"{
+    "ph": "X", "cat": "cpu_op", "name": "aten::matmul", "pid": 469, "tid": 469,
+    "ts": 5095587837051.048, "dur": 385.646,
+    "args": {
+      "External id": 2,"Record function id": 0, "Sequence number": 0, "Fwd thread id": 0, "Ev Idx": 1
+    }
+  }"##,
+        r##"{
+    "ph": "X", "cat": "gpu_user_annotation", "name": "step", "pid": 0, "tid": 7,
+    "ts": 5095587844191.717, "dur": 158.082,
+    "args": {
+      "External id": 1261
+    }
+  }"##,
+        r##"{
+    "ph": "X", "cat": "overhead", "name": "Activity Buffer Request", "pid": -1, "tid": 0,
+    "ts": 5095587834559.908, "dur": 2187.653
+  }"##,
+        r##"{
+    "ph": "X", "cat": "Trace", "ts": 5095587834366.578, "dur": 11899.304,
+    "pid": "Spans", "tid": "PyTorch Profiler",
+    "name": "PyTorch Profiler (0)",
+    "args": {
+      "Op count": 0
+    }
+  }"##,
+        r##"{
+    "name": "process_name", "ph": "M", "ts": 5095587834440.340, "pid": 469, "tid": 0,
+    "args": {
+      "name": "python3"
+    }
+  }"##,
+        r##"{
+    "name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",
+    "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": 5095587834366.578
+  }"##,
+    ];
+
+    /// Every event above, in each layout: those [`Scanner::compact_event`] reads.
+    fn torch_events() -> impl Iterator<Item = &'static str> {
+        COMPACT
+            .into_iter()
+            .chain(LIBKINETO)
+            .chain(JSON_DUMP)
+            .chain(REAL)
+    }
+
+    /// Reads `text` with [`Scanner::event`] and with [`Scanner::any_event`] alone and checks
+    /// that both give the same outcome, leave the same event and stop at the same byte.
+    fn same_as_any_event(text: &[u8]) -> Result<(), ScanError> {
+        let (mut fast, mut full) = (Scanner::new(text, 0), Scanner::new(text, 0));
+        let (mut fast_ev, mut full_ev) = (RawEvent::default(), RawEvent::default());
+        let outcome = fast.event(&mut fast_ev);
+        let doc = String::from_utf8_lossy(text);
+        assert_eq!(outcome, full.any_event(&mut full_ev), "{doc}");
+        assert_eq!(fast.pos, full.pos, "{doc}");
+        let full_ev = format!("{full_ev:?}");
+        assert_eq!(format!("{fast_ev:?}"), full_ev, "{doc}");
+        // Each template alone, where it gives an outcome.
+        for template in [Scanner::compact_event, Scanner::spaced_event] {
+            let (mut s, mut ev) = (Scanner::new(text, 0), RawEvent::default());
+            if let Some(alone) = template(&mut s, &mut ev) {
+                assert_eq!(alone, outcome, "{doc}");
+                assert_eq!(s.pos, full.pos, "{doc}");
+                assert_eq!(format!("{ev:?}"), full_ev, "{doc}");
+            }
+        }
+        outcome
+    }
+
+    /// Whether [`Scanner::spaced_event`] gives `text` an outcome (rather than leaving it).
+    fn read_spaced(text: &[u8]) -> bool {
+        Scanner::new(text, 0)
+            .spaced_event(&mut RawEvent::default())
+            .is_some()
+    }
+
+    /// Whether [`Scanner::compact_event`] gives `text` an outcome (rather than leaving it).
+    fn read_compactly(text: &[u8]) -> bool {
+        Scanner::new(text, 0)
+            .compact_event(&mut RawEvent::default())
+            .is_some()
+    }
+
+    #[test]
+    fn torch_events_read_as_the_general_path_reads_them() {
+        for text in torch_events() {
+            for after in ["", ",\n", "]}", " "] {
+                let doc = format!("{text}{after}");
+                // All but the two events of `REAL` that do not start with `ph`.
+                let starts_with_ph = !doc.starts_with("{\n    \"name\"");
+                assert_eq!(read_spaced(doc.as_bytes()), starts_with_ph, "{doc}");
+                assert_eq!(read_compactly(doc.as_bytes()), COMPACT.contains(&text));
+                assert_eq!(same_as_any_event(doc.as_bytes()), Ok(()));
+            }
+        }
+        // The three layouts of an event read the same.
+        for layout in [LIBKINETO, JSON_DUMP] {
+            for (text, compact) in layout.into_iter().zip(COMPACT) {
+                let (ev, compact_ev) = (event(text).unwrap(), event(compact).unwrap());
+                assert_eq!(format!("{ev:?}"), format!("{compact_ev:?}"));
+            }
+        }
+        // The real kernel's args, "blocks per SM" and all.
+        let ev = event(REAL[2]).unwrap();
+        let a = &ev.args;
+        assert_eq!(
+            (ev.cat, a.device, a.stream, a.correlation),
+            (Cat::Kernel, Some(Some(0)), Some(Some(7)), Some(Some(33)))
+        );
+        let ev = event(REAL[4]).unwrap();
+        assert_eq!(
+            (ev.cat, ev.args.bytes, ev.args.correlation),
+            (Cat::Memcpy, Some(Some(1_048_576)), Some(Some(126)))
+        );
+        assert_eq!(event(REAL[0]).unwrap().args.correlation, Some(Some(9)));
+        let ev = event(COMPACT[2]).unwrap();
+        assert_eq!(
+            (ev.ph, ev.cat, ev.tid),
+            (Phase::Complete, Cat::Kernel, Some(7))
+        );
+        assert_eq!(ev.ts.unwrap().to_ns("ts"), Ok(1_003_525));
+        assert!(matches!(ev.dur, Some(Time::Ns(6705))));
+        let a = &ev.args;
+        assert_eq!(
+            (a.device, a.stream, a.correlation, a.graph),
+            (Some(Some(0)), Some(Some(7)), Some(Some(100)), None)
+        );
+        let ev = event(COMPACT[0]).unwrap();
+        assert_eq!(
+            (ev.cat, ev.args.correlation),
+            (Cat::Runtime, Some(Some(100)))
+        );
+        assert_eq!(ev.name.unwrap().text().unwrap(), "cudaLaunchKernel");
+        assert_eq!(event(COMPACT[1]).unwrap().ph, Phase::Other);
+    }
+
+    #[test]
+    fn every_cut_of_a_torch_event_reads_as_the_general_path_reads_it() {
+        for text in torch_events() {
+            for cut in 0..text.len() {
+                let outcome = same_as_any_event(&text.as_bytes()[..cut]);
+                assert!(
+                    matches!(
+                        outcome,
+                        Err(ScanError::Incomplete | ScanError::IncompleteIgnored)
+                    ),
+                    "{cut}: {outcome:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_byte_changed_in_a_torch_event_reads_as_the_general_path_reads_it() {
+        let bytes = b" \n\"\\{}[],:.-+e0179aXxs\x01\x7f\xc3\xff";
+        for text in torch_events() {
+            for at in 0..text.len() {
+                for &b in bytes {
+                    let mut doc = text.as_bytes().to_vec();
+                    doc[at] = b;
+                    let _ = same_as_any_event(&doc);
+                    doc.insert(at, b);
+                    let _ = same_as_any_event(&doc);
+                    doc.remove(at);
+                    doc.remove(at);
+                    let _ = same_as_any_event(&doc);
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn random_edits_of_torch_events_read_as_the_general_path_reads_them(
+            which in 0..COMPACT.len() + LIBKINETO.len() + JSON_DUMP.len() + REAL.len(),
+            edits in proptest::collection::vec(
+                (proptest::prelude::any::<proptest::sample::Index>(),
+                 proptest::prelude::any::<u8>()),
+                1..4,
+            ),
+            cut in proptest::prelude::any::<proptest::sample::Index>(),
+        ) {
+            let mut doc = torch_events().nth(which).unwrap().as_bytes().to_vec();
+            for (at, b) in edits {
+                let at = at.index(doc.len());
+                doc[at] = b;
+            }
+            let _ = same_as_any_event(&doc);
+            let _ = same_as_any_event(&doc[..cut.index(doc.len())]);
+        }
+    }
+
+    #[test]
+    fn other_layouts_of_torch_events_are_left_to_the_general_path() {
+        let [runtime, flow, kernel, _] = COMPACT;
+        let variants = [
+            // White space.
+            kernel.replace(",\"", ", \""),
+            kernel.replace("\":", "\": "),
+            kernel.replace("{\"", "{ \""),
+            kernel.replace("}}", "} }"),
+            runtime.replace(",\"args", ",\n\"args"),
+            flow.replace("{\"ph\"", "{ \"ph\""),
+            flow.replace("\"s\",", "\"s\" ,"),
+            // Escapes: in a name (read the same, escaped), a key, a phase, a category.
+            kernel.replace("ampere", "amp\\u0065re"),
+            kernel.replace("ampere", "amp\\\"ere"),
+            kernel.replace("ampere", "amp\\qere"),
+            kernel.replace("ampere", "amp\\u00zzre"),
+            kernel.replace("\"tid\"", "\"t\\u0069d\""),
+            kernel.replace("\"X\"", "\"\\u0058\""),
+            runtime.replace("cuda_runtime", "cuda\\u005fruntime"),
+            flow.replace("\"s\"", "\"\\u0073\""),
+            // Reordered, missing, extra and repeated members.
+            kernel.replace(
+                "\"ts\":1003.525,\"dur\":6.705",
+                "\"dur\":6.705,\"ts\":1003.525",
+            ),
+            kernel.replace(
+                "\"ph\":\"X\",\"cat\":\"kernel\"",
+                "\"cat\":\"kernel\",\"ph\":\"X\"",
+            ),
+            kernel.replace("\"queued\":0,", ""),
+            kernel.replace("\"queued\":0,", "\"queued\":0,\"graph id\":3,"),
+            runtime.replace("\"External id\":2,", ""),
+            runtime.replace("}}", "},\"ts\":5}"),
+            runtime.replace("}}", ",\"correlation\":7}}"),
+            runtime.replace("\"tid\":4242", "\"tid\":4242,\"tid\":5"),
+            kernel.replace("}}", ",\"bytes\":64}}"),
+            // Other values: times, thread ids, arguments, categories, phases.
+            kernel.replace("1003.525", "1003.5255"),
+            kernel.replace("1003.525", "1.003525e3"),
+            kernel.replace("1003.525", "1003"),
+            kernel.replace("1003.525", "01003.525"),
+            kernel.replace("6.705", "-6.705"),
+            kernel.replace("6.705", "\"6.705\""),
+            kernel.replace("\"tid\":7", "\"tid\":\"stream 7\""),
+            kernel.replace("\"tid\":7", "\"tid\":\"7\""),
+            kernel.replace("\"tid\":7", "\"tid\":-7"),
+            kernel.replace("\"tid\":7", "\"tid\":99999999999"),
+            kernel.replace("\"tid\":7", "\"tid\":7.5"),
+            kernel.replace("\"pid\":0", "\"pid\":\"rank 0\""),
+            kernel.replace("\"stream\":7", "\"stream\":7.0"),
+            kernel.replace("\"stream\":7", "\"stream\":null"),
+            kernel.replace("\"device\":0", "\"device\":-1"),
+            kernel.replace(
+                "\"correlation\":100",
+                "\"correlation\":18446744073709551615",
+            ),
+            kernel.replace("[2,1,1]", "[2, 1, 1]"),
+            kernel.replace("[2,1,1]", "[]"),
+            kernel.replace(
+                "\"est. achieved occupancy %\":0",
+                "\"est. achieved occupancy %\":12.5",
+            ),
+            kernel.replace("\"kernel\"", "\"Kernel\""),
+            kernel.replace("\"kernel\"", "\"kernels\""),
+            runtime.replace("cuda_runtime", "cuda_driver"),
+            kernel.replace("\"X\"", "\"i\""),
+            kernel.replace("\"X\"", "\"XX\""),
+            kernel.replace("\"X\"", "\"\"\""),
+            flow.replace("\"s\"", "\"\""),
+            flow.replace("\"ac2g\"}", "\"ac2g\",\"x\":[{}]}"),
+            flow.replace("\"ac2g\"}", "\"ac2g\",\"x\":\"\\q\"}"),
+            "{\"ph\":\"s\"}".to_owned(),
+            "{\"ph\":\"X\"}".to_owned(),
+            "{\"ph\":7,\"x\":1}".to_owned(),
+            "{}".to_owned(),
+        ];
+        for doc in &variants {
+            let _ = same_as_any_event(doc.as_bytes());
+            let with_next = format!("{doc},\n{kernel}");
+            let _ = same_as_any_event(with_next.as_bytes());
+            for cut in 0..doc.len() {
+                let _ = same_as_any_event(&doc.as_bytes()[..cut]);
+            }
+        }
+        // Escaped names and string thread ids are read compactly too, with what the general
+        // path reads; white space and reordered members are not.
+        assert!(read_compactly(variants[7].as_bytes()));
+        assert!(event(&variants[7]).unwrap().name.unwrap().escaped);
+        assert!(read_compactly(variants[30].as_bytes()));
+        assert!(!read_compactly(variants[0].as_bytes()));
+        assert!(!read_compactly(variants[15].as_bytes()));
+        // White space between tokens and other args are read by the spaced template;
+        // reordered members are not.
+        for i in [0, 1, 2, 3, 4, 5, 6, 17, 18, 19, 21, 23] {
+            assert!(read_spaced(variants[i].as_bytes()), "{}", variants[i]);
+        }
+        assert!(!read_spaced(variants[15].as_bytes()));
+        assert!(!read_spaced(variants[16].as_bytes()));
+        // The events as torch's own writer lays them out, over several lines.
+        let kineto = r#"{
+    "ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_128x64_64x8_1x2_h_bz_NNT", "pid": 0, "tid": 7,
+    "ts": 5183240911118.455, "dur": 5.888,
+    "args": {
+      "External id": 2,      "queued": 0, "device": 0, "context": 1,      "stream": 7, "correlation": 16,      "registers per thread": 168,      "shared memory": 213268,      "blocks per SM": 0.969697,      "warps per SM": 11.636364,      "grid": [2, 64, 1],      "block": [384, 1, 1],      "est. achieved occupancy %": 0
+    }
+  }"#;
+        assert!(!read_compactly(kineto.as_bytes()));
+        assert!(read_spaced(kineto.as_bytes()));
+        assert_eq!(same_as_any_event(kineto.as_bytes()), Ok(()));
+    }
+
+    #[test]
+    fn other_layouts_of_spaced_torch_events_are_read_as_the_general_path_reads_them() {
+        let [runtime, flow, kernel, _] = LIBKINETO;
+        let [dumped_runtime, _, dumped_kernel, _] = JSON_DUMP;
+        let variants = [
+            // White space elsewhere: before a colon or a comma, none, tabs and CRs.
+            kernel.replace("\"ph\":", "\"ph\" :"),
+            kernel.replace("\"device\":", "\"device\" :"),
+            kernel.replace(", \"tid\"", " , \"tid\""),
+            kernel.replace("\n", "\r\n"),
+            kernel.replace("      ", "\t"),
+            kernel.replace(": ", ":"),
+            kernel.replace("\n    }", "}"),
+            runtime.replace("{\n", "{"),
+            flow.replace("\"s\",", "\"s\"\n,"),
+            dumped_kernel.replace(", ", ","),
+            dumped_runtime.replace("}}", "} }"),
+            // Other args: reordered, unknown, repeated, escaped, nested, missing, none.
+            kernel.replace("\"queued\": 0,", "\"graph id\": 3, \"queued\": 0,"),
+            kernel.replace("\"stream\": 7,", "\"stream\": 7, \"stream\": 9,"),
+            kernel.replace("\"grid\"", "\"grid size\""),
+            kernel.replace("\"grid\"", "\"gr\\u0069d\""),
+            kernel.replace("\"stream\"", "\"str\\u0065am\""),
+            kernel.replace("[2, 1, 1]", "{\"x\": [2, {}], \"y\": null}"),
+            kernel.replace("[2, 1, 1]", "[2, 1, 1"),
+            kernel.replace("\"correlation\": 100,", ""),
+            runtime.replace("\"cbid\": 211,", "\"cbid\": 211, \"graph node id\": 4,"),
+            runtime.replace("\"External id\": 2,      \"cbid\": 211,      ", ""),
+            runtime.replace(
+                "\"External id\": 2,      \"cbid\": 211,      \"correlation\": 100",
+                "",
+            ),
+            REAL[2].replace("1.939394", "1.939394e0"),
+            REAL[2].replace("1.939394", "-1.9"),
+            REAL[4].replace("910.2222222222222", "\"fast\""),
+            REAL[5].replace("\"Ev Idx\": 0", "\"Ev Idx\": 0, \"stream\": 3"),
+            // Other members: after args, between the first ones, missing, repeated.
+            kernel.replace("\n    }\n  }", "\n    }, \"extra\": 1\n  }"),
+            kernel.replace("\"pid\": 0,", "\"pid\": 0, \"x\": 1,"),
+            kernel.replace("\"pid\": 0,", ""),
+            kernel.replace("\"ts\": 1003.525,", "\"ts\": 1003.525, \"ts\": 1,"),
+            kernel.replace(",\n    \"args\": {", ", \"args\": 5, \"a\": {"),
+            REAL[6].replace("aten::matmul", "ProfilerStep#3"),
+            REAL[6].replace("aten::matmul", "Profiler\\u0053tep#3"),
+            REAL[7].replace("gpu_user_annotation", "user_annotation"),
+            REAL[8].replace("\"overhead\"", "\"gpu_memset\""),
+            REAL[9].replace("\"Trace\"", "\"kernel\""),
+        ];
+        for doc in &variants {
+            let _ = same_as_any_event(doc.as_bytes());
+            let with_next = format!("{doc},\n  {kernel}");
+            let _ = same_as_any_event(with_next.as_bytes());
+            for cut in 0..doc.len() {
+                let _ = same_as_any_event(&doc.as_bytes()[..cut]);
+            }
+        }
+        // Left to the general path: a space before an event key's colon, an args value that
+        // does not end, members out of torch's order, missing or after args, args not an
+        // object; everything else is read by the fast path.
+        let left = [0, 17, 26, 27, 28, 29, 30, 35];
+        for (i, doc) in variants.iter().enumerate() {
+            assert_eq!(read_spaced(doc.as_bytes()), !left.contains(&i), "{doc}");
+        }
+    }
+
+    #[test]
+    fn the_expected_args_keys_are_named_as_the_general_path_names_them() {
+        for order in [KERNEL_ARGS, RUNTIME_ARGS, MEMORY_ARGS, OTHER_ARGS] {
+            for &(pattern, key) in order {
+                let text = &pattern[1..pattern.len() - 2];
+                assert_eq!(pattern.first(), Some(&b'"'));
+                assert!(pattern.ends_with(b"\":"));
+                assert!(text.iter().all(|&b| b != b'"' && b != b'\\' && b >= 0x20));
+                assert_eq!(ArgKey::of(text), key, "{}", String::from_utf8_lossy(text));
+                if let Some((written, len)) = ArgKey::written(pattern) {
+                    assert_eq!((written, len), (key, pattern.len()));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn integer_arrays_are_stepped_over_as_any_value_is() {
+        let arrays = [
+            "[2,1,1]",
+            "[2, 1, 1]",
+            "[ 2 ,1\n]",
+            "[2 ]",
+            "[ ]",
+            "[]",
+            "[2,]",
+            "[2 1]",
+            "[01]",
+            "[2,\t1]",
+            "[2, -1]",
+            "[2, 1.5]",
+            "[2, [1]]",
+            "[2, 1",
+            "[2, 1 ",
+            "[2,\r\n1]",
+        ];
+        for array in arrays {
+            for after in ["", ",", "}", " ,", "]"] {
+                let text = format!("{array}{after}");
+                let (mut fast, mut full) = (
+                    Scanner::new(text.as_bytes(), 0),
+                    Scanner::new(text.as_bytes(), 0),
+                );
+                assert_eq!(fast.skip_member_value(3), full.skip_value(3), "{text}");
+                assert_eq!(fast.pos, full.pos, "{text}");
+                let mut s = Scanner::new(text.as_bytes(), 0);
+                if s.integer_array() {
+                    assert_eq!(s.pos, full.pos, "{text}");
+                } else {
+                    assert_eq!(s.pos, 0, "{text}");
+                }
+            }
+        }
+        let mut s = Scanner::new(b"[8, 8, 4],", 0);
+        assert!(s.integer_array());
+        assert_eq!(s.pos, 9);
     }
 
     #[test]
