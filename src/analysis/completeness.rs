@@ -83,12 +83,13 @@ enum LaunchKind {
 }
 
 fn launch_kind(name: &str) -> Option<LaunchKind> {
+    if crate::trace::is_graph_launch_call(name) {
+        return Some(LaunchKind::Graph);
+    }
     let name = name
         .strip_prefix("cuda")
         .or_else(|| name.strip_prefix("cu"))?;
-    if name.starts_with("GraphLaunch") {
-        Some(LaunchKind::Graph)
-    } else if name.starts_with("StreamBeginCapture") {
+    if name.starts_with("StreamBeginCapture") {
         Some(LaunchKind::CaptureBegin)
     } else if name.starts_with("StreamEndCapture") {
         Some(LaunchKind::CaptureEnd)

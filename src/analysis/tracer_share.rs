@@ -139,10 +139,9 @@ impl CallStarts {
         let mut is_graph_launch = FxHashMap::default();
         for c in &trace.api_calls {
             per_thread.entry(c.thread).or_default().push(c.start);
-            let graph = *is_graph_launch.entry(c.name).or_insert_with(|| {
-                let name = trace.str(c.name);
-                name.starts_with("cudaGraphLaunch") || name.starts_with("cuGraphLaunch")
-            });
+            let graph = *is_graph_launch
+                .entry(c.name)
+                .or_insert_with(|| crate::trace::is_graph_launch_call(trace.str(c.name)));
             if graph {
                 graph_launches.entry(c.thread).or_default().push(c.start);
             }

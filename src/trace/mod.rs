@@ -118,6 +118,14 @@ pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
     Ok(trace)
 }
 
+/// Whether an API call of this name launches a graph (`cudaGraphLaunch`, `cuGraphLaunch`, and
+/// their `_ptsz` forms).
+pub fn is_graph_launch_call(name: &str) -> bool {
+    name.strip_prefix("cuda")
+        .or_else(|| name.strip_prefix("cu"))
+        .is_some_and(|n| n.starts_with("GraphLaunch"))
+}
+
 /// The workload key `gapscope record` sets (to `true`) when it chose the `step_range` itself.
 pub const STEP_RANGE_CHOSEN: &str = "step_range_chosen";
 

@@ -552,7 +552,7 @@ fn mark_graph_launches(t: &mut Trace) {
         .strings
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.starts_with("cudaGraphLaunch") || s.starts_with("cuGraphLaunch"))
+        .filter(|(_, s)| crate::trace::is_graph_launch_call(s))
         .map(|(i, _)| i as u32)
         .collect();
     if launch_names.is_empty() {
