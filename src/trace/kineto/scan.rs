@@ -1060,9 +1060,8 @@ impl<'a> Scanner<'a> {
             self.comma()?;
             return Some(self.skip_ignored_rest());
         }
-        // As in `compact_event`, written out: through a shared function taking the separator
-        // as a closure, this took 3 % more instructions on libkineto's layout (inlined
-        // differently).
+        // As in `compact_event`, written out: a shared function taking the separator as a
+        // closure inlined worse on this hot path (benches/README.md, "Torch's own layout").
         self.next_key(b"\"pid\":")?;
         self.skip_member_value(2).ok()?;
         self.next_key(b"\"tid\":")?;
