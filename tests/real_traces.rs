@@ -1743,6 +1743,25 @@ fn phases_recorded_with_defaults_sample_eager_steps_and_keep_the_mode_difference
     assert!((traced - 1.36).abs() < 0.25, "traced Δ {traced} µs");
 }
 
+/// `examples/phases.py` recorded with default settings in the fifth session (the pause switching
+/// the API record filter off), in a process that drew the slow host (1524 µs per host loop):
+/// its replays are host-bound under tracing. The program's own medians: eager 78.67, mode 1
+/// 39.90, mode 2 44.10 µs. Every cell states its tracer's share and lies within it, and the
+/// traced mode difference is called within what tracing adds.
+#[test]
+fn phases_on_a_slow_host_state_the_tracers_share_of_every_cell() {
+    let (t, a) = chosen_step_recording("phases-slow-host-record-h200.json.gz");
+    within_stated_tracer_share(chosen_step_range_cell(&t, &a), 78.67);
+    let replays = replay_cells(&a);
+    assert_eq!(replays.len(), 2);
+    for (c, own) in replays.iter().zip([39.90, 44.10]) {
+        within_stated_tracer_share(c, own);
+    }
+    assert!(replays[1].observed.external_wait_nodes > 0);
+    let pair = &a.mode_pairs[0];
+    assert_eq!(pair.within_tracer_effect, Some(true), "{pair:?}");
+}
+
 /// `examples/torch_compile_decode.py` the same way (same session and build): 200 eager steps,
 /// the compile, 200 compiled steps, all in `decode_step` ranges. The program's own medians:
 /// eager 295.89, compiled 145.02 µs (n=180).
