@@ -1750,7 +1750,7 @@ fn phases_recorded_with_defaults_sample_eager_steps_and_keep_the_mode_difference
 /// traced mode difference is called within what tracing adds.
 #[test]
 fn phases_on_a_slow_host_state_the_tracers_share_of_every_cell() {
-    let (t, a) = chosen_step_recording("phases-slow-host-record-h200.json.gz");
+    let (t, a) = chosen_step_recording("phases-slow-host-chosen-step-record-h200.json.gz");
     within_stated_tracer_share(chosen_step_range_cell(&t, &a), 78.67);
     let replays = replay_cells(&a);
     assert_eq!(replays.len(), 2);
