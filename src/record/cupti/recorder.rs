@@ -488,7 +488,7 @@ impl Recorder {
         }
         callbacks::API_FROM_CALLBACKS.store(true, Ordering::SeqCst);
         lock(&self.shared.state).problem(format!(
-            "API activity: {recorded} calls recorded from their enter and exit callbacks, the RUNTIME and DRIVER kinds off (GAPSCOPE_CUPTI_API_FROM=callbacks)"
+            "API activity: calls to {recorded} API functions recorded from their enter and exit callbacks, the RUNTIME and DRIVER kinds off (GAPSCOPE_CUPTI_API_FROM=callbacks)"
         ));
     }
 
