@@ -1798,3 +1798,30 @@ fn torch_compile_recorded_with_defaults_has_eager_and_compiled_steps_of_the_chos
     }
     assert!(compiled_share.added_ns < eager_share.added_ns / 2.0);
 }
+
+/// `examples/phases.py` under `gapscope record` with default settings (H200, 2026-12-02, build
+/// 045caee, a slow-host process): the recorder says it chose the step range in
+/// `workload.step_range_chosen`, so the analysis finds the range without the recorder's note.
+/// The program's own CUDA-event medians in that run: eager 137.09, mode 1 34.82, mode 2 37.23
+/// µs (n=320, 200, 200).
+#[test]
+fn a_recording_that_says_it_chose_its_step_range_is_read_by_the_field_not_the_note() {
+    let (mut t, a) = chosen_step_recording("phases-chosen-step-field-record-h200.json.gz");
+    within_stated_tracer_share(chosen_step_range_cell(&t, &a), 137.09);
+    let replays = replay_cells(&a);
+    assert_eq!(replays.len(), 2);
+    for (c, own) in replays.iter().zip([34.82, 37.23]) {
+        within_stated_tracer_share(c, own);
+    }
+    assert_eq!(
+        t.metadata.workload.get(trace::STEP_RANGE_CHOSEN),
+        Some(&serde_json::Value::Bool(true))
+    );
+    t.metadata
+        .notes
+        .retain(|n| !n.contains("chosen by the recorder"));
+    assert_eq!(
+        analysis::discover::chosen_step_range(&t).as_deref(),
+        Some("decode_step")
+    );
+}
