@@ -408,6 +408,87 @@ expected_args! {
     ];
 }
 
+/// The bytes between the values of a kernel or a runtime call, as one writer lays them out:
+/// each literal runs from the end of a value (or the event's start) to the start of the next
+/// value, separators and keys included, for [`Scanner::laid_out_event`].
+struct Layout {
+    open: &'static [u8],
+    cat: &'static [u8],
+    kernel_name: &'static [u8],
+    runtime_name: &'static [u8],
+    pid: &'static [u8],
+    tid: &'static [u8],
+    ts: &'static [u8],
+    dur: &'static [u8],
+    /// Up to the first key of `args`.
+    args: &'static [u8],
+    /// The first key, when present; its value is followed by a bare `,`.
+    external_id: &'static [u8],
+    queued: &'static [u8],
+    device: &'static [u8],
+    context: &'static [u8],
+    stream: &'static [u8],
+    /// Kernels' and runtime calls' alike.
+    correlation: &'static [u8],
+    registers: &'static [u8],
+    shared_memory: &'static [u8],
+    blocks_per_sm: &'static [u8],
+    warps_per_sm: &'static [u8],
+    grid: &'static [u8],
+    block: &'static [u8],
+    occupancy: &'static [u8],
+    cbid: &'static [u8],
+    /// From the last value to the end of the event.
+    close: &'static [u8],
+}
+
+/// A [`Layout`] from its white space: `sp` after each `,` and `:` on a line, `nl` (a line break
+/// and indentation, or nothing) before `ts` and `args`, `inner` after the `{` of `args`, `wide`
+/// (torch's padding) before some of the args, and `close` from the last value to the end.
+macro_rules! layout {
+    (sp: $sp:literal, nl: $nl:literal, inner: $inner:literal, wide: $wide:literal, close: $close:literal) => {
+        Layout {
+            open: concat!("{", $nl, "\"ph\":", $sp).as_bytes(),
+            cat: concat!(",", $sp, "\"cat\":", $sp, "\"").as_bytes(),
+            kernel_name: concat!("kernel\",", $sp, "\"name\":", $sp).as_bytes(),
+            runtime_name: concat!("cuda_runtime\",", $sp, "\"name\":", $sp).as_bytes(),
+            pid: concat!(",", $sp, "\"pid\":", $sp).as_bytes(),
+            tid: concat!(",", $sp, "\"tid\":", $sp).as_bytes(),
+            ts: concat!(",", $nl, "\"ts\":", $sp).as_bytes(),
+            dur: concat!(",", $sp, "\"dur\":", $sp).as_bytes(),
+            args: concat!(",", $nl, "\"args\":", $sp, "{", $inner).as_bytes(),
+            external_id: concat!("\"External id\":", $sp).as_bytes(),
+            queued: concat!($wide, "\"queued\":", $sp).as_bytes(),
+            device: concat!(",", $sp, "\"device\":", $sp).as_bytes(),
+            context: concat!(",", $sp, "\"context\":", $sp).as_bytes(),
+            stream: concat!(",", $wide, "\"stream\":", $sp).as_bytes(),
+            correlation: concat!(",", $sp, "\"correlation\":", $sp).as_bytes(),
+            registers: concat!(",", $wide, "\"registers per thread\":", $sp).as_bytes(),
+            shared_memory: concat!(",", $wide, "\"shared memory\":", $sp).as_bytes(),
+            blocks_per_sm: concat!(",", $wide, "\"blocks per SM\":", $sp).as_bytes(),
+            warps_per_sm: concat!(",", $wide, "\"warps per SM\":", $sp).as_bytes(),
+            grid: concat!(",", $wide, "\"grid\":", $sp).as_bytes(),
+            block: concat!(",", $wide, "\"block\":", $sp).as_bytes(),
+            occupancy: concat!(",", $wide, "\"est. achieved occupancy %\":", $sp).as_bytes(),
+            cbid: concat!($wide, "\"cbid\":", $sp).as_bytes(),
+            close: $close.as_bytes(),
+        }
+    };
+}
+
+/// Events written compactly (`{"ph":"X","cat":"kernel",…`), one per line.
+const COMPACT_LAYOUT: Layout = layout!(sp: "", nl: "", inner: "", wide: "", close: "}}");
+
+/// Events as libkineto writes them (torch.profiler's `export_chrome_trace`): over four lines,
+/// six spaces before some args.
+const LIBKINETO_LAYOUT: Layout = layout!(
+    sp: " ",
+    nl: "\n    ",
+    inner: "\n      ",
+    wide: "      ",
+    close: "\n    }\n  }"
+);
+
 /// A position in a byte slice.
 pub(super) struct Scanner<'a> {
     bytes: &'a [u8],
@@ -890,15 +971,23 @@ impl<'a> Scanner<'a> {
     /// One element of `traceEvents`, into `ev` (cleared first); at its first byte. An event
     /// written as torch writes them is read by a template of torch's members:
     /// [`Scanner::compact_event`] when it is written compactly (`{"ph":"`, every member as
-    /// torch's kernels and runtime calls have them), else [`Scanner::spaced_event`] (any white
-    /// space between tokens, other args); anything else (everything they leave) from its start
-    /// by [`Scanner::any_event`], with the same outcome either way.
+    /// torch's kernels and runtime calls have them), [`Scanner::libkineto_event`] when it is
+    /// laid out as torch's own writer lays it out (`{\n    "ph": "`), else
+    /// [`Scanner::spaced_event`] (any white space between tokens, other args); anything else
+    /// (everything they leave) from its start by [`Scanner::any_event`], with the same outcome
+    /// either way.
     #[inline(always)]
     pub(super) fn event(&mut self, ev: &mut RawEvent<'a>) -> Result<(), ScanError> {
         *ev = RawEvent::default();
         let start = self.pos;
         if self.bytes.get(start..start + 7) == Some(b"{\"ph\":\"") {
             if let Some(outcome) = self.compact_event(ev) {
+                return outcome;
+            }
+            *ev = RawEvent::default();
+            self.pos = start;
+        } else if self.bytes.get(start..start + 13) == Some(b"{\n    \"ph\": \"") {
+            if let Some(outcome) = self.libkineto_event(ev) {
                 return outcome;
             }
             *ev = RawEvent::default();
@@ -922,80 +1011,108 @@ impl<'a> Scanner<'a> {
         Some(())
     }
 
-    /// An event written compactly, as torch writes them, `ph` first: a kernel or a runtime call
-    /// with the members torch writes, in its order
+    /// An event as [`COMPACT_LAYOUT`] lays it out, `ph` first: [`Scanner::laid_out_event`].
+    #[inline(always)]
+    fn compact_event(&mut self, ev: &mut RawEvent<'a>) -> Option<Result<(), ScanError>> {
+        self.laid_out_event(ev, &COMPACT_LAYOUT)
+    }
+
+    /// An event as torch's own writer lays it out ([`LIBKINETO_LAYOUT`]): [`Scanner::laid_out_event`].
+    #[inline(always)]
+    fn libkineto_event(&mut self, ev: &mut RawEvent<'a>) -> Option<Result<(), ScanError>> {
+        self.laid_out_event(ev, &LIBKINETO_LAYOUT)
+    }
+
+    /// An event laid out as `layout` says, `ph` first: a kernel or a runtime call with the
+    /// members torch writes, in its order
     /// (`{"ph":"X","cat":"kernel","name":"…","pid":0,"tid":7,"ts":…`), or an event of another
     /// phase (a flow event, `{"ph":"s","id":…`) to step over. The bytes between values are
     /// compared as literals, each value is read by the reader [`Scanner::any_event`] would use
     /// for its key, and an event of another phase is stepped over from where
     /// [`Scanner::any_event`] would step over it. So when it gives an outcome, it is the one
     /// [`Scanner::any_event`] would give, leaving `ev` and the position as it would. At
-    /// anything else (a byte not as written here, white space, another member, a value its
-    /// reader refuses, the end of the bytes) it gives up with `None`, leaving the event to
+    /// anything else (a byte not as laid out here, other white space, another member, a value
+    /// its reader refuses, the end of the bytes) it gives up with `None`, leaving the event to
     /// [`Scanner::spaced_event`], then [`Scanner::any_event`], which read it from its start.
+    /// Always inlined with a constant `layout`: each literal's length is then known.
     #[inline(always)]
-    fn compact_event(&mut self, ev: &mut RawEvent<'a>) -> Option<Result<(), ScanError>> {
-        self.lit(b"{\"ph\":")?;
+    fn laid_out_event(
+        &mut self,
+        ev: &mut RawEvent<'a>,
+        layout: &Layout,
+    ) -> Option<Result<(), ScanError>> {
+        self.lit(layout.open)?;
         ev.ph = self.phase_value().ok()?;
         if ev.ph == Phase::Other {
             self.lit(b",")?;
             self.skip_ws();
             return Some(self.skip_ignored_rest());
         }
-        self.lit(b",\"cat\":\"")?;
+        self.lit(layout.cat)?;
         let kernel = match self.bytes.get(self.pos)? {
             b'k' => {
-                self.lit(b"kernel\",\"name\":")?;
+                self.lit(layout.kernel_name)?;
                 ev.cat = Cat::Kernel;
                 true
             }
             b'c' => {
-                self.lit(b"cuda_runtime\",\"name\":")?;
+                self.lit(layout.runtime_name)?;
                 ev.cat = Cat::Runtime;
                 false
             }
             _ => return None,
         };
         ev.name = Some(self.str_value("name").ok()?);
-        self.lit(b",\"pid\":")?;
+        self.lit(layout.pid)?;
         self.skip_member_value(2).ok()?;
-        self.lit(b",\"tid\":")?;
+        self.lit(layout.tid)?;
         ev.tid = Some(self.tid_value().ok()?);
-        self.lit(b",\"ts\":")?;
+        self.lit(layout.ts)?;
         ev.ts = Some(self.time_value("ts").ok()?);
-        self.lit(b",\"dur\":")?;
+        self.lit(layout.dur)?;
         ev.dur = Some(self.time_value("dur").ok()?);
-        self.lit(b",\"args\":{\"External id\":")?;
-        self.skip_member_value(3).ok()?;
+        self.lit(layout.args)?;
+        // Graph replays' ops have no `External id` (torch then keeps the padding before the
+        // next key, without its comma).
+        if self.lit(layout.external_id).is_some() {
+            self.skip_member_value(3).ok()?;
+            self.lit(b",")?;
+        }
         let args = &mut ev.args;
         if kernel {
-            self.lit(b",\"queued\":")?;
+            self.lit(layout.queued)?;
             self.skip_member_value(3).ok()?;
-            self.lit(b",\"device\":")?;
+            self.lit(layout.device)?;
             args.device = Some(self.arg_value().ok()?);
-            self.lit(b",\"context\":")?;
+            self.lit(layout.context)?;
             self.skip_member_value(3).ok()?;
-            self.lit(b",\"stream\":")?;
+            self.lit(layout.stream)?;
             args.stream = Some(self.arg_value().ok()?);
-            self.lit(b",\"correlation\":")?;
+            self.lit(layout.correlation)?;
             args.correlation = Some(self.arg_value().ok()?);
-            self.lit(b",\"registers per thread\":")?;
+            self.lit(layout.registers)?;
             self.skip_member_value(3).ok()?;
-            self.lit(b",\"shared memory\":")?;
+            self.lit(layout.shared_memory)?;
             self.skip_member_value(3).ok()?;
-            self.lit(b",\"grid\":")?;
+            // Written by newer torch only.
+            if self.lit(layout.blocks_per_sm).is_some() {
+                self.skip_member_value(3).ok()?;
+                self.lit(layout.warps_per_sm)?;
+                self.skip_member_value(3).ok()?;
+            }
+            self.lit(layout.grid)?;
             self.skip_member_value(3).ok()?;
-            self.lit(b",\"block\":")?;
+            self.lit(layout.block)?;
             self.skip_member_value(3).ok()?;
-            self.lit(b",\"est. achieved occupancy %\":")?;
+            self.lit(layout.occupancy)?;
             self.skip_member_value(3).ok()?;
         } else {
-            self.lit(b",\"cbid\":")?;
+            self.lit(layout.cbid)?;
             self.skip_member_value(3).ok()?;
-            self.lit(b",\"correlation\":")?;
+            self.lit(layout.correlation)?;
             args.correlation = Some(self.arg_value().ok()?);
         }
-        self.lit(b"}}")?;
+        self.lit(layout.close)?;
         Some(Ok(()))
     }
 
@@ -1020,7 +1137,7 @@ impl<'a> Scanner<'a> {
         Some(())
     }
 
-    /// [`Scanner::compact_event`] of an event in any of the layouts torch's events come in,
+    /// [`Scanner::laid_out_event`] of an event in any of the layouts torch's events come in,
     /// with the args torch writes that it does not know: an event whose first members are
     /// those torch writes first, in its order, written compactly (`{"ph":"X","cat":"kernel",…`),
     /// over several lines as libkineto writes them (`{\n    "ph": "X", "cat": "kernel", …`)
@@ -1060,7 +1177,7 @@ impl<'a> Scanner<'a> {
             self.comma()?;
             return Some(self.skip_ignored_rest());
         }
-        // As in `compact_event`, written out: a shared function taking the separator as a
+        // As in `laid_out_event`, written out: a shared function taking the separator as a
         // closure inlined worse on this hot path (benches/README.md, "Torch's own layout").
         self.next_key(b"\"pid\":")?;
         self.skip_member_value(2).ok()?;
@@ -1848,7 +1965,7 @@ mod tests {
   }"##,
     ];
 
-    /// Every event above, in each layout: those [`Scanner::compact_event`] reads.
+    /// Every event above, in each layout: those the templates read.
     fn torch_events() -> impl Iterator<Item = &'static str> {
         COMPACT
             .into_iter()
@@ -1869,7 +1986,11 @@ mod tests {
         let full_ev = format!("{full_ev:?}");
         assert_eq!(format!("{fast_ev:?}"), full_ev, "{doc}");
         // Each template alone, where it gives an outcome.
-        for template in [Scanner::compact_event, Scanner::spaced_event] {
+        for template in [
+            Scanner::compact_event,
+            Scanner::libkineto_event,
+            Scanner::spaced_event,
+        ] {
             let (mut s, mut ev) = (Scanner::new(text, 0), RawEvent::default());
             if let Some(alone) = template(&mut s, &mut ev) {
                 assert_eq!(alone, outcome, "{doc}");
@@ -1884,6 +2005,13 @@ mod tests {
     fn read_spaced(text: &[u8]) -> bool {
         Scanner::new(text, 0)
             .spaced_event(&mut RawEvent::default())
+            .is_some()
+    }
+
+    /// Whether [`Scanner::libkineto_event`] gives `text` an outcome (rather than leaving it).
+    fn read_as_libkineto(text: &[u8]) -> bool {
+        Scanner::new(text, 0)
+            .libkineto_event(&mut RawEvent::default())
             .is_some()
     }
 
@@ -2112,7 +2240,28 @@ mod tests {
   }"#;
         assert!(!read_compactly(kineto.as_bytes()));
         assert!(read_spaced(kineto.as_bytes()));
+        assert!(read_as_libkineto(kineto.as_bytes()));
         assert_eq!(same_as_any_event(kineto.as_bytes()), Ok(()));
+        // A graph replay's kernel: no `External id`, its padding kept.
+        let replayed = r#"{
+    "ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_128x64_64x8_1x2_h_bz_NNT", "pid": 0, "tid": 7,
+    "ts": 5183240931024.376, "dur": 5.825,
+    "args": {
+            "queued": 0, "device": 0, "context": 1,      "stream": 7, "correlation": 5433,      "registers per thread": 168,      "shared memory": 213268,      "blocks per SM": 0.969697,      "warps per SM": 11.636364,      "grid": [2, 64, 1],      "block": [384, 1, 1],      "est. achieved occupancy %": 0
+    }
+  }"#;
+        assert!(read_as_libkineto(replayed.as_bytes()));
+        assert_eq!(same_as_any_event(replayed.as_bytes()), Ok(()));
+        assert_eq!(event(replayed).unwrap().args.correlation, Some(Some(5433)));
+        // torch's own runtime calls, kernels and flow events (with and without `External id`)
+        // are read by the libkineto template; copies and annotations by the spaced one.
+        for (i, text) in REAL.iter().enumerate() {
+            assert_eq!(read_as_libkineto(text.as_bytes()), i < 4, "{text}");
+        }
+        for cut in 0..replayed.len() {
+            let outcome = same_as_any_event(&replayed.as_bytes()[..cut]);
+            assert_eq!(outcome, Err(ScanError::Incomplete), "{cut}");
+        }
     }
 
     #[test]
