@@ -440,6 +440,9 @@ struct Layout {
     cbid: &'static [u8],
     /// From the last value to the end of the event.
     close: &'static [u8],
+    /// Whether events are written over lines: the skip of ignored events then looks for
+    /// control characters inside strings as it counts quotes, not in a second pass.
+    lines: bool,
 }
 
 /// A [`Layout`] from its white space: `sp` after each `,` and `:` on a line, `nl` (a line break
@@ -472,6 +475,7 @@ macro_rules! layout {
             occupancy: concat!(",", $wide, "\"est. achieved occupancy %\":", $sp).as_bytes(),
             cbid: concat!($wide, "\"cbid\":", $sp).as_bytes(),
             close: $close.as_bytes(),
+            lines: !$nl.is_empty(),
         }
     };
 }
@@ -1046,7 +1050,7 @@ impl<'a> Scanner<'a> {
         if ev.ph == Phase::Other {
             self.lit(b",")?;
             self.skip_ws();
-            return Some(self.skip_ignored_rest());
+            return Some(self.skip_ignored_rest(layout.lines));
         }
         self.lit(layout.cat)?;
         let kernel = match self.bytes.get(self.pos)? {
@@ -1162,20 +1166,20 @@ impl<'a> Scanner<'a> {
         ev.ph = self.phase_value().ok()?;
         if ev.ph == Phase::Other {
             self.comma()?;
-            return Some(self.skip_ignored_rest());
+            return Some(self.skip_ignored_rest(true));
         }
         self.next_key(b"\"cat\":")?;
         ev.cat = self.cat_value()?;
         if !ev.may_be_imported() {
             self.comma()?;
-            return Some(self.skip_ignored_rest());
+            return Some(self.skip_ignored_rest(true));
         }
         self.next_key(b"\"name\":")?;
         ev.name = Some(self.str_value("name").ok()?);
         // What the import will use depends on `ph`, `cat` and `name` only: known from here.
         if !ev.may_be_imported() {
             self.comma()?;
-            return Some(self.skip_ignored_rest());
+            return Some(self.skip_ignored_rest(true));
         }
         // As in `laid_out_event`, written out: a shared function taking the separator as a
         // closure inlined worse on this hot path (benches/README.md, "Torch's own layout").
@@ -1231,8 +1235,8 @@ impl<'a> Scanner<'a> {
 
     /// [`Scanner::skip_object_rest`] of an event known not to be imported.
     #[inline(always)]
-    fn skip_ignored_rest(&mut self) -> Result<(), ScanError> {
-        match self.skip_object_rest() {
+    fn skip_ignored_rest(&mut self, lines: bool) -> Result<(), ScanError> {
+        match self.skip_object_rest(lines) {
             Err(ScanError::Incomplete) => Err(ScanError::IncompleteIgnored),
             other => other,
         }
@@ -1270,7 +1274,7 @@ impl<'a> Scanner<'a> {
                 return Ok(());
             }
             if ev.ph == Phase::Other || (cat_seen && !ev.may_be_imported()) {
-                return self.skip_ignored_rest();
+                return self.skip_ignored_rest(true);
             }
         }
     }
@@ -1295,8 +1299,8 @@ impl<'a> Scanner<'a> {
 
     /// Steps to just after the `}` that closes the object the scan is in (after a `,`),
     /// checking strings and the nesting of brackets only: members the import does not read.
-    fn skip_object_rest(&mut self) -> Result<(), ScanError> {
-        if self.skip_flat_object_rest() {
+    fn skip_object_rest(&mut self, lines: bool) -> Result<(), ScanError> {
+        if self.skip_flat_object_rest(lines) {
             return Ok(());
         }
         self.skip_any_object_rest()
@@ -1335,37 +1339,59 @@ impl<'a> Scanner<'a> {
 }
 
 impl Scanner<'_> {
-    /// [`Scanner::skip_object_rest`] of a rest holding no bracket, backslash or control
+    /// [`Scanner::skip_object_rest`] of a rest holding no `[`, `]`, backslash or control
     /// character inside a string before its `}` (`"id":1,"cat":"ac2g"}`, or written over
-    /// lines, `"id": 1,\n    "cat": "ac2g"\n  }`, as torch's flow events are): then its
-    /// strings are the stretches between pairs of quotes, all valid, and the object ends at the
-    /// first `}` after an even number of quotes, as the full skip finds (which reads nothing
-    /// outside strings but brackets). `false` (nothing moved) for anything else, which the full
-    /// skip then reads.
+    /// lines, `"id": 1,\n    "cat": "ac2g"\n  }`, as torch's flow events are, or with objects
+    /// inside, `"ts": 1.5,\n    "args": {\n      "Ev Idx": 1\n    }\n  }`, as its CPU ops are):
+    /// then its strings are the stretches between pairs of quotes, all valid, and each `{` or
+    /// `}` after an even number of quotes opens or closes an object, as the full skip finds
+    /// (which reads nothing outside strings but brackets). `false` (nothing moved) for anything
+    /// else, which the full skip then reads. `lines`: the rest is likely to hold line breaks
+    /// (events written over lines), looked for as quotes are counted ([`flat_lines_bytes`]);
+    /// else in a second pass only where some are found ([`controls_inside`]): the outcome is
+    /// the same, only the cost differs.
     #[inline(always)]
-    fn skip_flat_object_rest(&mut self) -> bool {
+    fn skip_flat_object_rest(&mut self, lines: bool) -> bool {
         let Some(rest) = self.bytes.get(self.pos..) else {
             return false;
         };
         if rest.first() != Some(&b'"') {
             return false;
         }
-        let (mut from, mut quotes) = (0, 0);
+        let (mut from, mut quotes, mut depth) = (0, 0, 1u32);
         loop {
-            let Some(close) = memchr::memchr(b'}', &rest[from..]).map(|p| from + p) else {
+            let Some(brace) = memchr::memchr2(b'{', b'}', &rest[from..]).map(|p| from + p) else {
                 return false;
             };
-            let (q, special, control) = flat_bytes(&rest[from..close]);
-            if special || (control && controls_inside(&rest[from..close], quotes % 2 == 1)) {
+            let span = &rest[from..brace];
+            let odd = quotes % 2 == 1;
+            let (q, bad) = if lines {
+                flat_lines_bytes(span, odd)
+            } else {
+                let (q, special, control) = flat_bytes(span);
+                (q, special || (control && controls_inside(span, odd)))
+            };
+            if bad {
                 return false;
             }
             quotes += q;
-            if quotes % 2 == 0 {
-                self.pos += close + 1;
-                return true;
+            from = brace + 1;
+            // A brace inside a string is stepped over.
+            if quotes % 2 == 1 {
+                continue;
             }
-            // That `}` is inside a string.
-            from = close + 1;
+            if rest[brace] == b'}' {
+                depth -= 1;
+                if depth == 0 {
+                    self.pos += brace + 1;
+                    return true;
+                }
+            } else if depth >= Nesting::MAX_DEPTH {
+                // The full skip refuses it, with its message.
+                return false;
+            } else {
+                depth += 1;
+            }
         }
     }
 }
@@ -1390,6 +1416,48 @@ fn flat_bytes(s: &[u8]) -> (usize, bool, bool) {
         control |= c;
     }
     (quotes, special != 0, control != 0)
+}
+
+/// [`flat_bytes`] and [`controls_inside`] in one pass (`odd`: `s` starts inside a string): the
+/// quotes, and whether `s` holds a bracket but `}`, a backslash, or a control character inside a
+/// string, branching only on words that hold a control character. Cheaper than the two passes
+/// where line breaks are common, dearer where there are none (it counts quotes word by word).
+#[inline(always)]
+fn flat_lines_bytes(s: &[u8], odd: bool) -> (usize, bool) {
+    let mut words = s.chunks_exact(8);
+    let (mut quotes, mut bad) = (usize::from(odd), false);
+    for word in words.by_ref() {
+        let (q, b) = flat_lines_word(
+            u64::from_le_bytes(word.try_into().unwrap_or([0; 8])),
+            quotes,
+        );
+        quotes += q;
+        bad |= b;
+    }
+    let tail = words.remainder();
+    if !tail.is_empty() {
+        let (q, b) = flat_lines_word(u64::from_le_bytes(padded(tail)), quotes);
+        quotes += q;
+        bad |= b;
+    }
+    (quotes - usize::from(odd), bad)
+}
+
+/// [`flat_lines_bytes`] of eight bytes after `before` quotes.
+#[inline(always)]
+fn flat_lines_word(x: u64, before: usize) -> (usize, bool) {
+    let (_, special, control) = flat_word(x);
+    // One in each byte that is a quote; byte k of the product counts the quotes in bytes 0
+    // to k (at most eight: no carry between bytes), the top byte all of them.
+    let counts = (zero_bytes(x ^ (ONES * u64::from(b'"'))) >> 7).wrapping_mul(ONES);
+    let mut bad = special != 0;
+    if control != 0 {
+        // Bad where a control character lies inside a string, as the low bit of its byte's
+        // count, with the quotes before the word, says.
+        let inside = (counts ^ if before % 2 == 1 { ONES } else { 0 }) & ONES;
+        bad |= (zero_bytes(x & (ONES * 0xe0)) >> 7) & inside != 0;
+    }
+    ((counts >> 56) as usize, bad)
 }
 
 /// Up to eight bytes, padded with a byte that is none of those [`flat_word`] and
@@ -1466,9 +1534,12 @@ impl Nesting {
         Nesting { open: 0, depth: 1 }
     }
 
+    /// The most brackets open at once.
+    pub(super) const MAX_DEPTH: u32 = 64;
+
     /// A `{` or `[`.
     pub(super) fn push(&mut self, byte: u8) -> Result<(), &'static str> {
-        if self.depth >= 64 {
+        if self.depth >= Self::MAX_DEPTH {
             return Err("nested too deeply");
         }
         self.open = self.open << 1 | u64::from(byte == b'[');
@@ -1756,6 +1827,14 @@ mod tests {
 
     #[test]
     fn the_flat_skip_ends_where_the_full_skip_does() {
+        for lines in [false, true] {
+            flat_skip_ends_where_the_full_skip_does(lines);
+        }
+    }
+
+    /// [`Scanner::skip_flat_object_rest`] with one of its two ways of looking for control
+    /// characters.
+    fn flat_skip_ends_where_the_full_skip_does(lines: bool) {
         let rests = [
             r#""id":1,"pid":4242,"ts":1003.525,"cat":"ac2g","name":"ac2g"},{"#,
             r#""name":"a}b","x":"}}"},"#,
@@ -1763,6 +1842,8 @@ mod tests {
             r#""a":1}"#,
             r#""a":[1],"b":2}"#,
             r#""a":{"b":1},"c":2}"#,
+            "\"ts\": 1.5,\n    \"args\": {\n      \"Ev Idx\": 1, \"x\": {}\n    }\n  }",
+            r#""a":"{","b":{"c":"}"}}"#,
             r#""a":"x\"}","b":1}"#,
             "\"a\":\"x\ty\"}",
             "\"a\":1,\n\"b\":2}",
@@ -1781,32 +1862,49 @@ mod tests {
                 Scanner::new(rest.as_bytes(), 0),
             );
             let full_result = full.skip_any_object_rest();
-            if flat.skip_flat_object_rest() {
+            if flat.skip_flat_object_rest(lines) {
                 assert_eq!(full_result, Ok(()), "{rest}");
                 assert_eq!(flat.pos, full.pos, "{rest}");
             } else {
                 assert_eq!(flat.pos, 0, "{rest}: moved without skipping");
             }
         }
-        // Taken where torch's flow events stand, compact or over lines; not with a control
-        // character inside a string, wherever it falls in a word.
-        for (i, flat) in [(0, true), (9, true), (10, false), (11, false), (12, false)] {
+        // Taken where torch's flow events and CPU ops stand, compact or over lines, braces
+        // inside strings or not; not with a control character inside a string, wherever it
+        // falls in a word, nor with an array.
+        for (i, flat) in [
+            (0, true),
+            (4, false),
+            (5, true),
+            (6, true),
+            (7, true),
+            (11, true),
+            (12, false),
+            (13, false),
+            (14, false),
+        ] {
             let mut s = Scanner::new(rests[i].as_bytes(), 0);
-            assert_eq!(s.skip_flat_object_rest(), flat, "{}", rests[i]);
+            assert_eq!(s.skip_flat_object_rest(lines), flat, "{}", rests[i]);
         }
         for text in LIBKINETO.into_iter().chain(JSON_DUMP).chain(REAL) {
             let Some(at) = text.find("\"id\"") else {
                 continue;
             };
             let mut s = Scanner::new(text.as_bytes(), at);
-            assert!(s.skip_flat_object_rest(), "{text}");
+            assert!(s.skip_flat_object_rest(lines), "{text}");
+            assert_eq!(s.pos, text.len());
+        }
+        for text in REAL.iter().filter(|t| t.contains("\"cpu_op\"")) {
+            let at = text.find("\"pid\"").unwrap();
+            let mut s = Scanner::new(text.as_bytes(), at);
+            assert!(s.skip_flat_object_rest(lines), "{text}");
             assert_eq!(s.pos, text.len());
         }
         // Every eight-byte stretch of a flat rest, whatever its length.
         for len in 0..40 {
             let rest = format!("\"k\":\"{}\"}}", "v".repeat(len));
             let mut s = Scanner::new(rest.as_bytes(), 0);
-            assert!(s.skip_flat_object_rest(), "{rest}");
+            assert!(s.skip_flat_object_rest(lines), "{rest}");
             assert_eq!(s.pos, rest.len());
         }
         // Random rests of the bytes that matter: wherever the flat skip ends, the full one does.
@@ -1823,7 +1921,7 @@ mod tests {
             }
             let (mut flat, mut full) = (Scanner::new(&rest, 0), Scanner::new(&rest, 0));
             let full_result = full.skip_any_object_rest();
-            if flat.skip_flat_object_rest() {
+            if flat.skip_flat_object_rest(lines) {
                 assert_eq!((full_result, flat.pos), (Ok(()), full.pos), "{rest:?}");
                 flat_ones += 1;
             } else {
@@ -1835,10 +1933,10 @@ mod tests {
             let mut bytes = br#""k":"0123456789abcdef","#.to_vec();
             bytes[7] = b;
             bytes.extend_from_slice(b"\"z\":1}");
-            let special = b == b'\\' || b == b'{' || b == b'[' || b == b']' || b < 0x20;
+            let special = b == b'\\' || b == b'[' || b == b']' || b < 0x20;
             let quote = b == b'"';
             let mut s = Scanner::new(&bytes, 0);
-            let skipped = s.skip_flat_object_rest();
+            let skipped = s.skip_flat_object_rest(lines);
             assert_eq!(skipped, !special && !quote, "byte {b}");
         }
     }
