@@ -440,6 +440,14 @@ struct Layout {
     cbid: &'static [u8],
     /// From the last value to the end of the event.
     close: &'static [u8],
+    /// A CUDA flow event's (`ph` `s` or `f`, torch's `ac2g`), after its `ph`: up to its `id`,
+    /// up to its `ts` (on the first line, unlike a kernel's), from its `ts` to the end of its
+    /// `name`, its flow end's `bp`, and from there to the end of the event.
+    flow_id: &'static [u8],
+    flow_ts: &'static [u8],
+    flow_cat_name: &'static [u8],
+    flow_bp: &'static [u8],
+    flow_close: &'static [u8],
     /// Whether events are written over lines: the skip of ignored events then looks for
     /// control characters inside strings as it counts quotes, not in a second pass.
     lines: bool,
@@ -447,9 +455,17 @@ struct Layout {
 
 /// A [`Layout`] from its white space: `sp` after each `,` and `:` on a line, `nl` (a line break
 /// and indentation, or nothing) before `ts` and `args`, `inner` after the `{` of `args`, `wide`
-/// (torch's padding) before some of the args, and `close` from the last value to the end.
+/// (torch's padding) before some of the args, `close` from the last value to the end, and
+/// `flow_close` from a flow event's last value to its end.
 macro_rules! layout {
-    (sp: $sp:literal, nl: $nl:literal, inner: $inner:literal, wide: $wide:literal, close: $close:literal) => {
+    (
+        sp: $sp:literal,
+        nl: $nl:literal,
+        inner: $inner:literal,
+        wide: $wide:literal,
+        close: $close:literal,
+        flow_close: $flow_close:literal
+    ) => {
         Layout {
             open: concat!("{", $nl, "\"ph\":", $sp).as_bytes(),
             cat: concat!(",", $sp, "\"cat\":", $sp, "\"").as_bytes(),
@@ -475,13 +491,36 @@ macro_rules! layout {
             occupancy: concat!(",", $wide, "\"est. achieved occupancy %\":", $sp).as_bytes(),
             cbid: concat!($wide, "\"cbid\":", $sp).as_bytes(),
             close: $close.as_bytes(),
+            flow_id: concat!(",", $sp, "\"id\":", $sp).as_bytes(),
+            flow_ts: concat!(",", $sp, "\"ts\":", $sp).as_bytes(),
+            flow_cat_name: concat!(
+                ",",
+                $nl,
+                "\"cat\":",
+                $sp,
+                "\"ac2g\",",
+                $sp,
+                "\"name\":",
+                $sp,
+                "\"ac2g\""
+            )
+            .as_bytes(),
+            flow_bp: concat!(",", $sp, "\"bp\":", $sp, "\"e\"").as_bytes(),
+            flow_close: $flow_close.as_bytes(),
             lines: !$nl.is_empty(),
         }
     };
 }
 
 /// Events written compactly (`{"ph":"X","cat":"kernel",…`), one per line.
-const COMPACT_LAYOUT: Layout = layout!(sp: "", nl: "", inner: "", wide: "", close: "}}");
+const COMPACT_LAYOUT: Layout = layout!(
+    sp: "",
+    nl: "",
+    inner: "",
+    wide: "",
+    close: "}}",
+    flow_close: "}"
+);
 
 /// Events as libkineto writes them (torch.profiler's `export_chrome_trace`): over four lines,
 /// six spaces before some args.
@@ -490,7 +529,8 @@ const LIBKINETO_LAYOUT: Layout = layout!(
     nl: "\n    ",
     inner: "\n      ",
     wide: "      ",
-    close: "\n    }\n  }"
+    close: "\n    }\n  }",
+    flow_close: "\n  }"
 );
 
 /// A position in a byte slice.
@@ -984,13 +1024,14 @@ impl<'a> Scanner<'a> {
     pub(super) fn event(&mut self, ev: &mut RawEvent<'a>) -> Result<(), ScanError> {
         *ev = RawEvent::default();
         let start = self.pos;
-        if self.bytes.get(start..start + 7) == Some(b"{\"ph\":\"") {
+        let rest = self.bytes.get(start..).unwrap_or_default();
+        if rest.starts_with(COMPACT_LAYOUT.open) {
             if let Some(outcome) = self.compact_event(ev) {
                 return outcome;
             }
             *ev = RawEvent::default();
             self.pos = start;
-        } else if self.bytes.get(start..start + 13) == Some(b"{\n    \"ph\": \"") {
+        } else if rest.starts_with(LIBKINETO_LAYOUT.open) {
             if let Some(outcome) = self.libkineto_event(ev) {
                 return outcome;
             }
@@ -1048,6 +1089,11 @@ impl<'a> Scanner<'a> {
         self.lit(layout.open)?;
         ev.ph = self.phase_value().ok()?;
         if ev.ph == Phase::Other {
+            let after_ph = self.pos;
+            if self.flow_rest(layout).is_some() {
+                return Some(Ok(()));
+            }
+            self.pos = after_ph;
             self.lit(b",")?;
             self.skip_ws();
             return Some(self.skip_ignored_rest(layout.lines));
@@ -1118,6 +1164,28 @@ impl<'a> Scanner<'a> {
         }
         self.lit(layout.close)?;
         Some(Ok(()))
+    }
+
+    /// The rest of a CUDA flow event after its `ph`, laid out as `layout` says
+    /// (`,"id":100,"pid":4242,"tid":4242,"ts":1000.000,"cat":"ac2g","name":"ac2g"}`, with
+    /// `,"bp":"e"` before the `}` at the flow's end): steps past its `}`. Its values are
+    /// checked by the readers [`Scanner::skip_value`] would take for them, so it moves only
+    /// where [`Scanner::skip_object_rest`] would step over the same bytes, to the same place.
+    /// `None` (the position left anywhere) at anything else.
+    #[inline(always)]
+    fn flow_rest(&mut self, layout: &Layout) -> Option<()> {
+        self.lit(layout.flow_id)?;
+        self.plain_integer()?;
+        self.lit(layout.pid)?;
+        self.plain_integer()?;
+        self.lit(layout.tid)?;
+        self.plain_integer()?;
+        self.lit(layout.flow_ts)?;
+        self.kineto_time()?;
+        self.lit(layout.flow_cat_name)?;
+        // Only at the flow's end.
+        let _ = self.lit(layout.flow_bp);
+        self.lit(layout.flow_close)
     }
 
     /// `,` between two members, with any white space around it (as
@@ -2113,6 +2181,43 @@ mod tests {
             .is_some()
     }
 
+    /// Whether [`Scanner::flow_rest`] of `layout` reads `text` (after its `ph`) to its end.
+    fn read_by_flow_template(text: &str, layout: &Layout) -> bool {
+        let mut s = Scanner::new(text.as_bytes(), 0);
+        s.lit(layout.open).is_some()
+            && s.phase_value() == Ok(Phase::Other)
+            && s.flow_rest(layout).is_some()
+            && s.pos == text.len()
+    }
+
+    #[test]
+    fn torch_flow_events_are_read_by_the_flow_template() {
+        for (text, layout) in [
+            (COMPACT[1], &COMPACT_LAYOUT),
+            (COMPACT[3], &COMPACT_LAYOUT),
+            (LIBKINETO[1], &LIBKINETO_LAYOUT),
+            (LIBKINETO[3], &LIBKINETO_LAYOUT),
+            (REAL[1], &LIBKINETO_LAYOUT),
+            (REAL[3], &LIBKINETO_LAYOUT),
+        ] {
+            assert!(read_by_flow_template(text, layout), "{text}");
+            assert_eq!(same_as_any_event(text.as_bytes()), Ok(()));
+        }
+        // Not flow events as torch writes them: left to the skip (which reads them as the
+        // general path does: `other_layouts_of_torch_events_are_left_to_the_general_path`).
+        let flow = COMPACT[1];
+        for other in [
+            flow.replace("ac2g", "fwdbwd"),
+            flow.replace("1000.000", "1000.0005"),
+            flow.replace("\"id\":100", "\"id\":0100"),
+            flow.replace("\"ac2g\"}", "\"ac2g\",\"bp\":\"e\",\"x\":1}"),
+            COMPACT[0].to_owned(),
+        ] {
+            assert!(!read_by_flow_template(&other, &COMPACT_LAYOUT), "{other}");
+        }
+        assert!(!read_by_flow_template(REAL[1], &COMPACT_LAYOUT));
+    }
+
     /// Whether [`Scanner::compact_event`] gives `text` an outcome (rather than leaving it).
     fn read_compactly(text: &[u8]) -> bool {
         Scanner::new(text, 0)
@@ -2305,6 +2410,14 @@ mod tests {
             "{\"ph\":\"X\"}".to_owned(),
             "{\"ph\":7,\"x\":1}".to_owned(),
             "{}".to_owned(),
+            // Flow events the flow template leaves to the skip.
+            flow.replace("ac2g", "fwdbwd"),
+            flow.replace("1000.000", "1000.0005"),
+            flow.replace("\"id\":100", "\"id\":0100"),
+            flow.replace("\"id\":100", "\"id\":-100"),
+            flow.replace("\"id\":100", "\"id\":\"100\""),
+            flow.replace("\"ac2g\"}", "\"ac2g\",\"bp\":\"s\"}"),
+            flow.replace("\"ac2g\"}", "\"ac2g\",\"bp\":\"e\",\"x\":1}"),
         ];
         for doc in &variants {
             let _ = same_as_any_event(doc.as_bytes());
