@@ -717,10 +717,33 @@ impl<'a> Scanner<'a> {
     /// members hold (`"pid":4242`, `"queued":0`) stepped over here, without the call.
     #[inline(always)]
     fn skip_member_value(&mut self, depth: u32) -> Result<(), ScanError> {
-        if self.plain_integer().is_some() || self.integer_array() {
+        if self.plain_integer().is_some() || self.plain_decimal() || self.integer_array() {
             return Ok(());
         }
         self.skip_value(depth)
+    }
+
+    /// A non-negative number with a fraction and no exponent, followed by a byte that ends a
+    /// value (`0.015152`, as torch writes a kernel's `blocks per SM`): steps over it as
+    /// [`Scanner::skip_value`] would. `false` moves nothing.
+    #[inline(always)]
+    fn plain_decimal(&mut self) -> bool {
+        let (b, start) = (self.bytes, self.pos);
+        let int_end = digits(b, start).0;
+        let int_len = int_end - start;
+        if int_len == 0 || (int_len > 1 && b[start] == b'0') || b.get(int_end) != Some(&b'.') {
+            return false;
+        }
+        let end = digits(b, int_end + 1).0;
+        let ends = matches!(
+            b.get(end),
+            Some(b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t')
+        );
+        if end == int_end + 1 || !ends {
+            return false;
+        }
+        self.pos = end;
+        true
     }
 
     /// A non-empty array of plain integers (`[128,1,1]`, `[128, 1, 1]`, as torch writes a
@@ -2556,6 +2579,20 @@ mod tests {
         }
     }
 
+    /// Checks that [`Scanner::skip_member_value`] of `text` gives what [`Scanner::skip_value`]
+    /// gives, and that its fast path `fast` either moves where the latter does or not at all.
+    fn skipped_as_any_value_is(text: &str, fast: impl Fn(&mut Scanner<'_>) -> bool) {
+        let (mut member, mut full) = (
+            Scanner::new(text.as_bytes(), 0),
+            Scanner::new(text.as_bytes(), 0),
+        );
+        assert_eq!(member.skip_member_value(3), full.skip_value(3), "{text}");
+        assert_eq!(member.pos, full.pos, "{text}");
+        let mut s = Scanner::new(text.as_bytes(), 0);
+        let expected = if fast(&mut s) { full.pos } else { 0 };
+        assert_eq!(s.pos, expected, "{text}");
+    }
+
     #[test]
     fn integer_arrays_are_stepped_over_as_any_value_is() {
         let arrays = [
@@ -2578,24 +2615,59 @@ mod tests {
         ];
         for array in arrays {
             for after in ["", ",", "}", " ,", "]"] {
-                let text = format!("{array}{after}");
-                let (mut fast, mut full) = (
-                    Scanner::new(text.as_bytes(), 0),
-                    Scanner::new(text.as_bytes(), 0),
-                );
-                assert_eq!(fast.skip_member_value(3), full.skip_value(3), "{text}");
-                assert_eq!(fast.pos, full.pos, "{text}");
-                let mut s = Scanner::new(text.as_bytes(), 0);
-                if s.integer_array() {
-                    assert_eq!(s.pos, full.pos, "{text}");
-                } else {
-                    assert_eq!(s.pos, 0, "{text}");
-                }
+                skipped_as_any_value_is(&format!("{array}{after}"), |s| s.integer_array());
             }
         }
         let mut s = Scanner::new(b"[8, 8, 4],", 0);
         assert!(s.integer_array());
         assert_eq!(s.pos, 9);
+    }
+
+    #[test]
+    fn numbers_are_stepped_over_as_any_value_is() {
+        let numbers = [
+            "0.015152",
+            "1.939394",
+            "12.5",
+            "0.0",
+            "0",
+            "7",
+            "10.",
+            "01.5",
+            "00.5",
+            ".5",
+            "1.5e3",
+            "1.5E-3",
+            "1.5.5",
+            "-0.5",
+            "1.",
+            "1.x",
+            "1.5x",
+            "2.25\"",
+            "123456789012345678901.5",
+        ];
+        for number in numbers {
+            for after in ["", ",", "}", "]", " ,", "\n", "\t", "e", "-"] {
+                skipped_as_any_value_is(&format!("{number}{after}"), |s| s.plain_decimal());
+            }
+        }
+        let mut s = Scanner::new(b"0.969697,", 0);
+        assert!(s.plain_decimal());
+        assert_eq!(s.pos, 8);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn random_numbers_are_stepped_over_as_any_value_is(
+            text in "[0-9.eE+-]{0,12}[,} \n\\]x]?",
+        ) {
+            let (mut fast, mut full) = (
+                Scanner::new(text.as_bytes(), 0),
+                Scanner::new(text.as_bytes(), 0),
+            );
+            proptest::prop_assert_eq!(fast.skip_member_value(3), full.skip_value(3));
+            proptest::prop_assert_eq!(fast.pos, full.pos);
+        }
     }
 
     #[test]
