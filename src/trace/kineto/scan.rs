@@ -1380,6 +1380,7 @@ impl<'a> Scanner<'a> {
         // One plain character between quotes (torch's every phase): read as it stands.
         if let Some(&[b'"', c, b'"']) = self.bytes.get(self.pos..self.pos + 3)
             && c != b'\\'
+            && c != b'"'
             && c >= 0x20
         {
             self.pos += 3;
@@ -2464,6 +2465,9 @@ mod tests {
         }
         assert!(!read_spaced(variants[15].as_bytes()));
         assert!(!read_spaced(variants[16].as_bytes()));
+        // A phase of three quotes is an empty string and a stray quote: not JSON.
+        let three_quotes = kernel.replace("\"X\"", "\"\"\"");
+        assert!(matches!(event(&three_quotes), Err(ScanError::Bad(_))));
         // The events as torch's own writer lays them out, over several lines.
         let kineto = r#"{
     "ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_128x64_64x8_1x2_h_bz_NNT", "pid": 0, "tid": 7,
