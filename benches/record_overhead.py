@@ -86,12 +86,15 @@ PROGRAMS = {
     "torch_compile_decode": Program("torch_compile_decode", EXAMPLES / "torch_compile_decode.py",
                                     warmup_args=("--steps", "8")),
     "phases": Program("phases", EXAMPLES / "phases.py", diff=("replay_mode1", "replay_mode2")),
+    # NCCL's serial-event shape of mode 2: each replay waits on the previous replay's record.
+    "serial_event": Program("serial_event", EXAMPLES / "serial_event.py",
+                            diff=("replay_mode1", "replay_mode2")),
 }
 
 # Seconds per process before a run has measured them (guesses for one H200: torch import, CUDA
 # and NCCL start, the program, the tool's start and finish); a round's measured walls replace
 # them for the next round's estimate.
-GUESS_PLAIN_S = {"torch_graphs": 8, "torch_compile_decode": 12, "phases": 5}
+GUESS_PLAIN_S = {"torch_graphs": 8, "torch_compile_decode": 12, "phases": 5, "serial_event": 5}
 GUESS_OTHER_PLAIN_S = 10
 GUESS_EXTRA_S = {"plain": 0, "record": 3, "profiler": 4, "nsys": 12}
 GUESS_WARMUP_S = 45

@@ -174,7 +174,7 @@ pub fn compare_cells(
             head_gap_cause: h.map(|e| e.gap_cause_label.clone()),
         });
     }
-    let (ratio, change, period_delta) = match (&base.period, &head.period) {
+    let (traced_ratio, traced_change, period_delta) = match (&base.period, &head.period) {
         (Some(b), Some(h)) if b.median > 0.0 => (
             Some(h.median / b.median),
             // Judged on run-to-run samples where there are enough steps, else on the
@@ -184,6 +184,15 @@ pub fn compare_cells(
             Some(h.median - b.median),
         ),
         _ => (None, None, None),
+    };
+    // The untraced periods, where both were measured, decide: tracing never flips a verdict.
+    let untraced = match (&base.untraced_period, &head.untraced_period) {
+        (Some(b), Some(h)) if b.median > 0.0 => Some((b, h)),
+        _ => None,
+    };
+    let (ratio, change) = match untraced {
+        Some((b, h)) => (Some(h.median / b.median), Some(Change::between(b, h))),
+        None => (traced_ratio, traced_change),
     };
     let mut gap_growth_by_cause: Vec<(CauseKind, String, f64)> = growth
         .into_iter()
@@ -206,28 +215,46 @@ pub fn compare_cells(
         head_label: head.label.clone(),
         ratio,
         change,
+        judged_untraced: untraced.is_some(),
+        traced_host_bound: traced_host_bound(base) || traced_host_bound(head),
         aligned,
         max_duration_delta_pct: max_pct,
         durations_within_spread: within_spread,
         period_delta,
         gap_growth_by_cause,
         causes_gone_in_head,
-        within_tracer_effect: period_delta.and_then(|d| {
+        within_tracer_effect: period_delta.filter(|_| untraced.is_none()).and_then(|d| {
             super::tracer_share::TracerShare::explains(
                 [base.tracer_share.as_ref(), head.tracer_share.as_ref()],
                 d,
             )
         }),
-        untraced_period_delta: base
-            .tracer_share
-            .as_ref()
-            .zip(head.tracer_share.as_ref())
-            .map(|(b, h)| h.untraced.median - b.untraced.median),
+        untraced_period_delta: untraced.map(|(b, h)| h.median - b.median).or_else(|| {
+            base.tracer_share
+                .as_ref()
+                .zip(head.tracer_share.as_ref())
+                .map(|(b, h)| h.untraced.median - b.untraced.median)
+        }),
         duration_delta_total,
         one_sided_ops_total,
         pairing: None,
         graph_difference: graph_difference(base, head),
     }
+}
+
+/// Whether tracing made a cell's traced steps host-bound: its traced period lies beyond its
+/// untraced period's p90 and some of its idle time waits on the host's launches.
+fn traced_host_bound(cell: &CellAnalysis) -> bool {
+    let (Some(traced), Some(untraced)) = (&cell.period, &cell.untraced_period) else {
+        return false;
+    };
+    traced.median > untraced.p90
+        && cell.idle_by_cause.iter().any(|c| {
+            matches!(
+                c.cause,
+                CauseKind::GraphLaunchHostBound | CauseKind::HostLaunchBound
+            ) && c.per_step.median > 0.0
+        })
 }
 
 /// Node-type count differences between two cells' graphs, e.g. "+1 EventWait (external)".

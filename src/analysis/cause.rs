@@ -695,6 +695,7 @@ pub fn analyze_cell(
         },
         graph_group: cell.graph_group,
         found: cell.found,
+        untraced_period: None,
     }
 }
 

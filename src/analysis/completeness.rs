@@ -174,6 +174,11 @@ pub fn check(trace: &Trace) -> Completeness {
         }
     }
     lose(&mut pending, &mut c);
+    // Under a trace budget that measures, device records without a launch call are the
+    // measured launches' and steps' (see `crate::trace::Sampling::measured_per_pause`).
+    if super::untraced::measures(trace) {
+        return c;
+    }
     // Each correlation id of a device record once, with the start of its last record.
     let api = CorrSet::of(trace.api_calls.iter().map(|a| a.corr));
     let mut counted = FxHashSet::default();

@@ -20,6 +20,7 @@ pub mod steps;
 pub mod summary;
 pub mod timeline;
 pub mod tracer_share;
+pub mod untraced;
 pub mod validate;
 
 pub use model::*;
@@ -177,12 +178,14 @@ impl Analyzer {
     }
 
     /// Analyses `trace`, checked by [`validate`], whose device ops are `timeline`.
-    fn add_checked(&mut self, trace: &Trace, recorded: Recorded, timeline: TraceTimeline) {
+    fn add_checked(&mut self, trace: &Trace, recorded: Recorded, mut timeline: TraceTimeline) {
         let i = self.analysis.inputs.len();
         // One index of launch calls for splitting into steps and for attribution.
         let launches = steps::LaunchIndex::new(trace);
+        let measured = untraced::take_measured(trace, &mut timeline, &launches);
         let (cells, found) = steps::split_cells(trace, &timeline, &launches);
         let cells = steps::split_mixed_regimes(cells, trace, &timeline);
+        let untraced_periods = untraced::periods(&cells, &timeline, &measured);
         self.analysis.inputs.push(InputSummary {
             path: recorded.path.clone(),
             source: trace.metadata.source,
@@ -209,8 +212,15 @@ impl Analyzer {
         self.paths.push(recorded.path);
         let mut ctx = cause::TraceContext::new(trace, launches);
         let first_cell = self.analysis.cells.len();
-        for cell in cells {
-            let cell = cause::analyze_cell(i, &mut ctx, &timeline, cell, &self.options);
+        for (cell, mut untraced_periods) in cells.into_iter().zip(untraced_periods) {
+            let mut cell = cause::analyze_cell(i, &mut ctx, &timeline, cell, &self.options);
+            cell.untraced_period = untraced::stat(&mut untraced_periods);
+            // Where the device measured both, the tracer's share is read on its clock.
+            if let (Some(traced), Some(untraced)) = (cell.period, cell.untraced_period)
+                && let Some(share) = tracer_share::TracerShare::of_device(traced, untraced)
+            {
+                cell.tracer_share = Some(share);
+            }
             self.analysis.cells.push(cell);
         }
         let cells = &mut self.analysis.cells[first_cell..];

@@ -406,6 +406,11 @@ pub struct CellAnalysis {
     /// same run (step-range cells and graph replays under a trace budget).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tracer_share: Option<super::tracer_share::TracerShare>,
+    /// The cell's step period as the program ran it untraced, on the device's clock: from
+    /// the launches and steps `gapscope record` measured after each pause
+    /// ([`super::untraced`]). The figure to compare with the program's own period.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub untraced_period: Option<Stat>,
 }
 
 /// The part of a cell's launches or steps a trace budget traced (the rest ran untraced).
@@ -569,9 +574,20 @@ pub struct CellComparison {
     pub head: usize,
     pub base_label: String,
     pub head_label: String,
-    /// head median period / base median period.
+    /// head median period / base median period: the untraced periods' when both cells have
+    /// one ([`CellAnalysis::untraced_period`]), else the traced.
     pub ratio: Option<f64>,
+    /// The verdict, judged like `ratio` on the untraced periods when both cells have them, so
+    /// that what tracing adds never flips it.
     pub change: Option<Change>,
+    /// Whether `ratio` and `change` were judged on the untraced periods.
+    #[serde(default)]
+    pub judged_untraced: bool,
+    /// Set when tracing made a cell's traced steps host-bound: its traced period is beyond its
+    /// untraced one's spread and host-bound launch gaps are among its causes, so a
+    /// device-side cause's cost is hidden in the traced samples (the untraced verdict stands).
+    #[serde(default)]
+    pub traced_host_bound: bool,
     pub aligned: Vec<AlignedOp>,
     /// Largest |duration delta| over aligned kernels as % of the base duration.
     pub max_duration_delta_pct: Option<f64>,
@@ -587,10 +603,12 @@ pub struct CellComparison {
     /// Causes of [`CellComparison::gap_growth_by_cause`] that no gap of the head has: removed.
     pub causes_gone_in_head: Vec<CauseKind>,
     /// Whether the period difference is no larger than what tracing added to either cell's
-    /// step (`None`: neither cell's tracer share is known).
+    /// step (`None`: neither cell's tracer share is known, or the verdict was judged on
+    /// untraced periods, which tracing cannot explain away).
     pub within_tracer_effect: Option<bool>,
-    /// Head − base of the cells' untraced host step periods (ns), when both cells have a
-    /// tracer share: the difference with tracing's own share taken out.
+    /// Head − base of the cells' untraced periods (ns): the device's measured ones, else the
+    /// host step periods of the tracer's shares; the difference with tracing's own share
+    /// taken out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub untraced_period_delta: Option<f64>,
     /// Net change of aligned op durations (ns), and the time of one-sided ops (head only

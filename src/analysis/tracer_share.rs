@@ -1,6 +1,8 @@
-//! What tracing added to a cell's step period, measured in the same run: under `gapscope
-//! record`'s trace budget the untraced step ranges still have their NVTX markers, so the host
-//! period between two untraced steps can be set against the period between two traced ones.
+//! What tracing added to a cell's step period, measured in the same run. Under `gapscope
+//! record`'s trace budget the measured launches and steps give each cell its untraced period
+//! on the device's clock ([`super::untraced`]), set against its traced period; in traces
+//! recorded before measuring existed, the untraced step ranges still have their NVTX markers,
+//! so the host period between two untraced steps is set against that between two traced ones.
 #![forbid(unsafe_code)]
 
 use super::stats::Stat;
@@ -11,9 +13,20 @@ use serde::Serialize;
 /// Fewest host periods on each side for a share to be stated.
 const MIN_PERIODS: usize = 5;
 
-/// The host step period of a cell's traced and untraced step ranges (start to next start, ns).
+/// Which clock a [`TracerShare`]'s periods were read on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShareClock {
+    /// The device's: the traced steps' period against the measured ones' (end to end).
+    Device,
+    /// The host's: step ranges or graph launches, start to next start (older traces).
+    Host,
+}
+
+/// A cell's traced and untraced step periods (ns), and what tracing added.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TracerShare {
+    pub clock: ShareClock,
     pub traced: Stat,
     pub untraced: Stat,
     /// traced / untraced median.
@@ -23,10 +36,15 @@ pub struct TracerShare {
 }
 
 impl TracerShare {
-    /// "tracing ×1.12 on the host step (+15.2 µs: traced 142.1 n=63, untraced 126.9 n=135)".
+    /// "tracing ×1.12 on the device period (+15.2 µs: traced 142.1 µs n=63, untraced 126.9 µs
+    /// n=135)".
     pub fn describe(&self) -> String {
+        let on = match self.clock {
+            ShareClock::Device => "the device period",
+            ShareClock::Host => "the host step",
+        };
         format!(
-            "tracing ×{:.2} on the host step ({:+.1} µs: traced {:.1} µs n={}, untraced {:.1} µs n={})",
+            "tracing ×{:.2} on {on} ({:+.1} µs: traced {:.1} µs n={}, untraced {:.1} µs n={})",
             self.ratio,
             self.added_ns / 1e3,
             self.traced.median / 1e3,
@@ -261,8 +279,18 @@ fn stat_of(h: &RangeSummary) -> Option<Stat> {
 impl TracerShare {
     /// `None` unless each side has [`MIN_PERIODS`] periods and the untraced median is positive.
     fn of(traced: Stat, untraced: Stat) -> Option<TracerShare> {
+        Self::on(ShareClock::Host, traced, untraced)
+    }
+
+    /// A cell's traced device period against its measured untraced one ([`super::untraced`]).
+    pub fn of_device(traced: Stat, untraced: Stat) -> Option<TracerShare> {
+        Self::on(ShareClock::Device, traced, untraced)
+    }
+
+    fn on(clock: ShareClock, traced: Stat, untraced: Stat) -> Option<TracerShare> {
         (traced.n >= MIN_PERIODS && untraced.n >= MIN_PERIODS && untraced.median > 0.0).then(|| {
             TracerShare {
+                clock,
                 ratio: traced.median / untraced.median,
                 added_ns: traced.median - untraced.median,
                 traced,

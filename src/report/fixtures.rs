@@ -337,6 +337,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             found: None,
             sampled: None,
             tracer_share: None,
+            untraced_period: None,
             period_runs: None,
             period_block_medians: Vec::new(),
             trace: 0,
@@ -429,6 +430,8 @@ pub fn compare_between(
     CellComparison {
         pairing: None,
         graph_difference: None,
+        judged_untraced: false,
+        traced_host_bound: false,
         duration_delta_total: 0.0,
         one_sided_ops_total: 0.0,
         key: b.workload_key(),

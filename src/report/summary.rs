@@ -54,6 +54,11 @@ fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
         .inputs
         .get(c.trace)
         .is_some_and(|i| i.trace_budget.is_some());
+    let untraced = c
+        .untraced_period
+        .as_ref()
+        .map(|u| format!("; untraced {}", stat_us(u)))
+        .unwrap_or_default();
     let tracing = match &c.tracer_share {
         Some(t) => format!("; {}", t.describe()),
         // Under a budget, a cell none of whose work went untraced has nothing to set its
@@ -64,15 +69,23 @@ fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
         None => String::new(),
     };
     format!(
-        "  {} — {}{mode}: {period}{sampled}{vs}{coverage}{tracing}",
+        "  {} — {}{mode}: {period}{sampled}{untraced}{vs}{coverage}{tracing}",
         short_label(&c.label),
         super::regime_label(c.observed.regime)
     )
 }
 
 /// " — within the tracer's effect" when tracing added at least this difference to a step, with
-/// the difference between the cells' untraced steps when both were measured.
+/// the difference between the cells' untraced steps when both were measured; when the verdict
+/// was judged on those, whether tracing made the traced steps host-bound.
 fn tracer_effect_note(p: &crate::analysis::CellComparison) -> String {
+    if p.judged_untraced {
+        return if p.traced_host_bound {
+            " — tracing made the traced steps host-bound, which hides part of the device-side cost in them: the verdict is the untraced periods'".to_owned()
+        } else {
+            String::new()
+        };
+    }
     let untraced = p
         .untraced_period_delta
         .map(|d| format!(" (between untraced steps: Δ {} µs)", us2_signed(d)))
@@ -239,6 +252,32 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
                 _ => String::new(),
             };
             let change = p.change.map_or("—".to_owned(), |c| c.label().to_owned());
+            let (b, h) = (&a.cells[p.base], &a.cells[p.head]);
+            if p.judged_untraced
+                && let (Some(bu), Some(hu), Some(d)) = (
+                    &b.untraced_period,
+                    &h.untraced_period,
+                    p.untraced_period_delta,
+                )
+            {
+                let share = p
+                    .period_delta
+                    .filter(|&t| t > 0.0 && external > 0.0)
+                    .map(|t| format!(", {:.0} % of it", 100.0 * external / t))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "  {}: untraced mode 1 {} → mode 2 {} µs ({change}, Δ {} µs); traced Δ {} µs: external event wait {} µs{share}{host_part}{}",
+                    short_label(&h.label),
+                    us2(bu.median),
+                    us2(hu.median),
+                    us2_signed(d),
+                    p.period_delta.map_or("—".into(), us2_signed),
+                    us2_signed(external),
+                    tracer_effect_note(p)
+                );
+                continue;
+            }
             let _ = writeln!(
                 s,
                 "  {}: mode 1 {} → mode 2 {} µs ({}, Δ {} µs; external event wait {} µs{host_part}){}",

@@ -121,6 +121,16 @@ pub struct Sampling {
     /// sampled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub markers: Option<MarkerSample>,
+    /// Untraced launches or steps *measured* after each pause: their device records (kernels,
+    /// copies, memsets, with device timestamps) are in the trace without API records, so a
+    /// device record without a launch call is one of them, not lost. 0 in traces recorded
+    /// before measuring existed.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub measured_per_pause: u32,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The host ranges a trace budget kept: every marker that overlaps one of `kept_windows`

@@ -40,15 +40,45 @@ pub(crate) enum SwitchOp {
     },
 }
 
-/// The CUPTI calls that switch tracing `on` or off, in order: a resume turns the callbacks on
-/// first (so they see everything the kinds record), then the kinds, then the per-call API
-/// filter again (re-enabling an API kind records every call); a pause turns the kinds off,
-/// then the callbacks. With `filter_off_on_pause` (the recorder's default), a pause first
-/// switches off the calls the filter records: a disabled API kind whose calls stay switched on
-/// in the filter keeps costing each of them host time (benches/README.md, "What a paused step
-/// still costs").
+/// What the recorder records at a moment under a trace budget, from least to most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Level {
+    /// Nothing but the budget's own callbacks.
+    Off,
+    /// The device kinds alone (kernel, copy and memset records with their device timestamps):
+    /// the untraced launches or steps just after each pause, whose device periods the analysis
+    /// sets against the traced ones. No API records and none of the graph-building callbacks,
+    /// whose host cost is what makes a traced replay slower than the program's own.
+    Measured,
+    /// Everything: device and API kinds, the graph-building callbacks.
+    Traced,
+}
+
+/// Whether an activity kind records API calls (paused below [`Level::Traced`]) rather than
+/// device work (paused below [`Level::Measured`]).
+pub(crate) fn is_api_kind(kind: sys::CUpti_ActivityKind) -> bool {
+    kind == sys::CUPTI_ACTIVITY_KIND_RUNTIME || kind == sys::CUPTI_ACTIVITY_KIND_DRIVER
+}
+
+/// Whether `kind` is enabled at `level`.
+pub(crate) fn kind_on_at(kind: sys::CUpti_ActivityKind, level: Level) -> bool {
+    match level {
+        Level::Traced => true,
+        Level::Measured => !is_api_kind(kind),
+        Level::Off => false,
+    }
+}
+
+/// The CUPTI calls that take recording from level `from` to `to`, in order: going up turns the
+/// callbacks on first (so they see everything the kinds record), then the kinds, then the
+/// per-call API filter again (re-enabling an API kind records every call); going down turns
+/// the kinds off, then the callbacks. With `filter_off_on_pause` (the recorder's default),
+/// leaving [`Level::Traced`] first switches off the calls the filter records: a disabled API
+/// kind whose calls stay switched on in the filter keeps costing each of them host time
+/// (benches/README.md, "What a paused step still costs").
 pub(crate) fn switch_plan(
-    on: bool,
+    from: Level,
+    to: Level,
     kinds: &[sys::CUpti_ActivityKind],
     callbacks: &[(sys::CUpti_CallbackDomain, u32)],
     api_filter: Option<&[(sys::CUpti_CallbackDomain, u32, bool)]>,
@@ -57,21 +87,30 @@ pub(crate) fn switch_plan(
     let callbacks = callbacks
         .iter()
         .map(|&(domain, cbid)| SwitchOp::Callback { domain, cbid });
-    let kinds = kinds.iter().map(|&k| SwitchOp::Kind(k));
+    let changed = kinds
+        .iter()
+        .filter(|&&k| kind_on_at(k, from) != kind_on_at(k, to))
+        .map(|&k| SwitchOp::Kind(k));
     let filter = api_filter.unwrap_or_default().iter();
-    if on {
-        let filter = filter.map(|&(domain, cbid, on)| SwitchOp::ApiRecord { domain, cbid, on });
-        callbacks.chain(kinds).chain(filter).collect()
+    let api_changes = kinds
+        .iter()
+        .any(|&k| is_api_kind(k) && kind_on_at(k, from) != kind_on_at(k, to));
+    let callbacks_change = (from == Level::Traced) != (to == Level::Traced);
+    let callbacks = callbacks.filter(|_| callbacks_change);
+    if to > from {
+        let filter = filter
+            .filter(|_| api_changes)
+            .map(|&(domain, cbid, on)| SwitchOp::ApiRecord { domain, cbid, on });
+        callbacks.chain(changed).chain(filter).collect()
     } else {
-        let recorded =
-            filter
-                .filter(|&&(_, _, on)| on && filter_off_on_pause)
-                .map(|&(domain, cbid, _)| SwitchOp::ApiRecord {
-                    domain,
-                    cbid,
-                    on: false,
-                });
-        recorded.chain(kinds).chain(callbacks).collect()
+        let recorded = filter
+            .filter(|&&(_, _, on)| on && filter_off_on_pause && api_changes)
+            .map(|&(domain, cbid, _)| SwitchOp::ApiRecord {
+                domain,
+                cbid,
+                on: false,
+            });
+        recorded.chain(changed).chain(callbacks).collect()
     }
 }
 
@@ -83,13 +122,20 @@ pub(crate) fn sampled(n: u64, first: u64) -> bool {
     if first == 0 || n < first {
         return true;
     }
-    let window = (first / 4).max(1);
+    let window = u64::from(window_of(u32::try_from(first).unwrap_or(u32::MAX)));
     let (i, first_windows) = (n / window, first.div_ceil(window));
     // Window i lies in the level that starts at first_windows·2^(level-1) windows and is as
     // long: its windows at the start and half-way are traced.
     let level_start = first_windows << (i / first_windows).ilog2();
     let spacing = level_start.div_ceil(2);
     (i - level_start) % spacing == 0
+}
+
+/// How many consecutive occurrences a window of the schedule holds when the first `first` are
+/// traced: also how many untraced occurrences follow each pause measured, and how many
+/// untraced markers are kept after it.
+pub(crate) fn window_of(first: u32) -> u32 {
+    (first / 4).max(1)
 }
 
 /// What a step did, as the budget tells kinds of step apart.
@@ -192,6 +238,13 @@ pub(crate) struct BudgetState {
     switches: u64,
     /// When each applied resume happened (at most [`MAX_RESUMES_KEPT`]).
     resumed_at: Vec<u64>,
+    /// Untraced occurrences after each pause that are measured ([`Level::Measured`]): as
+    /// many as a window of the schedule holds.
+    measured_per_pause: u64,
+    /// Of those, how many the current pause has left.
+    measure_left: u64,
+    /// Whether the latest untraced occurrence is measured.
+    measuring: bool,
 }
 
 /// Resume times kept for the trace: enough for the thinning schedule over any run (two windows
@@ -215,6 +268,29 @@ impl BudgetState {
             pauses: 0,
             switches: 0,
             resumed_at: Vec::new(),
+            measured_per_pause: u64::from(window_of(limit)),
+            measure_left: 0,
+            measuring: false,
+        }
+    }
+
+    /// What the recorder should record now.
+    pub fn level(&self) -> Level {
+        if self.tracing {
+            Level::Traced
+        } else if self.measuring {
+            Level::Measured
+        } else {
+            Level::Off
+        }
+    }
+
+    /// An occurrence (launch or step) was decided: when it runs untraced, it is measured while
+    /// its pause has measured occurrences left.
+    fn occurrence_decided(&mut self) {
+        if !self.tracing {
+            self.measuring = self.measure_left > 0;
+            self.measure_left = self.measure_left.saturating_sub(1);
         }
     }
 
@@ -231,6 +307,9 @@ impl BudgetState {
         self.tracing = on;
         self.pauses += u64::from(!on);
         self.switches += 1;
+        if !on {
+            self.measure_left = self.measured_per_pause;
+        }
         Some(on)
     }
 
@@ -257,6 +336,7 @@ impl BudgetState {
         let want = sampled(e.scheduled, u64::from(self.limit));
         e.scheduled += 1;
         let switch = self.switch_to(want);
+        self.occurrence_decided();
         let (after, tracing) = (self.switches, self.tracing);
         let e = self.execs.entry(exec).or_default();
         if let Some((prev, Some(switches))) = e.last
@@ -283,6 +363,7 @@ impl BudgetState {
         kind.seen += 1;
         self.steps += 1;
         let switch = self.switch_to(want);
+        self.occurrence_decided();
         let tracing = self.tracing;
         self.step_kinds.entry(self.last_content).or_default().traced += u64::from(tracing);
         self.steps_traced += u64::from(tracing);
@@ -373,6 +454,7 @@ impl BudgetState {
             steps_traced: self.steps_traced,
             resumed_at: self.resumed_at.clone(),
             markers: None,
+            measured_per_pause: u32::try_from(self.measured_per_pause).unwrap_or(u32::MAX),
         })
     }
 
@@ -401,7 +483,7 @@ impl BudgetState {
                 "trace budget {}: each executable graph's first {} launches traced, then windows of {} launches thinning by half at each doubling; traced {}{}",
                 self.limit,
                 self.limit,
-                (self.limit / 4).max(1),
+                window_of(self.limit),
                 shown.join(", "),
                 if more > 0 {
                     format!(" (and {more} more graphs)")
@@ -554,17 +636,28 @@ mod tests {
 
     #[test]
     fn a_resume_turns_callbacks_on_first_and_the_filter_last_a_pause_the_kinds_first() {
-        let kinds = [10, 11];
+        let (kernel, runtime) = (
+            sys::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+            sys::CUPTI_ACTIVITY_KIND_RUNTIME,
+        );
+        let kinds = [kernel, runtime];
         let callbacks = [(1, 7), (2, 8)];
         let filter = [(1, 3, true), (2, 4, false)];
-        let on = switch_plan(true, &kinds, &callbacks, Some(&filter), false);
+        let on = switch_plan(
+            Level::Off,
+            Level::Traced,
+            &kinds,
+            &callbacks,
+            Some(&filter),
+            false,
+        );
         assert_eq!(
             on,
             [
                 SwitchOp::Callback { domain: 1, cbid: 7 },
                 SwitchOp::Callback { domain: 2, cbid: 8 },
-                SwitchOp::Kind(10),
-                SwitchOp::Kind(11),
+                SwitchOp::Kind(kernel),
+                SwitchOp::Kind(runtime),
                 SwitchOp::ApiRecord {
                     domain: 1,
                     cbid: 3,
@@ -577,19 +670,29 @@ mod tests {
                 },
             ]
         );
-        let off = switch_plan(false, &kinds, &callbacks, Some(&filter), false);
+        let off = switch_plan(
+            Level::Traced,
+            Level::Off,
+            &kinds,
+            &callbacks,
+            Some(&filter),
+            false,
+        );
         assert_eq!(
             off,
             [
-                SwitchOp::Kind(10),
-                SwitchOp::Kind(11),
+                SwitchOp::Kind(kernel),
+                SwitchOp::Kind(runtime),
                 SwitchOp::Callback { domain: 1, cbid: 7 },
                 SwitchOp::Callback { domain: 2, cbid: 8 },
             ],
             "a pause leaves the filter as it is"
         );
+        let plan = |from, to, filter_off| {
+            switch_plan(from, to, &kinds, &callbacks, Some(&filter), filter_off)
+        };
         assert_eq!(
-            switch_plan(false, &kinds, &callbacks, Some(&filter), true)[0],
+            plan(Level::Traced, Level::Off, true)[0],
             SwitchOp::ApiRecord {
                 domain: 1,
                 cbid: 3,
@@ -598,9 +701,69 @@ mod tests {
             "or first switches off the calls it records"
         );
         assert_eq!(
-            switch_plan(true, &kinds, &[], None, false).len(),
+            switch_plan(Level::Off, Level::Traced, &kinds, &[], None, false).len(),
             2,
             "no filter: kinds only"
+        );
+        // A pause measures first: the API kind and the callbacks go, the device kinds stay.
+        assert_eq!(
+            plan(Level::Traced, Level::Measured, true),
+            [
+                SwitchOp::ApiRecord {
+                    domain: 1,
+                    cbid: 3,
+                    on: false
+                },
+                SwitchOp::Kind(runtime),
+                SwitchOp::Callback { domain: 1, cbid: 7 },
+                SwitchOp::Callback { domain: 2, cbid: 8 },
+            ]
+        );
+        assert_eq!(
+            plan(Level::Measured, Level::Off, true),
+            [SwitchOp::Kind(kernel)],
+            "then the device kinds alone"
+        );
+        assert_eq!(
+            plan(Level::Measured, Level::Traced, true),
+            [
+                SwitchOp::Callback { domain: 1, cbid: 7 },
+                SwitchOp::Callback { domain: 2, cbid: 8 },
+                SwitchOp::Kind(runtime),
+                SwitchOp::ApiRecord {
+                    domain: 1,
+                    cbid: 3,
+                    on: true
+                },
+                SwitchOp::ApiRecord {
+                    domain: 2,
+                    cbid: 4,
+                    on: false
+                },
+            ],
+            "a resume from measuring turns on what measuring left off"
+        );
+    }
+
+    #[test]
+    fn the_untraced_occurrences_after_each_pause_are_measured_as_many_as_a_window_holds() {
+        // limit 8: windows of 2; launches 0-9 traced, 10-11 not, 12-13 traced, 14-15 not,
+        // 16-17 traced, 18-23 not, 24-25 traced: of the untraced, two after each pause are
+        // measured.
+        let mut b = BudgetState::new(8);
+        b.exec_created(0xa, 1);
+        let levels: Vec<Level> = (0..26)
+            .map(|_| {
+                b.graph_launch(0xa, 0);
+                b.level()
+            })
+            .collect();
+        use Level::{Measured as M, Off as O, Traced as T};
+        assert_eq!(
+            levels,
+            [
+                T, T, T, T, T, T, T, T, T, T, M, M, T, T, M, M, T, T, M, M, O, O, O, O, T, T
+            ]
         );
     }
 

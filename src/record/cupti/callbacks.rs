@@ -6,7 +6,7 @@
 //! Locks: callbacks take [`ACTIVE`] only long enough to clone an `Arc`; the state lock is never
 //! held while calling CUPTI or the driver from the subscriber callback.
 
-use super::budget::{BudgetState, StepContent, SwitchOp};
+use super::budget::{BudgetState, Level, StepContent, SwitchOp};
 use super::config::{
     CAPTURE_BEGIN_CBIDS, CAPTURE_END_CBIDS, GRAPH_BUILDING_START_CBIDS, GRAPH_LAUNCH_CBIDS,
     LAUNCH_CBIDS,
@@ -119,10 +119,10 @@ pub(crate) struct Budget {
     /// What tracing should be; held only while deciding, never while CUPTI is called (a CUPTI
     /// call may wait for a thread that is inside one of our callbacks).
     pub decisions: Mutex<BudgetState>,
-    /// Whether the kinds are on, as last applied (`None` after a switch CUPTI refused: not
-    /// known). Held by the one thread switching; callbacks only `try_lock` it, never wait (see
+    /// What is recorded, as last applied (`None` after a switch CUPTI refused: not known).
+    /// Held by the one thread switching; callbacks only `try_lock` it, never wait (see
     /// `apply_budget`).
-    pub applied: Mutex<Option<bool>>,
+    pub applied: Mutex<Option<Level>>,
     /// Set when a decision changed what tracing should be and it may not be applied yet.
     pub dirty: AtomicBool,
     /// The activity kinds paused and resumed together, API kinds included (set once they are
@@ -160,7 +160,7 @@ impl Budget {
     pub fn new(config: &super::budget::TraceBudget) -> Budget {
         Budget {
             decisions: Mutex::new(BudgetState::new(config.limit)),
-            applied: Mutex::new(Some(true)),
+            applied: Mutex::new(Some(Level::Traced)),
             dirty: AtomicBool::new(false),
             kinds: Mutex::new(Vec::new()),
             api_filter: Mutex::new(None),
@@ -175,7 +175,7 @@ impl Budget {
             chooser: config.step_range.is_none().then(Default::default),
             watch_callbacks: Mutex::new(Vec::new()),
             // As many untraced occurrences kept after each pause as a traced window holds.
-            markers: Mutex::new(KeepWindows::new((config.limit / 4).max(1))),
+            markers: Mutex::new(KeepWindows::new(super::budget::window_of(config.limit))),
         }
     }
 }
@@ -634,14 +634,15 @@ fn budget_decides(shared: &Shared, decide: impl FnOnce(&mut BudgetState) -> Opti
     let Some(budget) = &shared.budget else {
         return;
     };
-    let switch = {
+    let changed = {
         let mut decisions = lock(&budget.decisions);
-        let switch = decide(&mut decisions);
+        let before = decisions.level();
+        decide(&mut decisions);
         // In the decisions' lock, so the windows follow them in order.
         lock(&budget.markers).decided(decisions.tracing(), || loader::loaded().map_or(0, now));
-        switch
+        decisions.level() != before
     };
-    if switch.is_none() {
+    if !changed {
         return;
     }
     budget.dirty.store(true, Ordering::SeqCst);
@@ -661,17 +662,25 @@ pub(super) fn apply_budget(shared: &Shared, budget: &Budget, cupti: Option<&Cupt
         budget.dirty.store(false, Ordering::SeqCst);
         let (target, frozen) = {
             let decisions = lock(&budget.decisions);
-            (decisions.tracing(), decisions.is_frozen())
+            (decisions.level(), decisions.is_frozen())
         };
-        if frozen || *applied == Some(target) {
+        let Some(from) = *applied else {
+            // Not known since a refused switch (which froze the budget).
+            drop(applied);
+            fence(Ordering::SeqCst);
+            continue;
+        };
+        if frozen || from == target {
             drop(applied);
             fence(Ordering::SeqCst);
             continue;
         }
-        match switch_kinds(budget, cupti, target) {
+        match switch_kinds(budget, cupti, from, target) {
             Ok(()) => {
                 *applied = Some(target);
-                if target && let Some(cupti) = cupti {
+                if target == Level::Traced
+                    && let Some(cupti) = cupti
+                {
                     lock(&budget.decisions).resumed(now(cupti));
                 }
             }
@@ -680,8 +689,7 @@ pub(super) fn apply_budget(shared: &Shared, budget: &Budget, cupti: Option<&Cupt
                 lock(&budget.decisions).freeze();
                 lock(&budget.markers).keep_all();
                 lock(&shared.state).problem(format!(
-                    "trace budget: switching tracing {} failed ({failed}); switching stopped",
-                    if target { "on" } else { "off" },
+                    "trace budget: switching recording from {from:?} to {target:?} failed ({failed}); switching stopped",
                 ));
             }
         }
@@ -690,9 +698,14 @@ pub(super) fn apply_budget(shared: &Shared, budget: &Budget, cupti: Option<&Cupt
     }
 }
 
-/// Enables or disables the budget's kinds and graph-building callbacks; on resume, applies the
-/// per-call API record filter again.
-fn switch_kinds(budget: &Budget, cupti: Option<&Cupti>, on: bool) -> Result<(), String> {
+/// Enables or disables the budget's kinds and graph-building callbacks to go from level `from`
+/// to `to`; when the API kinds come back on, applies the per-call API record filter again.
+fn switch_kinds(
+    budget: &Budget,
+    cupti: Option<&Cupti>,
+    from: Level,
+    to: Level,
+) -> Result<(), String> {
     let Some(cupti) = cupti else {
         return Err("libcupti not loaded".into());
     };
@@ -704,7 +717,7 @@ fn switch_kinds(budget: &Budget, cupti: Option<&Cupti>, on: bool) -> Result<(), 
         let api_callbacks = lock(&budget.api_callbacks).clone();
         let filter = filter.as_deref().filter(|_| cupti.api_filter().is_some());
         let filter_off = PAUSE_FILTER.load(Ordering::Relaxed);
-        super::budget::switch_plan(on, &kinds, &api_callbacks, filter, filter_off)
+        super::budget::switch_plan(from, to, &kinds, &api_callbacks, filter, filter_off)
     };
     let subscriber = budget.subscriber.load(Ordering::SeqCst) as sys::CUpti_SubscriberHandle;
     let mut failed = Vec::new();
@@ -716,11 +729,11 @@ fn switch_kinds(budget: &Budget, cupti: Option<&Cupti>, on: bool) -> Result<(), 
             SwitchOp::Callback { domain, cbid } => unsafe {
                 cupti
                     .api()
-                    .cuptiEnableCallback(u32::from(on), subscriber, domain, cbid)
+                    .cuptiEnableCallback(u32::from(to > from), subscriber, domain, cbid)
             },
             // SAFETY: resolved at load; `kind` is one the recorder enabled at start.
             SwitchOp::Kind(kind) => unsafe {
-                if on {
+                if to > from {
                     cupti.api().cuptiActivityEnable(kind)
                 } else {
                     cupti.api().cuptiActivityDisable(kind)
@@ -1480,7 +1493,7 @@ mod tests {
         budget.dirty.store(true, Ordering::SeqCst);
         let held = lock(&budget.applied); // another thread is switching
         apply_budget(&shared, budget, None);
-        assert_eq!(*held, Some(true), "left to the holder");
+        assert_eq!(*held, Some(Level::Traced), "left to the holder");
         assert!(
             budget.dirty.load(Ordering::SeqCst),
             "the holder will see it"
@@ -1498,7 +1511,7 @@ mod tests {
         assert!(
             problems
                 .keys()
-                .any(|p| p.contains("switching tracing off failed")),
+                .any(|p| p.contains("switching recording from Traced to Measured failed")),
             "{problems:?}"
         );
         assert_eq!(lock(&budget.decisions).graph_launch(0xb, 0), None, "frozen");

@@ -668,7 +668,7 @@ mod tests {
             sys::CUPTI_ACTIVITY_FLAG_MARKER_END,
         );
         let mut budget = BudgetState::new(budget_limit);
-        let mut windows = KeepWindows::new((budget_limit / 4).max(1));
+        let mut windows = KeepWindows::new(crate::record::cupti::budget::window_of(budget_limit));
         let mut store = RecordStore::new();
         if budget_limit > 0 {
             store.marker_keeping = Some(MarkerKeeping::default());

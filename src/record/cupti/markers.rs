@@ -196,7 +196,7 @@ mod tests {
     /// them; returns the windows and which steps' markers ([t, t + 500 ns]) are kept.
     fn run(limit: u32, n: u64) -> (Vec<(u64, u64)>, Vec<bool>, Vec<bool>) {
         let mut budget = BudgetState::new(limit);
-        let mut windows = KeepWindows::new((limit / 4).max(1));
+        let mut windows = KeepWindows::new(crate::record::cupti::budget::window_of(limit));
         let mut traced = Vec::new();
         for i in 0..n {
             let at = 1_000 + i * 1_000;

@@ -799,13 +799,16 @@ impl Recorder {
                 None => notes.push("trace budget: could not stop its switching".into()),
             }
             match callbacks::lock_within(&budget.applied, wait) {
-                // Paused as last applied: those kinds are off already.
-                Some(applied) if *applied == Some(false) => {
-                    let paused = lock(&budget.kinds);
-                    self.kinds_enabled.retain(|k| !paused.contains(k));
+                Some(applied) => {
+                    // The kinds the level last applied has off are off already.
+                    if let Some(level) = *applied {
+                        let paused = lock(&budget.kinds);
+                        self.kinds_enabled.retain(|&k| {
+                            !paused.contains(&k) || super::budget::kind_on_at(k, level)
+                        });
+                    }
                     switch_token = Some(applied);
                 }
-                Some(applied) => switch_token = Some(applied),
                 None => {
                     notes.push("trace budget: a switch was under way when recording ended".into())
                 }

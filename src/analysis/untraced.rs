@@ -1,0 +1,349 @@
+//! The untraced period of each cell, on the device's clock.
+//!
+//! Under `gapscope record`'s trace budget the launches and steps just after each pause are
+//! *measured*: their kernels, copies and memsets are recorded with device timestamps, with no
+//! API records and none of the callbacks whose host cost makes traced steps slower than the
+//! program's own ([`crate::trace::Sampling::measured_per_pause`]). Their ops have no launch
+//! call, so nothing can place them in a step range or attribute their gaps: they are taken out
+//! of the timeline before steps are formed, and give each cell the periods it ran at untraced.
+//! A period is end to end, as a traced step's is, and only between two measured launches or
+//! steps that ran one after the other.
+#![forbid(unsafe_code)]
+
+use super::stats::Stat;
+use super::steps::{CellSteps, LaunchIndex};
+use super::{Op, TraceTimeline};
+use crate::trace::Trace;
+use rustc_hash::FxHashMap;
+
+/// Whether `trace`'s device records without a launch call are measured ones.
+pub fn measures(trace: &Trace) -> bool {
+    trace
+        .metadata
+        .sampling
+        .as_ref()
+        .is_some_and(|s| s.measured_per_pause > 0)
+}
+
+/// Takes the measured ops (those without a launch call) out of `timeline`, in start order;
+/// none when the trace does not measure.
+pub fn take_measured(
+    trace: &Trace,
+    timeline: &mut TraceTimeline,
+    launches: &LaunchIndex<'_>,
+) -> Vec<Op> {
+    if !measures(trace) {
+        return Vec::new();
+    }
+    timeline
+        .ops
+        .extract_if(.., |op| launches.call(op.corr).is_none())
+        .collect()
+}
+
+/// Each cell's untraced step periods (ns), in the cells' order: from the measured launches of
+/// its most launched executable graph when its steps replay one, else from the measured ops
+/// on the stream its steps start on, cut into steps as its traced steps are. Empty for a cell
+/// with nothing measured.
+pub fn periods(cells: &[CellSteps], timeline: &TraceTimeline, measured: &[Op]) -> Vec<Vec<f64>> {
+    if measured.is_empty() {
+        return vec![Vec::new(); cells.len()];
+    }
+    cells
+        .iter()
+        .map(|cell| match main_graph(cell, timeline) {
+            Some(exec) => graph_periods(cell, timeline, measured, exec),
+            None if cell.found.is_none() => eager_periods(cell, timeline, measured),
+            None => Vec::new(),
+        })
+        .collect()
+}
+
+/// The executable graph most of a cell's steps launch, if its steps launch any.
+fn main_graph(cell: &CellSteps, timeline: &TraceTimeline) -> Option<u32> {
+    let mut counts: FxHashMap<u32, usize> = FxHashMap::default();
+    for step in &cell.steps {
+        if let Some(g) = step
+            .iter()
+            .map(|&i| timeline.ops[i].graph)
+            .find(|&g| g != 0)
+        {
+            *counts.entry(g).or_default() += 1;
+        }
+    }
+    counts
+        .into_iter()
+        .max_by_key(|&(g, n)| (n, std::cmp::Reverse(g)))
+        .map(|(g, _)| g)
+}
+
+/// End-to-end periods between consecutive launches of `exec` that were both measured.
+fn graph_periods(
+    cell: &CellSteps,
+    timeline: &TraceTimeline,
+    measured: &[Op],
+    exec: u32,
+) -> Vec<f64> {
+    // (end, measured) of every launch of `exec`: the cell's traced steps, the measured ones.
+    let mut launches: Vec<(u64, bool)> = cell
+        .steps
+        .iter()
+        .filter(|s| s.iter().any(|&i| timeline.ops[i].graph == exec))
+        .filter_map(|s| s.iter().map(|&i| timeline.ops[i].end).max())
+        .map(|end| (end, false))
+        .collect();
+    let mut by_launch: FxHashMap<u32, u64> = FxHashMap::default();
+    for op in measured.iter().filter(|op| op.graph == exec) {
+        let end = by_launch.entry(op.corr).or_default();
+        *end = (*end).max(op.end);
+    }
+    launches.extend(by_launch.into_values().map(|end| (end, true)));
+    launches.sort_unstable();
+    launches
+        .windows(2)
+        .filter(|w| w[0].1 && w[1].1)
+        .map(|w| (w[1].0 - w[0].0) as f64)
+        .collect()
+}
+
+/// A traced step's shape on one stream: how many ops it has there and what its first is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct StepShape {
+    stream: u32,
+    ops: usize,
+    first_name: u32,
+}
+
+/// The shape most of the cell's steps have on the stream their first op runs on.
+fn step_shape(cell: &CellSteps, timeline: &TraceTimeline) -> Option<StepShape> {
+    let mut counts: FxHashMap<StepShape, usize> = FxHashMap::default();
+    for step in &cell.steps {
+        let Some(&first) = step.first() else {
+            continue;
+        };
+        let first = timeline.ops[first];
+        let ops = step
+            .iter()
+            .filter(|&&i| timeline.ops[i].stream == first.stream)
+            .count();
+        let shape = StepShape {
+            stream: first.stream,
+            ops,
+            first_name: first.name,
+        };
+        *counts.entry(shape).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .max_by_key(|&(s, n)| (n, std::cmp::Reverse((s.stream, s.ops, s.first_name))))
+        .map(|(s, _)| s)
+}
+
+/// Periods of the measured eager steps that follow this cell's traced steps on its stream:
+/// each run of measured ops there (up to the next traced op or graph op on that stream) that
+/// starts right after one of the cell's steps is cut into steps of the cell's shape, and the
+/// periods are taken between adjacent steps of exactly that shape.
+fn eager_periods(cell: &CellSteps, timeline: &TraceTimeline, measured: &[Op]) -> Vec<f64> {
+    let Some(shape) = step_shape(cell, timeline) else {
+        return Vec::new();
+    };
+    if shape.ops == 0 {
+        return Vec::new();
+    }
+    // The start of every traced op on the stream, and whether it is one of this cell's.
+    let ours: rustc_hash::FxHashSet<usize> = cell.steps.iter().flatten().copied().collect();
+    let traced: Vec<(u64, bool)> = timeline
+        .ops
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| op.stream == shape.stream)
+        .map(|(i, op)| (op.start, ours.contains(&i) && op.graph == 0))
+        .collect();
+    let on_stream: Vec<&Op> = measured
+        .iter()
+        .filter(|op| op.stream == shape.stream)
+        .collect();
+    let mut periods = Vec::new();
+    let mut run: Vec<&Op> = Vec::new();
+    let mut run_is_ours = false;
+    let flush = |run: &mut Vec<&Op>, ours: bool, periods: &mut Vec<f64>| {
+        if ours {
+            run_periods(run, shape, periods);
+        }
+        run.clear();
+    };
+    for op in on_stream {
+        // The traced ops between the previous measured op and this one end the run.
+        let prev = run.last().map_or(0, |p| p.start);
+        let lo = traced.partition_point(|t| t.0 <= prev);
+        let hi = traced.partition_point(|t| t.0 < op.start);
+        if op.graph != 0 || run.is_empty() || lo < hi {
+            flush(&mut run, run_is_ours, &mut periods);
+            // A run is this cell's when the traced op just before it is.
+            run_is_ours = hi > 0 && traced[hi - 1].1;
+        }
+        if op.graph == 0 {
+            run.push(op);
+        }
+    }
+    flush(&mut run, run_is_ours, &mut periods);
+    periods
+}
+
+/// Cuts a run of measured ops into steps at each op named as the shape's first, and pushes
+/// the end-to-end periods between adjacent steps that have the shape's op count.
+fn run_periods(run: &[&Op], shape: StepShape, periods: &mut Vec<f64>) {
+    let mut previous_end: Option<u64> = None;
+    let starts: Vec<usize> = (0..run.len())
+        .filter(|&i| run[i].name == shape.first_name)
+        .collect();
+    for (k, &from) in starts.iter().enumerate() {
+        let to = starts.get(k + 1).copied().unwrap_or(run.len());
+        let step = &run[from..to];
+        if step.len() != shape.ops {
+            previous_end = None;
+            continue;
+        }
+        let end = step.iter().map(|op| op.end).max().unwrap_or(0);
+        if let Some(prev) = previous_end {
+            periods.push(end.saturating_sub(prev) as f64);
+        }
+        previous_end = Some(end);
+    }
+}
+
+/// The untraced period of a cell from its measured periods, when there are enough of them.
+pub fn stat(periods: &mut [f64]) -> Option<Stat> {
+    if periods.len() < MIN_PERIODS {
+        return None;
+    }
+    Stat::of(periods)
+}
+
+/// Fewest measured periods for a cell's untraced period to be stated.
+pub const MIN_PERIODS: usize = 5;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::OpKind;
+
+    fn op(start: u64, len: u64, stream: u32, corr: u32, name: u32, graph: u32) -> Op {
+        Op {
+            start,
+            end: start + len,
+            device: 0,
+            stream,
+            corr,
+            name,
+            kind: OpKind::Kernel,
+            graph,
+            node: 0,
+        }
+    }
+
+    /// Eager steps of three ops (names 1, 2, 3) every `period` ns from `t0`, the first corr
+    /// `corr0`.
+    fn eager_steps(t0: u64, period: u64, steps: u64, corr0: u32) -> Vec<Op> {
+        (0..steps)
+            .flat_map(|s| {
+                let at = t0 + s * period;
+                (0..3).map(move |k| {
+                    op(
+                        at + k * 10,
+                        5,
+                        7,
+                        corr0 + (s * 3 + k) as u32,
+                        1 + k as u32,
+                        0,
+                    )
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn measured_eager_steps_after_a_cells_traced_steps_give_its_untraced_periods() {
+        // 4 traced steps at 100 ns, then 6 measured at 60 ns, then 2 traced again.
+        let traced_a = eager_steps(0, 100, 4, 0);
+        let measured = eager_steps(400, 60, 6, 100);
+        let traced_b = eager_steps(1000, 100, 2, 200);
+        let ops: Vec<Op> = traced_a.iter().chain(&traced_b).copied().collect();
+        let timeline = TraceTimeline { ops };
+        let cell = CellSteps {
+            steps: (0..6).map(|s| (s * 3..s * 3 + 3).collect()).collect(),
+            ..Default::default()
+        };
+        let p = periods(&[cell], &timeline, &measured);
+        assert_eq!(
+            p[0],
+            vec![60.0; 5],
+            "five periods between six measured steps"
+        );
+    }
+
+    #[test]
+    fn a_measured_run_after_another_cells_steps_is_not_this_cells() {
+        let traced = eager_steps(0, 100, 4, 0);
+        let measured = eager_steps(400, 60, 6, 100);
+        let timeline = TraceTimeline {
+            ops: traced.clone(),
+        };
+        let ours = CellSteps {
+            steps: vec![(0..3).collect(), (3..6).collect()],
+            ..Default::default()
+        };
+        let theirs = CellSteps {
+            steps: vec![(6..9).collect(), (9..12).collect()],
+            ..Default::default()
+        };
+        let p = periods(&[ours, theirs], &timeline, &measured);
+        assert!(
+            p[0].is_empty(),
+            "the run follows the other cell's last step"
+        );
+        assert_eq!(p[1].len(), 5);
+    }
+
+    #[test]
+    fn replay_periods_come_from_adjacent_measured_launches_only() {
+        // Graph 9: launches every 50 ns; 0-3 traced, 4-7 measured, 8-9 traced, 10-11 measured.
+        let launch = |k: u64, corr: u32| {
+            [
+                op(k * 50, 10, 3, corr, 1, 9),
+                op(k * 50 + 20, 10, 3, corr, 2, 9),
+            ]
+        };
+        let (mut traced, mut measured) = (Vec::new(), Vec::new());
+        for k in 0..12u64 {
+            let ops = launch(k, k as u32);
+            if (4..8).contains(&k) || k >= 10 {
+                measured.extend(ops);
+            } else {
+                traced.extend(ops);
+            }
+        }
+        let timeline = TraceTimeline { ops: traced };
+        let cell = CellSteps {
+            steps: (0..6).map(|s| vec![2 * s, 2 * s + 1]).collect(),
+            ..Default::default()
+        };
+        let p = periods(&[cell], &timeline, &measured);
+        assert_eq!(
+            p[0],
+            vec![50.0; 4],
+            "3 in the first window, 1 in the second"
+        );
+    }
+
+    #[test]
+    fn traces_that_do_not_measure_keep_every_op() {
+        let mut trace = crate::trace::synthetic::emu_experiment(1);
+        let mut timeline = super::super::timeline::build(&trace);
+        let before = timeline.ops.len();
+        trace.metadata.sampling = None;
+        let launches = LaunchIndex::new(&trace);
+        assert!(take_measured(&trace, &mut timeline, &launches).is_empty());
+        assert_eq!(timeline.ops.len(), before);
+    }
+}
