@@ -191,7 +191,13 @@ pub fn compare_cells(
         _ => None,
     };
     let (ratio, change) = match untraced {
-        Some((b, h)) => (Some(h.median / b.median), Some(Change::between(b, h))),
+        Some((b, h)) => (
+            Some(h.median / b.median),
+            // Judged on the measured windows' medians where each cell has several, else on
+            // the per-step spread.
+            Change::from_runs(&base.untraced_window_medians, &head.untraced_window_medians)
+                .or(Some(Change::between(b, h))),
+        ),
         None => (traced_ratio, traced_change),
     };
     let mut gap_growth_by_cause: Vec<(CauseKind, String, f64)> = growth
@@ -599,6 +605,75 @@ pub fn compare(base: Analysis, head: Analysis, threshold: f64) -> Comparison {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fixture's eager and graphed cells with untraced periods: base [10, 10.1, …] µs,
+    /// head shifted by `untraced_delta`, in 6 windows each.
+    fn with_untraced(untraced_delta: f64) -> (CellAnalysis, CellAnalysis) {
+        let (_, a) = crate::report::fixtures::fixture();
+        let (mut base, mut head) = (a.cells[0].clone(), a.cells[1].clone());
+        for (cell, shift) in [(&mut base, 0.0), (&mut head, untraced_delta)] {
+            let mut v: Vec<f64> = (0..30)
+                .map(|i| 10_000.0 + 100.0 * (i % 5) as f64 + shift)
+                .collect();
+            cell.untraced_period = crate::analysis::stats::Stat::of(&mut v);
+            cell.untraced_window_medians =
+                (0..6).map(|w| 10_200.0 + 10.0 * w as f64 + shift).collect();
+        }
+        (base, head)
+    }
+
+    #[test]
+    fn a_difference_beyond_the_untraced_spread_is_a_finding_whatever_the_traced_one() {
+        let (base, mut head) = with_untraced(2_000.0);
+        // The traced periods say the opposite, and within what tracing adds.
+        head.period = base.period;
+        head.period_block_medians = base.period_block_medians.clone();
+        let c = compare_cells(0, 1, &base, &head);
+        assert!(c.judged_untraced);
+        assert_eq!(c.change, Some(Change::Slower));
+        assert_eq!(c.untraced_period_delta, Some(2_000.0));
+        assert_eq!(
+            c.within_tracer_effect, None,
+            "tracing cannot explain it away"
+        );
+        let ratio = c.ratio.unwrap();
+        assert!((ratio - 12_200.0 / 10_200.0).abs() < 1e-9, "{ratio}");
+        // Within the windows' spread: no change, even where the traced periods differ.
+        let (base, mut head) = with_untraced(5.0);
+        head.period.as_mut().unwrap().median *= 2.0;
+        let c = compare_cells(0, 1, &base, &head);
+        assert_eq!(c.change, Some(Change::NoChange));
+        // Without untraced periods the traced verdict stands.
+        let (_, a) = crate::report::fixtures::fixture();
+        let c = compare_cells(0, 1, &a.cells[0], &a.cells[1]);
+        assert!(!c.judged_untraced);
+    }
+
+    #[test]
+    fn traced_steps_that_tracing_made_host_bound_are_flagged() {
+        let (mut base, mut head) = with_untraced(0.0);
+        base.idle_by_cause.clear();
+        let untraced = head.untraced_period.unwrap();
+        head.period.as_mut().unwrap().median = untraced.p90 * 1.5;
+        let host_bound = |cause| crate::analysis::CauseTotal {
+            cause,
+            example: String::new(),
+            per_step: crate::analysis::stats::Stat::of(&mut [3_000.0, 4_000.0]).unwrap(),
+        };
+        head.idle_by_cause = vec![host_bound(CauseKind::GraphLaunchHostBound)];
+        assert!(compare_cells(0, 1, &base, &head).traced_host_bound);
+        head.idle_by_cause = vec![host_bound(CauseKind::ExternalEventWait)];
+        assert!(
+            !compare_cells(0, 1, &base, &head).traced_host_bound,
+            "slower traced, but not host-bound"
+        );
+        head.idle_by_cause = vec![host_bound(CauseKind::GraphLaunchHostBound)];
+        head.period.as_mut().unwrap().median = untraced.median;
+        assert!(
+            !compare_cells(0, 1, &base, &head).traced_host_bound,
+            "tracing did not slow it"
+        );
+    }
 
     fn names(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_owned).collect()

@@ -696,6 +696,7 @@ pub fn analyze_cell(
         graph_group: cell.graph_group,
         found: cell.found,
         untraced_period: None,
+        untraced_window_medians: Vec::new(),
     }
 }
 

@@ -212,9 +212,12 @@ impl Analyzer {
         self.paths.push(recorded.path);
         let mut ctx = cause::TraceContext::new(trace, launches);
         let first_cell = self.analysis.cells.len();
-        for (cell, mut untraced_periods) in cells.into_iter().zip(untraced_periods) {
+        for (cell, untraced_windows) in cells.into_iter().zip(untraced_periods) {
             let mut cell = cause::analyze_cell(i, &mut ctx, &timeline, cell, &self.options);
-            cell.untraced_period = untraced::stat(&mut untraced_periods);
+            if let Some((stat, medians)) = untraced::stat(&untraced_windows) {
+                cell.untraced_period = Some(stat);
+                cell.untraced_window_medians = medians;
+            }
             // Where the device measured both, the tracer's share is read on its clock.
             if let (Some(traced), Some(untraced)) = (cell.period, cell.untraced_period)
                 && let Some(share) = tracer_share::TracerShare::of_device(traced, untraced)

@@ -411,6 +411,9 @@ pub struct CellAnalysis {
     /// ([`super::untraced`]). The figure to compare with the program's own period.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub untraced_period: Option<Stat>,
+    /// The median of each measured window's periods: the untraced period's run-to-run samples.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub untraced_window_medians: Vec<f64>,
 }
 
 /// The part of a cell's launches or steps a trace budget traced (the rest ran untraced).

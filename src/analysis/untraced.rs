@@ -7,7 +7,8 @@
 //! call, so nothing can place them in a step range or attribute their gaps: they are taken out
 //! of the timeline before steps are formed, and give each cell the periods it ran at untraced.
 //! A period is end to end, as a traced step's is, and only between two measured launches or
-//! steps that ran one after the other.
+//! steps that ran one after the other. Each window of measured launches or steps is a run:
+//! its median is one run-to-run sample, as a traced cell's block medians are.
 #![forbid(unsafe_code)]
 
 use super::stats::Stat;
@@ -41,11 +42,15 @@ pub fn take_measured(
         .collect()
 }
 
-/// Each cell's untraced step periods (ns), in the cells' order: from the measured launches of
-/// its most launched executable graph when its steps replay one, else from the measured ops
-/// on the stream its steps start on, cut into steps as its traced steps are. Empty for a cell
-/// with nothing measured.
-pub fn periods(cells: &[CellSteps], timeline: &TraceTimeline, measured: &[Op]) -> Vec<Vec<f64>> {
+/// Each cell's untraced step periods (ns) per measured window, in the cells' order: from the
+/// measured launches of its most launched executable graph when its steps replay one, else
+/// from the measured ops on the stream its steps start on, cut into steps as its traced steps
+/// are. Empty for a cell with nothing measured.
+pub fn periods(
+    cells: &[CellSteps],
+    timeline: &TraceTimeline,
+    measured: &[Op],
+) -> Vec<Vec<Vec<f64>>> {
     if measured.is_empty() {
         return vec![Vec::new(); cells.len()];
     }
@@ -77,13 +82,16 @@ fn main_graph(cell: &CellSteps, timeline: &TraceTimeline) -> Option<u32> {
         .map(|(g, _)| g)
 }
 
-/// End-to-end periods between consecutive launches of `exec` that were both measured.
+/// End-to-end periods between consecutive launches of `exec` that were both measured, per run
+/// of measured launches. The last launch of a run is left out: the switch that ends measuring
+/// is made in the call of the launch after it, and that launch's records can still arrive as
+/// the run's last, its period holding the switch (seen on an H200).
 fn graph_periods(
     cell: &CellSteps,
     timeline: &TraceTimeline,
     measured: &[Op],
     exec: u32,
-) -> Vec<f64> {
+) -> Vec<Vec<f64>> {
     // (end, measured) of every launch of `exec`: the cell's traced steps, the measured ones.
     let mut launches: Vec<(u64, bool)> = cell
         .steps
@@ -100,9 +108,14 @@ fn graph_periods(
     launches.extend(by_launch.into_values().map(|end| (end, true)));
     launches.sort_unstable();
     launches
-        .windows(2)
-        .filter(|w| w[0].1 && w[1].1)
-        .map(|w| (w[1].0 - w[0].0) as f64)
+        .chunk_by(|a, b| a.1 == b.1)
+        .filter(|run| run[0].1 && run.len() > 2)
+        .map(|run| {
+            run[..run.len() - 1]
+                .windows(2)
+                .map(|w| (w[1].0 - w[0].0) as f64)
+                .collect()
+        })
         .collect()
 }
 
@@ -143,7 +156,7 @@ fn step_shape(cell: &CellSteps, timeline: &TraceTimeline) -> Option<StepShape> {
 /// each run of measured ops there (up to the next traced op or graph op on that stream) that
 /// starts right after one of the cell's steps is cut into steps of the cell's shape, and the
 /// periods are taken between adjacent steps of exactly that shape.
-fn eager_periods(cell: &CellSteps, timeline: &TraceTimeline, measured: &[Op]) -> Vec<f64> {
+fn eager_periods(cell: &CellSteps, timeline: &TraceTimeline, measured: &[Op]) -> Vec<Vec<f64>> {
     let Some(shape) = step_shape(cell, timeline) else {
         return Vec::new();
     };
@@ -166,9 +179,13 @@ fn eager_periods(cell: &CellSteps, timeline: &TraceTimeline, measured: &[Op]) ->
     let mut periods = Vec::new();
     let mut run: Vec<&Op> = Vec::new();
     let mut run_is_ours = false;
-    let flush = |run: &mut Vec<&Op>, ours: bool, periods: &mut Vec<f64>| {
+    let flush = |run: &mut Vec<&Op>, ours: bool, periods: &mut Vec<Vec<f64>>| {
         if ours {
-            run_periods(run, shape, periods);
+            let mut window = Vec::new();
+            run_periods(run, shape, &mut window);
+            if !window.is_empty() {
+                periods.push(window);
+            }
         }
         run.clear();
     };
@@ -212,12 +229,18 @@ fn run_periods(run: &[&Op], shape: StepShape, periods: &mut Vec<f64>) {
     }
 }
 
-/// The untraced period of a cell from its measured periods, when there are enough of them.
-pub fn stat(periods: &mut [f64]) -> Option<Stat> {
-    if periods.len() < MIN_PERIODS {
+/// The untraced period of a cell from its measured windows' periods, when there are enough of
+/// them, with each window's median (its run-to-run samples).
+pub fn stat(windows: &[Vec<f64>]) -> Option<(Stat, Vec<f64>)> {
+    let mut all: Vec<f64> = windows.iter().flatten().copied().collect();
+    if all.len() < MIN_PERIODS {
         return None;
     }
-    Stat::of(periods)
+    let medians = windows
+        .iter()
+        .filter_map(|w| Stat::of(&mut w.clone()).map(|s| s.median))
+        .collect();
+    Some((Stat::of(&mut all)?, medians))
 }
 
 /// Fewest measured periods for a cell's untraced period to be stated.
@@ -277,7 +300,7 @@ mod tests {
         let p = periods(&[cell], &timeline, &measured);
         assert_eq!(
             p[0],
-            vec![60.0; 5],
+            vec![vec![60.0; 5]],
             "five periods between six measured steps"
         );
     }
@@ -302,12 +325,13 @@ mod tests {
             p[0].is_empty(),
             "the run follows the other cell's last step"
         );
-        assert_eq!(p[1].len(), 5);
+        assert_eq!(p[1].concat().len(), 5);
     }
 
     #[test]
     fn replay_periods_come_from_adjacent_measured_launches_only() {
-        // Graph 9: launches every 50 ns; 0-3 traced, 4-7 measured, 8-9 traced, 10-11 measured.
+        // Graph 9: launches every 50 ns; 0-3 traced, 4-7 measured, 8-9 traced, 10-12 measured,
+        // the last of each measured run (7, 12) ending 15 ns late (its call switched).
         let launch = |k: u64, corr: u32| {
             [
                 op(k * 50, 10, 3, corr, 1, 9),
@@ -315,8 +339,13 @@ mod tests {
             ]
         };
         let (mut traced, mut measured) = (Vec::new(), Vec::new());
-        for k in 0..12u64 {
-            let ops = launch(k, k as u32);
+        for k in 0..13u64 {
+            let mut ops = launch(k, k as u32);
+            if k == 7 || k == 12 {
+                for op in &mut ops {
+                    op.end += 15;
+                }
+            }
             if (4..8).contains(&k) || k >= 10 {
                 measured.extend(ops);
             } else {
@@ -331,8 +360,8 @@ mod tests {
         let p = periods(&[cell], &timeline, &measured);
         assert_eq!(
             p[0],
-            vec![50.0; 4],
-            "3 in the first window, 1 in the second"
+            vec![vec![50.0; 2], vec![50.0]],
+            "each window's periods but its last"
         );
     }
 

@@ -338,6 +338,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             sampled: None,
             tracer_share: None,
             untraced_period: None,
+            untraced_window_medians: Vec::new(),
             period_runs: None,
             period_block_medians: Vec::new(),
             trace: 0,

@@ -274,6 +274,12 @@ impl BudgetState {
         }
     }
 
+    /// No launch or step is measured after a pause from now on.
+    pub fn stop_measuring(&mut self) {
+        self.measured_per_pause = 0;
+        self.measure_left = 0;
+    }
+
     /// What the recorder should record now.
     pub fn level(&self) -> Level {
         if self.tracing {

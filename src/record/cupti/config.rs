@@ -399,6 +399,14 @@ pub(super) struct Diagnostics {
     /// `GAPSCOPE_CUPTI_FLUSH_PERIOD_MS=N`: `cuptiActivityFlushPeriod(N)`, the period of CUPTI's
     /// worker thread in place of its own heuristics.
     pub flush_period_ms: Option<u32>,
+    /// `GAPSCOPE_BUDGET_MEASURE=0`: a budget's pause goes straight to recording nothing, with
+    /// no measured launches or steps after it (no untraced periods), to measure what
+    /// measuring costs.
+    pub no_measuring: bool,
+    /// `GAPSCOPE_BUDGET_RUNTIME_LAUNCHES=1`: the budget decides in the runtime's graph launch
+    /// callbacks too (by default only in the driver's, which every runtime launch calls: one
+    /// callback pair a launch instead of two), to measure what that saves.
+    pub budget_runtime_launches: bool,
 }
 
 impl Diagnostics {
@@ -443,6 +451,9 @@ impl Diagnostics {
                 .collect(),
             flush_period_ms: get("GAPSCOPE_CUPTI_FLUSH_PERIOD_MS")
                 .and_then(|v| v.trim().parse().ok()),
+            no_measuring: get("GAPSCOPE_BUDGET_MEASURE").is_some_and(|v| v.trim() == "0"),
+            budget_runtime_launches: get("GAPSCOPE_BUDGET_RUNTIME_LAUNCHES")
+                .is_some_and(|v| v.trim() == "1"),
         }
     }
 
@@ -475,12 +486,15 @@ mod tests {
                     "GAPSCOPE_CUPTI_FLUSH_PERIOD_MS" => " 10",
                     "GAPSCOPE_BUDGET_PAUSE_FILTER" => "0",
                     "GAPSCOPE_CUPTI_API_FROM" => "callbacks",
+                    "GAPSCOPE_BUDGET_MEASURE" => "0",
+                    "GAPSCOPE_BUDGET_RUNTIME_LAUNCHES" => "1",
                     _ => return None,
                 }
                 .to_owned(),
             )
         });
         assert_eq!(d.skip_kinds, ["DRIVER", "RUNTIME"]);
+        assert!(d.no_measuring && d.budget_runtime_launches);
         assert_eq!(d.per_thread_buffers, Some(false));
         assert_eq!(d.host_pinned, Some(true));
         assert!(d.skip_node_frames);

@@ -345,7 +345,7 @@ impl Recorder {
         if config.trace_budget.is_limited() {
             // NVTX ranges of untraced work are summarised, not all kept (see `markers`).
             lock(&rec.shared.state).records.marker_keeping = Some(Default::default());
-            rec.start_budget();
+            rec.start_budget(&diagnostics);
         }
         Ok(rec)
     }
@@ -354,9 +354,15 @@ impl Recorder {
     /// markers stay on) and enables the callbacks it decides in: graph launches, graph
     /// building, and NVTX pushes and pops (to count steps of the step range, or, with none
     /// given, to choose one: `step_choice`).
-    fn start_budget(&mut self) {
+    fn start_budget(&mut self, diagnostics: &Diagnostics) {
         let sub = self.subscriber_handle();
         if let Some(budget) = &self.shared.budget {
+            if diagnostics.no_measuring {
+                lock(&budget.decisions).stop_measuring();
+                lock(&self.shared.state).problem(
+                    "trace budget: no launches or steps measured after a pause, no untraced periods (GAPSCOPE_BUDGET_MEASURE=0)",
+                );
+            }
             *lock(&budget.kinds) = self.kinds_enabled.clone();
             // The eager-hot graph-building callbacks pause too; the budget's own and the calls
             // that only build graphs never do.
@@ -378,8 +384,17 @@ impl Recorder {
             callbacks::NVTX_RANGE_POP,
         ]
         .map(|cbid| (sys::CUPTI_CB_DOMAIN_NVTX, cbid));
-        let budget_cbids = GRAPH_LAUNCH_CBIDS
-            .iter()
+        // The driver's graph launch callbacks see every launch (the runtime's call the driver);
+        // the runtime's would cost each launch a second callback pair.
+        let launches = GRAPH_LAUNCH_CBIDS.iter().filter(|c| {
+            c.0 == sys::CUPTI_CB_DOMAIN_DRIVER_API || diagnostics.budget_runtime_launches
+        });
+        if diagnostics.budget_runtime_launches {
+            lock(&self.shared.state).problem(
+                "trace budget: deciding in the runtime's graph launch callbacks too (GAPSCOPE_BUDGET_RUNTIME_LAUNCHES=1)",
+            );
+        }
+        let budget_cbids = launches
             .chain(&GRAPH_BUILDING_START_CBIDS)
             .chain(&CAPTURE_END_CBIDS)
             .chain(&nvtx);
