@@ -20,6 +20,9 @@
 //! recorder; `record/inject`; `cuda.rs`; the workload's CUDA and NCCL leaves); every other
 //! module says `#![forbid(unsafe_code)]`. `trace/` imports nothing above it.
 
+// libtest captures a unit test's eprintln!; everywhere else stderr is report::stderr's.
+#![cfg_attr(test, allow(clippy::disallowed_macros))]
+
 pub mod analysis;
 pub mod cuda;
 pub mod library_search;

@@ -121,7 +121,7 @@ fn a_full_stdout_is_an_error_for_every_command() {
         vec!["run", "--bundled", "-o", o],
     ] {
         let Some(out) = to_full_stdout(&args) else {
-            eprintln!("no /dev/full here");
+            println!("no /dev/full here");
             return;
         };
         let line = fails_after_notes(&out, 1);
@@ -555,4 +555,121 @@ fn run_without_a_gpu_says_which_flags_it_ignored() {
     );
     let plain = gapscope(&["run", "--bundled", "-o", o.to_str().unwrap()]);
     assert!(!stderr(&plain).contains("ignored"), "{}", stderr(&plain));
+}
+
+// ---- Contract round 3 (issue 42) ----
+
+/// A stderr gapscope cannot write to.
+#[cfg(unix)]
+#[derive(Debug, Clone, Copy)]
+enum DeadStderr {
+    /// `2>/dev/full`: every write fails (ENOSPC).
+    Full,
+    /// A pipe whose reader has gone: every write fails (EPIPE).
+    ClosedPipe,
+}
+
+/// The exit code of gapscope with `args` and stderr `dead` (stdout discarded).
+#[cfg(unix)]
+fn exit_code_with(args: &[String], env: &[(&str, &str)], dead: DeadStderr) -> Option<i32> {
+    let stderr = match dead {
+        DeadStderr::Full => Stdio::from(std::fs::File::create("/dev/full").ok()?),
+        DeadStderr::ClosedPipe => {
+            let (reader, writer) = std::io::pipe().unwrap();
+            drop(reader);
+            Stdio::from(writer)
+        }
+    };
+    let status = bin()
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .status()
+        .expect("run gapscope");
+    status.code()
+}
+
+/// A command line, its environment, and its exit code.
+type Case<'a> = (Vec<&'a str>, &'a [(&'a str, &'a str)], i32);
+
+// Row 1: every command keeps its exit code when stderr is full or a closed pipe (eprintln!
+// panicked there: exit 101, even for a usage error or after the output set was written).
+#[cfg(unix)]
+#[test]
+fn a_full_or_closed_stderr_changes_no_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = |name: &str| dir.path().join(name).display().to_string();
+    let t = bundled("emu-h200.json");
+    let ranks = bundled("torch-graphs-2rank-h200/mixing-1");
+    let mode = |m| synthetic::trace(&[SyntheticCell::emu(true, m, 80)], 5);
+    let base = write(dir.path(), "mode1.json", &mode(1));
+    let head = write(dir.path(), "mode2.json", &mode(2));
+    // `record` runs a program that ends with status 7 (no GPU needed: it loads no CUDA). The
+    // injection library is preloaded into it: a real library (this process's libc), so that
+    // the loader has no complaint to write into the dead stderr (a SIGPIPE that ends the
+    // program is the program's status, not gapscope's).
+    let Some(lib) = std::fs::read_to_string("/proc/self/maps")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("/libc.so"))
+        .map(str::to_owned)
+    else {
+        println!("no libc in /proc/self/maps");
+        return;
+    };
+    let record_env = [("GAPSCOPE_INJECTION_LIB", lib.as_str())];
+    let cases: Vec<Case> = vec![
+        (vec![], &[], 2),
+        (vec!["--version"], &[], 0),
+        (vec!["analyze", "--bogus"], &[], 2),
+        (vec!["analyze", "no-such-trace.json"], &[], 2),
+        (vec!["analyze", &t, "-o", "/proc"], &[], 1),
+        (vec!["analyze", &t, "-o", "OUT"], &[], 0),
+        (vec!["compare", &t, &t, "-o", "OUT"], &[], 0),
+        (vec!["compare", &base, &head, "--threshold", "1.01"], &[], 3),
+        (vec!["compare", &t, &t, "--threshold", "0"], &[], 2),
+        (
+            vec!["export", &t, "--format", "svg", "-o", "OUT/step.svg"],
+            &[],
+            0,
+        ),
+        (vec!["merge", &ranks, "-o", "OUT"], &[], 0),
+        (vec!["run", "--bundled", "-o", "OUT"], &[], 0),
+        (
+            vec!["record", "-o", "OUT", "--", "sh", "-c", "exit 7"],
+            &record_env,
+            7,
+        ),
+        (vec!["completions", "bash"], &[], 0),
+        (vec!["man", "OUT"], &[], 0),
+        (vec!["analyze", &t], &[("GAPSCOPE_THREADS", "abc")], 2),
+    ];
+    for (k, (args, env, code)) in cases.iter().enumerate() {
+        // A fresh output folder per run, so that each writes its set anew.
+        let args_in = |run: &str| -> Vec<String> {
+            let out = at(&format!("out-{k}-{run}"));
+            args.iter().map(|a| a.replace("OUT", &out)).collect()
+        };
+        let out = bin()
+            .args(args_in("plain"))
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(*code), "{args:?}: {}", stderr(&out));
+        for dead in [DeadStderr::Full, DeadStderr::ClosedPipe] {
+            let Some(got) = exit_code_with(&args_in(&format!("{dead:?}")), env, dead) else {
+                println!("no /dev/full here");
+                continue;
+            };
+            assert_ne!(got, 101, "{args:?} with {dead:?} stderr panicked");
+            assert_eq!(got, *code, "{args:?} with {dead:?} stderr");
+        }
+    }
+    // The set is still written whole when nobody can be told so.
+    let written = dir.path().join("out-5-Full");
+    for f in ["report.md", "report.json", "step.svg"] {
+        assert!(written.join(f).is_file(), "{f}");
+    }
 }

@@ -9,7 +9,8 @@
 //!
 //! Messages: every line gapscope itself writes to stderr is `gapscope: note: …`,
 //! `gapscope: warning: …` or, last and once, `gapscope: error: …`, each escaped to one line
-//! ([`gapscope::report::printable`]: a newline in a path cannot split it). A command checks its
+//! ([`gapscope::report::printable`]: a newline in a path cannot split it), through
+//! [`gapscope::report::stderr`], so that a full or closed stderr changes no exit code. A command checks its
 //! output folder before any work ([`check_output_folder`]), writes stdout before its files (a
 //! full stdout fails the command with nothing written), and says what it wrote only once
 //! everything succeeded.
@@ -22,7 +23,6 @@ pub mod merge;
 pub mod run;
 pub mod shell;
 
-use gapscope::report::printable;
 use gapscope::trace::{self, TraceError};
 use std::io::Write;
 use std::path::Path;
@@ -48,15 +48,9 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
     }
 }
 
-/// `gapscope: note: MESSAGE` on stderr, on one line.
-pub fn note(message: &str) {
-    eprintln!("gapscope: note: {}", printable(message));
-}
-
-/// `gapscope: error: MESSAGE` on stderr, on one line: the last line a failing command writes.
-pub fn error(message: &str) {
-    eprintln!("gapscope: error: {}", printable(message));
-}
+/// Notes and the error line: written as [`gapscope::report::stderr`] writes every stderr line
+/// (one line each; a full or closed stderr changes no exit code).
+pub use gapscope::report::stderr::{error, note};
 
 /// The one line of a failure: the outermost context and its causes joined (a cause that a
 /// message already ends with, as "cannot read: <io error>", is not repeated).

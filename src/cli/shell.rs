@@ -54,10 +54,10 @@ pub fn man(dir: Option<&Path>) -> Result<ExitCode, Failure> {
     for (name, text) in &pages {
         gapscope::trace::write_atomically(&dir.join(name), text)?;
     }
-    eprintln!(
+    gapscope::report::stderr::line(&format!(
         "gapscope: wrote {} manual pages to {}",
         pages.len(),
         dir.display()
-    );
+    ));
     Ok(ExitCode::SUCCESS)
 }

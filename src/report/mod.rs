@@ -1,7 +1,7 @@
 #![forbid(unsafe_code)]
 //! Outputs: Perfetto (Chrome trace JSON), Markdown (a PR comment), JSON summary, SVG of one
 //! aligned step, the rank-merge report ([`merge`]), stdout summaries ([`summary`]) and the one
-//! writer of output sets ([`output`]).
+//! writer of output sets ([`output`]); every line on stderr goes through [`stderr`].
 //!
 //! Every renderer is pure: it reads the traces and the analysis results
 //! ([`crate::analysis::Analysis`], [`crate::analysis::Comparison`],
@@ -16,6 +16,7 @@ pub mod merge;
 pub mod output;
 pub mod perfetto;
 pub mod remedies;
+pub mod stderr;
 pub mod summary;
 pub mod svg;
 
@@ -398,14 +399,14 @@ mod end_to_end {
         let t = std::time::Instant::now();
         let md = analysis_markdown(&a);
         let js = analysis_json(&a);
-        eprintln!(
+        stderr::line(&format!(
             "{} kernels: analysis {analysed:?}, chrome trace {exported:?} ({} MB), md+json {:?} ({} + {} bytes)",
             traces[0].kernels.len(),
             counted.0 >> 20,
             t.elapsed(),
             md.len(),
             js.len()
-        );
+        ));
     }
 
     struct Counter(usize);
