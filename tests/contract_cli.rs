@@ -713,3 +713,20 @@ fn overlaps_on_one_stream_under_a_millisecond_are_named_and_left_out() {
     let busy = report["cells"][0]["busy"]["median"].as_f64();
     assert!(busy.is_none_or(|b| b >= 500_000.0), "{busy:?}");
 }
+
+// Row 3: a threshold below 1 would print "PASS: no cell slower than 0.50×" of slower cells.
+#[test]
+fn a_threshold_below_one_is_refused() {
+    let t = bundled("emu-h200.json");
+    for value in ["0.5", "1e-320", "0", "nan"] {
+        let out = gapscope(&["compare", &t, &t, "--threshold", value]);
+        let line = fails_in_one_line(&out, 2);
+        assert!(line.contains("--threshold"), "{value}: {line}");
+        assert!(line.contains("at least 1"), "{value}: {line}");
+        assert!(out.stdout.is_empty(), "{value}");
+    }
+    // 1 is the strictest gate: no slowdown beyond the spread.
+    let out = gapscope(&["compare", &t, &t, "--threshold", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("PASS: no cell slower than 1.00×"));
+}

@@ -518,9 +518,23 @@ pub fn pair_modes(cells: &[CellAnalysis]) -> Vec<CellComparison> {
     pairs
 }
 
+/// `--threshold`: a head/base period ratio of at least 1 (1.02: 2 % slower allowed; 1: no
+/// slowdown beyond the spread). Below 1 it would say "no cell slower than 0.50×" of cells that
+/// are slower: a cell breaches only when it is slower beyond the spread, so its ratio is above
+/// 1 whatever the threshold below that. The error is one line naming the value.
+pub fn check_threshold(threshold: f64) -> Result<(), String> {
+    if threshold.is_finite() && threshold >= 1.0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "--threshold {threshold:?}: expected the largest head/base period ratio allowed, at least 1 (1.02 allows 2 % slower; 1 allows no slowdown beyond the spread)"
+        ))
+    }
+}
+
 /// `compare BASE HEAD`: matches cells by workload and observed regime, and checks the head
-/// against `threshold` (a ratio, e.g. 1.02): a cell breaches it when its period ratio exceeds
-/// it and the difference is larger than the run-to-run spread.
+/// against `threshold` (a ratio, e.g. 1.02, see [`check_threshold`]): a cell breaches it when
+/// its period ratio exceeds it and the difference is larger than the run-to-run spread.
 pub fn compare(base: Analysis, head: Analysis, threshold: f64) -> Comparison {
     let mut cells = Vec::new();
     let mut unmatched = Vec::new();
