@@ -730,3 +730,33 @@ fn a_threshold_below_one_is_refused() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("PASS: no cell slower than 1.00×"));
 }
+
+// Row 4: bidirectional overrides and isolates, zero-width characters and the byte-order mark
+// (Unicode's format characters) in a kernel name reach neither the terminal nor report.md raw.
+#[test]
+fn format_characters_in_names_are_escaped_on_the_terminal_and_in_markdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = synthetic::emu_experiment(5);
+    let spin = t.strings.iter().position(|s| s == "spin").unwrap();
+    t.strings[spin] = "spin\u{202e}nips\u{2066}\u{200b}\u{feff}".into();
+    let p = write(dir.path(), "t.json", &t);
+    let escaped = "spin\\u{202e}nips\\u{2066}\\u{200b}\\u{feff}";
+    let raw = |text: &str| {
+        text.chars()
+            .any(|c| matches!(c, '\u{202e}' | '\u{2066}' | '\u{200b}' | '\u{feff}'))
+    };
+    let o = dir.path().join("o");
+    for args in [
+        vec!["analyze", &p],
+        vec!["analyze", &p, "--full", "-o", o.to_str().unwrap()],
+        vec!["compare", &p, &p, "--format", "github"],
+    ] {
+        let out = gapscope(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let screen = stdout(&out);
+        assert!(!raw(&screen), "{args:?}: {screen}");
+        assert!(screen.contains(escaped), "{args:?}: {screen}");
+    }
+    let md = std::fs::read_to_string(o.join("report.md")).unwrap();
+    assert!(!raw(&md) && md.contains(escaped), "{md}");
+}
