@@ -760,3 +760,20 @@ fn format_characters_in_names_are_escaped_on_the_terminal_and_in_markdown() {
     let md = std::fs::read_to_string(o.join("report.md")).unwrap();
     assert!(!raw(&md) && md.contains(escaped), "{md}");
 }
+
+// Row 8: `-o /proc` said "No such file or directory" of a folder that exists.
+#[test]
+fn an_output_folder_that_takes_no_files_says_so() {
+    let t = bundled("emu-h200.json");
+    let line = fails_in_one_line(&gapscope(&["analyze", &t, "-o", "/proc"]), 1);
+    assert!(
+        line.contains("/proc: cannot write into this folder: its file system takes no new files"),
+        "{line}"
+    );
+    assert!(!line.contains("No such file"), "{line}");
+    let line = fails_in_one_line(&gapscope(&["run", "-o", "/proc/gapscope-out"]), 1);
+    assert!(
+        line.contains("/proc/gapscope-out: cannot make this folder: cannot write into /proc"),
+        "{line}"
+    );
+}

@@ -118,7 +118,28 @@ pub fn check_output_folder(dir: &Path) -> Result<(), Failure> {
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(cannot(dir, e)),
+        Err(e) => {
+            // "No such file or directory" for a file in a folder that exists: a file system
+            // that makes no files (/proc, /sys); the OS's words would say the folder is missing.
+            let why = if e.kind() == std::io::ErrorKind::NotFound {
+                "its file system takes no new files (as /proc and /sys)".to_owned()
+            } else {
+                e.to_string()
+            };
+            let line = if existing == dir {
+                format!("{}: cannot write into this folder: {why}", dir.display())
+            } else {
+                format!(
+                    "{}: cannot make this folder: cannot write into {}: {why}",
+                    dir.display(),
+                    existing.display()
+                )
+            };
+            Err(Failure {
+                code: 1,
+                error: anyhow::anyhow!(line),
+            })
+        }
     }
 }
 
