@@ -761,6 +761,29 @@ fn format_characters_in_names_are_escaped_on_the_terminal_and_in_markdown() {
     assert!(!raw(&md) && md.contains(escaped), "{md}");
 }
 
+// Row 5: `man DIR` says what it wrote as every command does: a note naming the files.
+#[test]
+fn man_says_what_it_wrote_in_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("man");
+    let out = gapscope(&["man", d.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    own_lines_are_tagged(&err);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "gapscope: note: wrote {}/{{gapscope.1,",
+            d.display()
+        )),
+        "{err}"
+    );
+    assert!(d.join("gapscope-analyze.1").is_file());
+    // Refused before anything is written, as `-o` is.
+    let line = fails_in_one_line(&gapscope(&["man", "/proc"]), 1);
+    assert!(line.contains("cannot write into this folder"), "{line}");
+}
+
 // Row 8: `-o /proc` said "No such file or directory" of a folder that exists.
 #[test]
 fn an_output_folder_that_takes_no_files_says_so() {
