@@ -784,6 +784,34 @@ fn man_says_what_it_wrote_in_a_note() {
     assert!(line.contains("cannot write into this folder"), "{line}");
 }
 
+// Row 6: GAPSCOPE_THREADS above the cores is capped at them, and a note says so.
+#[test]
+fn a_thread_count_above_the_cores_is_capped_with_a_note() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let t = bundled("emu-h200.json");
+    let out = bin()
+        .args(["analyze", &t])
+        .env("GAPSCOPE_THREADS", "1000000")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "gapscope: note: GAPSCOPE_THREADS=1000000: using {cores} threads, one per core available (more would only wait for a core)"
+        )
+    );
+    // Within the cores: as asked, without a note.
+    let out = bin()
+        .args(["analyze", &t])
+        .env("GAPSCOPE_THREADS", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stderr.is_empty(), "{}", stderr(&out));
+}
+
 // Row 8: `-o /proc` said "No such file or directory" of a folder that exists.
 #[test]
 fn an_output_folder_that_takes_no_files_says_so() {
