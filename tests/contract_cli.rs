@@ -2,7 +2,9 @@
 //! gapscope writes to stderr is a note, a warning or, last and once, an error, each one line;
 //! usage errors are one line; a full stdout is an error everywhere; outputs are checked before
 //! any work and reported only once written; damaged traces are named and kept out of the
-//! figures. One test per case.
+//! figures. One test per case. Third round (issue 42) at the end: a stderr that cannot be
+//! written, overlaps under a millisecond, thresholds below 1, format characters in names,
+//! `man`'s note, the thread cap, devices in `compare`, `-o /proc`.
 
 mod common;
 use common::{bin, fails_in_one_line, gapscope, stderr, stdout, write};
@@ -810,6 +812,45 @@ fn a_thread_count_above_the_cores_is_capped_with_a_note() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert!(out.stderr.is_empty(), "{}", stderr(&out));
+}
+
+// Row 7: `compare` of traces recorded on different devices says so, on screen and in every
+// report; the same device (or one side naming none) says nothing.
+#[test]
+fn compare_notes_traces_of_different_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let on = |name: &str, device: Option<&str>| {
+        let mut t = synthetic::emu_experiment(5);
+        t.metadata.device = device.map(|d| trace::DeviceInfo {
+            name: d.to_owned(),
+            index: 0,
+            compute_capability: String::new(),
+        });
+        write(dir.path(), name, &t)
+    };
+    let h200 = on("h200.json", Some("NVIDIA H200"));
+    let a100 = on("a100.json", Some("NVIDIA A100-SXM4-80GB"));
+    let says = "BASE ran on NVIDIA H200 and HEAD on NVIDIA A100-SXM4-80GB";
+    let o = dir.path().join("o");
+    let summary = gapscope(&["compare", &h200, &a100, "-o", o.to_str().unwrap()]);
+    assert_eq!(summary.status.code(), Some(0), "{}", stderr(&summary));
+    assert!(stdout(&summary).contains(says), "{}", stdout(&summary));
+    let md = std::fs::read_to_string(o.join("compare.md")).unwrap();
+    assert!(md.contains(says), "{md}");
+    let github = stdout(&gapscope(&["compare", &h200, &a100, "--format", "github"]));
+    assert!(github.contains(says), "{github}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&gapscope(&["compare", &h200, &a100, "--json"]).stdout).unwrap();
+    assert!(
+        json["device_mismatch"].as_str().unwrap().contains(says),
+        "{json}"
+    );
+    for (base, head) in [(&h200, &h200), (&h200, &on("none.json", None))] {
+        let out = gapscope(&["compare", base, head, "--json"]);
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(json["device_mismatch"].is_null(), "{json}");
+        assert!(!stdout(&gapscope(&["compare", base, head])).contains("ran on"));
+    }
 }
 
 // Row 8: `-o /proc` said "No such file or directory" of a folder that exists.

@@ -532,6 +532,25 @@ pub fn check_threshold(threshold: f64) -> Result<(), String> {
     }
 }
 
+/// The devices BASE and HEAD ran on, when both name theirs and they differ: one line saying so.
+/// (Inputs that name no device, e.g. synthetic traces, are left out of the test.)
+pub fn device_mismatch(base: &Analysis, head: &Analysis) -> Option<String> {
+    let devices = |a: &Analysis| -> Vec<String> {
+        let mut names: Vec<String> = a.inputs.iter().filter_map(|i| i.device.clone()).collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    };
+    let (b, h) = (devices(base), devices(head));
+    (!b.is_empty() && !h.is_empty() && b != h).then(|| {
+        format!(
+            "BASE ran on {} and HEAD on {}: the ratios compare different hardware, not only the change",
+            b.join(", "),
+            h.join(", ")
+        )
+    })
+}
+
 /// `compare BASE HEAD`: matches cells by workload and observed regime, and checks the head
 /// against `threshold` (a ratio, e.g. 1.02, see [`check_threshold`]): a cell breaches it when
 /// its period ratio exceeds it and the difference is larger than the run-to-run spread.
@@ -571,6 +590,7 @@ pub fn compare(base: Analysis, head: Analysis, threshold: f64) -> Comparison {
         })
         .collect();
     let realised = super::remedy::realised(&base, &head, &cells);
+    let device_mismatch = device_mismatch(&base, &head);
     Comparison {
         base,
         head,
@@ -580,6 +600,7 @@ pub fn compare(base: Analysis, head: Analysis, threshold: f64) -> Comparison {
         threshold,
         breached,
         realised,
+        device_mismatch,
     }
 }
 
