@@ -34,7 +34,10 @@ fn main() -> ExitCode {
     // cudarc panics when a library or symbol is missing; the checks in EmuSetup::new come
     // first, and this hook keeps any other panic to one line.
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("emu: internal error: {}", gapscope::panic_message(info));
+        gapscope::report::stderr::line(&format!(
+            "emu: internal error: {}",
+            gapscope::panic_message(info)
+        ));
     }));
     let args: Vec<String> = std::env::args().collect();
     let iters = match args.get(1) {
@@ -42,9 +45,9 @@ fn main() -> ExitCode {
         Some(a) => match a.trim().parse::<usize>() {
             Ok(n) if n >= 1 => n,
             _ => {
-                eprintln!(
+                gapscope::report::stderr::line(&format!(
                     "emu: iters must be a positive integer, not {a:?} (usage: emu [iters] [single|alt|per])"
-                );
+                ));
                 return ExitCode::from(1);
             }
         },
@@ -53,7 +56,7 @@ fn main() -> ExitCode {
     match std::panic::catch_unwind(|| run(iters, launch)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) => {
-            eprintln!("emu: {e}");
+            gapscope::report::stderr::line(&format!("emu: {e}"));
             ExitCode::from(1)
         }
         Err(_) => ExitCode::from(1),

@@ -22,6 +22,9 @@ fn main() -> ExitCode {
     if let Err(message) = gapscope::threads_setting() {
         return fail(bad_input(message));
     }
+    if let Some(line) = gapscope::threads_capped_note() {
+        cli::note(&line);
+    }
     let given = cli::args::run_sweep_flags_given(&matches);
     match run(cli, &given) {
         Ok(code) => code,

@@ -2,7 +2,9 @@
 //! gapscope writes to stderr is a note, a warning or, last and once, an error, each one line;
 //! usage errors are one line; a full stdout is an error everywhere; outputs are checked before
 //! any work and reported only once written; damaged traces are named and kept out of the
-//! figures. One test per case.
+//! figures. One test per case. Third round (issue 42) at the end: a stderr that cannot be
+//! written, overlaps under a millisecond, thresholds below 1, format characters in names,
+//! `man`'s note, the thread cap, devices in `compare`, `-o /proc`.
 
 mod common;
 use common::{bin, fails_in_one_line, gapscope, stderr, stdout, write};
@@ -121,7 +123,7 @@ fn a_full_stdout_is_an_error_for_every_command() {
         vec!["run", "--bundled", "-o", o],
     ] {
         let Some(out) = to_full_stdout(&args) else {
-            eprintln!("no /dev/full here");
+            println!("no /dev/full here");
             return;
         };
         let line = fails_after_notes(&out, 1);
@@ -346,7 +348,9 @@ fn damaged_traces_are_named_in_a_note_and_kept_out_of_the_figures() {
     overlap.kernels[5].end += 1_000_000_000;
     let (report, err) = analyze_json(dir.path(), "overlap.json", &overlap);
     assert!(
-        err.contains("overlap.json: damaged: 1 kernels outside graphs end more than 1000 µs after"),
+        err.contains(
+            "overlap.json: damaged: 1 kernels outside graphs overlap the kernels after them"
+        ),
         "{err}"
     );
     assert!(
@@ -555,4 +559,313 @@ fn run_without_a_gpu_says_which_flags_it_ignored() {
     );
     let plain = gapscope(&["run", "--bundled", "-o", o.to_str().unwrap()]);
     assert!(!stderr(&plain).contains("ignored"), "{}", stderr(&plain));
+}
+
+// ---- Contract round 3 (issue 42) ----
+
+/// A stderr gapscope cannot write to.
+#[cfg(unix)]
+#[derive(Debug, Clone, Copy)]
+enum DeadStderr {
+    /// `2>/dev/full`: every write fails (ENOSPC).
+    Full,
+    /// A pipe whose reader has gone: every write fails (EPIPE).
+    ClosedPipe,
+}
+
+/// The exit code of gapscope with `args` and stderr `dead` (stdout discarded).
+#[cfg(unix)]
+fn exit_code_with(args: &[String], env: &[(&str, &str)], dead: DeadStderr) -> Option<i32> {
+    let stderr = match dead {
+        DeadStderr::Full => Stdio::from(std::fs::File::create("/dev/full").ok()?),
+        DeadStderr::ClosedPipe => {
+            let (reader, writer) = std::io::pipe().unwrap();
+            drop(reader);
+            Stdio::from(writer)
+        }
+    };
+    let status = bin()
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .status()
+        .expect("run gapscope");
+    status.code()
+}
+
+/// A command line, its environment, and its exit code.
+type Case<'a> = (Vec<&'a str>, &'a [(&'a str, &'a str)], i32);
+
+// Row 1: every command keeps its exit code when stderr is full or a closed pipe (eprintln!
+// panicked there: exit 101, even for a usage error or after the output set was written).
+#[cfg(unix)]
+#[test]
+fn a_full_or_closed_stderr_changes_no_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = |name: &str| dir.path().join(name).display().to_string();
+    let t = bundled("emu-h200.json");
+    let ranks = bundled("torch-graphs-2rank-h200/mixing-1");
+    let mode = |m| synthetic::trace(&[SyntheticCell::emu(true, m, 80)], 5);
+    let base = write(dir.path(), "mode1.json", &mode(1));
+    let head = write(dir.path(), "mode2.json", &mode(2));
+    // `record` runs a program that ends with status 7 (no GPU needed: it loads no CUDA). The
+    // injection library is preloaded into it: a real library (this process's libc), so that
+    // the loader has no complaint to write into the dead stderr (a SIGPIPE that ends the
+    // program is the program's status, not gapscope's).
+    let Some(lib) = std::fs::read_to_string("/proc/self/maps")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("/libc.so"))
+        .map(str::to_owned)
+    else {
+        println!("no libc in /proc/self/maps");
+        return;
+    };
+    let record_env = [("GAPSCOPE_INJECTION_LIB", lib.as_str())];
+    let cases: Vec<Case> = vec![
+        (vec![], &[], 2),
+        (vec!["--version"], &[], 0),
+        (vec!["analyze", "--bogus"], &[], 2),
+        (vec!["analyze", "no-such-trace.json"], &[], 2),
+        (vec!["analyze", &t, "-o", "/proc"], &[], 1),
+        (vec!["analyze", &t, "-o", "OUT"], &[], 0),
+        (vec!["compare", &t, &t, "-o", "OUT"], &[], 0),
+        (vec!["compare", &base, &head, "--threshold", "1.01"], &[], 3),
+        (vec!["compare", &t, &t, "--threshold", "0"], &[], 2),
+        (
+            vec!["export", &t, "--format", "svg", "-o", "OUT/step.svg"],
+            &[],
+            0,
+        ),
+        (vec!["merge", &ranks, "-o", "OUT"], &[], 0),
+        (vec!["run", "--bundled", "-o", "OUT"], &[], 0),
+        (
+            vec!["record", "-o", "OUT", "--", "sh", "-c", "exit 7"],
+            &record_env,
+            7,
+        ),
+        (vec!["completions", "bash"], &[], 0),
+        (vec!["man", "OUT"], &[], 0),
+        (vec!["analyze", &t], &[("GAPSCOPE_THREADS", "abc")], 2),
+    ];
+    for (k, (args, env, code)) in cases.iter().enumerate() {
+        // A fresh output folder per run, so that each writes its set anew.
+        let args_in = |run: &str| -> Vec<String> {
+            let out = at(&format!("out-{k}-{run}"));
+            args.iter().map(|a| a.replace("OUT", &out)).collect()
+        };
+        let out = bin()
+            .args(args_in("plain"))
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(*code), "{args:?}: {}", stderr(&out));
+        for dead in [DeadStderr::Full, DeadStderr::ClosedPipe] {
+            let Some(got) = exit_code_with(&args_in(&format!("{dead:?}")), env, dead) else {
+                println!("no /dev/full here");
+                continue;
+            };
+            assert_ne!(got, 101, "{args:?} with {dead:?} stderr panicked");
+            assert_eq!(got, *code, "{args:?} with {dead:?} stderr");
+        }
+    }
+    // The set is still written whole when nobody can be told so.
+    let written = dir.path().join("out-5-Full");
+    for f in ["report.md", "report.json", "step.svg"] {
+        assert!(written.join(f).is_file(), "{f}");
+    }
+}
+
+// Row 2: kernels that overlap on one stream by less than a millisecond, in a way no launch
+// makes (here each of 36 kernels of 500 µs, 20 µs apart, still runs when the kernel after its
+// successor starts), are named and left out; before, "busy 120 µs, idle 0" of 500 µs kernels.
+#[test]
+fn overlaps_on_one_stream_under_a_millisecond_are_named_and_left_out() {
+    use gapscope::trace::synthetic::KernelStream;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = KernelStream::new();
+    for _ in 0..6 {
+        let start = s.host_now();
+        for _ in 0..6 {
+            s.kernel("k", 1_000, 500_000);
+        }
+        s.range("step", start);
+    }
+    let mut t = s.finish();
+    let first = t.kernels[0].start;
+    for (i, k) in t.kernels.iter_mut().enumerate() {
+        k.start = first + 20_000 * i as u64;
+        k.end = k.start + 500_000;
+    }
+    let p = write(dir.path(), "chain.json", &t);
+    let out = gapscope(&["analyze", &p, "--step-range", "step", "--json"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    own_lines_are_tagged(&err);
+    assert!(
+        err.contains("chain.json: damaged: 34 kernels outside graphs overlap the kernels after them on their stream"),
+        "{err}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let damage = report["inputs"][0]["damage"].as_array().unwrap();
+    assert_eq!(damage.len(), 1, "{damage:?}");
+    // Left out: no cell is made of the overlapping kernels' figures.
+    let busy = report["cells"][0]["busy"]["median"].as_f64();
+    assert!(busy.is_none_or(|b| b >= 500_000.0), "{busy:?}");
+}
+
+// Row 3: a threshold below 1 would print "PASS: no cell slower than 0.50×" of slower cells.
+#[test]
+fn a_threshold_below_one_is_refused() {
+    let t = bundled("emu-h200.json");
+    for value in ["0.5", "1e-320", "0", "nan"] {
+        let out = gapscope(&["compare", &t, &t, "--threshold", value]);
+        let line = fails_in_one_line(&out, 2);
+        assert!(line.contains("--threshold"), "{value}: {line}");
+        assert!(line.contains("at least 1"), "{value}: {line}");
+        assert!(out.stdout.is_empty(), "{value}");
+    }
+    // 1 is the strictest gate: no slowdown beyond the spread.
+    let out = gapscope(&["compare", &t, &t, "--threshold", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("PASS: no cell slower than 1.00×"));
+}
+
+// Row 4: bidirectional overrides and isolates, zero-width characters and the byte-order mark
+// (Unicode's format characters) in a kernel name reach neither the terminal nor report.md raw.
+#[test]
+fn format_characters_in_names_are_escaped_on_the_terminal_and_in_markdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = synthetic::emu_experiment(5);
+    let spin = t.strings.iter().position(|s| s == "spin").unwrap();
+    t.strings[spin] = "spin\u{202e}nips\u{2066}\u{200b}\u{feff}".into();
+    let p = write(dir.path(), "t.json", &t);
+    let escaped = "spin\\u{202e}nips\\u{2066}\\u{200b}\\u{feff}";
+    let raw = |text: &str| {
+        text.chars()
+            .any(|c| matches!(c, '\u{202e}' | '\u{2066}' | '\u{200b}' | '\u{feff}'))
+    };
+    let o = dir.path().join("o");
+    for args in [
+        vec!["analyze", &p],
+        vec!["analyze", &p, "--full", "-o", o.to_str().unwrap()],
+        vec!["compare", &p, &p, "--format", "github"],
+    ] {
+        let out = gapscope(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let screen = stdout(&out);
+        assert!(!raw(&screen), "{args:?}: {screen}");
+        assert!(screen.contains(escaped), "{args:?}: {screen}");
+    }
+    let md = std::fs::read_to_string(o.join("report.md")).unwrap();
+    assert!(!raw(&md) && md.contains(escaped), "{md}");
+}
+
+// Row 5: `man DIR` says what it wrote as every command does: a note naming the files.
+#[test]
+fn man_says_what_it_wrote_in_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("man");
+    let out = gapscope(&["man", d.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    own_lines_are_tagged(&err);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "gapscope: note: wrote {}/{{gapscope.1,",
+            d.display()
+        )),
+        "{err}"
+    );
+    assert!(d.join("gapscope-analyze.1").is_file());
+    // Refused before anything is written, as `-o` is.
+    let line = fails_in_one_line(&gapscope(&["man", "/proc"]), 1);
+    assert!(line.contains("cannot write into this folder"), "{line}");
+}
+
+// Row 6: GAPSCOPE_THREADS above the cores is capped at them, and a note says so.
+#[test]
+fn a_thread_count_above_the_cores_is_capped_with_a_note() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let t = bundled("emu-h200.json");
+    let out = bin()
+        .args(["analyze", &t])
+        .env("GAPSCOPE_THREADS", "1000000")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "gapscope: note: GAPSCOPE_THREADS=1000000: using {cores} threads, one per core available (more would only wait for a core)"
+        )
+    );
+    // Within the cores: as asked, without a note.
+    let out = bin()
+        .args(["analyze", &t])
+        .env("GAPSCOPE_THREADS", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stderr.is_empty(), "{}", stderr(&out));
+}
+
+// Row 7: `compare` of traces recorded on different devices says so, on screen and in every
+// report; the same device (or one side naming none) says nothing.
+#[test]
+fn compare_notes_traces_of_different_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let on = |name: &str, device: Option<&str>| {
+        let mut t = synthetic::emu_experiment(5);
+        t.metadata.device = device.map(|d| trace::DeviceInfo {
+            name: d.to_owned(),
+            index: 0,
+            compute_capability: String::new(),
+        });
+        write(dir.path(), name, &t)
+    };
+    let h200 = on("h200.json", Some("NVIDIA H200"));
+    let a100 = on("a100.json", Some("NVIDIA A100-SXM4-80GB"));
+    let says = "BASE ran on NVIDIA H200 and HEAD on NVIDIA A100-SXM4-80GB";
+    let o = dir.path().join("o");
+    let summary = gapscope(&["compare", &h200, &a100, "-o", o.to_str().unwrap()]);
+    assert_eq!(summary.status.code(), Some(0), "{}", stderr(&summary));
+    assert!(stdout(&summary).contains(says), "{}", stdout(&summary));
+    let md = std::fs::read_to_string(o.join("compare.md")).unwrap();
+    assert!(md.contains(says), "{md}");
+    let github = stdout(&gapscope(&["compare", &h200, &a100, "--format", "github"]));
+    assert!(github.contains(says), "{github}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&gapscope(&["compare", &h200, &a100, "--json"]).stdout).unwrap();
+    assert!(
+        json["device_mismatch"].as_str().unwrap().contains(says),
+        "{json}"
+    );
+    for (base, head) in [(&h200, &h200), (&h200, &on("none.json", None))] {
+        let out = gapscope(&["compare", base, head, "--json"]);
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(json["device_mismatch"].is_null(), "{json}");
+        assert!(!stdout(&gapscope(&["compare", base, head])).contains("ran on"));
+    }
+}
+
+// Row 8: `-o /proc` said "No such file or directory" of a folder that exists.
+#[test]
+fn an_output_folder_that_takes_no_files_says_so() {
+    let t = bundled("emu-h200.json");
+    let line = fails_in_one_line(&gapscope(&["analyze", &t, "-o", "/proc"]), 1);
+    assert!(
+        line.contains("/proc: cannot write into this folder: its file system takes no new files"),
+        "{line}"
+    );
+    assert!(!line.contains("No such file"), "{line}");
+    let line = fails_in_one_line(&gapscope(&["run", "-o", "/proc/gapscope-out"]), 1);
+    assert!(
+        line.contains("/proc/gapscope-out: cannot make this folder: cannot write into /proc"),
+        "{line}"
+    );
 }

@@ -129,7 +129,7 @@ fn a_signal_during_the_commit_leaves_the_old_set_or_the_new_one() {
         outcomes[usize::from(wholly("new"))] += 1;
     }
     // Both outcomes were seen: the signals fell on both sides of the commit.
-    eprintln!(
+    println!(
         "old set kept {} times, new set {} times",
         outcomes[0], outcomes[1]
     );

@@ -551,9 +551,42 @@ pub fn pair_modes(cells: &[CellAnalysis]) -> Vec<CellComparison> {
     pairs
 }
 
+/// `--threshold`: a head/base period ratio of at least 1 (1.02: 2 % slower allowed; 1: no
+/// slowdown beyond the spread). Below 1 it would say "no cell slower than 0.50×" of cells that
+/// are slower: a cell breaches only when it is slower beyond the spread, so its ratio is above
+/// 1 whatever the threshold below that. The error is one line naming the value.
+pub fn check_threshold(threshold: f64) -> Result<(), String> {
+    if threshold.is_finite() && threshold >= 1.0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "--threshold {threshold:?}: expected the largest head/base period ratio allowed, at least 1 (1.02 allows 2 % slower; 1 allows no slowdown beyond the spread)"
+        ))
+    }
+}
+
+/// The devices BASE and HEAD ran on, when both name theirs and they differ: one line saying so.
+/// (Inputs that name no device, e.g. synthetic traces, are left out of the test.)
+pub fn device_mismatch(base: &Analysis, head: &Analysis) -> Option<String> {
+    let devices = |a: &Analysis| -> Vec<String> {
+        let mut names: Vec<String> = a.inputs.iter().filter_map(|i| i.device.clone()).collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    };
+    let (b, h) = (devices(base), devices(head));
+    (!b.is_empty() && !h.is_empty() && b != h).then(|| {
+        format!(
+            "BASE ran on {} and HEAD on {}: the ratios compare different hardware, not only the change",
+            b.join(", "),
+            h.join(", ")
+        )
+    })
+}
+
 /// `compare BASE HEAD`: matches cells by workload and observed regime, and checks the head
-/// against `threshold` (a ratio, e.g. 1.02): a cell breaches it when its period ratio exceeds
-/// it and the difference is larger than the run-to-run spread.
+/// against `threshold` (a ratio, e.g. 1.02, see [`check_threshold`]): a cell breaches it when
+/// its period ratio exceeds it and the difference is larger than the run-to-run spread.
 pub fn compare(base: Analysis, head: Analysis, threshold: f64) -> Comparison {
     let mut cells = Vec::new();
     let mut unmatched = Vec::new();
@@ -590,6 +623,7 @@ pub fn compare(base: Analysis, head: Analysis, threshold: f64) -> Comparison {
         })
         .collect();
     let realised = super::remedy::realised(&base, &head, &cells);
+    let device_mismatch = device_mismatch(&base, &head);
     Comparison {
         base,
         head,
@@ -599,6 +633,7 @@ pub fn compare(base: Analysis, head: Analysis, threshold: f64) -> Comparison {
         threshold,
         breached,
         realised,
+        device_mismatch,
     }
 }
 

@@ -10,12 +10,7 @@ use gapscope::report;
 use std::process::ExitCode;
 
 pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
-    if !(a.threshold.is_finite() && a.threshold > 0.0) {
-        return Err(bad_input(format!(
-            "--threshold must be a positive ratio such as 1.02, got {}",
-            a.threshold
-        )));
-    }
+    analysis::align::check_threshold(a.threshold).map_err(bad_input)?;
     if let Some(dir) = &a.output {
         check_output_folder(dir)?;
     }

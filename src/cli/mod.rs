@@ -9,7 +9,8 @@
 //!
 //! Messages: every line gapscope itself writes to stderr is `gapscope: note: …`,
 //! `gapscope: warning: …` or, last and once, `gapscope: error: …`, each escaped to one line
-//! ([`gapscope::report::printable`]: a newline in a path cannot split it). A command checks its
+//! ([`gapscope::report::printable`]: a newline in a path cannot split it), through
+//! [`gapscope::report::stderr`], so that a full or closed stderr changes no exit code. A command checks its
 //! output folder before any work ([`check_output_folder`]), writes stdout before its files (a
 //! full stdout fails the command with nothing written), and says what it wrote only once
 //! everything succeeded.
@@ -22,7 +23,6 @@ pub mod merge;
 pub mod run;
 pub mod shell;
 
-use gapscope::report::printable;
 use gapscope::trace::{self, TraceError};
 use std::io::Write;
 use std::path::Path;
@@ -48,15 +48,9 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
     }
 }
 
-/// `gapscope: note: MESSAGE` on stderr, on one line.
-pub fn note(message: &str) {
-    eprintln!("gapscope: note: {}", printable(message));
-}
-
-/// `gapscope: error: MESSAGE` on stderr, on one line: the last line a failing command writes.
-pub fn error(message: &str) {
-    eprintln!("gapscope: error: {}", printable(message));
-}
+/// Notes and the error line: written as [`gapscope::report::stderr`] writes every stderr line
+/// (one line each; a full or closed stderr changes no exit code).
+pub use gapscope::report::stderr::{error, note};
 
 /// The one line of a failure: the outermost context and its causes joined (a cause that a
 /// message already ends with, as "cannot read: <io error>", is not repeated).
@@ -124,7 +118,28 @@ pub fn check_output_folder(dir: &Path) -> Result<(), Failure> {
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(cannot(dir, e)),
+        Err(e) => {
+            // "No such file or directory" for a file in a folder that exists: a file system
+            // that makes no files (/proc, /sys); the OS's words would say the folder is missing.
+            let why = if e.kind() == std::io::ErrorKind::NotFound {
+                "its file system takes no new files (as /proc and /sys)".to_owned()
+            } else {
+                e.to_string()
+            };
+            let line = if existing == dir {
+                format!("{}: cannot write into this folder: {why}", dir.display())
+            } else {
+                format!(
+                    "{}: cannot make this folder: cannot write into {}: {why}",
+                    dir.display(),
+                    existing.display()
+                )
+            };
+            Err(Failure {
+                code: 1,
+                error: anyhow::anyhow!(line),
+            })
+        }
     }
 }
 

@@ -2,8 +2,9 @@
 //! `gapscope completions SHELL` and `gapscope man [DIR]`: generated from the clap definition
 //! in [`super::args`], so they list exactly the commands and flags this build has.
 
+use super::analyze::wrote_line;
 use super::args::Cli;
-use super::{Failure, print_stdout};
+use super::{Failure, check_output_folder, note, print_stdout};
 use clap::CommandFactory;
 use std::path::Path;
 use std::process::ExitCode;
@@ -49,15 +50,13 @@ pub fn man(dir: Option<&Path>) -> Result<ExitCode, Failure> {
         print_stdout(String::from_utf8_lossy(&pages[0].1).trim_end())?;
         return Ok(ExitCode::SUCCESS);
     };
+    check_output_folder(dir)?;
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
     for (name, text) in &pages {
         gapscope::trace::write_atomically(&dir.join(name), text)?;
     }
-    eprintln!(
-        "gapscope: wrote {} manual pages to {}",
-        pages.len(),
-        dir.display()
-    );
+    let names: Vec<String> = pages.iter().map(|(name, _)| name.clone()).collect();
+    note(&wrote_line(dir, &names));
     Ok(ExitCode::SUCCESS)
 }

@@ -47,7 +47,6 @@ use crate::record::spill::{SPILL_VAR, SpillHeader, SpillWriter, spill_path};
 use crate::trace::{self, Cell, Metadata, Source, Versions};
 use std::collections::BTreeMap;
 use std::ffi::c_int;
-use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
@@ -139,16 +138,15 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|s| !s.is_empty())
 }
 
-/// One line on stderr, prefixed `gapscope:`; never panics.
-/// A `gapscope: warning: …` line from inside the traced process (it runs on regardless).
+/// A `gapscope: warning: …` line from inside the traced process (it runs on regardless; a
+/// stderr it cannot write to loses the line, see [`crate::report::stderr`]).
 fn say(msg: &str) {
-    say_as("warning", msg);
+    crate::report::stderr::warning(msg);
 }
 
-/// `gapscope: LEVEL: MSG` on the traced process's stderr, on one line.
-fn say_as(level: &str, msg: &str) {
-    let line = crate::report::printable(msg);
-    let _ = writeln!(std::io::stderr(), "gapscope: {level}: {line}");
+/// `gapscope: note: MSG` on the traced process's stderr, on one line.
+fn say_note(msg: &str) {
+    crate::report::stderr::note(msg);
 }
 
 /// The command line of this process (from `/proc/self/cmdline`, else `std::env::args`).
@@ -321,7 +319,7 @@ fn initialize() -> Result<(), String> {
         }
     }
     if let Err(e) = recorder.enable_nvtx_markers() {
-        say_as("note", &format!("NVTX ranges will not be recorded: {e}"));
+        say_note(&format!("NVTX ranges will not be recorded: {e}"));
     }
     recorder.add_cell(Cell {
         label: config.command.clone(),
@@ -442,10 +440,10 @@ fn write_trace(signal: Option<c_int>) {
     // A launcher (torchrun, mpirun) or helper process that initialised CUDA but ran nothing
     // would otherwise leave an empty trace that looks like a rank.
     if trace.kernels.is_empty() && trace.memcpys.is_empty() && trace.memsets.is_empty() {
-        say_as(
-            "note",
-            &format!("process {} ran no GPU work: no trace written", config.pid),
-        );
+        say_note(&format!(
+            "process {} ran no GPU work: no trace written",
+            config.pid
+        ));
         let _ = std::fs::remove_file(&spill);
         return;
     }

@@ -16,6 +16,7 @@
 
 use crate::record::cupti::CuptiError;
 use crate::record::inject::{OUT_VAR, STEP_RANGE_VAR, TRACE_BUDGET_VAR};
+use crate::report::stderr;
 use anyhow::{Context, bail};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -143,13 +144,13 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     let cupti_env = crate::library_search::Environment::current(args.command.clone());
     let cupti = match crate::record::cupti::cupti_library(&cupti_env) {
         Ok(cupti) => {
-            eprintln!("{}", cupti.note());
+            stderr::line(&cupti.note());
             Some(cupti)
         }
         Err(e) => match cupti_failure(&e, crate::cuda::library().err().as_ref()) {
             CuptiFailure::Stop => return Err(e.into()),
             CuptiFailure::Note(note) => {
-                eprintln!("{note}");
+                stderr::line(&note);
                 None
             }
         },
@@ -211,10 +212,7 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
                 std::io::ErrorKind::PermissionDenied => (126, "not executable"),
                 _ => (126, "cannot be run"),
             };
-            eprintln!(
-                "gapscope: error: {}",
-                crate::report::printable(&format!("{}: {what} ({e})", program.to_string_lossy()))
-            );
+            stderr::error(&format!("{}: {what} ({e})", program.to_string_lossy()));
             return Ok(ExitCode::from(code));
         }
     };
@@ -233,10 +231,10 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
             }
         });
     for problem in problems {
-        eprintln!("gapscope: warning: {}", crate::report::printable(&problem));
+        stderr::warning(&problem);
     }
     written.extend(recovered.iter().cloned());
-    let note = |line: &str| eprintln!("gapscope: note: {}", crate::report::printable(line));
+    let note = stderr::note;
     if written.is_empty() {
         note(NO_TRACE);
     }
@@ -274,10 +272,7 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
                     }),
                 )
             }
-            Err(e) => eprintln!(
-                "gapscope: warning: {}",
-                crate::report::printable(&e.to_string())
-            ),
+            Err(e) => stderr::warning(&e.to_string()),
         }
     }
     if !written.is_empty() {

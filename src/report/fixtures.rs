@@ -480,5 +480,6 @@ pub fn comparison(threshold: f64, breached: Vec<String>) -> Comparison {
         threshold,
         breached,
         realised: Vec::new(),
+        device_mismatch: None,
     }
 }

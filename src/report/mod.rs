@@ -1,7 +1,7 @@
 #![forbid(unsafe_code)]
 //! Outputs: Perfetto (Chrome trace JSON), Markdown (a PR comment), JSON summary, SVG of one
 //! aligned step, the rank-merge report ([`merge`]), stdout summaries ([`summary`]) and the one
-//! writer of output sets ([`output`]).
+//! writer of output sets ([`output`]); every line on stderr goes through [`stderr`].
 //!
 //! Every renderer is pure: it reads the traces and the analysis results
 //! ([`crate::analysis::Analysis`], [`crate::analysis::Comparison`],
@@ -16,6 +16,7 @@ pub mod merge;
 pub mod output;
 pub mod perfetto;
 pub mod remedies;
+pub mod stderr;
 pub mod summary;
 pub mod svg;
 
@@ -235,17 +236,18 @@ pub(crate) fn md_cell(s: &str) -> String {
     printable(s).replace('|', "\\|")
 }
 
-/// `text` with every control character escaped as Rust writes it (`\n`, `\u{1b}`): a name
-/// from a trace, or a path, can then neither start a new line nor send the terminal an escape
-/// sequence (colours, cursor moves, a changed title).
+/// `text` with every control and format character escaped as Rust writes it (`\n`, `\u{1b}`,
+/// `\u{202e}`): a name from a trace, or a path, can then neither start a new line, nor send the
+/// terminal an escape sequence (colours, cursor moves, a changed title), nor reorder or hide
+/// what follows it (bidirectional overrides, zero-width characters: `is_format_char`).
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    escape_control(text, |_| true)
+    escape_unprintable(text, |_| true)
 }
 
 /// [`printable`] for a whole report or screen: line breaks and tabs stay, every other control
-/// character is escaped.
+/// or format character is escaped.
 pub fn printable_lines(text: &str) -> std::borrow::Cow<'_, str> {
-    escape_control(text, |c| !matches!(c, '\n' | '\t'))
+    escape_unprintable(text, |c| !matches!(c, '\n' | '\t'))
 }
 
 /// A rendered report or screen through [`printable_lines`].
@@ -256,8 +258,8 @@ pub(crate) fn printable_report(text: String) -> String {
     }
 }
 
-fn escape_control(text: &str, escaped: impl Fn(char) -> bool) -> std::borrow::Cow<'_, str> {
-    let is_escaped = |c: char| c.is_control() && escaped(c);
+fn escape_unprintable(text: &str, escaped: impl Fn(char) -> bool) -> std::borrow::Cow<'_, str> {
+    let is_escaped = |c: char| (c.is_control() && escaped(c)) || is_format_char(c);
     if !text.chars().any(is_escaped) {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -270,6 +272,41 @@ fn escape_control(text: &str, escaped: impl Fn(char) -> bool) -> std::borrow::Co
         }
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// Unicode's format characters (general category Cf, Unicode 16: bidirectional marks, embeddings,
+/// overrides and isolates, zero-width spaces and joiners, the byte-order mark, …) and its line
+/// and paragraph separators (U+2028, U+2029): invisible, yet they reorder, hide or break the
+/// text around them. (`char::is_control` covers only category Cc.)
+fn is_format_char(c: char) -> bool {
+    const RANGES: [(char, char); 21] = [
+        ('\u{ad}', '\u{ad}'),
+        ('\u{600}', '\u{605}'),
+        ('\u{61c}', '\u{61c}'),
+        ('\u{6dd}', '\u{6dd}'),
+        ('\u{70f}', '\u{70f}'),
+        ('\u{890}', '\u{891}'),
+        ('\u{8e2}', '\u{8e2}'),
+        ('\u{180e}', '\u{180e}'),
+        ('\u{200b}', '\u{200f}'),
+        // U+2028 and U+2029 (Zl, Zp) with U+202A–U+202E.
+        ('\u{2028}', '\u{202e}'),
+        ('\u{2060}', '\u{2064}'),
+        ('\u{2066}', '\u{206f}'),
+        ('\u{feff}', '\u{feff}'),
+        ('\u{fff9}', '\u{fffb}'),
+        ('\u{110bd}', '\u{110bd}'),
+        ('\u{110cd}', '\u{110cd}'),
+        ('\u{13430}', '\u{1343f}'),
+        ('\u{1bca0}', '\u{1bca3}'),
+        ('\u{1d173}', '\u{1d17a}'),
+        ('\u{e0001}', '\u{e0001}'),
+        ('\u{e0020}', '\u{e007f}'),
+    ];
+    !c.is_ascii()
+        && RANGES
+            .iter()
+            .any(|&(first, last)| (first..=last).contains(&c))
 }
 
 /// The snake_case name serde gives a cause kind ("external_event_wait").
@@ -321,6 +358,16 @@ mod tests {
         assert_eq!(md_cell("a|b\nc"), "a\\|b\\nc");
         assert_eq!(printable("red \u{1b}[31m\r\n"), "red \\u{1b}[31m\\r\\n");
         assert_eq!(printable_lines("a\tb\n\u{9b}c"), "a\tb\n\\u{9b}c");
+        // Bidirectional overrides and isolates, zero-width and byte-order marks, separators.
+        assert_eq!(
+            printable("k\u{202e}lanrek\u{2066}\u{200b}\u{feff}\u{2028}é"),
+            "k\\u{202e}lanrek\\u{2066}\\u{200b}\\u{feff}\\u{2028}é"
+        );
+        assert_eq!(printable_lines("a\n\u{200f}b"), "a\n\\u{200f}b");
+        assert!(matches!(
+            printable("naïve→ü"),
+            std::borrow::Cow::Borrowed(_)
+        ));
         assert!(matches!(printable("plain"), std::borrow::Cow::Borrowed(_)));
         assert_eq!(
             cause_kind_id(CauseKind::ExternalEventWait),
@@ -398,14 +445,14 @@ mod end_to_end {
         let t = std::time::Instant::now();
         let md = analysis_markdown(&a);
         let js = analysis_json(&a);
-        eprintln!(
+        stderr::line(&format!(
             "{} kernels: analysis {analysed:?}, chrome trace {exported:?} ({} MB), md+json {:?} ({} + {} bytes)",
             traces[0].kernels.len(),
             counted.0 >> 20,
             t.elapsed(),
             md.len(),
             js.len()
-        );
+        ));
     }
 
     struct Counter(usize);

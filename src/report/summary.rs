@@ -411,7 +411,7 @@ pub fn comparison_summary(c: &Comparison, full_report: Option<&str>) -> String {
     if c.cells.len() > MAX_CELLS {
         let _ = writeln!(s, "  … and {} more cells", c.cells.len() - MAX_CELLS);
     }
-    if let Some(line) = super::markdown::host_bound_caution(c) {
+    for line in super::markdown::cautions(c) {
         let _ = writeln!(s, "{line}");
     }
     if !c.realised.is_empty() {

@@ -16,7 +16,7 @@ pub fn comparison_markdown(c: &Comparison) -> String {
     let verdict = verdict_line(c);
     let _ = writeln!(s, "## gapscope compare: base vs head\n");
     let _ = writeln!(s, "**{verdict}**\n");
-    if let Some(line) = host_bound_caution(c) {
+    for line in cautions(c) {
         let _ = writeln!(s, "> {line}\n");
     }
     inputs_section(&mut s, &c.base, Some("Base inputs"));
@@ -92,7 +92,7 @@ pub fn comparison_github(c: &Comparison) -> String {
     let mut s = String::new();
     let icon = if c.breached.is_empty() { "✅" } else { "❌" };
     let _ = writeln!(s, "### gapscope: {icon} {}\n", verdict_line(c));
-    if let Some(line) = host_bound_caution(c) {
+    for line in cautions(c) {
         let _ = writeln!(s, "> {line}\n");
     }
     let _ = writeln!(
@@ -188,6 +188,16 @@ fn period_cells(c: &Comparison, m: &CellComparison) -> String {
         m.ratio.map_or("—".to_owned(), ratio),
         change_label(m.change),
     )
+}
+
+/// The lines that qualify the verdict: the devices' ([`Comparison::device_mismatch`]), then
+/// [`host_bound_caution`]'s.
+pub fn cautions(c: &Comparison) -> Vec<String> {
+    c.device_mismatch
+        .iter()
+        .map(|m| format!("Caution: {m}."))
+        .chain(host_bound_caution(c))
+        .collect()
 }
 
 /// A caution when slower cells grew mostly in host launch-bound gaps: the host launched later

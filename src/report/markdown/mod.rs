@@ -17,8 +17,10 @@ use std::fmt::Write as _;
 
 mod comparison;
 
+#[cfg(test)]
+use comparison::host_bound_caution;
+pub(crate) use comparison::{cautions, pair_name, verdict_line};
 pub use comparison::{comparison_github, comparison_markdown};
-pub(crate) use comparison::{host_bound_caution, pair_name, verdict_line};
 
 /// How many gaps the "largest gaps" tables list.
 const TOP_GAPS: usize = 5;

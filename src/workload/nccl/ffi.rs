@@ -192,15 +192,12 @@ pub fn load_nccl() -> Result<&'static NcclLib, WorkloadError> {
     static LIB: OnceLock<Result<NcclLib, String>> = OnceLock::new();
     LIB.get_or_init(|| {
         let lib = load_nccl_uncached()?;
-        eprintln!(
-            "{}",
-            library_search::using_note(
-                &NCCL,
-                &lib.path,
-                &format!("version {}", lib.version),
-                &lib.origin
-            )
-        );
+        crate::report::stderr::line(&library_search::using_note(
+            &NCCL,
+            &lib.path,
+            &format!("version {}", lib.version),
+            &lib.origin,
+        ));
         Ok(lib)
     })
     .as_ref()

@@ -16,6 +16,7 @@ mod plan;
 pub use plan::{SweepError, SweepOptions, Workload};
 
 use crate::record::cupti::{Recorder, RecorderConfig};
+use crate::report::stderr;
 use crate::trace::Trace;
 use crate::workload::collective::WorkloadError;
 use plan::uses_nccl;
@@ -102,10 +103,10 @@ fn run_rank_sets(
             sets.len(),
             list.join(", ")
         );
-        eprintln!(
-            "gapscope: {label}: {gpus} rank process(es), logs in {}",
+        stderr::note(&format!(
+            "{label}: {gpus} rank process(es), logs in {}",
             logs.display()
-        );
+        ));
         let launches: Vec<crate::workload::ranks::RankLaunch> = (0..gpus)
             .map(|r| {
                 crate::workload::ranks::RankLaunch::new(
@@ -124,10 +125,10 @@ fn run_rank_sets(
             std::time::Duration::from_secs(args.rank_timeout),
             &label,
         )?;
-        eprintln!(
-            "gapscope: {label}: done in {:.1} s",
+        stderr::note(&format!(
+            "{label}: done in {:.1} s",
             started.elapsed().as_secs_f64()
-        );
+        ));
         for r in 0..gpus {
             let path = dir.join(rank_trace_name(r, gpus));
             let trace = crate::trace::read_trace(&path)?;
@@ -163,7 +164,7 @@ pub fn run_sweep(args: &SweepOptions, output: &Path) -> Result<Vec<(PathBuf, Tra
         ..RecorderConfig::default()
     })?);
     if let Some(cupti) = crate::record::cupti::loaded_cupti_library() {
-        eprintln!("{}", cupti.note());
+        stderr::line(&cupti.note());
     }
     let (trace, overhead) = match args.workload {
         Workload::HtDecode => cells::run_ht_decode(args, recorder, &stop)?,
@@ -182,13 +183,13 @@ pub fn run_sweep(args: &SweepOptions, output: &Path) -> Result<Vec<(PathBuf, Tra
         trace.metadata.world as usize,
     ));
     crate::trace::write_trace(&path, &trace)?;
-    eprintln!(
+    stderr::note(&format!(
         "wrote {} ({} kernels, {} cells, {} dropped records)",
         path.display(),
         trace.kernels.len(),
         trace.metadata.cells.len(),
         trace.dropped_records
-    );
+    ));
     Ok(vec![(path, trace)])
 }
 
