@@ -52,6 +52,9 @@ pub enum TraceError {
     },
     #[error("{path}: inconsistent trace: {message}")]
     Inconsistent { path: PathBuf, message: String },
+    /// Another kind of file that PyTorch writes (see [`other_pytorch_file`]).
+    #[error("{path}: {message}")]
+    OtherPytorchFile { path: PathBuf, message: String },
     #[error("{path}: cannot write: {source}")]
     Write {
         path: PathBuf,
@@ -83,6 +86,7 @@ impl TraceError {
 
 /// Parses a trace from bytes. `path` is only used in error messages.
 pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
+    refuse_other_pytorch_file(bytes, path)?;
     check_start(bytes).map_err(|message| TraceError::Malformed {
         path: path.to_owned(),
         message,
@@ -204,6 +208,7 @@ fn read_opened<R: Read>(
 /// The gapscope trace of an opened input.
 fn parse_opened<R: Read>(opened: input::Opened<R>, path: &Path) -> Result<Trace, TraceError> {
     let head = opened.head();
+    refuse_other_pytorch_file(head, path)?;
     if head.len() == input::HEAD_BYTES || head.is_empty() {
         check_start(head).map_err(|message| TraceError::Malformed {
             path: path.to_owned(),
@@ -214,6 +219,42 @@ fn parse_opened<R: Read>(opened: input::Opened<R>, path: &Path) -> Result<Trace,
         .read_all()
         .map_err(|e| TraceError::reading(path, e))?;
     parse_trace(&bytes, path)
+}
+
+/// What a file PyTorch writes that is not a profiler trace is, from its first bytes: an
+/// execution trace (`torch.profiler.ExecutionTraceObserver`: a `schema` and a `nodes` array of
+/// operators, no timings on a device) gets a name and the way to record what gapscope reads.
+pub fn other_pytorch_file(head: &[u8]) -> Option<String> {
+    let head = &head[..head.len().min(HEAD_BYTES)];
+    let has_key = |key: &[u8]| {
+        head.windows(key.len()).enumerate().any(|(at, w)| {
+            w == key
+                && head[at + key.len()..]
+                    .iter()
+                    .find(|b| !b.is_ascii_whitespace())
+                    == Some(&b':')
+        })
+    };
+    let execution_trace =
+        has_key(b"\"schema\"") && has_key(b"\"nodes\"") && !has_key(b"\"schema_version\"");
+    execution_trace.then(|| {
+        "a PyTorch execution trace (`nodes` of operators, no device timings), not a profiler \
+         trace: record with torch.profiler (activities=[ProfilerActivity.CPU, \
+         ProfilerActivity.CUDA]) and pass the trace it exports (export_chrome_trace or \
+         tensorboard_trace_handler)"
+            .to_owned()
+    })
+}
+
+/// [`other_pytorch_file`] as the error it is.
+fn refuse_other_pytorch_file(head: &[u8], path: &Path) -> Result<(), TraceError> {
+    match other_pytorch_file(head) {
+        Some(message) => Err(TraceError::OtherPytorchFile {
+            path: path.to_owned(),
+            message,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// How much of a file is looked at before it is read whole.
