@@ -3,6 +3,8 @@
 //! which, and how the large ones were trimmed). Each gets its steps and a period, or one line
 //! that says why not.
 
+use gapscope::analysis::{self, AnalysisOptions};
+use gapscope::trace;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -67,4 +69,62 @@ fn an_mtia_trace_is_named_and_refused_as_unsupported() {
         !line.contains("profile with ProfilerActivity.CUDA"),
         "{line}"
     );
+}
+
+/// The trace as `analyze TRACE --step-range NAME` reads it, analysed.
+fn analysis_with_steps(name: &str, step_range: Option<&str>) -> (usize, analysis::Analysis) {
+    let mut t = trace::read_any(&hta(name)).unwrap();
+    let marked = step_range.map_or(0, |r| t.mark_steps(r));
+    let a = analysis::analyze(
+        std::slice::from_ref(&t),
+        &[name.to_owned()],
+        &AnalysisOptions::default(),
+    );
+    (marked, a)
+}
+
+/// PARAM's benchmark marks no `ProfilerStep`: its iterations (a warm-up, a measured one) are
+/// `record_function` ranges `[param|…|warmup|forward]` and `[param|…|measure|forward]`, each
+/// around an inner range of its own name. The hint names the ranges' shared last part, and
+/// passing it as written makes each iteration one step.
+#[test]
+fn a_benchmark_of_self_nested_ranges_gets_a_hint_that_works_as_written() {
+    const ALEXNET: &str = "alexnet-benchmark.json.gz";
+    let (_, a) = analysis_with_steps(ALEXNET, None);
+    let hint = a.inputs[0].steps.step_range_hint.as_ref().expect("a hint");
+    assert_eq!(
+        (hint.name.as_str(), hint.ranges, hint.names),
+        ("forward", 2, 2)
+    );
+    assert_eq!(hint.flag(), "--step-range forward");
+    let (_, screen, _) = analyze(ALEXNET, &[]);
+    assert!(
+        screen.contains(
+            "Step range: the host ranges ending in `|forward` (2 names) repeat around device work (2 ranges): pass `--step-range forward` to make each one a step"
+        ),
+        "{screen}"
+    );
+    // As written: two steps, the outer range of each iteration, and a period.
+    let (marked, a) = analysis_with_steps(ALEXNET, Some("forward"));
+    assert_eq!(marked, 2);
+    assert_eq!(a.cells.len(), 1);
+    assert_eq!(a.cells[0].steps.len(), 2);
+    assert_eq!(a.cells[0].period.map(|p| p.n), Some(1));
+    let (code, screen, stderr) = analyze(ALEXNET, &["--step-range", "forward"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!screen.contains("no period"), "{screen}");
+    // A suffix of whole parts names one iteration; its inner range is part of it.
+    for one in [
+        "measure|forward",
+        "[param|pytorch.model.alex_net|0|0|0|measure|forward]",
+    ] {
+        let (marked, a) = analysis_with_steps(ALEXNET, Some(one));
+        assert_eq!(marked, 1, "{one}");
+        assert_eq!(a.cells[0].steps.len(), 1, "{one}");
+        let (_, _, stderr) = analyze(ALEXNET, &["--step-range", one]);
+        assert!(!stderr.contains("no range named"), "{one}: {stderr}");
+    }
+    // A part inside the name is not its end.
+    let (marked, _) = analysis_with_steps(ALEXNET, Some("measure"));
+    assert_eq!(marked, 0);
 }

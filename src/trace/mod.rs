@@ -17,7 +17,9 @@ pub use atomic::{
     write_atomically, write_atomically_with,
 };
 pub use durations::{DurationHistogram, bucket_bounds, duration_bucket};
-pub use ranges::{HostRanges, last_containing};
+pub use ranges::{
+    HostRanges, RangeNameMatch, last_containing, outermost, range_name_match, range_name_parts,
+};
 pub use schema::*;
 
 pub use kineto::{ImportError, assign_step_cells, import_kineto, looks_like_kineto, read_kineto};
@@ -399,27 +401,53 @@ impl Trace {
             .sort_by_key(|m| (m.start, std::cmp::Reverse(m.end)));
     }
 
-    /// Makes every plain range named `name` (an NVTX range, a torch `record_function`) a step
-    /// marker of cell 0, adding that cell if the trace has none. Returns how many it marked.
+    /// Makes the plain ranges `name` names (an NVTX range, a torch `record_function`) step
+    /// markers of cell 0, adding that cell if the trace has none. `name` names ranges of that
+    /// whole name or, when none is called that, ranges whose last `|`-separated parts it is
+    /// ([`range_name_match`]); a range inside another one named on its thread is part of that
+    /// step, not one of its own. Returns how many it marked.
     pub fn mark_steps(&mut self, name: &str) -> usize {
-        let Some(id) = self.strings.iter().position(|s| s == name) else {
-            return 0;
-        };
-        let mut marked = 0;
-        for m in &mut self.markers {
-            if m.kind == MarkerKind::Range && m.name as usize == id {
-                m.kind = MarkerKind::Step;
-                m.cell = Some(0);
-                marked += 1;
+        let mut matches: Vec<(usize, RangeNameMatch)> = Vec::new();
+        let mut seen: std::collections::HashMap<StrId, Option<RangeNameMatch>> =
+            std::collections::HashMap::new();
+        for (i, m) in self.markers.iter().enumerate() {
+            if m.kind != MarkerKind::Range {
+                continue;
+            }
+            let found = *seen
+                .entry(m.name)
+                .or_insert_with(|| range_name_match(name, self.str(m.name)));
+            if let Some(how) = found {
+                matches.push((i, how));
             }
         }
-        if marked > 0 && self.metadata.cells.is_empty() {
+        if matches.iter().any(|&(_, how)| how == RangeNameMatch::Whole) {
+            matches.retain(|&(_, how)| how == RangeNameMatch::Whole);
+        }
+        let mut ranges: Vec<(u32, u64, u64, usize)> = matches
+            .iter()
+            .map(|&(i, _)| {
+                let m = &self.markers[i];
+                (m.thread, m.start, m.end, i)
+            })
+            .collect();
+        ranges.sort_unstable_by_key(|&(thread, start, end, i)| {
+            (thread, start, std::cmp::Reverse(end), i)
+        });
+        let spans: Vec<(u32, u64, u64)> = ranges.iter().map(|r| (r.0, r.1, r.2)).collect();
+        let kept = outermost(&spans);
+        for &k in &kept {
+            let m = &mut self.markers[ranges[k].3];
+            m.kind = MarkerKind::Step;
+            m.cell = Some(0);
+        }
+        if !kept.is_empty() && self.metadata.cells.is_empty() {
             self.metadata.cells.push(Cell {
                 label: format!("steps '{name}'"),
                 ..Cell::default()
             });
         }
-        marked
+        kept.len()
     }
 
     /// Keeps only the cells whose `requested` has `key` = `value` (compared as JSON text, so
