@@ -128,3 +128,71 @@ fn a_benchmark_of_self_nested_ranges_gets_a_hint_that_works_as_written() {
     let (marked, _) = analysis_with_steps(ALEXNET, Some("measure"));
     assert_eq!(marked, 0);
 }
+
+/// Two `ProfilerStep`s make one period: no remedy, no verdict and no spread come from it, and
+/// the screen says why instead.
+#[test]
+fn two_steps_give_no_remedy_verdict_or_spread_and_say_why() {
+    const BASE: &str = "trace-compare-base.json.gz";
+    let (_, a) = analysis_with_steps(BASE, None);
+    let cell = &a.cells[0];
+    assert_eq!(cell.steps.len(), 2);
+    assert_eq!(cell.period.map(|p| p.n), Some(1));
+    assert!(a.remedies.is_empty(), "{:?}", a.remedies);
+    let withheld = &a.withheld_remedies[0];
+    assert!(withheld.too_few_steps);
+    assert_eq!(
+        withheld.why,
+        "a remedy needs ≥ 3 steps with a period, this has 1 (a cell's first step has none)"
+    );
+    let (code, screen, _) = analyze(BASE, &[]);
+    assert_eq!(code, Some(0));
+    assert!(
+        screen.contains(
+            "What to change:\n  torch.profiler steps: no remedy (capture in a CUDA graph): a remedy needs ≥ 3 steps with a period, this has 1"
+        ),
+        "{screen}"
+    );
+    assert!(!screen.contains("predicted saving"), "{screen}");
+    // The one period and the one gap have no spread to give.
+    assert!(screen.contains("eager: 117128.00 µs n=1;"), "{screen}");
+    assert!(!screen.contains("[117128.00–117128.00]"), "{screen}");
+    assert!(screen.contains("117124.00 µs n=1 before"), "{screen}");
+    // Compared with itself: a ratio, but no verdict, and the screen says why.
+    let c = analysis::align::compare(a.clone(), a, 1.02);
+    assert_eq!(c.cells[0].change, None);
+    assert!(
+        c.cells[0]
+            .no_verdict
+            .as_deref()
+            .unwrap()
+            .starts_with("a verdict needs ≥ 3")
+    );
+    let path = hta(BASE);
+    let out = gapscope(&["compare", path.to_str().unwrap(), path.to_str().unwrap()]);
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        screen.contains("(1 cells compared; 1 without a verdict: too few steps (3 a side needed))")
+            && screen.contains(
+                "(1.00×, no verdict: a verdict needs ≥ 3 steps with a period, this has 1"
+            ),
+        "{screen}"
+    );
+}
+
+/// A trace of one step has no period, and says so.
+#[test]
+fn one_step_has_no_period_and_says_why() {
+    let (_, a) = analysis_with_steps("triton-example.json.gz", None);
+    assert_eq!(a.cells[0].steps.len(), 1);
+    assert_eq!(
+        a.cells[0].why_no_period().as_deref(),
+        Some("one step: a period needs ≥ 2")
+    );
+    let (code, screen, _) = analyze("triton-example.json.gz", &[]);
+    assert_eq!(code, Some(0));
+    assert!(
+        screen.contains("eager: no period (one step: a period needs ≥ 2);"),
+        "{screen}"
+    );
+}

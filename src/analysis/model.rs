@@ -452,6 +452,13 @@ impl Sampled {
 }
 
 impl CellAnalysis {
+    /// Why the cell has no period, when it has none ([`super::stats::why_no_period`]).
+    pub fn why_no_period(&self) -> Option<String> {
+        self.period
+            .is_none()
+            .then(|| super::stats::why_no_period(self.steps.len()))
+    }
+
     /// The first op launched by an NCCL call (real or emulated), with its position.
     pub fn collective(&self) -> Option<(usize, &SequenceEntry)> {
         self.sequence.iter().enumerate().find(|(_, e)| {
@@ -572,6 +579,10 @@ pub struct CellComparison {
     /// head median period / base median period.
     pub ratio: Option<f64>,
     pub change: Option<Change>,
+    /// Why there is no `change` though both cells have a period: a side has too few steps to
+    /// judge ([`super::stats::MIN_STEPS_TO_JUDGE`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_verdict: Option<String>,
     pub aligned: Vec<AlignedOp>,
     /// Largest |duration delta| over aligned kernels as % of the base duration.
     pub max_duration_delta_pct: Option<f64>,

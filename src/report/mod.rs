@@ -60,8 +60,12 @@ pub(crate) fn us2_signed(ns: f64) -> String {
     }
 }
 
-/// "12.34 µs [11.00–13.50] n=400": median, p10–p90 and n.
+/// "12.34 µs [11.00–13.50] n=400": median, p10–p90 and n; of too few steps for a spread
+/// ([`Stat::has_spread`]), "12.34 µs n=2".
 pub(crate) fn stat_us(s: &Stat) -> String {
+    if !s.has_spread() {
+        return format!("{} µs n={}", us2(s.median), s.n);
+    }
     format!(
         "{} µs [{}–{}] n={}",
         us2(s.median),
