@@ -196,3 +196,38 @@ fn one_step_has_no_period_and_says_why() {
         "{screen}"
     );
 }
+
+/// `## forward ##` of a DDP training step as the step range leaves the backward pass's device
+/// work in the steps' windows, where it counts as idle: the analysis says so, with the share
+/// left out. `ProfilerStep` steps (the whole iteration) leave nothing out.
+#[test]
+fn a_step_range_around_part_of_the_iteration_says_what_it_leaves_out() {
+    const DDP: &str = "ns-resolution-rank0.json.gz";
+    let (marked, a) = analysis_with_steps(DDP, Some("## forward ##"));
+    assert_eq!(marked, 5);
+    let cell = &a.cells[0];
+    let left_out = cell.observed.left_out.expect("work left out");
+    assert_eq!(left_out.ops, 3036);
+    assert!((0.62..0.64).contains(&left_out.share), "{left_out:?}");
+    // What it does to the figures: idle most of each window.
+    let (busy, idle) = (cell.busy.unwrap().median, cell.idle.unwrap().median);
+    assert!(idle / (busy + idle) > 0.6, "{busy} {idle}");
+    let (code, screen, _) = analyze(DDP, &["--step-range", "## forward ##"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        screen.contains(
+            "⚠ torch.profiler steps: its steps leave out 63.2 % of the device work that ran in their windows (3036 op(s), "
+        ),
+        "{screen}"
+    );
+    let (_, whole) = analysis_with_steps(DDP, None);
+    assert_eq!(whole.cells[0].steps.len(), 5);
+    assert_eq!(whole.cells[0].observed.left_out, None);
+    let (busy, idle) = (
+        whole.cells[0].busy.unwrap().median,
+        whole.cells[0].idle.unwrap().median,
+    );
+    assert!(idle / (busy + idle) < 0.02, "{busy} {idle}");
+    let (_, screen, _) = analyze(DDP, &[]);
+    assert!(!screen.contains("leave out"), "{screen}");
+}

@@ -320,6 +320,9 @@ pub struct Observed {
     pub graph_coverage_ops: Option<f64>,
     /// A graphed cell whose steps also launched eager ops: how many steps, how many ops.
     pub eager_in_graphed: Option<super::coverage::EagerInGraphed>,
+    /// Device work in the steps' windows that the step markers left out (counted as idle).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub left_out: Option<super::left_out::LeftOut>,
     /// The cell's steps launched torch.compile's Triton kernels and no graph replay: a
     /// compiled phase that ran eagerly (torch.compile skipped its CUDA graphs, or was not
     /// asked for them).

@@ -131,6 +131,18 @@ pub(crate) fn eager_in_graphed_label(e: &crate::analysis::coverage::EagerInGraph
     )
 }
 
+/// "its steps leave out 63.2 % of the device work that ran in their windows (3036 op(s), …)".
+pub(crate) fn left_out_label(l: &crate::analysis::left_out::LeftOut) -> String {
+    format!(
+        "its steps leave out {:.1} % of the device work that ran in their windows ({} op(s), {} µs): \
+         launched outside the step ranges, it counts as idle here; a step range around the whole \
+         iteration counts it",
+        l.share * 100.0,
+        l.ops,
+        us2(l.device_ns as f64)
+    )
+}
+
 /// "its 120 steps launched torch.compile's Triton kernels and no CUDA graph: …".
 pub(crate) fn compiled_without_graphs_label(c: &crate::analysis::CellAnalysis) -> String {
     let coverage = c.observed.graph_coverage.map_or_else(String::new, |g| {

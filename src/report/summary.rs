@@ -348,6 +348,14 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
                 super::compiled_without_graphs_label(c)
             );
         }
+        if let Some(l) = &c.observed.left_out {
+            let _ = writeln!(
+                s,
+                "⚠ {}: {}",
+                short_label(&c.label),
+                super::left_out_label(l)
+            );
+        }
     }
     pairings(a, &mut s);
     largest_gaps(a, &mut s);

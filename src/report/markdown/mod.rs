@@ -118,6 +118,14 @@ pub fn analysis_markdown(a: &Analysis) -> String {
                     md_cell(&super::compiled_without_graphs_label(c))
                 );
             }
+            if let Some(l) = &c.observed.left_out {
+                let _ = writeln!(
+                    s,
+                    "> ⚠️ {}: {}.\n",
+                    md_cell(&c.label),
+                    md_cell(&super::left_out_label(l))
+                );
+            }
         }
         let sampled: Vec<String> = cells
             .iter()
