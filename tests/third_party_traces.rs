@@ -187,12 +187,12 @@ fn one_step_has_no_period_and_says_why() {
     assert_eq!(a.cells[0].steps.len(), 1);
     assert_eq!(
         a.cells[0].why_no_period().as_deref(),
-        Some("one step: a period needs ≥ 2")
+        Some("one step with device work: a period needs ≥ 2")
     );
     let (code, screen, _) = analyze("triton-example.json.gz", &[]);
     assert_eq!(code, Some(0));
     assert!(
-        screen.contains("eager: no period (one step: a period needs ≥ 2);"),
+        screen.contains("eager: no period (one step with device work: a period needs ≥ 2);"),
         "{screen}"
     );
 }

@@ -23,7 +23,7 @@ pub fn too_few_steps(n: usize, what: &str) -> Option<String> {
 pub fn why_no_period(steps: usize) -> String {
     match steps {
         0 => "no steps".to_owned(),
-        1 => "one step: a period needs ≥ 2".to_owned(),
+        1 => "one step with device work: a period needs ≥ 2".to_owned(),
         n => format!(
             "{n} steps, none right after another (tracing paused, or the loop broke, before each)"
         ),
@@ -250,7 +250,10 @@ mod tests {
             )
         );
         assert_eq!(too_few_steps(3, "a verdict"), None);
-        assert_eq!(why_no_period(1), "one step: a period needs ≥ 2");
+        assert_eq!(
+            why_no_period(1),
+            "one step with device work: a period needs ≥ 2"
+        );
         assert!(why_no_period(5).starts_with("5 steps, none right after another"));
     }
 

@@ -665,6 +665,49 @@ impl TraceBuilder {
 mod tests {
     use super::*;
 
+    /// A trace of plain ranges (name, thread, start, end).
+    fn ranges(of: &[(&str, u32, u64, u64)]) -> Trace {
+        let mut b = TraceBuilder::new(Metadata::default());
+        for &(name, thread, start, end) in of {
+            let name = b.intern(name);
+            b.trace.markers.push(Marker {
+                start,
+                end,
+                name,
+                thread,
+                ..Default::default()
+            });
+        }
+        b.finish()
+    }
+
+    fn steps(t: &Trace) -> Vec<(u64, u64)> {
+        t.markers
+            .iter()
+            .filter(|m| m.kind == MarkerKind::Step)
+            .map(|m| (m.start, m.end))
+            .collect()
+    }
+
+    #[test]
+    fn a_step_range_marks_the_outermost_of_nested_ranges_and_a_whole_name_first() {
+        let mut t = ranges(&[
+            ("[b|warmup|fwd]", 1, 0, 100),
+            ("[b|warmup|fwd]", 1, 10, 90),
+            ("[b|measure|fwd]", 1, 200, 300),
+            ("[b|measure|fwd]", 1, 210, 290),
+            ("[b|measure|fwd]", 2, 250, 260),
+        ]);
+        assert_eq!(t.mark_steps("fwd"), 3);
+        assert_eq!(steps(&t), [(0, 100), (200, 300), (250, 260)]);
+        assert_eq!(t.metadata.cells[0].label, "steps 'fwd'");
+        // Ranges of the whole name are the steps; the ones it ends are not.
+        let mut t = ranges(&[("fwd", 1, 0, 100), ("a|fwd", 1, 200, 300)]);
+        assert_eq!(t.mark_steps("fwd"), 1);
+        assert_eq!(steps(&t), [(0, 100)]);
+        assert_eq!(ranges(&[("a|fwd", 1, 0, 1)]).mark_steps("a|f"), 0);
+    }
+
     #[test]
     fn schema_version_fast_and_slow_paths_agree() {
         for doc in [

@@ -102,6 +102,14 @@ pub fn analysis_markdown(a: &Analysis) -> String {
         let _ = writeln!(s);
         for &ci in cells {
             let c = &a.cells[ci];
+            if let Some(why) = c.why_no_period() {
+                let _ = writeln!(
+                    s,
+                    "> {}: no period ({}).\n",
+                    md_cell(&c.label),
+                    md_cell(&why)
+                );
+            }
             if let Some(e) = &c.observed.eager_in_graphed {
                 let _ = writeln!(
                     s,
