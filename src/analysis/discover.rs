@@ -913,7 +913,7 @@ impl RangeHint {
 
 /// The fewest steps that give a period: a hint to fall back on when no range repeats
 /// [`MIN_STEPS`] times (a benchmark's warm-up and measured iteration).
-const MIN_HINT_RANGES: usize = 2;
+pub const MIN_HINT_RANGES: usize = 2;
 
 /// The plain host range (NVTX, `record_function`) that most looks like a step: ranges that
 /// one `--step-range` argument names (a whole name, or the last `|`-separated parts of several:
