@@ -308,7 +308,9 @@ fn only_material_savings_beyond_their_spread_are_given() {
     assert!(!screen.contains("predicted saving 0.10"), "{screen}");
     let md = gapscope::report::analysis_markdown(&emu);
     assert!(
-        md.contains("Not given (a remedy is given only when"),
+        md.contains(
+            "Not given (a remedy is given only from at least 3 steps with a period, and when"
+        ),
         "{md}"
     );
     assert!(md.contains("- graphed mode=2 emu replay: NCCL graph usage mode: predicted saving 0.10 µs is under 1 % of the"), "{md}");

@@ -174,13 +174,19 @@ pub fn compare_cells(
             head_gap_cause: h.map(|e| e.gap_cause_label.clone()),
         });
     }
+    // No verdict from a side of too few steps: its p10–p90 is those steps, not a spread.
+    let no_verdict = match (&base.period, &head.period) {
+        (Some(b), Some(h)) => super::stats::too_few_steps(b.n.min(h.n), "a verdict"),
+        _ => None,
+    };
     let (traced_ratio, traced_change, period_delta) = match (&base.period, &head.period) {
         (Some(b), Some(h)) if b.median > 0.0 => (
             Some(h.median / b.median),
             // Judged on run-to-run samples where there are enough steps, else on the
             // per-step spread.
             Change::from_runs(&base.period_block_medians, &head.period_block_medians)
-                .or(Some(Change::between(b, h))),
+                .or(Some(Change::between(b, h)))
+                .filter(|_| no_verdict.is_none()),
             Some(h.median - b.median),
         ),
         _ => (None, None, None),
@@ -223,6 +229,7 @@ pub fn compare_cells(
         change,
         judged_untraced: untraced.is_some(),
         traced_host_bound: traced_host_bound(base) || traced_host_bound(head),
+        no_verdict,
         aligned,
         max_duration_delta_pct: max_pct,
         durations_within_spread: within_spread,

@@ -889,15 +889,39 @@ fn join_runs<'u>(
 /// A repeated host range around device work, for the note that names the flag to pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RangeHint {
+    /// What to pass to `--step-range`: a range's whole name, or the last `|`-separated parts
+    /// that several names share (`forward` for `[…|warmup|forward]` and `[…|measure|forward]`).
     pub name: String,
-    /// Ranges of that name with device work launched inside.
+    /// Ranges it names with device work launched inside, each counted once (the outermost).
     pub ranges: usize,
+    /// How many range names it stands for (1 for a whole name).
+    pub names: usize,
 }
 
-/// The plain host range (NVTX, `record_function`) that most looks like a step: ranges of one
-/// name, at least [`MIN_STEPS`] of them with device work launched inside, never overlapping
-/// each other on a thread; of several, the one whose ranges hold the most device work (the
-/// outermost), then the fewer ranges. Library calls (NCCL's ranges) are not steps.
+impl RangeHint {
+    /// `--step-range NAME`, NAME quoted for a POSIX shell where it needs it, so the flag works
+    /// as written.
+    pub fn flag(&self) -> String {
+        let plain = |c: char| c.is_ascii_alphanumeric() || "_-.,:/=@%+".contains(c);
+        if !self.name.is_empty() && self.name.chars().all(plain) {
+            format!("--step-range {}", self.name)
+        } else {
+            format!("--step-range '{}'", self.name.replace('\'', "'\\''"))
+        }
+    }
+}
+
+/// The fewest steps that give a period: a hint to fall back on when no range repeats
+/// [`MIN_STEPS`] times (a benchmark's warm-up and measured iteration).
+pub const MIN_HINT_RANGES: usize = 2;
+
+/// The plain host range (NVTX, `record_function`) that most looks like a step: ranges that
+/// one `--step-range` argument names (a whole name, or the last `|`-separated parts of several:
+/// [`crate::trace::range_name_match`]), at least [`MIN_STEPS`] of them with device work
+/// launched inside (else at least [`MIN_HINT_RANGES`]), never overlapping each other on a
+/// thread but where one lies inside another (that counts once, as the flag counts it); of
+/// several, the one whose ranges hold the most device work (the outermost), then the fewer
+/// ranges, then a whole name. Library calls (NCCL's ranges) are not steps.
 pub fn step_range_hint(
     trace: &Trace,
     timeline: &TraceTimeline,
@@ -923,9 +947,34 @@ pub fn step_range_hint(
                 .push((m.thread, m.start, m.end));
         }
     }
-    let mut best: Option<(usize, std::cmp::Reverse<usize>, u32)> = None;
-    for (name, mut ranges) in by_name {
-        ranges.sort_unstable();
+    // Each name stands for itself, and its last parts for every name they end.
+    let whole: std::collections::HashSet<&str> = by_name.keys().map(|&n| trace.str(n)).collect();
+    // (a suffix, the argument) → the ranges it names (thread, start, end), and of how many names.
+    type Named = (Vec<(u32, u64, u64)>, usize);
+    let mut candidates: std::collections::BTreeMap<(bool, String), Named> = Default::default();
+    for (&name, ranges) in &by_name {
+        let text = trace.str(name);
+        let parts = crate::trace::range_name_parts(text);
+        let suffixes = (1..parts.len()).map(|from| parts[from..].join("|"));
+        for (is_suffix, key) in std::iter::once((false, text.to_owned())).chain(
+            suffixes
+                .filter(|s| !whole.contains(s.as_str()))
+                .map(|s| (true, s)),
+        ) {
+            let entry = candidates.entry((is_suffix, key)).or_default();
+            entry.0.extend_from_slice(ranges);
+            entry.1 += 1;
+        }
+    }
+    type Rank = (bool, usize, std::cmp::Reverse<usize>, bool);
+    let mut best: Option<(Rank, RangeHint)> = None;
+    for ((is_suffix, name), (mut ranges, names)) in candidates {
+        ranges
+            .sort_unstable_by_key(|&(thread, start, end)| (thread, start, std::cmp::Reverse(end)));
+        let ranges: Vec<(u32, u64, u64)> = crate::trace::outermost(&ranges)
+            .into_iter()
+            .map(|i| ranges[i])
+            .collect();
         let overlapping = ranges
             .windows(2)
             .any(|w| w[0].0 == w[1].0 && w[1].1 < w[0].2);
@@ -941,18 +990,26 @@ pub fn step_range_hint(
                 ops += to - from;
             }
         }
-        if with_work < MIN_STEPS {
+        if with_work < MIN_HINT_RANGES {
             continue;
         }
-        let key = (ops, std::cmp::Reverse(with_work), name);
-        if best.as_ref().is_none_or(|b| (b.0, b.1) < (key.0, key.1)) {
-            best = Some(key);
+        // Enough ranges first, then more work, fewer ranges, a whole name.
+        let rank = (
+            with_work >= MIN_STEPS,
+            ops,
+            std::cmp::Reverse(with_work),
+            !is_suffix,
+        );
+        if best.as_ref().is_none_or(|(b, _)| rank > *b) {
+            let hint = RangeHint {
+                name,
+                ranges: with_work,
+                names,
+            };
+            best = Some((rank, hint));
         }
     }
-    best.map(|(_, std::cmp::Reverse(ranges), name)| RangeHint {
-        name: trace.str(name).to_owned(),
-        ranges,
-    })
+    best.map(|(_, hint)| hint)
 }
 
 /// The step range `gapscope record` chose itself (none was given): the workload's
@@ -1061,9 +1118,18 @@ impl StepFinding {
             StepSource::NoRepetition => {}
         }
         if let Some(h) = &self.step_range_hint {
+            let which = if h.names > 1 {
+                format!(
+                    "the host ranges ending in `|{}` ({} names) repeat",
+                    h.name, h.names
+                )
+            } else {
+                format!("the host range `{}` repeats", h.name)
+            };
             lines.push(format!(
-                "Step range: the host range `{}` repeats around device work ({} ranges): pass `--step-range {}` to make each one a step",
-                h.name, h.ranges, h.name
+                "Step range: {which} around device work ({} ranges): pass `{}` to make each one a step",
+                h.ranges,
+                h.flag()
             ));
         }
         lines
@@ -1085,6 +1151,22 @@ mod tests {
 
     fn lengths(l: &LoopSpan) -> Vec<usize> {
         l.steps.iter().map(|s| s.1 - s.0).collect()
+    }
+
+    #[test]
+    fn the_hinted_flag_is_quoted_for_the_shell_where_it_must_be() {
+        let flag = |name: &str| {
+            RangeHint {
+                name: name.to_owned(),
+                ranges: 4,
+                names: 1,
+            }
+            .flag()
+        };
+        assert_eq!(flag("decode_step"), "--step-range decode_step");
+        assert_eq!(flag("## forward ##"), "--step-range '## forward ##'");
+        assert_eq!(flag("measure|forward"), "--step-range 'measure|forward'");
+        assert_eq!(flag("it's"), "--step-range 'it'\\''s'");
     }
 
     #[test]

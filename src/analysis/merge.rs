@@ -138,15 +138,24 @@ pub struct RankCell {
     pub period_block_medians: Vec<f64>,
     /// The slowest rank of this cell label (highest median period, two ranks or more).
     pub slowest: bool,
+    /// Why it has no period, when it has none ([`super::stats::why_no_period`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_period: Option<String>,
 }
 
 impl RankCell {
-    fn new(label: &str, period: Option<Stat>, period_block_medians: &[f64]) -> RankCell {
+    fn new(
+        label: &str,
+        period: Option<Stat>,
+        period_block_medians: &[f64],
+        steps: usize,
+    ) -> RankCell {
         RankCell {
             label: label.to_owned(),
             period,
             period_block_medians: period_block_medians.to_vec(),
             slowest: false,
+            no_period: period.is_none().then(|| super::stats::why_no_period(steps)),
         }
     }
 }
@@ -508,7 +517,9 @@ pub fn merge_inputs(
                 let cells = a
                     .cells
                     .iter()
-                    .map(|c| RankCell::new(&c.label, c.period, &c.period_block_medians))
+                    .map(|c| {
+                        RankCell::new(&c.label, c.period, &c.period_block_medians, c.steps.len())
+                    })
                     .collect();
                 if all_traces {
                     combined.inputs.extend(a.inputs);
@@ -526,7 +537,7 @@ pub fn merge_inputs(
                 let cells = s
                     .cells
                     .iter()
-                    .map(|c| RankCell::new(&c.label, c.period, &c.period_block_medians))
+                    .map(|c| RankCell::new(&c.label, c.period, &c.period_block_medians, c.steps))
                     .collect();
                 (
                     (s.rank, s.world, s.host, s.source, s.dropped_records),

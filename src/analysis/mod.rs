@@ -11,6 +11,7 @@ pub mod completeness;
 mod corr_set;
 pub mod coverage;
 pub mod discover;
+pub mod left_out;
 pub mod merge;
 mod model;
 pub mod provenance;
@@ -228,6 +229,7 @@ impl Analyzer {
         }
         let cells = &mut self.analysis.cells[first_cell..];
         coverage::measure(&timeline, ctx.launches(), ctx.provenance(), cells);
+        left_out::measure(&timeline, ctx.launches(), cells);
         self.touched.push(
             completeness::touched_cells(
                 &self.analysis.inputs[i].completeness,

@@ -320,6 +320,9 @@ pub struct Observed {
     pub graph_coverage_ops: Option<f64>,
     /// A graphed cell whose steps also launched eager ops: how many steps, how many ops.
     pub eager_in_graphed: Option<super::coverage::EagerInGraphed>,
+    /// Device work in the steps' windows that the step markers left out (counted as idle).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub left_out: Option<super::left_out::LeftOut>,
     /// The cell's steps launched torch.compile's Triton kernels and no graph replay: a
     /// compiled phase that ran eagerly (torch.compile skipped its CUDA graphs, or was not
     /// asked for them).
@@ -460,6 +463,13 @@ impl Sampled {
 }
 
 impl CellAnalysis {
+    /// Why the cell has no period, when it has none ([`super::stats::why_no_period`]).
+    pub fn why_no_period(&self) -> Option<String> {
+        self.period
+            .is_none()
+            .then(|| super::stats::why_no_period(self.steps.len()))
+    }
+
     /// The first op launched by an NCCL call (real or emulated), with its position.
     pub fn collective(&self) -> Option<(usize, &SequenceEntry)> {
         self.sequence.iter().enumerate().find(|(_, e)| {
@@ -591,6 +601,10 @@ pub struct CellComparison {
     /// device-side cause's cost is hidden in the traced samples (the untraced verdict stands).
     #[serde(default)]
     pub traced_host_bound: bool,
+    /// Why there is no `change` though both cells have a period: a side has too few steps to
+    /// judge ([`super::stats::MIN_STEPS_TO_JUDGE`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_verdict: Option<String>,
     pub aligned: Vec<AlignedOp>,
     /// Largest |duration delta| over aligned kernels as % of the base duration.
     pub max_duration_delta_pct: Option<f64>,

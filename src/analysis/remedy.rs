@@ -164,6 +164,11 @@ impl Saving {
     pub fn spread(&self) -> f64 {
         self.p90 - self.p10
     }
+
+    /// Whether the saving has a spread to give ([`super::stats::MIN_STEPS_TO_JUDGE`]).
+    pub fn has_spread(&self) -> bool {
+        self.n >= super::stats::MIN_STEPS_TO_JUDGE
+    }
 }
 
 /// A remedy for one cell, with its predicted saving.
@@ -183,28 +188,55 @@ pub struct Remedy {
 /// A predicted saving is material from this share of the cell's step period on.
 pub const MATERIAL_SHARE_OF_STEP: f64 = 0.01;
 
-/// A remedy whose evidence the analysis shows but which is not given: its predicted saving is
-/// inside its own spread or immaterial.
+/// A remedy whose evidence the analysis shows but which is not given: its cell has too few
+/// steps to judge, or its predicted saving is inside its own spread or immaterial.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Withheld {
     pub remedy: Remedy,
     pub why: String,
+    /// Withheld for too few steps ([`super::stats::MIN_STEPS_TO_JUDGE`]): the screen says so,
+    /// where a remedy is looked for first.
+    pub too_few_steps: bool,
 }
 
 /// Every remedy whose evidence the analysis shows, by cell, in [`REMEDIES`] order: those given,
-/// and those withheld because their predicted saving is not beyond its spread (its p10 is not
-/// above zero) or under [`MATERIAL_SHARE_OF_STEP`] of the step. A remedy that predicts nothing
-/// claims nothing, and is given on its evidence.
+/// and those withheld because the figures behind them come from fewer than
+/// [`super::stats::MIN_STEPS_TO_JUDGE`] steps, or their predicted saving is not beyond its
+/// spread (its p10 is not above zero) or under [`MATERIAL_SHARE_OF_STEP`] of the step. A remedy
+/// that predicts nothing claims nothing, and is given on its evidence (of enough steps).
 pub fn remedies(a: &Analysis) -> (Vec<Remedy>, Vec<Withheld>) {
     let mut given = Vec::new();
     let mut withheld = Vec::new();
     for r in candidates(a) {
-        match a.cells.get(r.cell).and_then(|c| why_withheld(&r, c)) {
-            Some(why) => withheld.push(Withheld { remedy: r, why }),
-            None => given.push(r),
+        let Some(cell) = a.cells.get(r.cell) else {
+            continue;
+        };
+        if let Some(why) = super::stats::too_few_steps(steps_behind(&r, cell), "a remedy") {
+            withheld.push(Withheld {
+                remedy: r,
+                why,
+                too_few_steps: true,
+            });
+        } else if let Some(why) = why_withheld(&r, cell) {
+            withheld.push(Withheld {
+                remedy: r,
+                why,
+                too_few_steps: false,
+            });
+        } else {
+            given.push(r);
         }
     }
     (given, withheld)
+}
+
+/// The steps behind a remedy: its predicted saving's, else its cell's steps with a period (the
+/// steps its idle figures come from).
+fn steps_behind(r: &Remedy, cell: &CellAnalysis) -> usize {
+    match &r.predicted_saving_ns {
+        Some(saving) => saving.n,
+        None => cell.idle.as_ref().map_or(0, |idle| idle.n),
+    }
 }
 
 /// Why `r`'s predicted saving does not earn it a place, if it does not.
@@ -532,6 +564,9 @@ pub fn judge(predicted: &Saving, measured: Option<&Saving>) -> (Realisation, Str
             "no steady period on one side".to_owned(),
         );
     };
+    if let Some(why) = super::stats::too_few_steps(m.n, "a verdict") {
+        return (Realisation::Unknown, why);
+    }
     let tolerance = predicted.spread().max(0.0) + m.spread().max(0.0).max(RESOLUTION_NS);
     let off = m.median - predicted.median;
     let us = |ns: f64| format!("{:.2} µs", ns / 1e3);

@@ -3,6 +3,33 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+/// The fewest steps a figure needs before gapscope gives its spread, judges a change on it (a
+/// verdict) or gives a remedy from it: of one or two steps, p10 and p90 are those steps
+/// themselves, not a spread, and a difference between them is not beyond one.
+pub const MIN_STEPS_TO_JUDGE: usize = 3;
+
+/// Why a figure from `n` steps is not judged ([`MIN_STEPS_TO_JUDGE`]); `None` when it is.
+/// `what` is what is not given ("a remedy", "a verdict").
+pub fn too_few_steps(n: usize, what: &str) -> Option<String> {
+    (n < MIN_STEPS_TO_JUDGE).then(|| {
+        format!(
+            "{what} needs ≥ {MIN_STEPS_TO_JUDGE} steps with a period, this has {n} (a cell's first step has none)"
+        )
+    })
+}
+
+/// Why a cell of `steps` steps has no period (given it has none): a period is a step's end
+/// less the previous step's end, so it needs two steps in a row.
+pub fn why_no_period(steps: usize) -> String {
+    match steps {
+        0 => "no steps".to_owned(),
+        1 => "one step with device work: a period needs ≥ 2".to_owned(),
+        n => format!(
+            "{n} steps, none right after another (tracing paused, or the loop broke, before each)"
+        ),
+    }
+}
+
 /// n, median and spread (p10–p90 and min–max) of a sample. Units are the caller's (ns for
 /// durations).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -41,6 +68,11 @@ impl Stat {
     /// Run-to-run spread: the p10–p90 width.
     pub fn spread(&self) -> f64 {
         self.p90 - self.p10
+    }
+
+    /// Whether the sample has a spread to give ([`MIN_STEPS_TO_JUDGE`] values or more).
+    pub fn has_spread(&self) -> bool {
+        self.n >= MIN_STEPS_TO_JUDGE
     }
 }
 
@@ -204,6 +236,25 @@ mod tests {
         assert!((s.p10 - 1.4).abs() < 1e-12 && (s.p90 - 4.6).abs() < 1e-12);
         assert!(Stat::of(&mut []).is_none());
         assert!(Stat::of(&mut [1.0, f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn too_few_steps_for_a_spread_a_verdict_or_a_remedy() {
+        let two = Stat::of(&mut [1.0, 2.0]).unwrap();
+        let three = Stat::of(&mut [1.0, 2.0, 3.0]).unwrap();
+        assert!(!two.has_spread() && three.has_spread());
+        assert_eq!(
+            too_few_steps(2, "a verdict").as_deref(),
+            Some(
+                "a verdict needs ≥ 3 steps with a period, this has 2 (a cell's first step has none)"
+            )
+        );
+        assert_eq!(too_few_steps(3, "a verdict"), None);
+        assert_eq!(
+            why_no_period(1),
+            "one step with device work: a period needs ≥ 2"
+        );
+        assert!(why_no_period(5).starts_with("5 steps, none right after another"));
     }
 
     #[test]

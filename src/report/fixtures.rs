@@ -442,6 +442,7 @@ pub fn compare_between(
         head_label: h.label.clone(),
         ratio: Some(hp.median / bp.median),
         change: Some(Change::between(&bp, &hp)),
+        no_verdict: None,
         aligned,
         max_duration_delta_pct: Some(0.0),
         durations_within_spread: true,

@@ -152,6 +152,9 @@ struct CellDoc<'a> {
     steps: Option<&'a [Step]>,
     step_count: usize,
     first_launch_steps: usize,
+    /// Why the cell has no period, when it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    no_period: Option<String>,
 }
 
 impl<'a> CellDoc<'a> {
@@ -161,6 +164,7 @@ impl<'a> CellDoc<'a> {
             steps: opts.include_steps.then_some(&c.steps[..]),
             step_count: c.steps.len(),
             first_launch_steps: c.steps.iter().filter(|s| s.first_launch).count(),
+            no_period: c.why_no_period(),
         }
     }
 }

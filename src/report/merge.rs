@@ -89,7 +89,10 @@ pub fn merge_markdown(merged: &Merged) -> String {
             let text = match cell {
                 None => "—".to_owned(),
                 Some(c) => match (&c.period, c.slowest) {
-                    (None, _) => "no period".to_owned(),
+                    (None, _) => match &c.no_period {
+                        Some(why) => format!("no period ({})", md_cell(why)),
+                        None => "no period".to_owned(),
+                    },
                     (Some(p), true) => format!("**{} slowest**", stat_us(p)),
                     (Some(p), false) => stat_us(p),
                 },

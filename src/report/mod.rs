@@ -61,8 +61,12 @@ pub(crate) fn us2_signed(ns: f64) -> String {
     }
 }
 
-/// "12.34 µs [11.00–13.50] n=400": median, p10–p90 and n.
+/// "12.34 µs [11.00–13.50] n=400": median, p10–p90 and n; of too few steps for a spread
+/// ([`Stat::has_spread`]), "12.34 µs n=2".
 pub(crate) fn stat_us(s: &Stat) -> String {
+    if !s.has_spread() {
+        return format!("{} µs n={}", us2(s.median), s.n);
+    }
     format!(
         "{} µs [{}–{}] n={}",
         us2(s.median),
@@ -125,6 +129,18 @@ pub(crate) fn eager_in_graphed_label(e: &crate::analysis::coverage::EagerInGraph
         e.of,
         e.ops,
         us2(e.device_ns as f64)
+    )
+}
+
+/// "its steps leave out 63.2 % of the device work that ran in their windows (3036 op(s), …)".
+pub(crate) fn left_out_label(l: &crate::analysis::left_out::LeftOut) -> String {
+    format!(
+        "its steps leave out {:.1} % of the device work that ran in their windows ({} op(s), {} µs): \
+         launched outside the step ranges, it counts as idle here; a step range around the whole \
+         iteration counts it",
+        l.share * 100.0,
+        l.ops,
+        us2(l.device_ns as f64)
     )
 }
 

@@ -45,7 +45,8 @@ fn withheld_lines(s: &mut String, a: &Analysis) {
     }
     let _ = writeln!(
         s,
-        "\nNot given (a remedy is given only when its predicted saving is beyond its spread and at least {:.0} % of the step):\n",
+        "\nNot given (a remedy is given only from at least {} steps with a period, and when its predicted saving is beyond its spread and at least {:.0} % of the step):\n",
+        crate::analysis::stats::MIN_STEPS_TO_JUDGE,
         crate::analysis::remedy::MATERIAL_SHARE_OF_STEP * 100.0
     );
     for w in &a.withheld_remedies {
@@ -87,9 +88,13 @@ pub fn realised_section(c: &Comparison) -> String {
     s
 }
 
-/// "0.95 [0.92–0.98] n=59"; a negative saving (the change would cost time) with "−".
+/// "0.95 [0.92–0.98] n=59"; a negative saving (the change would cost time) with "−"; of too
+/// few steps for a spread, "0.95 n=2".
 pub(crate) fn saving(v: &Saving) -> String {
     let us = |ns: f64| us2(ns).replacen('-', "−", 1);
+    if !v.has_spread() {
+        return format!("{} n={}", us(v.median), v.n);
+    }
     format!("{} [{}–{}] n={}", us(v.median), us(v.p10), us(v.p90), v.n)
 }
 

@@ -23,7 +23,10 @@ fn full_report_line(full_report: Option<&str>) -> String {
 }
 
 fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
-    let period = c.period.as_ref().map_or("no period".to_owned(), stat_us);
+    let period = match (&c.period, c.why_no_period()) {
+        (Some(p), _) => stat_us(p),
+        (None, why) => format!("no period ({})", why.unwrap_or_default()),
+    };
     let vs = a
         .regime_pairs
         .iter()
@@ -251,7 +254,7 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
                 ),
                 _ => String::new(),
             };
-            let change = p.change.map_or("—".to_owned(), |c| c.label().to_owned());
+            let change = super::markdown::comparison_change_label(p);
             let (b, h) = (&a.cells[p.base], &a.cells[p.head]);
             if p.judged_untraced
                 && let (Some(bu), Some(hu), Some(d)) = (
@@ -308,8 +311,28 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
                 .is_none_or(|v| v.median > 0.0)
         })
         .collect();
-    if !helpful.is_empty() {
+    // Where the figures are too few to judge, the screen says so instead of a remedy.
+    let unjudged: Vec<&crate::analysis::remedy::Withheld> = a
+        .withheld_remedies
+        .iter()
+        .filter(|w| w.too_few_steps)
+        .collect();
+    if !helpful.is_empty() || !unjudged.is_empty() {
         let _ = writeln!(s, "What to change:");
+    }
+    for w in unjudged.iter().take(MAX_GAPS) {
+        let cell = a
+            .cells
+            .get(w.remedy.cell)
+            .map_or("—".to_owned(), |c| short_label(&c.label));
+        let _ = writeln!(
+            s,
+            "  {cell}: no remedy ({}): {}",
+            w.remedy.kind.label(),
+            w.why
+        );
+    }
+    if !helpful.is_empty() {
         for r in helpful.iter().take(MAX_GAPS) {
             let cell = a
                 .cells
@@ -364,6 +387,14 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
                 super::compiled_without_graphs_label(c)
             );
         }
+        if let Some(l) = &c.observed.left_out {
+            let _ = writeln!(
+                s,
+                "⚠ {}: {}",
+                short_label(&c.label),
+                super::left_out_label(l)
+            );
+        }
     }
     pairings(a, &mut s);
     largest_gaps(a, &mut s);
@@ -404,7 +435,7 @@ pub fn comparison_summary(c: &Comparison, full_report: Option<&str>) -> String {
             med(&c.base, m.base),
             med(&c.head, m.head),
             m.ratio.map_or("—".to_owned(), ratio),
-            m.change.map_or("—".to_owned(), |x| x.label().to_owned()),
+            super::markdown::comparison_change_label(m),
             tracer_effect_note(m),
         );
     }

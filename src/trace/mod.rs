@@ -17,7 +17,9 @@ pub use atomic::{
     write_atomically, write_atomically_with,
 };
 pub use durations::{DurationHistogram, bucket_bounds, duration_bucket};
-pub use ranges::{HostRanges, last_containing};
+pub use ranges::{
+    HostRanges, RangeNameMatch, last_containing, outermost, range_name_match, range_name_parts,
+};
 pub use schema::*;
 
 pub use kineto::{ImportError, assign_step_cells, import_kineto, looks_like_kineto, read_kineto};
@@ -52,6 +54,9 @@ pub enum TraceError {
     },
     #[error("{path}: inconsistent trace: {message}")]
     Inconsistent { path: PathBuf, message: String },
+    /// Another kind of file that PyTorch writes (see [`other_pytorch_file`]).
+    #[error("{path}: {message}")]
+    OtherPytorchFile { path: PathBuf, message: String },
     #[error("{path}: cannot write: {source}")]
     Write {
         path: PathBuf,
@@ -83,6 +88,7 @@ impl TraceError {
 
 /// Parses a trace from bytes. `path` is only used in error messages.
 pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
+    refuse_other_pytorch_file(bytes, path)?;
     check_start(bytes).map_err(|message| TraceError::Malformed {
         path: path.to_owned(),
         message,
@@ -204,6 +210,7 @@ fn read_opened<R: Read>(
 /// The gapscope trace of an opened input.
 fn parse_opened<R: Read>(opened: input::Opened<R>, path: &Path) -> Result<Trace, TraceError> {
     let head = opened.head();
+    refuse_other_pytorch_file(head, path)?;
     if head.len() == input::HEAD_BYTES || head.is_empty() {
         check_start(head).map_err(|message| TraceError::Malformed {
             path: path.to_owned(),
@@ -214,6 +221,42 @@ fn parse_opened<R: Read>(opened: input::Opened<R>, path: &Path) -> Result<Trace,
         .read_all()
         .map_err(|e| TraceError::reading(path, e))?;
     parse_trace(&bytes, path)
+}
+
+/// What a file PyTorch writes that is not a profiler trace is, from its first bytes: an
+/// execution trace (`torch.profiler.ExecutionTraceObserver`: a `schema` and a `nodes` array of
+/// operators, no timings on a device) gets a name and the way to record what gapscope reads.
+pub fn other_pytorch_file(head: &[u8]) -> Option<String> {
+    let head = &head[..head.len().min(HEAD_BYTES)];
+    let has_key = |key: &[u8]| {
+        head.windows(key.len()).enumerate().any(|(at, w)| {
+            w == key
+                && head[at + key.len()..]
+                    .iter()
+                    .find(|b| !b.is_ascii_whitespace())
+                    == Some(&b':')
+        })
+    };
+    let execution_trace =
+        has_key(b"\"schema\"") && has_key(b"\"nodes\"") && !has_key(b"\"schema_version\"");
+    execution_trace.then(|| {
+        "a PyTorch execution trace (`nodes` of operators, no device timings), not a profiler \
+         trace: record with torch.profiler (activities=[ProfilerActivity.CPU, \
+         ProfilerActivity.CUDA]) and pass the trace it exports (export_chrome_trace or \
+         tensorboard_trace_handler)"
+            .to_owned()
+    })
+}
+
+/// [`other_pytorch_file`] as the error it is.
+fn refuse_other_pytorch_file(head: &[u8], path: &Path) -> Result<(), TraceError> {
+    match other_pytorch_file(head) {
+        Some(message) => Err(TraceError::OtherPytorchFile {
+            path: path.to_owned(),
+            message,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// How much of a file is looked at before it is read whole.
@@ -358,27 +401,53 @@ impl Trace {
             .sort_by_key(|m| (m.start, std::cmp::Reverse(m.end)));
     }
 
-    /// Makes every plain range named `name` (an NVTX range, a torch `record_function`) a step
-    /// marker of cell 0, adding that cell if the trace has none. Returns how many it marked.
+    /// Makes the plain ranges `name` names (an NVTX range, a torch `record_function`) step
+    /// markers of cell 0, adding that cell if the trace has none. `name` names ranges of that
+    /// whole name or, when none is called that, ranges whose last `|`-separated parts it is
+    /// ([`range_name_match`]); a range inside another one named on its thread is part of that
+    /// step, not one of its own. Returns how many it marked.
     pub fn mark_steps(&mut self, name: &str) -> usize {
-        let Some(id) = self.strings.iter().position(|s| s == name) else {
-            return 0;
-        };
-        let mut marked = 0;
-        for m in &mut self.markers {
-            if m.kind == MarkerKind::Range && m.name as usize == id {
-                m.kind = MarkerKind::Step;
-                m.cell = Some(0);
-                marked += 1;
+        let mut matches: Vec<(usize, RangeNameMatch)> = Vec::new();
+        let mut seen: std::collections::HashMap<StrId, Option<RangeNameMatch>> =
+            std::collections::HashMap::new();
+        for (i, m) in self.markers.iter().enumerate() {
+            if m.kind != MarkerKind::Range {
+                continue;
+            }
+            let found = *seen
+                .entry(m.name)
+                .or_insert_with(|| range_name_match(name, self.str(m.name)));
+            if let Some(how) = found {
+                matches.push((i, how));
             }
         }
-        if marked > 0 && self.metadata.cells.is_empty() {
+        if matches.iter().any(|&(_, how)| how == RangeNameMatch::Whole) {
+            matches.retain(|&(_, how)| how == RangeNameMatch::Whole);
+        }
+        let mut ranges: Vec<(u32, u64, u64, usize)> = matches
+            .iter()
+            .map(|&(i, _)| {
+                let m = &self.markers[i];
+                (m.thread, m.start, m.end, i)
+            })
+            .collect();
+        ranges.sort_unstable_by_key(|&(thread, start, end, i)| {
+            (thread, start, std::cmp::Reverse(end), i)
+        });
+        let spans: Vec<(u32, u64, u64)> = ranges.iter().map(|r| (r.0, r.1, r.2)).collect();
+        let kept = outermost(&spans);
+        for &k in &kept {
+            let m = &mut self.markers[ranges[k].3];
+            m.kind = MarkerKind::Step;
+            m.cell = Some(0);
+        }
+        if !kept.is_empty() && self.metadata.cells.is_empty() {
             self.metadata.cells.push(Cell {
                 label: format!("steps '{name}'"),
                 ..Cell::default()
             });
         }
-        marked
+        kept.len()
     }
 
     /// Keeps only the cells whose `requested` has `key` = `value` (compared as JSON text, so
@@ -595,6 +664,49 @@ impl TraceBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A trace of plain ranges (name, thread, start, end).
+    fn ranges(of: &[(&str, u32, u64, u64)]) -> Trace {
+        let mut b = TraceBuilder::new(Metadata::default());
+        for &(name, thread, start, end) in of {
+            let name = b.intern(name);
+            b.trace.markers.push(Marker {
+                start,
+                end,
+                name,
+                thread,
+                ..Default::default()
+            });
+        }
+        b.finish()
+    }
+
+    fn steps(t: &Trace) -> Vec<(u64, u64)> {
+        t.markers
+            .iter()
+            .filter(|m| m.kind == MarkerKind::Step)
+            .map(|m| (m.start, m.end))
+            .collect()
+    }
+
+    #[test]
+    fn a_step_range_marks_the_outermost_of_nested_ranges_and_a_whole_name_first() {
+        let mut t = ranges(&[
+            ("[b|warmup|fwd]", 1, 0, 100),
+            ("[b|warmup|fwd]", 1, 10, 90),
+            ("[b|measure|fwd]", 1, 200, 300),
+            ("[b|measure|fwd]", 1, 210, 290),
+            ("[b|measure|fwd]", 2, 250, 260),
+        ]);
+        assert_eq!(t.mark_steps("fwd"), 3);
+        assert_eq!(steps(&t), [(0, 100), (200, 300), (250, 260)]);
+        assert_eq!(t.metadata.cells[0].label, "steps 'fwd'");
+        // Ranges of the whole name are the steps; the ones it ends are not.
+        let mut t = ranges(&[("fwd", 1, 0, 100), ("a|fwd", 1, 200, 300)]);
+        assert_eq!(t.mark_steps("fwd"), 1);
+        assert_eq!(steps(&t), [(0, 100)]);
+        assert_eq!(ranges(&[("a|fwd", 1, 0, 1)]).mark_steps("a|f"), 0);
+    }
 
     #[test]
     fn schema_version_fast_and_slow_paths_agree() {

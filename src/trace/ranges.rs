@@ -6,6 +6,57 @@
 use super::{MarkerKind, StrId, Trace};
 use std::collections::HashMap;
 
+/// How `--step-range NAME` names a range: by its whole name, or, as PARAM's benchmark ranges
+/// are named (`[param|pytorch.model.alex_net|0|0|0|measure|forward]`), by the last of its
+/// `|`-separated parts (`measure|forward`, `forward`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeNameMatch {
+    Whole,
+    LastParts,
+}
+
+/// A range name's `|`-separated parts, the brackets around a name like
+/// `[param|…|forward]` left out.
+pub fn range_name_parts(name: &str) -> Vec<&str> {
+    let inner = name
+        .strip_prefix('[')
+        .and_then(|n| n.strip_suffix(']'))
+        .unwrap_or(name);
+    inner.split('|').collect()
+}
+
+/// Whether `--step-range pattern` names the range `name` ([`RangeNameMatch`]): the whole
+/// name, or whole `|`-separated parts at its end (`forward` names `a|forward`, not `a|preforward`).
+pub fn range_name_match(pattern: &str, name: &str) -> Option<RangeNameMatch> {
+    if pattern == name {
+        return Some(RangeNameMatch::Whole);
+    }
+    if pattern.is_empty() || !name.contains('|') {
+        return None;
+    }
+    let (wanted, parts) = (range_name_parts(pattern), range_name_parts(name));
+    parts
+        .ends_with(&wanted)
+        .then_some(RangeNameMatch::LastParts)
+}
+
+/// Of ranges (thread, start, end), sorted, those inside no other one on their thread: a range
+/// nested in another it was matched with (a `record_function` around an inner range of the same
+/// name) is one iteration, counted once, as its outermost range.
+pub fn outermost(sorted: &[(u32, u64, u64)]) -> Vec<usize> {
+    let mut kept: Vec<usize> = Vec::new();
+    for (i, &(thread, start, end)) in sorted.iter().enumerate() {
+        let inside = kept.last().is_some_and(|&k| {
+            let (t, s, e) = sorted[k];
+            t == thread && s <= start && end <= e
+        });
+        if !inside {
+            kept.push(i);
+        }
+    }
+    kept
+}
+
 /// In intervals sorted by start: the last one that starts at or before `t`, if `t` is not past
 /// its end — the step-marker rule shared by the analysis, `Trace::select_cells` and the Kineto
 /// import. `span` gives an item's (start, end).
@@ -127,6 +178,36 @@ impl super::GraphDag {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_range_names_a_whole_name_or_whole_parts_at_its_end() {
+        let param = "[param|pytorch.model.alex_net|0|0|0|measure|forward]";
+        assert_eq!(range_name_match(param, param), Some(RangeNameMatch::Whole));
+        for last in [
+            "forward",
+            "measure|forward",
+            "param|pytorch.model.alex_net|0|0|0|measure|forward",
+        ] {
+            assert_eq!(
+                range_name_match(last, param),
+                Some(RangeNameMatch::LastParts),
+                "{last}"
+            );
+        }
+        for not in ["ward", "measure", "warmup|forward", "", "forward]"] {
+            assert_eq!(range_name_match(not, param), None, "{not}");
+        }
+        // A name without `|` is named whole or not at all.
+        assert_eq!(range_name_match("step", "decode_step"), None);
+        assert_eq!(range_name_parts("a|b"), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_range_inside_another_on_its_thread_counts_once() {
+        // Thread 1: outer 0..100 around inner 10..90, then 200..300; thread 2: 50..60.
+        let sorted = [(1, 0, 100), (1, 10, 90), (1, 200, 300), (2, 50, 60)];
+        assert_eq!(outermost(&sorted), vec![0, 2, 3]);
+    }
 
     #[test]
     fn the_innermost_open_range_of_the_same_thread_encloses() {

@@ -3,7 +3,7 @@
 //! of `--format github`, both led by the threshold verdict.
 
 use super::{
-    change_label, duration_check, explain, geomean_line, inputs_section, opt_stat_cell,
+    comparison_change_label, duration_check, explain, geomean_line, inputs_section, opt_stat_cell,
     warnings_section,
 };
 use crate::analysis::{CellComparison, Comparison};
@@ -125,8 +125,17 @@ pub fn comparison_github(c: &Comparison) -> String {
 
 pub(crate) fn verdict_line(c: &Comparison) -> String {
     if c.breached.is_empty() {
+        let unjudged = c.cells.iter().filter(|m| m.no_verdict.is_some()).count();
+        let unjudged = if unjudged > 0 {
+            format!(
+                "; {unjudged} without a verdict: too few steps ({} a side needed)",
+                crate::analysis::stats::MIN_STEPS_TO_JUDGE
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "PASS: no cell slower than {:.2}× beyond spread ({} cells compared)",
+            "PASS: no cell slower than {:.2}× beyond spread ({} cells compared{unjudged})",
             c.threshold,
             c.cells.len()
         )
@@ -186,7 +195,7 @@ fn period_cells(c: &Comparison, m: &CellComparison) -> String {
         opt_stat_cell(bp),
         opt_stat_cell(hp),
         m.ratio.map_or("—".to_owned(), ratio),
-        change_label(m.change),
+        comparison_change_label(m),
     )
 }
 

@@ -77,17 +77,13 @@ pub fn analysis_markdown(a: &Analysis) -> String {
                     if bases.len() > 1 {
                         r += &format!(" vs {}", md_cell(&p.base_label));
                     }
-                    (r, change_label(p.change))
+                    (r, comparison_change_label(p))
                 }
                 None if is_base => ("base".to_owned(), "—".to_owned()),
                 None => ("—".to_owned(), "—".to_owned()),
             };
             let (n, median, spread) = match &c.period {
-                Some(p) => (
-                    p.n.to_string(),
-                    us2(p.median),
-                    format!("{}–{}", us2(p.p10), us2(p.p90)),
-                ),
+                Some(p) => (p.n.to_string(), us2(p.median), spread_cell(p)),
                 None => ("0".to_owned(), "—".to_owned(), "—".to_owned()),
             };
             let o = &c.observed;
@@ -108,6 +104,14 @@ pub fn analysis_markdown(a: &Analysis) -> String {
         let _ = writeln!(s);
         for &ci in cells {
             let c = &a.cells[ci];
+            if let Some(why) = c.why_no_period() {
+                let _ = writeln!(
+                    s,
+                    "> {}: no period ({}).\n",
+                    md_cell(&c.label),
+                    md_cell(&why)
+                );
+            }
             if let Some(e) = &c.observed.eager_in_graphed {
                 let _ = writeln!(
                     s,
@@ -122,6 +126,14 @@ pub fn analysis_markdown(a: &Analysis) -> String {
                     "> ⚠️ {}: {}.\n",
                     md_cell(&c.label),
                     md_cell(&super::compiled_without_graphs_label(c))
+                );
+            }
+            if let Some(l) = &c.observed.left_out {
+                let _ = writeln!(
+                    s,
+                    "> ⚠️ {}: {}.\n",
+                    md_cell(&c.label),
+                    md_cell(&super::left_out_label(l))
                 );
             }
         }
@@ -268,6 +280,14 @@ fn change_label(c: Option<Change>) -> String {
     c.map_or("—".to_owned(), |c| c.label().to_owned())
 }
 
+/// A comparison's change, or why it has none ("no verdict: …").
+pub(crate) fn comparison_change_label(m: &crate::analysis::CellComparison) -> String {
+    match (&m.change, &m.no_verdict) {
+        (None, Some(why)) => format!("no verdict: {why}"),
+        (c, _) => change_label(*c),
+    }
+}
+
 fn geomean_line(what: &str, unit: &str, g: &Geomean) -> String {
     format!(
         "**Geomean {what} over {} {unit}{}: {:.2}× [{:.2}–{:.2}]**",
@@ -279,9 +299,12 @@ fn geomean_line(what: &str, unit: &str, g: &Geomean) -> String {
     )
 }
 
-/// "27.90 [27.82–28.08] n=12" or "—".
+/// "27.90 [27.82–28.08] n=12", "27.90 n=2" (too few steps for a spread) or "—".
 fn opt_stat_cell(s: Option<&Stat>) -> String {
     s.map_or("—".to_owned(), |s| {
+        if !s.has_spread() {
+            return format!("{} n={}", us2(s.median), s.n);
+        }
         format!(
             "{} [{}–{}] n={}",
             us2(s.median),
@@ -290,6 +313,15 @@ fn opt_stat_cell(s: Option<&Stat>) -> String {
             s.n
         )
     })
+}
+
+/// A p10–p90 column: "27.82–28.08", or "—" of too few steps for a spread.
+fn spread_cell(s: &Stat) -> String {
+    if s.has_spread() {
+        format!("{}–{}", us2(s.p10), us2(s.p90))
+    } else {
+        "—".to_owned()
+    }
 }
 
 /// What CUPTI's kernel tracing adds to first launches, as measured (see the README).
@@ -648,11 +680,10 @@ fn idle_section(s: &mut String, a: &Analysis) {
     let row = |s: &mut String, label: &str, what: &str, st: &Stat, ex: &str| {
         let _ = writeln!(
             s,
-            "| {} | {what} | {} | {}–{} | {} | {} |",
+            "| {} | {what} | {} | {} | {} | {} |",
             md_cell(label),
             us2(st.median),
-            us2(st.p10),
-            us2(st.p90),
+            spread_cell(st),
             st.n,
             md_cell(ex)
         );
@@ -879,7 +910,7 @@ mod tests {
         // The period table: graphed row with ratio and change, eager row as base.
         assert!(md.contains("### Workload `T=8,launch=\"replay\"`"), "{md}");
         assert!(
-            md.contains("| graphed mode=2 T=8 | graphed | 2 (mixing) | 3 | 28.00 | 28.00–28.00 | — | 28.00 [27.92–28.08] n=2 | 1.04× | slower |"),
+            md.contains("| graphed mode=2 T=8 | graphed | 2 (mixing) | 3 | 28.00 | 28.00–28.00 | — | 28.00 n=2 | 1.04× | slower |"),
             "{md}"
         );
         assert!(

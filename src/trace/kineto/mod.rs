@@ -225,6 +225,8 @@ struct Sink {
     memcpy_kinds: FxHashMap<StrId, StrId>,
     /// Events read, imported or skipped: the index of the next one.
     events: u64,
+    /// MTIA events (runtime calls, device activity): not imported, counted.
+    mtia_events: u64,
     /// For a thread's sink: its string ids → the ids of the sink it is appended to.
     to_global: Vec<StrId>,
 }
@@ -237,6 +239,7 @@ impl Sink {
             recent: [None; RECENT_NAMES],
             memcpy_kinds: FxHashMap::default(),
             events: 0,
+            mtia_events: 0,
             to_global: Vec::new(),
         }
     }
@@ -277,6 +280,10 @@ impl Sink {
     /// Turns one event into a record (or skips it).
     fn add_event(&mut self, ev: &RawEvent) -> Result<(), String> {
         if !ev.imported() {
+            return Ok(());
+        }
+        if ev.cat == Cat::Mtia {
+            self.mtia_events += 1;
             return Ok(());
         }
         let start = ev
@@ -364,7 +371,7 @@ impl Sink {
                 };
                 self.b.trace.markers.push(marker);
             }
-            Cat::Other => {}
+            Cat::Mtia | Cat::Other => {}
         }
         Ok(())
     }
@@ -378,6 +385,7 @@ impl Sink {
         t.api_calls.clear();
         t.markers.clear();
         self.events = 0;
+        self.mtia_events = 0;
     }
 
     /// Moves the records of `later`, read from the bytes right after this sink's, to the end of
@@ -414,6 +422,7 @@ impl Sink {
             ..m
         }));
         self.events += std::mem::take(&mut later.events);
+        self.mtia_events += std::mem::take(&mut later.mtia_events);
     }
 }
 
@@ -486,6 +495,14 @@ impl Importer {
         }
         let mut trace = self.sink.b.finish();
         if trace.kernels.is_empty() && trace.memcpys.is_empty() && trace.memsets.is_empty() {
+            if self.sink.mtia_events > 0 {
+                return Err(format!(
+                    "MTIA device activity ({} \"mtia_runtime\"/\"mtia_ccp_events\" events) and \
+                     no CUDA GPU activity: MTIA traces are not supported (gapscope reads CUDA \
+                     GPU traces)",
+                    self.sink.mtia_events
+                ));
+            }
             return Err(
                 "no GPU activity (no \"kernel\", \"gpu_memcpy\" or \"gpu_memset\" \
                         events): profile with ProfilerActivity.CUDA"

@@ -47,6 +47,9 @@ pub(super) enum Cat {
     Driver,
     UserAnnotation,
     CpuOp,
+    /// Meta's MTIA accelerator: its runtime calls and device activity (`mtia_runtime`,
+    /// `mtia_ccp_events`), counted so a trace of nothing else is named for what it is.
+    Mtia,
     #[default]
     Other,
 }
@@ -61,6 +64,7 @@ impl Cat {
             b"cuda_driver" | b"Driver" => Cat::Driver,
             b"user_annotation" => Cat::UserAnnotation,
             b"cpu_op" | b"Operator" => Cat::CpuOp,
+            b"mtia_runtime" | b"mtia_ccp_events" => Cat::Mtia,
             _ => Cat::Other,
         }
     }
@@ -74,6 +78,7 @@ impl Cat {
             Cat::Driver => "cuda_driver",
             Cat::UserAnnotation => "user_annotation",
             Cat::CpuOp => "cpu_op",
+            Cat::Mtia => "mtia",
             Cat::Other => "other",
         }
     }
