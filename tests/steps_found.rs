@@ -96,7 +96,7 @@ fn two_loops_one_after_another_are_two_cells() {
 }
 
 #[test]
-fn a_slower_warm_up_before_the_timed_loop_is_a_cell_of_its_own() {
+fn a_slower_warm_up_before_the_timed_loop_is_shown_inside_the_loops_one_cell() {
     // 5 warm-up tokens (the host waits 400 µs a token: caches, allocator), one-off set-up
     // kernels (a capture's, an allocator's), 100 tokens at 40 µs.
     let mut s = KernelStream::new();
@@ -105,15 +105,28 @@ fn a_slower_warm_up_before_the_timed_loop_is_a_cell_of_its_own() {
     decode(&mut s, 100, None);
     let a = analyze(&s.finish());
     let found = found_cells(&a);
-    assert_eq!(found.len(), 2);
-    let (warm, timed) = (found[0], found[1]);
-    let runs = |c: &analysis::CellAnalysis| {
-        let f = c.found.as_ref().unwrap();
-        (f.ordinal, f.run, f.runs, f.steps, f.runs_joined)
-    };
-    assert_eq!(runs(warm), (1, 1, 2, 5, 1));
-    assert_eq!(runs(timed), (1, 2, 2, 100, 1));
-    assert!(timed.label.contains("run 2 of 2"), "{}", timed.label);
+    assert_eq!(found.len(), 1, "one loop, one cell: {:?}", labels(&a));
+    let f = found[0].found.as_ref().unwrap();
+    assert_eq!((f.ordinal, f.steps, f.runs_joined), (1, 105, 2));
+    assert_eq!(
+        f.run_medians.len(),
+        2,
+        "the warm-up's period beside the loop's"
+    );
+    assert!(
+        f.run_medians[0] > 5 * f.run_medians[1],
+        "{:?}",
+        f.run_medians
+    );
+    assert!(
+        f.describe().contains("2 runs at different periods"),
+        "{}",
+        f.describe()
+    );
+    assert!(!found[0].label.contains("run "), "{}", found[0].label);
+    // The cell's period is the timed loop's: no period reaches across the set-up.
+    let p = found[0].period.as_ref().unwrap();
+    assert_eq!(p.n, 4 + 99);
     assert_eq!(a.inputs[0].steps.left_over, 4);
 }
 
@@ -138,7 +151,8 @@ fn calls_of_one_loop_split_by_a_short_prefill_are_one_cell_without_the_prefill_p
     assert_eq!(found.len(), 1, "{:?}", labels(&a));
     let c = found[0];
     let f = c.found.as_ref().unwrap();
-    assert_eq!((f.unit_ops, f.steps, f.runs_joined, f.runs), (9, 90, 3, 1));
+    assert_eq!((f.unit_ops, f.steps, f.runs_joined), (9, 90, 3));
+    assert_eq!(f.run_medians.len(), 1, "one period");
     // The prefills are left over, and no period reaches across one: 29 a call.
     assert_eq!(a.inputs[0].steps.left_over, 3 * 7);
     let p = c.period.as_ref().unwrap();
@@ -153,19 +167,28 @@ fn calls_of_one_loop_split_by_a_short_prefill_are_one_cell_without_the_prefill_p
 }
 
 #[test]
-fn two_runs_of_one_unit_at_different_periods_stay_two_cells() {
-    // The same kernels at two batch sizes: 30 tokens at 40 µs of host work, then 30 at 400.
+fn two_runs_of_one_unit_at_different_periods_are_one_cell_with_both_periods_shown() {
+    // The same kernels at two host costs: 30 tokens at 40 µs of host work, then 30 at 400. From
+    // the kernels alone this is one loop (a warm-up call or another batch size look the same):
+    // one cell, one remedy line, each run's period shown inside it.
     let mut s = KernelStream::new();
     decode(&mut s, 30, None);
     s.kernels(&["resize_a", "resize_b", "resize_c", "resize_d", "resize_e"]);
     decode_waiting(&mut s, 30, None, 400_000);
     let a = analyze(&s.finish());
     let found = found_cells(&a);
-    assert_eq!(found.len(), 2);
+    assert_eq!(found.len(), 1);
+    let f = found[0].found.as_ref().unwrap();
+    assert_eq!((f.steps, f.runs_joined, f.run_medians.len()), (60, 2, 2));
     assert!(
-        found
-            .iter()
-            .all(|c| c.found.as_ref().unwrap().runs_joined == 1)
+        f.run_medians[1] > 5 * f.run_medians[0],
+        "{:?}",
+        f.run_medians
+    );
+    let screen = analysis_summary(&a, None);
+    assert!(
+        screen.contains("in 2 runs at different periods (medians "),
+        "{screen}"
     );
 }
 

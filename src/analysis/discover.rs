@@ -529,14 +529,14 @@ pub struct FoundSteps {
     /// Steps that differ from the unit by a few ops (a sampling or bookkeeping kernel every N
     /// steps): kept in the cell, counted here.
     pub off_unit_steps: usize,
-    /// Runs of the loop in this cell: one, or more that short interruptions split (a
-    /// generate() call's prefill between two calls), joined; the first step after each
-    /// interruption has no period.
+    /// Runs of the loop in this cell: one, or more that interruptions split (a generate()
+    /// call's prefill between two calls), joined; the first step after each interruption has
+    /// no period.
     pub runs_joined: usize,
-    /// Which run of this unit the cell is (1-based) and how many runs of it the trace has
-    /// (a warm-up, then the timed loop).
-    pub run: usize,
-    pub runs: usize,
+    /// The median step period (ns) of each group of runs that ran at one period, in order: one
+    /// entry, or several when the loop ran at different periods (a warm-up call, then the
+    /// timed ones), all pooled into this one cell.
+    pub run_medians: Vec<u64>,
     /// The step marker the steps were found inside (a `ProfilerStep` around a whole
     /// generate call), if any.
     pub inside_marker: Option<String>,
@@ -544,23 +544,25 @@ pub struct FoundSteps {
 
 impl FoundSteps {
     pub fn label(&self) -> String {
-        let run = if self.runs > 1 {
-            format!(", run {} of {}", self.run, self.runs)
-        } else {
-            String::new()
-        };
         format!(
-            "eager loop E{}{run} (steps of {} ops found in the kernel sequence)",
+            "eager loop E{} (steps of {} ops found in the kernel sequence)",
             self.ordinal, self.unit_ops
         )
     }
 
     /// "unit of 6 ops, 99 steps in 3 runs, 2 off the unit".
     pub fn describe(&self) -> String {
-        let joined = if self.runs_joined > 1 {
-            format!(" in {} runs", self.runs_joined)
-        } else {
-            String::new()
+        let joined = match (self.runs_joined, self.run_medians.as_slice()) {
+            (n, medians) if medians.len() > 1 => format!(
+                " in {n} runs at different periods (medians {} µs)",
+                medians
+                    .iter()
+                    .map(|&m| format!("{:.2}", m as f64 / 1e3))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            (n, _) if n > 1 => format!(" in {n} runs"),
+            _ => String::new(),
         };
         let off = if self.off_unit_steps > 0 {
             format!(", {} off the unit", self.off_unit_steps)
@@ -809,11 +811,31 @@ pub fn discover(
             }
         })
         .collect();
-    let runs_of = |ordinal: usize| ordinals.iter().filter(|&&o| o == ordinal).count();
-    let mut run_counter: FxHashMap<usize, usize> = FxHashMap::default();
+    // One loop, one cell: runs of one unit that ran at different periods (a warm-up call, then
+    // the timed ones) pool into its cell, each run's median period kept beside it.
+    let mut cell_of: FxHashMap<usize, usize> = FxHashMap::default();
     for (runs, &ordinal) in joined.iter().zip(&ordinals) {
-        let run = run_counter.entry(ordinal).or_default();
-        *run += 1;
+        let run_median = Stat::of(&mut runs.iter().flat_map(periods).collect::<Vec<f64>>())
+            .map_or(0, |s| s.median.round() as u64);
+        if let Some(&at) = cell_of.get(&ordinal) {
+            let cell: &mut FoundCell = &mut out.cells[at];
+            for l in runs {
+                cell.breaks.push(cell.steps.len());
+                taken += l.ops();
+                cell.steps.extend(l.steps.iter().map(|&(s, e)| {
+                    let mut step: Vec<usize> = (s..e).map(|p| ops[order[p]]).collect();
+                    step.sort_unstable();
+                    step
+                }));
+            }
+            let found = &mut cell.found;
+            found.steps = cell.steps.len();
+            found.off_unit_steps += runs.iter().map(|l| l.off_unit).sum::<usize>();
+            found.runs_joined += runs.len();
+            found.run_medians.push(run_median);
+            continue;
+        }
+        cell_of.insert(ordinal, out.cells.len());
         let mut steps: Vec<Vec<usize>> = Vec::new();
         let mut breaks = Vec::new();
         for l in runs {
@@ -834,8 +856,7 @@ pub fn discover(
             // The runs' units are the same ops: each run's count is against the cell's unit.
             off_unit_steps: runs.iter().map(|l| l.off_unit).sum(),
             runs_joined: runs.len(),
-            run: *run,
-            runs: runs_of(ordinal),
+            run_medians: vec![run_median],
             inside_marker: inside_marker.map(str::to_owned),
         };
         out.cells.push(FoundCell {
@@ -1090,14 +1111,7 @@ impl StepFinding {
                 let loops: Vec<String> = self
                     .loops
                     .iter()
-                    .map(|l| {
-                        let run = if l.runs > 1 {
-                            format!(" run {}", l.run)
-                        } else {
-                            String::new()
-                        };
-                        format!("E{}{run} {}", l.ordinal, l.describe())
-                    })
+                    .map(|l| format!("E{} {}", l.ordinal, l.describe()))
                     .collect();
                 lines.push(format!(
                     "Steps found from the kernel sequence ({where_}): {}; {} of {} eager ops left over{beside}",

@@ -119,12 +119,11 @@ fn graph_periods(
         .collect()
 }
 
-/// A traced step's shape on one stream: how many ops it has there and what its first is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A traced step's shape on one stream: the names of its ops there, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct StepShape {
     stream: u32,
-    ops: usize,
-    first_name: u32,
+    names: Vec<u32>,
 }
 
 /// The shape most of the cell's steps have on the stream their first op runs on.
@@ -134,21 +133,21 @@ fn step_shape(cell: &CellSteps, timeline: &TraceTimeline) -> Option<StepShape> {
         let Some(&first) = step.first() else {
             continue;
         };
-        let first = timeline.ops[first];
-        let ops = step
+        let stream = timeline.ops[first].stream;
+        let names = step
             .iter()
-            .filter(|&&i| timeline.ops[i].stream == first.stream)
-            .count();
-        let shape = StepShape {
-            stream: first.stream,
-            ops,
-            first_name: first.name,
-        };
-        *counts.entry(shape).or_default() += 1;
+            .map(|&i| &timeline.ops[i])
+            .filter(|op| op.stream == stream)
+            .map(|op| op.name)
+            .collect();
+        *counts.entry(StepShape { stream, names }).or_default() += 1;
     }
     counts
         .into_iter()
-        .max_by_key(|&(s, n)| (n, std::cmp::Reverse((s.stream, s.ops, s.first_name))))
+        .max_by(|(a, n), (b, m)| {
+            n.cmp(m)
+                .then_with(|| (b.stream, &b.names).cmp(&(a.stream, &a.names)))
+        })
         .map(|(s, _)| s)
 }
 
@@ -160,7 +159,7 @@ fn eager_periods(cell: &CellSteps, timeline: &TraceTimeline, measured: &[Op]) ->
     let Some(shape) = step_shape(cell, timeline) else {
         return Vec::new();
     };
-    if shape.ops == 0 {
+    if shape.names.is_empty() {
         return Vec::new();
     }
     // The start of every traced op on the stream, and whether it is one of this cell's.
@@ -182,7 +181,7 @@ fn eager_periods(cell: &CellSteps, timeline: &TraceTimeline, measured: &[Op]) ->
     let flush = |run: &mut Vec<&Op>, ours: bool, periods: &mut Vec<Vec<f64>>| {
         if ours {
             let mut window = Vec::new();
-            run_periods(run, shape, &mut window);
+            run_periods(run, &shape, &mut window);
             if !window.is_empty() {
                 periods.push(window);
             }
@@ -207,18 +206,21 @@ fn eager_periods(cell: &CellSteps, timeline: &TraceTimeline, measured: &[Op]) ->
     periods
 }
 
-/// Cuts a run of measured ops into steps at each op named as the shape's first, and pushes
-/// the end-to-end periods between adjacent steps that have the shape's op count.
-fn run_periods(run: &[&Op], shape: StepShape, periods: &mut Vec<f64>) {
+/// Cuts a run of measured ops into steps: each stretch whose names are the shape's is one, ops
+/// between such stretches are skipped; pushes the end-to-end periods between adjacent steps.
+fn run_periods(run: &[&Op], shape: &StepShape, periods: &mut Vec<f64>) {
+    let n = shape.names.len();
     let mut previous_end: Option<u64> = None;
-    let starts: Vec<usize> = (0..run.len())
-        .filter(|&i| run[i].name == shape.first_name)
-        .collect();
-    for (k, &from) in starts.iter().enumerate() {
-        let to = starts.get(k + 1).copied().unwrap_or(run.len());
-        let step = &run[from..to];
-        if step.len() != shape.ops {
+    let mut i = 0;
+    while i + n <= run.len() {
+        let step = &run[i..i + n];
+        if !step
+            .iter()
+            .map(|op| op.name)
+            .eq(shape.names.iter().copied())
+        {
             previous_end = None;
+            i += 1;
             continue;
         }
         let end = step.iter().map(|op| op.end).max().unwrap_or(0);
@@ -226,6 +228,7 @@ fn run_periods(run: &[&Op], shape: StepShape, periods: &mut Vec<f64>) {
             periods.push(end.saturating_sub(prev) as f64);
         }
         previous_end = Some(end);
+        i += n;
     }
 }
 
@@ -303,6 +306,37 @@ mod tests {
             vec![vec![60.0; 5]],
             "five periods between six measured steps"
         );
+    }
+
+    #[test]
+    fn steps_whose_first_kernel_comes_back_inside_them_are_cut_by_their_whole_sequence() {
+        // A step of gemm, gelu, gemm (names 1, 2, 1), as a stack of MLP layers launches.
+        let steps = |t0: u64, period: u64, n: u64, corr0: u32| -> Vec<Op> {
+            (0..n)
+                .flat_map(|s| {
+                    let at = t0 + s * period;
+                    [1, 2, 1].into_iter().enumerate().map(move |(k, name)| {
+                        op(
+                            at + k as u64 * 10,
+                            5,
+                            7,
+                            corr0 + (s * 3) as u32 + k as u32,
+                            name,
+                            0,
+                        )
+                    })
+                })
+                .collect()
+        };
+        let timeline = TraceTimeline {
+            ops: steps(0, 100, 3, 0),
+        };
+        let cell = CellSteps {
+            steps: (0..3).map(|s| (s * 3..s * 3 + 3).collect()).collect(),
+            ..Default::default()
+        };
+        let p = periods(&[cell], &timeline, &steps(300, 70, 5, 100));
+        assert_eq!(p[0], vec![vec![70.0; 4]]);
     }
 
     #[test]
