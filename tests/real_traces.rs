@@ -1830,3 +1830,60 @@ fn a_recording_that_says_it_chose_its_step_range_is_read_by_the_field_not_the_no
         Some("decode_step")
     );
 }
+
+/// `examples/serial_event.py` (NCCL's serial-event shape of mode 2) under default `gapscope
+/// record` on an H200 (build 57ff40d, round 1 of a 6-round bench). The program's own medians in
+/// that process, from its CUDA events: over the launches the recorder measured, mode 1 18.02 µs
+/// and mode 2 20.75 µs (n=56 each); over every launch 17.26 and 19.47; over the launches neither
+/// traced nor measured 15.2 and 17.8 (measuring costs the replays there: benches/README.md).
+/// Every cell has an untraced period from the measured launches and steps, and mode 2 vs mode 1
+/// is judged on them and names the external event wait.
+#[test]
+fn measured_windows_give_every_cell_its_untraced_period_and_the_mode_verdict() {
+    let (t, a) = load("serial-event-record-h200.json.gz");
+    let sampling = t.metadata.sampling.as_ref().expect("a budgeted recording");
+    assert_eq!(sampling.measured_per_pause, 8);
+    assert!(
+        a.inputs[0].completeness.device_records_without_launch == 0,
+        "measured records are not lost ones"
+    );
+    for c in &a.cells {
+        let untraced = c
+            .untraced_period
+            .unwrap_or_else(|| panic!("{}: no untraced period", c.label));
+        assert!(untraced.n >= 30, "{}: {untraced:?}", c.label);
+        let share = c.tracer_share.as_ref().expect("a tracer's share");
+        assert_eq!(share.clock, analysis::tracer_share::ShareClock::Device);
+        assert!(share.ratio > 1.0, "{}: {share:?}", c.label);
+    }
+    // Against the program's own medians over the same (measured) launches.
+    let untraced_of = |exec: &str| -> f64 {
+        let c = a
+            .cells
+            .iter()
+            .find(|c| c.label.contains(exec))
+            .expect("replay cell");
+        c.untraced_period.unwrap().median / 1e3
+    };
+    for (exec, program) in [("exec 2,", 18.02), ("exec 5,", 20.75)] {
+        let ours = untraced_of(exec);
+        assert!(
+            (ours / program - 1.0).abs() < 0.03,
+            "{exec}: untraced {ours:.2} µs against the program's own {program} µs"
+        );
+    }
+    let [m] = a.mode_pairs.as_slice() else {
+        panic!("one mode pair: {:?}", a.mode_pairs.len())
+    };
+    assert!(m.judged_untraced);
+    assert_eq!(m.change, Some(Change::Slower));
+    let d = m.untraced_period_delta.unwrap();
+    assert!((1_500.0..3_500.0).contains(&d), "{d}");
+    assert!(m.gap_growth_of(CauseKind::ExternalEventWait) > 500.0);
+    let screen = gapscope::report::summary::analysis_summary(&a, None);
+    assert!(
+        screen.contains("untraced mode 1 18.06 → mode 2 20.51 µs (slower, Δ +2.45 µs)"),
+        "{screen}"
+    );
+    assert!(screen.contains("external event wait +0.70 µs"), "{screen}");
+}
