@@ -1,8 +1,9 @@
 """Overhead of `gapscope record`, torch.profiler and Nsight Systems on programs' own step periods.
 
 Runs each program (default: examples/torch_graphs.py, examples/torch_compile_decode.py and
-examples/phases.py; `--programs serial_event` adds NCCL's serial-event shape of mode 2) several ways per round, interleaved so that drift hits every mode alike (the
-mode order rotates each round): plain; under `gapscope record` with its default settings; with
+examples/phases.py; `--programs serial_event` runs NCCL's serial-event shape of mode 2) several
+ways per round, interleaved so that drift hits every mode alike (the mode order rotates each
+round): plain; under `gapscope record` with its default settings; with
 --profile (torch.profiler, CPU + CUDA); under `nsys profile --cuda-graph-trace=node` (with
 --nsys); `attached` (CUPTI attached, nothing traced); and optional record modes. Each program
 writes every step's CUDA-event period per phase to JSON (--json); this script pools them and
