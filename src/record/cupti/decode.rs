@@ -49,6 +49,10 @@ pub(crate) struct RecordStore {
     /// The earliest API call (by start) that returned a sticky CUDA error: the fault after
     /// which the context is unusable and CUPTI may not hand back the device records.
     pub first_fault: Option<Fault>,
+    /// Stream capture calls (begin or end) that returned an error, by call name and return
+    /// value: captures that built no graph (another thread's unsafe call in global mode, an
+    /// operation a capture does not allow).
+    pub failed_captures: std::collections::BTreeMap<(StrId, u32), u64>,
     /// NVTX ranges (MARKER records) whose start arrived but not their end yet, by marker id.
     open_markers: HashMap<u32, OpenMarker>,
     /// NVTX range ends that arrived before their start (records come in no set order).
@@ -94,6 +98,49 @@ pub(crate) fn sticky_error_name(code: u32) -> Option<&'static str> {
         719 => "launch failure",
         _ => return None,
     })
+}
+
+/// Whether an API call (by display name) begins or ends a stream capture.
+fn is_capture_call(name: &str) -> bool {
+    name.contains("BeginCapture") || name.contains("EndCapture")
+}
+
+/// The name of a stream-capture error, by the value `cudaError_t` and `CUresult` share.
+fn capture_error_name(code: u32) -> Option<&'static str> {
+    Some(match code {
+        900 => "capture unsupported",
+        901 => "capture invalidated",
+        902 => "capture merge",
+        903 => "capture unmatched",
+        904 => "capture unjoined",
+        905 => "capture isolation",
+        906 => "capture implicit",
+        907 => "captured event",
+        908 => "capture wrong thread",
+        _ => return None,
+    })
+}
+
+/// The trace note of stream captures that failed (`None` when none did): each capture call
+/// that returned an error, with the error and how often.
+pub(crate) fn failed_captures_note(
+    failed: &std::collections::BTreeMap<(StrId, u32), u64>,
+    trace: &crate::trace::Trace,
+) -> Option<String> {
+    if failed.is_empty() {
+        return None;
+    }
+    let calls: Vec<String> = failed
+        .iter()
+        .map(|(&(name, code), n)| {
+            let what = capture_error_name(code).map_or(String::new(), |w| format!(" ({w})"));
+            format!("{} returned {code}{what} ×{n}", trace.str(name))
+        })
+        .collect();
+    Some(format!(
+        "stream captures failed: {}; no executable graph came of them, and nodes they made before failing stay in the graph DAG with no launch",
+        calls.join(", ")
+    ))
 }
 
 /// The start half of an NVTX range.
@@ -153,6 +200,7 @@ impl RecordStore {
             api_names: HashMap::new(),
             zero_timestamp_kernels: 0,
             first_fault: None,
+            failed_captures: Default::default(),
             unexpected_records: 0,
             open_markers: HashMap::new(),
             early_marker_ends: HashMap::new(),
@@ -236,6 +284,12 @@ impl RecordStore {
         resolve: &dyn Fn(ApiDomain, u32) -> Option<String>,
     ) {
         let name = self.api_name(call.domain, call.cbid, resolve);
+        if call.returned != 0 && is_capture_call(self.builder.trace.str(name)) {
+            *self
+                .failed_captures
+                .entry((name, call.returned))
+                .or_default() += 1;
+        }
         if sticky_error_name(call.returned).is_some()
             && self
                 .first_fault
@@ -452,6 +506,40 @@ mod tests {
         );
         assert_eq!((got.corr, got.graph, got.node), (42, 7, (7u64 << 32) | 2));
         assert_eq!(t.str(got.name), "_Z4spinm");
+    }
+
+    #[test]
+    fn failed_stream_captures_are_counted_by_call_and_error_and_noted() {
+        let names = |_: ApiDomain, cbid: u32| {
+            Some(match cbid {
+                1 => "cuStreamBeginCapture_v2".to_owned(),
+                2 => "cuStreamEndCapture".to_owned(),
+                _ => "cuLaunchKernel".to_owned(),
+            })
+        };
+        let mut store = RecordStore::new();
+        let call = |cbid, returned| ApiCallSeen {
+            domain: ApiDomain::Driver,
+            cbid,
+            start: 10,
+            end: 20,
+            corr: cbid,
+            thread: 1,
+            returned,
+        };
+        for (cbid, returned) in [(1, 0), (2, 901), (2, 901), (1, 900), (2, 0), (3, 900)] {
+            store.add_api_call(call(cbid, returned), &names);
+        }
+        let note =
+            failed_captures_note(&store.failed_captures, &store.builder.trace).expect("a note");
+        assert_eq!(
+            note,
+            "stream captures failed: cuStreamBeginCapture_v2 returned 900 (capture unsupported) ×1, cuStreamEndCapture returned 901 (capture invalidated) ×2; no executable graph came of them, and nodes they made before failing stay in the graph DAG with no launch"
+        );
+        assert!(
+            failed_captures_note(&RecordStore::new().failed_captures, &store.builder.trace)
+                .is_none()
+        );
     }
 
     #[test]

@@ -1003,6 +1003,12 @@ impl Recorder {
             ));
         }
         let zero = state.records.zero_timestamp_kernels;
+        if let Some(note) = super::decode::failed_captures_note(
+            &state.records.failed_captures,
+            &state.records.builder.trace,
+        ) {
+            metadata.notes.push(format!("recorder: {note}"));
+        }
         if let Some(fault) = &state.records.first_fault {
             metadata.notes.push(fault_note(
                 fault,
