@@ -1840,7 +1840,7 @@ fn a_recording_that_says_it_chose_its_step_range_is_read_by_the_field_not_the_no
 /// is judged on them and names the external event wait.
 #[test]
 fn measured_windows_give_every_cell_its_untraced_period_and_the_mode_verdict() {
-    let (t, a) = load("serial-event-record-h200.json.gz");
+    let (t, a) = load("serial-event-chosen-step-record-h200.json.gz");
     let sampling = t.metadata.sampling.as_ref().expect("a budgeted recording");
     assert_eq!(sampling.measured_per_pause, 8);
     assert!(
