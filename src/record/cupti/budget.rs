@@ -10,12 +10,15 @@
 //! name with what the previous step of that name did (ran eagerly, replayed graph X, or built a
 //! graph): an eager phase followed by a graphed one gets a sample of each.
 //!
-//! Untraced launches and steps run with the device and API activity kinds, the API calls the
-//! record filter keeps, and the eager-hot graph-building callbacks disabled; tracing resumes as soon as something sampled starts or a
-//! graph is captured, created or instantiated, and it never pauses while a stream capture is
-//! under way, so every captured node is seen with its creating call and external flags. The
-//! callbacks of calls that only build graphs (`cudaGraphAdd*Node`, instantiation) never pause.
-//! The decisions are made here, in safe code; `callbacks` calls CUPTI when they change.
+//! Untraced launches and steps run with the API activity kinds, the API calls the record filter
+//! keeps, and the eager-hot graph-building callbacks disabled ([`Level`]); the first window of
+//! them after each pause is *measured* (the device kinds stay on, so the analysis has their
+//! periods on the device's clock), the rest run with the device kinds off too. Tracing resumes
+//! as soon as something sampled starts or a graph is captured, created or instantiated, and it
+//! never pauses while a stream capture is under way, so every captured node is seen with its
+//! creating call and external flags. The callbacks of calls that only build graphs
+//! (`cudaGraphAdd*Node`, instantiation) never pause. The decisions are made here, in safe code;
+//! `callbacks` calls CUPTI when they change.
 #![forbid(unsafe_code)]
 
 use super::sys;
@@ -118,12 +121,12 @@ pub(crate) fn switch_plan(
 /// `first` are: after those, windows of `first / 4` consecutive occurrences (at least 1), two
 /// windows for each doubling of the count — every second window below `2·first`, every fourth
 /// below `4·first`, and so on. `first == 0` traces everything.
-pub(crate) fn sampled(n: u64, first: u64) -> bool {
-    if first == 0 || n < first {
+pub(crate) fn sampled(n: u64, first: u32) -> bool {
+    if first == 0 || n < u64::from(first) {
         return true;
     }
-    let window = u64::from(window_of(u32::try_from(first).unwrap_or(u32::MAX)));
-    let (i, first_windows) = (n / window, first.div_ceil(window));
+    let window = u64::from(window_of(first));
+    let (i, first_windows) = (n / window, u64::from(first).div_ceil(window));
     // Window i lies in the level that starts at first_windows·2^(level-1) windows and is as
     // long: its windows at the start and half-way are traced.
     let level_start = first_windows << (i / first_windows).ilog2();
@@ -339,7 +342,7 @@ impl BudgetState {
         // The period from the previous launch ran under the state before this decision.
         let (before, was_tracing) = (self.switches, self.tracing);
         let e = self.execs.entry(exec).or_default();
-        let want = sampled(e.scheduled, u64::from(self.limit));
+        let want = sampled(e.scheduled, self.limit);
         e.scheduled += 1;
         let switch = self.switch_to(want);
         self.occurrence_decided();
@@ -365,7 +368,7 @@ impl BudgetState {
     /// the kind the last step was.
     pub fn step_started(&mut self) -> Option<bool> {
         let kind = self.step_kinds.entry(self.last_content).or_default();
-        let want = sampled(kind.seen, u64::from(self.limit));
+        let want = sampled(kind.seen, self.limit);
         kind.seen += 1;
         self.steps += 1;
         let switch = self.switch_to(want);
@@ -536,8 +539,16 @@ impl BudgetState {
             }
         }
         if self.pauses > 0 {
+            let measured = if self.measured_per_pause > 0 {
+                format!(
+                    ", the {} launches or steps after each pause measured (device records, no API records)",
+                    self.measured_per_pause
+                )
+            } else {
+                String::new()
+            };
             notes.push(format!(
-                "trace budget: tracing paused {} time(s), the longest pause or resume took {:.1} µs; `gapscope record --trace-budget 0` traces everything",
+                "trace budget: tracing paused {} time(s){measured}, the longest switch took {:.1} µs; `gapscope record --trace-budget 0` traces everything",
                 self.pauses,
                 longest_switch_ns as f64 / 1e3
             ));
@@ -866,6 +877,7 @@ mod tests {
         // A 200-step phase keeps more than 100 steps under the default limit.
         assert_eq!((0..200u64).filter(|&n| sampled(n, 64)).count(), 120);
         assert!(sampled(u64::MAX, 1) || !sampled(u64::MAX, 1), "no overflow");
+        assert!(sampled(u64::MAX, u32::MAX) || !sampled(u64::MAX, u32::MAX));
     }
 
     #[test]

@@ -125,9 +125,10 @@ pub(crate) struct Budget {
     pub applied: Mutex<Option<Level>>,
     /// Set when a decision changed what tracing should be and it may not be applied yet.
     pub dirty: AtomicBool,
-    /// The activity kinds paused and resumed together, API kinds included (set once they are
-    /// enabled): a kind left on, even with every call filtered out, costs host time on the
-    /// launches after the budget (README, "Recording").
+    /// The activity kinds the budget switches (set once they are enabled): the API kinds go
+    /// off below [`Level::Traced`], the device kinds below [`Level::Measured`]. A kind left on,
+    /// even with every call filtered out, costs host time on the launches after the budget
+    /// (README, "Recording").
     pub kinds: Mutex<Vec<sys::CUpti_ActivityKind>>,
     /// With a per-call API record filter in use: every call's switch, applied again after the
     /// API kinds are resumed (re-enabling a kind records every call again).
