@@ -1882,7 +1882,7 @@ fn measured_windows_give_every_cell_its_untraced_period_and_the_mode_verdict() {
     assert!(m.gap_growth_of(CauseKind::ExternalEventWait) > 500.0);
     let screen = gapscope::report::summary::analysis_summary(&a, None);
     assert!(
-        screen.contains("untraced mode 1 18.06 → mode 2 20.51 µs (slower, Δ +2.45 µs)"),
+        screen.contains("untraced mode 1 17.94 → mode 2 20.37 µs (slower, Δ +2.43 µs)"),
         "{screen}"
     );
     assert!(screen.contains("external event wait +0.70 µs"), "{screen}");

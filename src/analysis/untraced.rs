@@ -83,33 +83,36 @@ fn main_graph(cell: &CellSteps, timeline: &TraceTimeline) -> Option<u32> {
 }
 
 /// End-to-end periods between consecutive launches of `exec` that were both measured, per run
-/// of measured launches. The last launch of a run is left out: the switch that ends measuring
-/// is made in the call of the launch after it, and that launch's records can still arrive as
-/// the run's last, its period holding the switch (seen on an H200).
+/// of measured launches. A run is cut where the launches' correlation ids jump (launches ran
+/// unrecorded between them: every API call takes an id), and the last launch of each run is
+/// left out: the switch that ends measuring is made in its call, and its records can still
+/// arrive, its period holding the switch (seen on an H200).
 fn graph_periods(
     cell: &CellSteps,
     timeline: &TraceTimeline,
     measured: &[Op],
     exec: u32,
 ) -> Vec<Vec<f64>> {
-    // (end, measured) of every launch of `exec`: the cell's traced steps, the measured ones.
-    let mut launches: Vec<(u64, bool)> = cell
+    // (end, measured, corr) of every launch of `exec`: the cell's traced steps, the measured.
+    let mut launches: Vec<(u64, bool, u32)> = cell
         .steps
         .iter()
         .filter(|s| s.iter().any(|&i| timeline.ops[i].graph == exec))
         .filter_map(|s| s.iter().map(|&i| timeline.ops[i].end).max())
-        .map(|end| (end, false))
+        .map(|end| (end, false, 0))
         .collect();
     let mut by_launch: FxHashMap<u32, u64> = FxHashMap::default();
     for op in measured.iter().filter(|op| op.graph == exec) {
         let end = by_launch.entry(op.corr).or_default();
         *end = (*end).max(op.end);
     }
-    launches.extend(by_launch.into_values().map(|end| (end, true)));
+    launches.extend(by_launch.into_iter().map(|(corr, end)| (end, true, corr)));
     launches.sort_unstable();
     launches
         .chunk_by(|a, b| a.1 == b.1)
-        .filter(|run| run[0].1 && run.len() > 2)
+        .filter(|run| run[0].1)
+        .flat_map(consecutive_launches)
+        .filter(|run| run.len() > 2)
         .map(|run| {
             run[..run.len() - 1]
                 .windows(2)
@@ -117,6 +120,30 @@ fn graph_periods(
                 .collect()
         })
         .collect()
+}
+
+/// A run of measured launches cut where the correlation id steps by more than twice its
+/// median step: the launches on either side did not run one after the other.
+fn consecutive_launches(run: &[(u64, bool, u32)]) -> Vec<&[(u64, bool, u32)]> {
+    let steps: Vec<u32> = run
+        .windows(2)
+        .map(|w| w[1].2.wrapping_sub(w[0].2))
+        .collect();
+    let mut sorted = steps.clone();
+    sorted.sort_unstable();
+    let Some(&median) = sorted.get(sorted.len() / 2) else {
+        return vec![run];
+    };
+    let mut out = Vec::new();
+    let mut from = 0;
+    for (i, &step) in steps.iter().enumerate() {
+        if step > 2 * median.max(1) {
+            out.push(&run[from..=i]);
+            from = i + 1;
+        }
+    }
+    out.push(&run[from..]);
+    out
 }
 
 /// A traced step's shape on one stream: the names of its ops there, in order.
@@ -396,6 +423,32 @@ mod tests {
             p[0],
             vec![vec![50.0; 2], vec![50.0]],
             "each window's periods but its last"
+        );
+    }
+
+    #[test]
+    fn a_measured_looking_launch_after_unrecorded_ones_starts_no_period() {
+        // Launches every 50 ns, corr ids 10 apart; 0-2 traced, 3-7 measured, 8-29 unrecorded,
+        // 30 recorded without its API record (a resume), 31-32 traced.
+        let launch = |k: u64| [op(k * 50, 10, 3, 10 * k as u32, 1, 9)];
+        let (mut traced, mut measured) = (Vec::new(), Vec::new());
+        for k in (0..8u64).chain(30..33) {
+            if (3..8).contains(&k) || k == 30 {
+                measured.extend(launch(k));
+            } else {
+                traced.extend(launch(k));
+            }
+        }
+        let timeline = TraceTimeline { ops: traced };
+        let cell = CellSteps {
+            steps: (0..5).map(|s| vec![s]).collect(),
+            ..Default::default()
+        };
+        let p = periods(&[cell], &timeline, &measured);
+        assert_eq!(
+            p[0],
+            vec![vec![50.0; 3]],
+            "launches 3-6; 7 is the run's last"
         );
     }
 

@@ -403,10 +403,6 @@ pub(super) struct Diagnostics {
     /// no measured launches or steps after it (no untraced periods), to measure what
     /// measuring costs.
     pub no_measuring: bool,
-    /// `GAPSCOPE_BUDGET_RUNTIME_LAUNCHES=1`: the budget decides in the runtime's graph launch
-    /// callbacks too (by default only in the driver's, which every runtime launch calls: one
-    /// callback pair a launch instead of two), to measure what that saves.
-    pub budget_runtime_launches: bool,
 }
 
 impl Diagnostics {
@@ -452,8 +448,6 @@ impl Diagnostics {
             flush_period_ms: get("GAPSCOPE_CUPTI_FLUSH_PERIOD_MS")
                 .and_then(|v| v.trim().parse().ok()),
             no_measuring: get("GAPSCOPE_BUDGET_MEASURE").is_some_and(|v| v.trim() == "0"),
-            budget_runtime_launches: get("GAPSCOPE_BUDGET_RUNTIME_LAUNCHES")
-                .is_some_and(|v| v.trim() == "1"),
         }
     }
 
@@ -487,14 +481,13 @@ mod tests {
                     "GAPSCOPE_BUDGET_PAUSE_FILTER" => "0",
                     "GAPSCOPE_CUPTI_API_FROM" => "callbacks",
                     "GAPSCOPE_BUDGET_MEASURE" => "0",
-                    "GAPSCOPE_BUDGET_RUNTIME_LAUNCHES" => "1",
                     _ => return None,
                 }
                 .to_owned(),
             )
         });
         assert_eq!(d.skip_kinds, ["DRIVER", "RUNTIME"]);
-        assert!(d.no_measuring && d.budget_runtime_launches);
+        assert!(d.no_measuring);
         assert_eq!(d.per_thread_buffers, Some(false));
         assert_eq!(d.host_pinned, Some(true));
         assert!(d.skip_node_frames);

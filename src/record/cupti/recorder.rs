@@ -384,17 +384,11 @@ impl Recorder {
             callbacks::NVTX_RANGE_POP,
         ]
         .map(|cbid| (sys::CUPTI_CB_DOMAIN_NVTX, cbid));
-        // The driver's graph launch callbacks see every launch (the runtime's call the driver);
-        // the runtime's would cost each launch a second callback pair.
-        let launches = GRAPH_LAUNCH_CBIDS.iter().filter(|c| {
-            c.0 == sys::CUPTI_CB_DOMAIN_DRIVER_API || diagnostics.budget_runtime_launches
-        });
-        if diagnostics.budget_runtime_launches {
-            lock(&self.shared.state).problem(
-                "trace budget: deciding in the runtime's graph launch callbacks too (GAPSCOPE_BUDGET_RUNTIME_LAUNCHES=1)",
-            );
-        }
-        let budget_cbids = launches
+        // The runtime's graph launch callbacks decide before the runtime call goes ahead: a
+        // resume made in the driver's callback alone comes too late for the runtime call's
+        // API record (seen on an H200), and the launch would look measured.
+        let budget_cbids = GRAPH_LAUNCH_CBIDS
+            .iter()
             .chain(&GRAPH_BUILDING_START_CBIDS)
             .chain(&CAPTURE_END_CBIDS)
             .chain(&nvtx);
