@@ -660,61 +660,36 @@ mod tests {
         let kinds = [kernel, runtime];
         let callbacks = [(1, 7), (2, 8)];
         let filter = [(1, 3, true), (2, 4, false)];
-        let on = switch_plan(
-            Level::Off,
-            Level::Traced,
-            &kinds,
-            &callbacks,
-            Some(&filter),
-            false,
-        );
-        assert_eq!(
-            on,
-            [
-                SwitchOp::Callback { domain: 1, cbid: 7 },
-                SwitchOp::Callback { domain: 2, cbid: 8 },
-                SwitchOp::Kind(kernel),
-                SwitchOp::Kind(runtime),
-                SwitchOp::ApiRecord {
-                    domain: 1,
-                    cbid: 3,
-                    on: true
-                },
-                SwitchOp::ApiRecord {
-                    domain: 2,
-                    cbid: 4,
-                    on: false
-                },
-            ]
-        );
-        let off = switch_plan(
-            Level::Traced,
-            Level::Off,
-            &kinds,
-            &callbacks,
-            Some(&filter),
-            false,
-        );
-        assert_eq!(
-            off,
-            [
-                SwitchOp::Kind(kernel),
-                SwitchOp::Kind(runtime),
-                SwitchOp::Callback { domain: 1, cbid: 7 },
-                SwitchOp::Callback { domain: 2, cbid: 8 },
-            ],
-            "a pause leaves the filter as it is"
-        );
         let plan = |from, to, filter_off| {
             switch_plan(from, to, &kinds, &callbacks, Some(&filter), filter_off)
         };
+        let callbacks_switched = [
+            SwitchOp::Callback { domain: 1, cbid: 7 },
+            SwitchOp::Callback { domain: 2, cbid: 8 },
+        ];
+        let record = |domain, cbid, on| SwitchOp::ApiRecord { domain, cbid, on };
+        let filter_applied = [record(1, 3, true), record(2, 4, false)];
+        assert_eq!(
+            plan(Level::Off, Level::Traced, false),
+            [
+                &callbacks_switched[..],
+                &[SwitchOp::Kind(kernel), SwitchOp::Kind(runtime)],
+                &filter_applied,
+            ]
+            .concat()
+        );
+        assert_eq!(
+            plan(Level::Traced, Level::Off, false),
+            [
+                &[SwitchOp::Kind(kernel), SwitchOp::Kind(runtime)][..],
+                &callbacks_switched,
+            ]
+            .concat(),
+            "a pause leaves the filter as it is"
+        );
         assert_eq!(
             plan(Level::Traced, Level::Off, true)[0],
-            SwitchOp::ApiRecord {
-                domain: 1,
-                cbid: 3,
-                on: false
-            },
+            record(1, 3, false),
             "or first switches off the calls it records"
         );
         assert_eq!(
@@ -726,15 +701,10 @@ mod tests {
         assert_eq!(
             plan(Level::Traced, Level::Measured, true),
             [
-                SwitchOp::ApiRecord {
-                    domain: 1,
-                    cbid: 3,
-                    on: false
-                },
-                SwitchOp::Kind(runtime),
-                SwitchOp::Callback { domain: 1, cbid: 7 },
-                SwitchOp::Callback { domain: 2, cbid: 8 },
+                &[record(1, 3, false), SwitchOp::Kind(runtime)][..],
+                &callbacks_switched,
             ]
+            .concat()
         );
         assert_eq!(
             plan(Level::Measured, Level::Off, true),
@@ -744,20 +714,11 @@ mod tests {
         assert_eq!(
             plan(Level::Measured, Level::Traced, true),
             [
-                SwitchOp::Callback { domain: 1, cbid: 7 },
-                SwitchOp::Callback { domain: 2, cbid: 8 },
-                SwitchOp::Kind(runtime),
-                SwitchOp::ApiRecord {
-                    domain: 1,
-                    cbid: 3,
-                    on: true
-                },
-                SwitchOp::ApiRecord {
-                    domain: 2,
-                    cbid: 4,
-                    on: false
-                },
-            ],
+                &callbacks_switched[..],
+                &[SwitchOp::Kind(runtime)],
+                &filter_applied,
+            ]
+            .concat(),
             "a resume from measuring turns on what measuring left off"
         );
     }
