@@ -169,6 +169,14 @@ impl Geomean {
     }
 }
 
+/// Share of (head, base) window pairs in which the head is slower for
+/// [`Change::from_windows`] to call it slower: with 6 windows a side, about a one-sided
+/// rank-sum test at 5 %.
+pub const WINDOWS_SUPERIORITY: f64 = 0.8;
+
+/// Fewest windows a side for [`Change::from_windows`].
+pub const MIN_WINDOWS: usize = 4;
+
 /// Whether `head` differs from `base` by more than the run-to-run spread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -208,6 +216,36 @@ impl Change {
         Some(if d.p10 > 0.0 {
             Change::Slower
         } else if d.p90 < 0.0 {
+            Change::Faster
+        } else {
+            Change::NoChange
+        })
+    }
+
+    /// From per-window medians of each side (the measured windows of an untraced period):
+    /// slower when a head window beats a base window in at least [`WINDOWS_SUPERIORITY`] of
+    /// all pairs (ties count half), faster when in at most 1 − that, else no change — a rank
+    /// comparison, so that one window slowed by the host (a slow process draws several) does
+    /// not outweigh the others as it does an extreme difference. `None` with fewer than
+    /// [`MIN_WINDOWS`] windows a side.
+    pub fn from_windows(base: &[f64], head: &[f64]) -> Option<Change> {
+        if base.len() < MIN_WINDOWS || head.len() < MIN_WINDOWS {
+            return None;
+        }
+        let wins: f64 = head
+            .iter()
+            .flat_map(|h| {
+                base.iter().map(move |b| match h.total_cmp(b) {
+                    std::cmp::Ordering::Greater => 1.0,
+                    std::cmp::Ordering::Equal => 0.5,
+                    std::cmp::Ordering::Less => 0.0,
+                })
+            })
+            .sum();
+        let share = wins / (base.len() * head.len()) as f64;
+        Some(if share >= WINDOWS_SUPERIORITY {
+            Change::Slower
+        } else if share <= 1.0 - WINDOWS_SUPERIORITY {
             Change::Faster
         } else {
             Change::NoChange
