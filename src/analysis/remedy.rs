@@ -201,9 +201,10 @@ pub struct Withheld {
 
 /// Every remedy whose evidence the analysis shows, by cell, in [`REMEDIES`] order: those given,
 /// and those withheld because the figures behind them come from fewer than
-/// [`super::stats::MIN_STEPS_TO_JUDGE`] steps, or their predicted saving is not beyond its
-/// spread (its p10 is not above zero) or under [`MATERIAL_SHARE_OF_STEP`] of the step. A remedy
-/// that predicts nothing claims nothing, and is given on its evidence (of enough steps).
+/// [`super::stats::MIN_STEPS_TO_JUDGE`] steps, or they predict no saving, or their predicted
+/// saving is not beyond its spread (its p10 is not above zero) or under
+/// [`MATERIAL_SHARE_OF_STEP`] of the step, or they would capture in a graph a step whose graphed
+/// twin is in the analysis already (the eager ↔ graphed comparison is the finding then).
 pub fn remedies(a: &Analysis) -> (Vec<Remedy>, Vec<Withheld>) {
     let mut given = Vec::new();
     let mut withheld = Vec::new();
@@ -217,7 +218,7 @@ pub fn remedies(a: &Analysis) -> (Vec<Remedy>, Vec<Withheld>) {
                 why,
                 too_few_steps: true,
             });
-        } else if let Some(why) = why_withheld(&r, cell) {
+        } else if let Some(why) = graphed_twin(a, &r).or_else(|| why_withheld(&r, cell)) {
             withheld.push(Withheld {
                 remedy: r,
                 why,
@@ -239,9 +240,23 @@ fn steps_behind(r: &Remedy, cell: &CellAnalysis) -> usize {
     }
 }
 
+/// Why a capture remedy is not one: the step's graphed twin is in the analysis already.
+fn graphed_twin(a: &Analysis, r: &Remedy) -> Option<String> {
+    if r.kind != RemedyKind::CaptureInGraph {
+        return None;
+    }
+    let pair = a.regime_pairs.iter().find(|p| p.base == r.cell)?;
+    Some(format!(
+        "the step runs as a graph already (`{}`): the eager ↔ graphed comparison is the finding",
+        a.cells[pair.head].label
+    ))
+}
+
 /// Why `r`'s predicted saving does not earn it a place, if it does not.
 fn why_withheld(r: &Remedy, cell: &CellAnalysis) -> Option<String> {
-    let saving = r.predicted_saving_ns.as_ref()?;
+    let Some(saving) = r.predicted_saving_ns.as_ref() else {
+        return Some(format!("no saving predicted: {}", r.basis));
+    };
     if saving.p10 <= 0.0 {
         return Some(format!(
             "predicted saving {:.2} µs [{:.2}–{:.2}] is within its spread (p10 not above zero)",
