@@ -343,7 +343,7 @@ fn only_material_savings_beyond_their_spread_are_given() {
     let md = gapscope::report::analysis_markdown(&emu);
     assert!(
         md.contains(
-            "Not given (a remedy is given only from at least 3 steps with a period, and when"
+            "Not given (a remedy is given only from at least 3 steps with a period, when it predicts"
         ),
         "{md}"
     );

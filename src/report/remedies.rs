@@ -38,14 +38,15 @@ pub fn remedies_section(a: &Analysis) -> String {
     s
 }
 
-/// The remedies not given, each with why (a saving inside its spread or under 1 % of the step).
+/// The remedies not given, each with why (too few steps, no saving predicted, a saving inside
+/// its spread or under 1 % of the step, a graphed twin already there).
 fn withheld_lines(s: &mut String, a: &Analysis) {
     if a.withheld_remedies.is_empty() {
         return;
     }
     let _ = writeln!(
         s,
-        "\nNot given (a remedy is given only from at least {} steps with a period, and when its predicted saving is beyond its spread and at least {:.0} % of the step):\n",
+        "\nNot given (a remedy is given only from at least {} steps with a period, when it predicts a saving beyond its spread and at least {:.0} % of the step, and not as a graph capture of a step that runs as a graph already):\n",
         crate::analysis::stats::MIN_STEPS_TO_JUDGE,
         crate::analysis::remedy::MATERIAL_SHARE_OF_STEP * 100.0
     );
