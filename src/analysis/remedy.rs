@@ -582,9 +582,20 @@ pub fn judge(predicted: &Saving, measured: Option<&Saving>) -> (Realisation, Str
     if let Some(why) = super::stats::too_few_steps(m.n, "a verdict") {
         return (Realisation::Unknown, why);
     }
+    let us = |ns: f64| format!("{:.2} µs", ns / 1e3);
+    // A saving that is not beyond its own spread is no saving, however close the prediction.
+    if m.p10 <= 0.0 {
+        let why = format!(
+            "saved {} [{}–{}]: within its spread (p10 not above zero), predicted {}",
+            us(m.median),
+            us(m.p10),
+            us(m.p90),
+            us(predicted.median)
+        );
+        return (Realisation::NotRealised, why);
+    }
     let tolerance = predicted.spread().max(0.0) + m.spread().max(0.0).max(RESOLUTION_NS);
     let off = m.median - predicted.median;
-    let us = |ns: f64| format!("{:.2} µs", ns / 1e3);
     if off.abs() <= tolerance {
         let why = format!(
             "saved {}, predicted {}: within the combined spread ({})",
@@ -666,7 +677,16 @@ mod tests {
         assert_eq!(judge(&predicted, Some(&close)).0, Realisation::Realised);
         let (verdict, why) = judge(&predicted, Some(&far));
         assert_eq!(verdict, Realisation::NotRealised);
-        assert!(why.contains("1.00 µs less"), "{why}");
+        assert!(why.contains("within its spread"), "{why}");
+        let short = saving(300.0, 250.0, 350.0);
+        let (verdict, why) = judge(&predicted, Some(&short));
+        assert_eq!(verdict, Realisation::NotRealised);
+        assert!(why.contains("0.70 µs less"), "{why}");
+        // Close to a small prediction, but not beyond its own spread: not realised.
+        let small = saving(960.0, 0.0, 1_800.0);
+        let (verdict, why) = judge(&saving(960.0, 900.0, 1_000.0), Some(&small));
+        assert_eq!(verdict, Realisation::NotRealised);
+        assert!(why.contains("within its spread"), "{why}");
         assert_eq!(judge(&predicted, None).0, Realisation::Unknown);
     }
 
