@@ -155,9 +155,19 @@ pub fn analysis_markdown(a: &Analysis) -> String {
         for &ci in cells {
             let c = &a.cells[ci];
             if let Some(t) = &c.tracer_share {
+                // Where the device measured the untraced steps, verdicts are judged on them
+                // (`analysis::align`); host shares only bound what tracing can explain.
+                let meaning = match t.clock {
+                    crate::analysis::tracer_share::ShareClock::Device => {
+                        "the untraced period measured on the device's clock in this run; differences between cells are judged on it"
+                    }
+                    crate::analysis::tracer_share::ShareClock::Host => {
+                        "measured on this run's untraced steps; differences smaller than it are not findings"
+                    }
+                };
                 let _ = writeln!(
                     s,
-                    "> Tracer's share, {}: {} — measured on this run's untraced steps; differences smaller than it are not findings.\n",
+                    "> Tracer's share, {}: {} — {meaning}.\n",
                     md_cell(&c.label),
                     t.describe()
                 );
