@@ -298,16 +298,23 @@ mod tests {
     /// Eager steps of three ops (names 1, 2, 3) every `period` ns from `t0`, the first corr
     /// `corr0`.
     fn eager_steps(t0: u64, period: u64, steps: u64, corr0: u32) -> Vec<Op> {
+        named_steps(&[1, 2, 3], t0, period, steps, corr0)
+    }
+
+    /// Eager steps of ops named `names`, 10 ns apart, every `period` ns from `t0`, corr ids
+    /// counted from `corr0`.
+    fn named_steps(names: &[u32], t0: u64, period: u64, steps: u64, corr0: u32) -> Vec<Op> {
+        let n = names.len() as u64;
         (0..steps)
             .flat_map(|s| {
-                let at = t0 + s * period;
-                (0..3).map(move |k| {
+                names.iter().enumerate().map(move |(k, &name)| {
+                    let k = k as u64;
                     op(
-                        at + k * 10,
+                        t0 + s * period + k * 10,
                         5,
                         7,
-                        corr0 + (s * 3 + k) as u32,
-                        1 + k as u32,
+                        corr0 + (s * n + k) as u32,
+                        name,
                         0,
                     )
                 })
@@ -338,23 +345,7 @@ mod tests {
     #[test]
     fn steps_whose_first_kernel_comes_back_inside_them_are_cut_by_their_whole_sequence() {
         // A step of gemm, gelu, gemm (names 1, 2, 1), as a stack of MLP layers launches.
-        let steps = |t0: u64, period: u64, n: u64, corr0: u32| -> Vec<Op> {
-            (0..n)
-                .flat_map(|s| {
-                    let at = t0 + s * period;
-                    [1, 2, 1].into_iter().enumerate().map(move |(k, name)| {
-                        op(
-                            at + k as u64 * 10,
-                            5,
-                            7,
-                            corr0 + (s * 3) as u32 + k as u32,
-                            name,
-                            0,
-                        )
-                    })
-                })
-                .collect()
-        };
+        let steps = |t0, period, n, corr0| named_steps(&[1, 2, 1], t0, period, n, corr0);
         let timeline = TraceTimeline {
             ops: steps(0, 100, 3, 0),
         };
