@@ -91,13 +91,19 @@ PROGRAMS = {
     # (--programs serial_event; not among the defaults, which the tests' stand-in torch runs).
     "serial_event": Program("serial_event", EXAMPLES / "serial_event.py",
                             diff=("replay_mode1", "replay_mode2")),
+    # A model library's generate(), which marks no step: its token loop is found in the kernel
+    # sequence (--programs transformers_generate; needs transformers, so not a default either).
+    "transformers_generate": Program("transformers_generate",
+                                     EXAMPLES / "transformers_generate.py",
+                                     warmup_args=("--rounds", "1", "--new-tokens", "4")),
 }
 DEFAULT_PROGRAMS = ("torch_graphs", "torch_compile_decode", "phases")
 
 # Seconds per process before a run has measured them (guesses for one H200: torch import, CUDA
 # and NCCL start, the program, the tool's start and finish); a round's measured walls replace
 # them for the next round's estimate.
-GUESS_PLAIN_S = {"torch_graphs": 8, "torch_compile_decode": 12, "phases": 5, "serial_event": 5}
+GUESS_PLAIN_S = {"torch_graphs": 8, "torch_compile_decode": 12, "phases": 5, "serial_event": 5,
+                 "transformers_generate": 40}
 GUESS_OTHER_PLAIN_S = 10
 GUESS_EXTRA_S = {"plain": 0, "record": 3, "profiler": 4, "nsys": 12}
 GUESS_WARMUP_S = 45

@@ -26,13 +26,12 @@ Tokens are not identical: two elementwise kernels come in vectorised or unrolled
 alignment, in a pattern of 4 tokens, so about half the steps are counted off the unit.
 """
 import argparse
-import json
 
 import torch
 import transformers
 from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsProcessorList
 
-from step_periods import print_phases
+from step_periods import add_arguments, print_phases, profiled, write_json
 
 
 class TokenEvents(LogitsProcessor):
@@ -78,7 +77,7 @@ def main():
     p.add_argument("--rounds", type=int, default=3, help="timed generate() calls per phase (default %(default)s)")
     p.add_argument("--layers", type=int, default=8, help="decoder layers (default %(default)s)")
     p.add_argument("--hidden", type=int, default=1024, help="hidden size (default %(default)s)")
-    p.add_argument("--json", metavar="PATH", help="write the periods as JSON there")
+    add_arguments(p)
     args = p.parse_args()
 
     torch.manual_seed(0)
@@ -97,19 +96,19 @@ def main():
     periods = {}
     with torch.inference_mode():
         generate(model, input_ids, args, compiled=False)  # warm-up: cuBLAS, allocator
-        periods["eager"] = sum((generate(model, input_ids, args, compiled=False)
-                                for _ in range(args.rounds)), [])
+        with profiled(args.profile):
+            periods["eager"] = sum((generate(model, input_ids, args, compiled=False)
+                                    for _ in range(args.rounds)), [])
         generate(model, input_ids, args, compiled=True)  # compiles and captures the graphs
-        periods["compiled"] = sum((generate(model, input_ids, args, compiled=True)
-                                   for _ in range(args.rounds)), [])
+        with profiled(args.profile):
+            periods["compiled"] = sum((generate(model, input_ids, args, compiled=True)
+                                       for _ in range(args.rounds)), [])
 
     print(f"torch={torch.__version__} transformers={transformers.__version__} "
           f"device={torch.cuda.get_device_name()!r} layers={args.layers} hidden={args.hidden}")
     print_phases(periods)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "transformers": transformers.__version__,
-                       "phases": periods}, f)
+        write_json(args.json, periods, args.profile, transformers=transformers.__version__)
 
 
 if __name__ == "__main__":

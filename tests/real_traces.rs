@@ -317,6 +317,7 @@ fn cells_of_a_budgeted_trace_say_how_much_of_their_work_was_traced() {
         resumed_at: Vec::new(),
         markers: None,
         measured_per_pause: 0,
+        paced_pauses: 0,
     });
     let a = analysis::analyze(
         std::slice::from_ref(&t),

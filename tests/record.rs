@@ -125,11 +125,11 @@ fn trace_budget_reaches_the_child_from_the_flag_the_environment_or_the_default()
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     };
-    assert_eq!(budget_seen(&[], None), "32");
+    assert_eq!(budget_seen(&[], None), "16");
     assert_eq!(budget_seen(&["--trace-budget", "0"], None), "0");
-    assert_eq!(budget_seen(&[], Some("16")), "16");
+    assert_eq!(budget_seen(&[], Some("24")), "24");
     assert_eq!(
-        budget_seen(&["--trace-budget", "8"], Some("16")),
+        budget_seen(&["--trace-budget", "8"], Some("24")),
         "8",
         "the flag wins"
     );

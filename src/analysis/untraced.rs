@@ -58,8 +58,9 @@ pub fn periods(
         .iter()
         .map(|cell| match main_graph(cell, timeline) {
             Some(exec) => graph_periods(cell, timeline, measured, exec),
-            None if cell.found.is_none() => eager_periods(cell, timeline, measured),
-            None => Vec::new(),
+            // Marked steps, or a loop found in the kernel sequence (whose measured windows
+            // follow its traced ones on the recorder's time schedule).
+            None => eager_periods(cell, timeline, measured),
         })
         .collect()
 }

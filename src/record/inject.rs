@@ -61,7 +61,7 @@ pub const TRACE_BUDGET_VAR: &str = "GAPSCOPE_TRACE_BUDGET";
 /// The trace budget when none is given: enough steps per cell for a median and its spread,
 /// and few enough that at the length of a short benchmark (a few hundred steps) most steps
 /// run untraced, so that tracing's host cost does not become the program's typical step.
-pub const DEFAULT_TRACE_BUDGET: u32 = 32;
+pub const DEFAULT_TRACE_BUDGET: u32 = 16;
 /// `all`: an activity record for every CUDA API call, not only those the analysis reads.
 pub const API_RECORDS_VAR: &str = "GAPSCOPE_CUPTI_API";
 /// `1`: SYNCHRONIZATION activity records too (off by default, see

@@ -127,6 +127,14 @@ pub struct Sampling {
     /// before measuring existed.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub measured_per_pause: u32,
+    /// Pauses made on the recorder's time schedule, with nothing to count (no steps, no graph
+    /// launches): the untraced work then is the time between windows, not whole steps.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub paced_pauses: u64,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 fn is_zero_u32(n: &u32) -> bool {

@@ -4,9 +4,9 @@
 //! each cell's steps from across the run, not every one of a serving loop's thousands, nor only
 //! the first ones (a long eager warm-up would use them all up). So each executable graph's
 //! launches, and each kind of step, are sampled on their own schedule ([`sampled`]): the first
-//! `limit` occurrences, then windows of consecutive occurrences whose density halves each time
-//! the count doubles — about `limit / 2` more per doubling, so a run of any length keeps a
-//! logarithmic number of steps, spread over all of it. A kind of step is the step range's
+//! `limit` occurrences, then one window of `limit / 4` consecutive occurrences each time the
+//! count doubles, so a run of any length keeps a logarithmic number of steps, spread over all
+//! of it. A kind of step is the step range's
 //! name with what the previous step of that name did (ran eagerly, replayed graph X, or built a
 //! graph): an eager phase followed by a graphed one gets a sample of each.
 //!
@@ -118,20 +118,19 @@ pub(crate) fn switch_plan(
 }
 
 /// Whether the `n`-th occurrence (0-based) of a launch or step kind is traced when the first
-/// `first` are: after those, windows of `first / 4` consecutive occurrences (at least 1), two
-/// windows for each doubling of the count — every second window below `2·first`, every fourth
-/// below `4·first`, and so on. `first == 0` traces everything.
+/// `first` are: after those, one window of `first / 4` consecutive occurrences (at least 1) at
+/// each doubling of the count — at `2·first`, `4·first`, `8·first` … — so that a run of any
+/// length keeps a logarithmic number, spread over all of it, and a few-hundred-step phase
+/// runs mostly untraced (what users run is the default length: issue 41). `first == 0`
+/// traces everything.
 pub(crate) fn sampled(n: u64, first: u32) -> bool {
-    if first == 0 || n < u64::from(first) {
+    let (window, first) = (u64::from(window_of(first)), u64::from(first));
+    if first == 0 || n < first {
         return true;
     }
-    let window = u64::from(window_of(first));
-    let (i, first_windows) = (n / window, u64::from(first).div_ceil(window));
-    // Window i lies in the level that starts at first_windows·2^(level-1) windows and is as
-    // long: its windows at the start and half-way are traced.
-    let level_start = first_windows << (i / first_windows).ilog2();
-    let spacing = level_start.div_ceil(2);
-    (i - level_start) % spacing == 0
+    // first·2^k ≤ n < first·2^(k+1): the window opens the level, from the second one on.
+    let level_start = first << (n / first).ilog2();
+    level_start > first && n - level_start < window
 }
 
 /// How many consecutive occurrences a window of the schedule holds when the first `first` are
@@ -139,6 +138,55 @@ pub(crate) fn sampled(n: u64, first: u32) -> bool {
 /// untraced markers are kept after it.
 pub(crate) fn window_of(first: u32) -> u32 {
     (first / 4).max(1)
+}
+
+/// With nothing to count (no step range, no graph launches: an unmarked eager loop such as a
+/// model library's `generate()`), tracing follows time instead: on for the first
+/// [`PACED_FIRST_NS`] of the recording, then one window of [`PACED_WINDOW_NS`] at each doubling
+/// of the time (1 s, 2 s, 4 s …), each followed by a measured window as long. A window holds
+/// a few iterations of a loop of tens of ms; the traced share falls as the run lengthens, so a
+/// long loop's trace stays a few MB.
+pub(crate) const PACED_FIRST_NS: u64 = 500_000_000;
+/// See [`PACED_FIRST_NS`].
+pub(crate) const PACED_WINDOW_NS: u64 = 100_000_000;
+/// How long no launch or step may be counted before time paces the sampling: the counted
+/// schedule keeps control while the program marks steps or launches graphs.
+pub(crate) const PACED_IDLE_NS: u64 = 200_000_000;
+/// How often the pacer looks at the time.
+pub(crate) const PACE_TICK: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// What the time schedule records `elapsed` ns into the recording ([`PACED_FIRST_NS`]).
+pub(crate) fn paced_level(elapsed: u64) -> Level {
+    if elapsed < PACED_FIRST_NS {
+        return Level::Traced;
+    }
+    // PACED_FIRST_NS·2^k ≤ elapsed: the window opens the level, from the second one on.
+    let level_start = PACED_FIRST_NS << (elapsed / PACED_FIRST_NS).ilog2();
+    let into = elapsed - level_start;
+    let traced_window = if level_start > PACED_FIRST_NS {
+        PACED_WINDOW_NS
+    } else {
+        0
+    };
+    if into < traced_window {
+        Level::Traced
+    } else if into < traced_window + PACED_WINDOW_NS {
+        Level::Measured
+    } else {
+        Level::Off
+    }
+}
+
+/// The time schedule's state ([`BudgetState::pace`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct Pacing {
+    /// The first tick: the schedule's time zero.
+    started_at: Option<u64>,
+    /// Launches and steps counted at the last tick, and when that count last changed.
+    counted: u64,
+    counted_changed_at: u64,
+    /// Pauses the schedule made.
+    pauses: u64,
 }
 
 /// What a step did, as the budget tells kinds of step apart.
@@ -248,10 +296,13 @@ pub(crate) struct BudgetState {
     measure_left: u64,
     /// Whether the latest untraced occurrence is measured.
     measuring: bool,
+    /// Launches and steps counted, for the pacer to see whether anything is.
+    counted: u64,
+    pacing: Pacing,
 }
 
-/// Resume times kept for the trace: enough for the thinning schedule over any run (two windows
-/// per doubling, per kind); a program that switches more keeps the first ones.
+/// Resume times kept for the trace: enough for the schedule over any run (one window per
+/// doubling, per kind); a program that switches more keeps the first ones.
 const MAX_RESUMES_KEPT: usize = 1 << 16;
 
 impl BudgetState {
@@ -274,6 +325,8 @@ impl BudgetState {
             measured_per_pause: u64::from(window_of(limit)),
             measure_left: 0,
             measuring: false,
+            counted: 0,
+            pacing: Pacing::default(),
         }
     }
 
@@ -297,6 +350,7 @@ impl BudgetState {
     /// An occurrence (launch or step) was decided: when it runs untraced, it is measured while
     /// its pause has measured occurrences left.
     fn occurrence_decided(&mut self) {
+        self.counted += 1;
         if !self.tracing {
             self.measuring = self.measure_left > 0;
             self.measure_left = self.measure_left.saturating_sub(1);
@@ -360,6 +414,7 @@ impl BudgetState {
 
     /// A launch of `exec` inside a step range: the step's decision covers it.
     pub fn graph_launch_in_step(&mut self, exec: usize) {
+        self.counted += 1;
         let tracing = self.tracing;
         self.execs.entry(exec).or_default().count_launch(tracing);
     }
@@ -401,6 +456,30 @@ impl BudgetState {
     /// decision.
     pub fn capture_ended(&mut self) {
         self.captures = self.captures.saturating_sub(1);
+    }
+
+    /// A tick of the pacer at host time `now` (ns): while the program marks no steps
+    /// (`marked`: a step range is set or being chosen) and no launch or step has been counted
+    /// for [`PACED_IDLE_NS`], tracing follows the time schedule ([`paced_level`]). Never
+    /// pauses inside a capture; frozen, it does nothing.
+    pub fn pace(&mut self, now: u64, marked: bool) {
+        let start = *self.pacing.started_at.get_or_insert(now);
+        if self.counted != self.pacing.counted {
+            self.pacing.counted = self.counted;
+            self.pacing.counted_changed_at = now;
+        }
+        let counting =
+            self.counted > 0 && now.saturating_sub(self.pacing.counted_changed_at) < PACED_IDLE_NS;
+        if marked || counting || self.frozen || self.limit == 0 {
+            return;
+        }
+        let level = paced_level(now.saturating_sub(start));
+        let was_tracing = self.tracing;
+        self.switch_to(level == Level::Traced);
+        if !self.tracing {
+            self.measuring = level == Level::Measured;
+        }
+        self.pacing.pauses += u64::from(was_tracing && !self.tracing);
     }
 
     /// A resume was applied at host time `at` (ns).
@@ -456,7 +535,8 @@ impl BudgetState {
             })
             .collect();
         graphs.sort_by_key(|g| g.exec);
-        (!graphs.is_empty() || self.steps > self.steps_traced).then_some(Sampling {
+        let paced = self.pacing.pauses > 0;
+        (!graphs.is_empty() || self.steps > self.steps_traced || paced).then_some(Sampling {
             budget: self.limit,
             graphs,
             steps: self.steps,
@@ -464,6 +544,7 @@ impl BudgetState {
             resumed_at: self.resumed_at.clone(),
             markers: None,
             measured_per_pause: u32::try_from(self.measured_per_pause).unwrap_or(u32::MAX),
+            paced_pauses: self.pacing.pauses,
         })
     }
 
@@ -489,7 +570,7 @@ impl BudgetState {
                 .collect();
             let more = execs.len().saturating_sub(shown.len());
             notes.push(format!(
-                "trace budget {}: each executable graph's first {} launches traced, then windows of {} launches thinning by half at each doubling; traced {}{}",
+                "trace budget {}: each executable graph's first {} launches traced, then a window of {} launches at each doubling of the count; traced {}{}",
                 self.limit,
                 self.limit,
                 window_of(self.limit),
@@ -538,6 +619,14 @@ impl BudgetState {
                 ));
             }
         }
+        if self.pacing.pauses > 0 {
+            notes.push(format!(
+                "trace budget: no steps or graph launches to count for a while, so tracing followed time {} time(s): on for the first {} ms, then a window of {} ms at each doubling of the time, each followed by as long measured",
+                self.pacing.pauses,
+                PACED_FIRST_NS / 1_000_000,
+                PACED_WINDOW_NS / 1_000_000,
+            ));
+        }
         if self.pauses > 0 {
             let measured = if self.measured_per_pause > 0 {
                 format!(
@@ -565,13 +654,13 @@ mod tests {
     fn a_graph_is_traced_for_its_first_launches_then_paused() {
         let mut b = BudgetState::new(4);
         b.exec_created(0xa, 7);
-        // Launch 5 is the first left out (windows of 1: 4 and 6 traced below 8).
+        // Launch 4 is the first left out (windows of 1: the next is launch 8).
         let switches: Vec<Option<bool>> = (0..6).map(|_| b.graph_launch(0xa, 0)).collect();
-        assert_eq!(switches, [None, None, None, None, None, Some(false)]);
+        assert_eq!(switches, [None, None, None, None, Some(false), None]);
         assert!(!b.tracing());
         let notes = b.notes(None, 0);
         assert!(
-            notes[0].contains("graph exec 7: 5 of 6 launches"),
+            notes[0].contains("graph exec 7: 4 of 6 launches"),
             "{notes:?}"
         );
         assert!(
@@ -582,15 +671,17 @@ mod tests {
         let graph = SampledGraph {
             exec: 7,
             launches: 6,
-            traced: 5,
+            traced: 4,
             launch_periods: None,
         };
         assert_eq!(sampling.graphs, [graph]);
         assert_eq!((sampling.budget, sampling.steps), (4, 0));
+        assert_eq!(b.graph_launch(0xa, 0), None, "launch 6");
+        assert_eq!(b.graph_launch(0xa, 0), None, "launch 7");
         assert_eq!(
             b.graph_launch(0xa, 0),
             Some(true),
-            "launch 6: the next window"
+            "launch 8: the next window"
         );
     }
 
@@ -632,12 +723,12 @@ mod tests {
         assert_eq!(sampling.graphs[0].launch_periods, None);
     }
 
-    /// Six launches of `exec` under a budget of 4: the sixth is left out.
+    /// Seven launches of `exec` under a budget of 4: the last three are left out.
     fn over_budget(b: &mut BudgetState, exec: usize) {
-        for _ in 0..6 {
+        for _ in 0..7 {
             b.graph_launch(exec, 0);
         }
-        assert!(!b.tracing(), "launch 5 is left out");
+        assert!(!b.tracing(), "launch 6 is left out");
     }
 
     #[test]
@@ -645,8 +736,13 @@ mod tests {
         let mut b = BudgetState::new(4);
         over_budget(&mut b, 0xa);
         assert_eq!(b.graph_launch(0xb, 0), Some(true), "fresh graph: traced");
-        assert_eq!(b.graph_launch(0xa, 0), None, "launch 6 of 0xa: sampled");
-        assert_eq!(b.graph_launch(0xa, 0), Some(false), "launch 7: left out");
+        assert_eq!(
+            b.graph_launch(0xa, 0),
+            Some(false),
+            "launch 7 of 0xa: left out"
+        );
+        assert_eq!(b.graph_launch(0xa, 0), Some(true), "launch 8: sampled");
+        assert_eq!(b.graph_launch(0xa, 0), Some(false), "launch 9: left out");
         assert_eq!(b.graph_launch(0xc, 0), Some(true));
         assert_eq!(b.graph_launch(0xd, 0), None, "still on");
     }
@@ -725,12 +821,11 @@ mod tests {
 
     #[test]
     fn the_untraced_occurrences_after_each_pause_are_measured_as_many_as_a_window_holds() {
-        // limit 8: windows of 2; launches 0-9 traced, 10-11 not, 12-13 traced, 14-15 not,
-        // 16-17 traced, 18-23 not, 24-25 traced: of the untraced, two after each pause are
-        // measured.
+        // limit 8: windows of 2; launches 0-7 traced, 8-15 not, 16-17 traced, 18-31 not,
+        // 32-33 traced: of the untraced, two after each pause are measured.
         let mut b = BudgetState::new(8);
         b.exec_created(0xa, 1);
-        let levels: Vec<Level> = (0..26)
+        let levels: Vec<Level> = (0..34)
             .map(|_| {
                 b.graph_launch(0xa, 0);
                 b.level()
@@ -740,7 +835,8 @@ mod tests {
         assert_eq!(
             levels,
             [
-                T, T, T, T, T, T, T, T, T, T, M, M, T, T, M, M, T, T, M, M, O, O, O, O, T, T
+                T, T, T, T, T, T, T, T, M, M, O, O, O, O, O, O, T, T, M, M, O, O, O, O, O, O, O, O,
+                O, O, O, O, T, T
             ]
         );
     }
@@ -755,13 +851,13 @@ mod tests {
             "graph built while paused: resumed"
         );
         assert_eq!(b.graph_building(), None, "already on");
-        assert_eq!(b.graph_launch(0xa, 0), None, "launch 6: sampled");
         assert_eq!(
             b.graph_launch(0xa, 0),
             Some(false),
-            "left out again: paused"
+            "launch 7: left out again, paused"
         );
-        assert_eq!(b.launches(0xa), 8);
+        assert_eq!(b.graph_launch(0xa, 0), Some(true), "launch 8: sampled");
+        assert_eq!(b.launches(0xa), 9);
         b.freeze();
         assert_eq!(b.graph_building(), None, "frozen");
     }
@@ -779,7 +875,7 @@ mod tests {
         );
         let notes = b.notes(None, 0);
         assert!(
-            notes[0].contains("graph exec 1: 5 of 6 launches"),
+            notes[0].contains("graph exec 1: 4 of 7 launches"),
             "{notes:?}"
         );
         assert!(!notes[0].contains("graph exec 2"), "{notes:?}");
@@ -789,15 +885,15 @@ mod tests {
     fn steps_after_the_limit_are_paused() {
         let mut b = BudgetState::new(4);
         let switches: Vec<Option<bool>> = (0..6).map(|_| b.step_started()).collect();
-        assert_eq!(switches, [None, None, None, None, None, Some(false)]);
+        assert_eq!(switches, [None, None, None, None, Some(false), None]);
         let sampling = b.sampling().unwrap();
-        assert_eq!((sampling.steps, sampling.steps_traced), (6, 5));
+        assert_eq!((sampling.steps, sampling.steps_traced), (6, 4));
         assert!(sampling.graphs.is_empty());
         let notes = b.notes(Some("decode_step"), 0);
         assert!(
             notes
                 .iter()
-                .any(|n| n.contains("5 of 6 `decode_step` steps")),
+                .any(|n| n.contains("4 of 6 `decode_step` steps")),
             "{notes:?}"
         );
     }
@@ -812,31 +908,25 @@ mod tests {
     }
 
     #[test]
-    fn the_sample_thins_by_half_at_each_doubling_in_windows_of_a_quarter_of_the_limit() {
+    fn the_sample_keeps_one_window_of_a_quarter_of_the_limit_at_each_doubling() {
         assert!((0..1000).all(|n| sampled(n, 0)), "0: everything");
-        let traced: Vec<u64> = (0..512).filter(|&n| sampled(n, 64)).collect();
-        // The first 64, then windows of 16: every second one below 128, every fourth below
-        // 256, every eighth below 512.
+        let traced: Vec<u64> = (0..1100).filter(|&n| sampled(n, 64)).collect();
+        // The first 64, then a window of 16 at 128, 256, 512 and 1024.
         let windows: Vec<(u64, u64)> = traced
             .chunk_by(|a, b| b == &(a + 1))
             .map(|w| (w[0], w.len() as u64))
             .collect();
         assert_eq!(
             windows,
-            [
-                (0, 80),
-                (96, 16),
-                (128, 16),
-                (192, 16),
-                (256, 16),
-                (384, 16)
-            ]
+            [(0, 64), (128, 16), (256, 16), (512, 16), (1024, 16)]
         );
-        // About limit/2 more per doubling: a logarithmic count over a long run.
+        // A quarter of the limit per doubling: a logarithmic count over a long run.
         let long = (0..700_000u64).filter(|&n| sampled(n, 64)).count();
-        assert!((450..=550).contains(&long), "{long}");
-        // A 200-step phase keeps more than 100 steps under the default limit.
-        assert_eq!((0..200u64).filter(|&n| sampled(n, 64)).count(), 120);
+        assert_eq!(long, 64 + 16 * 13);
+        // A 300-step phase under the default limit runs mostly untraced.
+        let default = crate::record::inject::DEFAULT_TRACE_BUDGET;
+        let phase = (0..300u64).filter(|&n| sampled(n, default)).count();
+        assert!(phase * 8 < 300, "{phase} of 300 traced");
         assert!(sampled(u64::MAX, 1) || !sampled(u64::MAX, 1), "no overflow");
         assert!(sampled(u64::MAX, u32::MAX) || !sampled(u64::MAX, u32::MAX));
     }
@@ -854,22 +944,94 @@ mod tests {
             n
         };
         let eager = traced(&mut b, StepContent::Eager, 320);
-        assert_eq!(eager, 64 + 32 + 32 + 16, "320 eager steps");
+        assert_eq!(
+            eager,
+            64 + 16 + 16,
+            "320 eager steps: windows at 128 and 256"
+        );
         // One capture step, then the replays: the first replay step is still sampled as a
         // step after a capture (what the step before did), the rest as replays of exec 0xa.
         b.capture_began();
         assert_eq!(traced(&mut b, StepContent::Building, 1), 1);
         b.capture_ended();
         let replays = traced(&mut b, StepContent::Replay(0xa), 200);
-        assert!(replays >= 120, "{replays} of 200 replay steps traced");
+        assert_eq!(replays, 1 + 64 + 16, "of 200 replay steps");
         let notes = b.notes(Some("decode_step"), 0).join("\n");
         // The capture step was sampled as eager (the step before it was) and held on.
         assert!(
-            notes.contains("eager 145 of 321")
+            notes.contains("eager 97 of 321")
                 && notes.contains("after graph building 1 of 1")
-                && notes.contains("after replays of exec ? 119 of 199"),
+                && notes.contains("after replays of exec ? 80 of 199"),
             "{notes}"
         );
+    }
+
+    #[test]
+    fn time_paces_the_sample_while_nothing_is_counted() {
+        use Level::{Measured as M, Off as O, Traced as T};
+        let ms = 1_000_000;
+        let at = |t: u64| paced_level(t * ms);
+        // On for the first 500 ms, measured for 100; then a window at 1 s, 2 s, 4 s ….
+        assert_eq!([at(0), at(499), at(500), at(599), at(600)], [T, T, M, M, O]);
+        assert_eq!(
+            [at(999), at(1000), at(1099), at(1100), at(1199), at(1200)],
+            [O, T, T, M, M, O]
+        );
+        assert_eq!(
+            [at(1999), at(2000), at(2150), at(2250), at(4050)],
+            [O, T, M, O, T]
+        );
+        // Over a 64 s run: 500 ms, then 100 ms at 1, 2, 4, 8, 16 and 32 s.
+        let traced = (0..64_000).filter(|&t| at(t) == T).count();
+        assert_eq!(traced, 500 + 100 * 6);
+
+        let mut b = BudgetState::new(16);
+        let levels: Vec<Level> = [0, 300, 550, 700, 1050, 1150, 1300]
+            .map(|t| {
+                b.pace(t * ms, false);
+                b.level()
+            })
+            .to_vec();
+        assert_eq!(levels, [T, T, M, O, T, M, O]);
+        let sampling = b.sampling().expect("the schedule paused");
+        assert_eq!(sampling.paced_pauses, 2);
+        assert!(
+            b.notes(None, 0)
+                .iter()
+                .any(|n| n.contains("followed time 2 time(s)")),
+            "{:?}",
+            b.notes(None, 0)
+        );
+    }
+
+    #[test]
+    fn counted_launches_or_marked_steps_keep_the_time_schedule_out() {
+        let ms = 1_000_000;
+        let mut b = BudgetState::new(16);
+        b.pace(0, false);
+        b.exec_created(0xa, 1);
+        b.graph_launch(0xa, 0);
+        // A launch was counted 100 ms ago: the counted schedule keeps control.
+        b.pace(700 * ms, false);
+        assert!(b.tracing());
+        b.pace(800 * ms, false);
+        assert!(b.tracing(), "counted within the idle time");
+        // Nothing counted for 200 ms: time takes over (off at 900 ms).
+        b.pace(1_000 * ms + 1, false);
+        assert!(b.tracing(), "1 s: a window");
+        b.pace(1_300 * ms, false);
+        assert_eq!(b.level(), Level::Off);
+        // A marked program (a step range set or being chosen) is never paced.
+        let mut marked = BudgetState::new(16);
+        marked.pace(0, true);
+        marked.pace(700 * ms, true);
+        assert!(marked.tracing());
+        // Nor is one inside a capture.
+        let mut capturing = BudgetState::new(16);
+        capturing.pace(0, false);
+        capturing.capture_began();
+        capturing.pace(700 * ms, false);
+        assert!(capturing.tracing());
     }
 
     #[test]
@@ -878,8 +1040,8 @@ mod tests {
         let first: Vec<Option<bool>> = (0..6).map(|_| b.step_started()).collect();
         assert_eq!(
             first,
-            [None, None, None, None, None, Some(false)],
-            "step 5 is left out"
+            [None, None, None, None, Some(false), None],
+            "step 4 is left out"
         );
         assert_eq!(b.capture_began(), Some(true), "a capture resumes tracing");
         // A step range pushed inside the capture (the captured function marks its steps).

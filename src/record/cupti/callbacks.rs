@@ -651,6 +651,19 @@ fn budget_decides(shared: &Shared, decide: impl FnOnce(&mut BudgetState) -> Opti
     apply_budget(shared, budget, loader::loaded());
 }
 
+/// One tick of the budget's time schedule ([`BudgetState::pace`]), from the pacer thread.
+pub(super) fn pace(shared: &Shared) {
+    let Some(budget) = &shared.budget else {
+        return;
+    };
+    let marked = budget.step_range.get().is_some() || WATCHING.load(Ordering::Relaxed);
+    let now = loader::loaded().map_or(0, now);
+    budget_decides(shared, |b| {
+        b.pace(now, marked);
+        None
+    });
+}
+
 /// Brings CUPTI to what the decisions say, unless another thread is already doing so: that
 /// thread sees `dirty` when it is done and applies the latest decision too. No thread ever
 /// waits here, so a CUPTI call made while switching cannot deadlock with a callback. Once the
@@ -1484,7 +1497,8 @@ mod tests {
     fn a_switch_under_way_elsewhere_is_never_waited_for() {
         let shared = shared_with_budget(4, None);
         let budget = shared.budget.as_ref().unwrap();
-        for _ in 0..6 {
+        // Launch 4 is the first over budget: measured.
+        for _ in 0..5 {
             lock(&budget.decisions).graph_launch(0xa, 0);
         }
         assert!(

@@ -346,6 +346,13 @@ impl Recorder {
             // NVTX ranges of untraced work are summarised, not all kept (see `markers`).
             lock(&rec.shared.state).records.marker_keeping = Some(Default::default());
             rec.start_budget(&diagnostics);
+            if diagnostics.no_pacing {
+                lock(&rec.shared.state).problem(
+                    "trace budget: no time schedule, a program with no steps or graph launches to count is traced whole (GAPSCOPE_BUDGET_PACE=0)",
+                );
+            } else {
+                rec.pace_periodically();
+            }
         }
         Ok(rec)
     }
@@ -723,13 +730,45 @@ impl Recorder {
     /// over as they complete: CUPTI's own flush period returns only full ones. A default
     /// flush (flag 0) waits for no device work and may run beside the program's threads.
     pub fn flush_periodically(&self, period: std::time::Duration) {
-        let shared = Arc::clone(&self.shared);
         let cupti = self.cupti;
+        self.tick_while_recording("gapscope-flush", period, move |shared| {
+            let _one_at_a_time = lock(&shared.flush_lock);
+            if shared.flush_stopped.load(Ordering::Acquire) {
+                return false;
+            }
+            // SAFETY: resolved at load; buffers come back through our static callback, which
+            // does not take `flush_lock`.
+            let _ = unsafe { cupti.api().cuptiActivityFlushAll(0) };
+            true
+        });
+    }
+
+    /// With a trace budget: ticks its time schedule every [`super::budget::PACE_TICK`] until
+    /// recording ends, so that a program with nothing the budget counts (no steps, no graph
+    /// launches) is sampled too instead of traced whole.
+    pub fn pace_periodically(&self) {
+        if self.shared.budget.is_some() {
+            self.tick_while_recording("gapscope-pace", super::budget::PACE_TICK, |shared| {
+                callbacks::pace(shared);
+                true
+            });
+        }
+    }
+
+    /// Runs `tick` every `period` on a thread of its own while this recorder is the active
+    /// one, until `tick` returns false.
+    fn tick_while_recording(
+        &self,
+        name: &str,
+        period: std::time::Duration,
+        mut tick: impl FnMut(&Shared) -> bool + Send + 'static,
+    ) {
+        let shared = Arc::clone(&self.shared);
         let _ = std::thread::Builder::new()
-            .name("gapscope-flush".into())
+            .name(name.into())
             .spawn(move || {
                 // No signal runs its handler on this thread: a trace written from a handler
-                // takes `flush_lock`, which this thread may hold.
+                // takes `flush_lock`, which the flush thread may hold.
                 let all = nix::sys::signal::SigSet::all();
                 let _ = nix::sys::signal::pthread_sigmask(
                     nix::sys::signal::SigmaskHow::SIG_BLOCK,
@@ -741,16 +780,9 @@ impl Recorder {
                     let recording = lock(&ACTIVE)
                         .as_ref()
                         .is_some_and(|a| Arc::ptr_eq(a, &shared));
-                    if !recording {
+                    if !recording || !tick(&shared) {
                         return;
                     }
-                    let _one_at_a_time = lock(&shared.flush_lock);
-                    if shared.flush_stopped.load(Ordering::Acquire) {
-                        return;
-                    }
-                    // SAFETY: resolved at load; buffers come back through our static callback,
-                    // which does not take `flush_lock`.
-                    let _ = unsafe { cupti.api().cuptiActivityFlushAll(0) };
                 }
             });
     }
