@@ -223,8 +223,11 @@ fn eager_periods(cell: &CellSteps, timeline: &TraceTimeline, measured: &[Op]) ->
         let hi = traced.partition_point(|t| t.0 < op.start);
         if op.graph != 0 || run.is_empty() || lo < hi {
             flush(&mut run, run_is_ours, &mut periods);
-            // A run is this cell's when the traced op just before it is.
-            run_is_ours = hi > 0 && traced[hi - 1].1;
+            // A run is this cell's when one of its ops is among the last traced ops before
+            // it, fewer than a step's worth: a window that ends mid-step (the recorder's time
+            // schedule cuts a loop anywhere) leaves a partial step after the cell's last one.
+            let since_ours = traced[..hi].iter().rev().position(|t| t.1);
+            run_is_ours = since_ours.is_some_and(|n| n < shape.names.len());
         }
         if op.graph == 0 {
             run.push(op);
@@ -234,30 +237,40 @@ fn eager_periods(cell: &CellSteps, timeline: &TraceTimeline, measured: &[Op]) ->
     periods
 }
 
-/// Cuts a run of measured ops into steps: each stretch whose names are the shape's is one, ops
-/// between such stretches are skipped; pushes the end-to-end periods between adjacent steps.
+/// Cuts a run of measured ops into steps and pushes the end-to-end periods between adjacent
+/// ones. A step starts at each occurrence of the shortest prefix of the shape's names that
+/// occurs once in the shape, and counts when it holds as many ops as the shape: a loop whose
+/// tokens differ in a kernel variant or two (a vectorised or unrolled elementwise kernel,
+/// chosen by alignment) keeps its steps, where an exact match of every name would lose most.
 fn run_periods(run: &[&Op], shape: &StepShape, periods: &mut Vec<f64>) {
     let n = shape.names.len();
+    let anchor = &shape.names[..anchor_len(&shape.names)];
+    let starts: Vec<usize> = (0..run.len().saturating_sub(anchor.len() - 1))
+        .filter(|&i| {
+            run[i..i + anchor.len()]
+                .iter()
+                .map(|op| op.name)
+                .eq(anchor.iter().copied())
+        })
+        .collect();
+    // Each start with the next start (or the run's end) exactly one step after it.
+    let step_end = |from: usize| run[from..from + n].iter().map(|op| op.end).max();
     let mut previous_end: Option<u64> = None;
-    let mut i = 0;
-    while i + n <= run.len() {
-        let step = &run[i..i + n];
-        if !step
-            .iter()
-            .map(|op| op.name)
-            .eq(shape.names.iter().copied())
-        {
-            previous_end = None;
-            i += 1;
-            continue;
-        }
-        let end = step.iter().map(|op| op.end).max().unwrap_or(0);
-        if let Some(prev) = previous_end {
+    for (k, &from) in starts.iter().enumerate() {
+        let next = starts.get(k + 1).copied().unwrap_or(run.len());
+        let end = (next == from + n).then(|| step_end(from)).flatten();
+        if let (Some(prev), Some(end)) = (previous_end, end) {
             periods.push(end.saturating_sub(prev) as f64);
         }
-        previous_end = Some(end);
-        i += n;
+        previous_end = end;
     }
+}
+
+/// The length of the shortest prefix of `names` that occurs once in it (all of it at most).
+fn anchor_len(names: &[u32]) -> usize {
+    (1..names.len())
+        .find(|&k| names.windows(k).filter(|w| *w == &names[..k]).count() == 1)
+        .unwrap_or(names.len())
 }
 
 /// The untraced period of a cell from its measured windows' periods, when there are enough of

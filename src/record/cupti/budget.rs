@@ -1004,6 +1004,99 @@ mod tests {
         );
     }
 
+    /// The recorder's time schedule applied to a whole-traced recording of
+    /// `examples/transformers_generate.py` (one H200, default `record` before the schedule
+    /// existed): what a paced recording of it keeps — API records in traced windows, device
+    /// records in traced and measured ones — until the first graph launch, after which the
+    /// counted schedule takes over (kept whole here).
+    fn paced(trace: &crate::trace::Trace) -> crate::trace::Trace {
+        let mut t = trace.clone();
+        let t0 = t.api_calls.iter().map(|c| c.start).min().unwrap_or(0);
+        let graphed_from = t
+            .api_calls
+            .iter()
+            .filter(|c| t.str(c.name).starts_with("cudaGraphLaunch"))
+            .map(|c| c.start)
+            .min()
+            .unwrap_or(u64::MAX);
+        let level = |at: u64| {
+            if at >= graphed_from {
+                Level::Traced
+            } else {
+                paced_level(at.saturating_sub(t0))
+            }
+        };
+        let launched: HashMap<u32, u64> = t.api_calls.iter().map(|c| (c.corr, c.start)).collect();
+        let kept = |corr: u32, start: u64| {
+            level(launched.get(&corr).copied().unwrap_or(start)) != Level::Off
+        };
+        t.api_calls.retain(|c| level(c.start) == Level::Traced);
+        t.kernels.retain(|k| kept(k.corr, k.start));
+        t.memcpys.retain(|m| kept(m.corr, m.start));
+        t.memsets.retain(|m| kept(m.corr, m.start));
+        let windows = (0..graphed_from.saturating_sub(t0) / 1_000_000)
+            .filter(|&ms| {
+                paced_level(ms * 1_000_000) == Level::Traced
+                    && paced_level((ms + 1) * 1_000_000) != Level::Traced
+            })
+            .count();
+        t.metadata.sampling = Some(Sampling {
+            budget: 16,
+            graphs: Vec::new(),
+            steps: 0,
+            steps_traced: 0,
+            resumed_at: Vec::new(),
+            markers: None,
+            measured_per_pause: 4,
+            paced_pauses: windows as u64,
+        });
+        t
+    }
+
+    #[test]
+    fn a_paced_generate_loop_keeps_a_small_trace_one_cell_and_its_untraced_period() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/traces/transformers-generate-record-h200.json.gz"
+        );
+        let whole = crate::trace::read_trace(std::path::Path::new(path)).unwrap();
+        let t = paced(&whole);
+        let json = serde_json::to_vec(&t).unwrap();
+        let a = crate::analysis::analyze(
+            std::slice::from_ref(&t),
+            &["paced".into()],
+            &Default::default(),
+        );
+        // One cell for the token loop, found in the kernel sequence, with its untraced period
+        // from the measured windows and the tracer's share read on the device clock (≈ 1: the
+        // recording traced everything, so its measured and traced windows ran alike).
+        let eager: Vec<_> = a.cells.iter().filter(|c| c.graph_group.is_none()).collect();
+        assert_eq!(
+            eager.len(),
+            1,
+            "{:?}",
+            a.cells.iter().map(|c| &c.label).collect::<Vec<_>>()
+        );
+        let cell = eager[0];
+        assert!(cell.found.is_some(), "{}", cell.label);
+        let untraced = cell
+            .untraced_period
+            .expect("measured windows give the loop its period");
+        assert!(
+            untraced.n >= crate::analysis::untraced::MIN_PERIODS,
+            "{untraced:?}"
+        );
+        let share = cell.tracer_share.as_ref().expect("a tracer's share");
+        assert!((0.9..1.1).contains(&share.ratio), "{share:?}");
+        // Under 5 MB of trace (the whole recording: 144,638 kernels, about 17 MB).
+        assert!(json.len() < 5_000_000, "{} bytes", json.len());
+        assert!(
+            t.kernels.len() * 3 < whole.kernels.len() * 2,
+            "{}",
+            t.kernels.len()
+        );
+    }
+
     #[test]
     fn counted_launches_or_marked_steps_keep_the_time_schedule_out() {
         let ms = 1_000_000;
