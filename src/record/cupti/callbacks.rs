@@ -176,7 +176,7 @@ impl Budget {
             chooser: config.step_range.is_none().then(Default::default),
             watch_callbacks: Mutex::new(Vec::new()),
             // As many untraced occurrences kept after each pause as a traced window holds.
-            markers: Mutex::new(KeepWindows::new(super::budget::window_of(config.limit))),
+            markers: Mutex::new(KeepWindows::new(super::budget::measured_of(config.limit))),
         }
     }
 }
