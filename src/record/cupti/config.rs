@@ -403,9 +403,10 @@ pub(super) struct Diagnostics {
     /// no measured launches or steps after it (no untraced periods), to measure what
     /// measuring costs.
     pub no_measuring: bool,
-    /// `GAPSCOPE_BUDGET_PACE=0`: no time schedule ([`super::budget::paced_level`]): a program
-    /// with no steps or graph launches to count is traced whole.
-    pub no_pacing: bool,
+    /// `GAPSCOPE_BUDGET_PACE=1`: the time schedule ([`super::budget::paced_level`]) samples a
+    /// program with no steps or graph launches to count, which is otherwise traced whole. Off
+    /// by default until it has run on a GPU (issue 41).
+    pub pacing: bool,
 }
 
 impl Diagnostics {
@@ -451,7 +452,7 @@ impl Diagnostics {
             flush_period_ms: get("GAPSCOPE_CUPTI_FLUSH_PERIOD_MS")
                 .and_then(|v| v.trim().parse().ok()),
             no_measuring: get("GAPSCOPE_BUDGET_MEASURE").is_some_and(|v| v.trim() == "0"),
-            no_pacing: get("GAPSCOPE_BUDGET_PACE").is_some_and(|v| v.trim() == "0"),
+            pacing: get("GAPSCOPE_BUDGET_PACE").is_some_and(|v| v.trim() == "1"),
         }
     }
 
@@ -485,14 +486,14 @@ mod tests {
                     "GAPSCOPE_BUDGET_PAUSE_FILTER" => "0",
                     "GAPSCOPE_CUPTI_API_FROM" => "callbacks",
                     "GAPSCOPE_BUDGET_MEASURE" => "0",
-                    "GAPSCOPE_BUDGET_PACE" => "0",
+                    "GAPSCOPE_BUDGET_PACE" => "1",
                     _ => return None,
                 }
                 .to_owned(),
             )
         });
         assert_eq!(d.skip_kinds, ["DRIVER", "RUNTIME"]);
-        assert!(d.no_measuring && d.no_pacing);
+        assert!(d.no_measuring && d.pacing);
         assert_eq!(d.per_thread_buffers, Some(false));
         assert_eq!(d.host_pinned, Some(true));
         assert!(d.skip_node_frames);

@@ -346,11 +346,10 @@ impl Recorder {
             // NVTX ranges of untraced work are summarised, not all kept (see `markers`).
             lock(&rec.shared.state).records.marker_keeping = Some(Default::default());
             rec.start_budget(&diagnostics);
-            if diagnostics.no_pacing {
+            if diagnostics.pacing {
                 lock(&rec.shared.state).problem(
-                    "trace budget: no time schedule, a program with no steps or graph launches to count is traced whole (GAPSCOPE_BUDGET_PACE=0)",
+                    "trace budget: programs with no steps or graph launches to count are sampled by time (GAPSCOPE_BUDGET_PACE=1)",
                 );
-            } else {
                 rec.pace_periodically();
             }
         }
