@@ -9,12 +9,12 @@
 //!
 //! | nsys table | gapscope record |
 //! |---|---|
-//! | `CUPTI_ACTIVITY_KIND_KERNEL` | [`Kernel`] (`mangledName`, else `demangledName`; `graphNodeId` → node and, in its high 32 bits, the executable graph) |
-//! | `CUPTI_ACTIVITY_KIND_MEMCPY`, `…_MEMSET` | [`MemOp`] (`copyKind` as CUPTI numbers it) |
-//! | `CUPTI_ACTIVITY_KIND_GRAPH_TRACE` (`--cuda-graph-trace=graph`) | one [`Kernel`] per graph launch, spanning the replay ([`GRAPH_MODE_NOTE`]) |
-//! | `CUPTI_ACTIVITY_KIND_RUNTIME` | [`ApiCall`] (runtime and driver; `_v3020`-style suffixes dropped) |
-//! | `NVTX_EVENTS` (push/pop and start/end ranges) | [`Marker`] of kind [`MarkerKind::Range`] |
-//! | `CUDA_GRAPH_NODE_EVENTS` | [`GraphNode`]s, their types and edges inferred ([`graph`]) |
+//! | `CUPTI_ACTIVITY_KIND_KERNEL` | [`Kernel`](crate::trace::Kernel) (`mangledName`, else `demangledName`; `graphNodeId` → node and, in its high 32 bits, the executable graph) |
+//! | `CUPTI_ACTIVITY_KIND_MEMCPY`, `…_MEMSET` | [`MemOp`](crate::trace::MemOp) (`copyKind` as CUPTI numbers it) |
+//! | `CUPTI_ACTIVITY_KIND_GRAPH_TRACE` (`--cuda-graph-trace=graph`) | one [`Kernel`](crate::trace::Kernel) per graph launch, spanning the replay ([`GRAPH_MODE_NOTE`]) |
+//! | `CUPTI_ACTIVITY_KIND_RUNTIME` | [`ApiCall`](crate::trace::ApiCall) (runtime and driver; `_v3020`-style suffixes dropped) |
+//! | `NVTX_EVENTS` (push/pop and start/end ranges) | [`Marker`](crate::trace::Marker) of kind [`MarkerKind::Range`](crate::trace::MarkerKind::Range) |
+//! | `CUDA_GRAPH_NODE_EVENTS` | [`GraphNode`](crate::trace::GraphNode)s, their types and edges inferred (`graph.rs`) |
 //! | `TARGET_INFO_GPU`, `TARGET_INFO_SYSTEM_ENV`, `META_DATA_EXPORT` | device, driver and nsys versions |
 //!
 //! Timestamps are nsys's nanoseconds, one clock for host and device. Threads are the OS thread
