@@ -43,7 +43,9 @@ fn mode2_pre_collective_gap_is_the_external_wait_inside_nccl_all_gather() {
                     record_node,
                     created_by,
                     library_call,
+                    confidence,
                 } = &**wait;
+                assert!(confidence.is_sure(), "a recorded DAG's evidence is sure");
                 assert_eq!(wait_node >> 32, u64::from(step.graph_exec.unwrap()));
                 assert!(record_node.is_some());
                 assert_eq!(created_by.as_deref(), Some("cudaStreamWaitEvent"));

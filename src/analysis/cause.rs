@@ -12,7 +12,7 @@
 use super::stats::Stat;
 use super::steps::{CellSteps, LaunchIndex};
 use super::{
-    AnalysisOptions, Cause, CauseKind, CauseTotal, CellAnalysis, ExternalWait, Gap,
+    AnalysisOptions, Cause, CauseKind, CauseTotal, CellAnalysis, Confidence, ExternalWait, Gap,
     HostNodeEvidence, Observed, Op, Regime, SequenceEntry, Step, TraceTimeline,
 };
 use crate::trace::{NodeType, Trace};
@@ -317,6 +317,11 @@ fn node_cause(ctx: &TraceContext, preds: &Predecessors) -> Option<Cause> {
             record_node: paired_record_node(ctx, wait),
             created_by: name(wait.created_by),
             library_call: name(wait.library_call),
+            confidence: if trace.graph.inferred {
+                Confidence::Likely
+            } else {
+                Confidence::Sure
+            },
         })));
     }
     let host = preds.host.and_then(|id| ctx.dag.node(trace, id))?;

@@ -1033,6 +1033,30 @@ pub fn step_range_hint(
     best.map(|(_, hint)| hint)
 }
 
+/// For an import that marks no steps (an Nsight Systems export), the step range
+/// `gapscope record` would have chosen: the plain host range [`step_range_hint`] names, when
+/// [`MIN_STEPS`] of its ranges hold device work. Its ranges become the steps
+/// ([`Trace::mark_steps`]) and the workload says it was chosen, as `record`'s choice does
+/// ([`chosen_step_range`]). Returns the name; `None` (the trace unchanged) when the trace has
+/// step markers or no range qualifies.
+pub fn choose_step_range(trace: &mut Trace) -> Option<String> {
+    if trace.markers.iter().any(|m| m.kind == MarkerKind::Step) {
+        return None;
+    }
+    let hint = {
+        let timeline = super::timeline::build(trace);
+        let launches = LaunchIndex::new(trace);
+        step_range_hint(trace, &timeline, &launches)?
+    };
+    if hint.ranges < MIN_STEPS || hint.names > 1 || trace.mark_steps(&hint.name) == 0 {
+        return None;
+    }
+    let workload = &mut trace.metadata.workload;
+    workload.insert("step_range".to_owned(), hint.name.clone().into());
+    workload.insert(crate::trace::STEP_RANGE_CHOSEN.to_owned(), true.into());
+    Some(hint.name)
+}
+
 /// The step range `gapscope record` chose itself (none was given): the workload's
 /// `step_range`, when the workload says the recorder chose it, or, in recordings made before
 /// it said so, when the recorder's note does.
@@ -1081,6 +1105,10 @@ pub struct StepFinding {
     /// The step range `gapscope record` chose when none was given (its steps are the markers).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chosen_step_range: Option<String>,
+    /// That range was chosen when the trace was imported ([`choose_step_range`]), not by
+    /// `gapscope record`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub chosen_on_import: bool,
 }
 
 impl StepFinding {
@@ -1097,10 +1125,14 @@ impl StepFinding {
         };
         match self.source {
             StepSource::Markers => {
-                if let Some(name) = &self.chosen_step_range {
-                    lines.push(format!(
+                match (&self.chosen_step_range, self.chosen_on_import) {
+                    (Some(name), false) => lines.push(format!(
                         "Steps: the NVTX range `{name}`, which `gapscope record` chose (the outermost range around device work); `gapscope record --step-range NAME` chooses another"
-                    ));
+                    )),
+                    (Some(name), true) => lines.push(format!(
+                        "Steps: the NVTX range `{name}`, chosen on import as `gapscope record` chooses (the outermost range around device work); `--step-range NAME` chooses another"
+                    )),
+                    (None, _) => {}
                 }
             }
             StepSource::KernelSequence => {

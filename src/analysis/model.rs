@@ -96,6 +96,58 @@ pub struct ExternalWait {
     pub created_by: Option<String>,
     /// The library call it was made inside (e.g. `ncclAllGather`).
     pub library_call: Option<String>,
+    /// How sure the evidence is that the wait node is external: sure from a recording, likely
+    /// where the DAG was inferred ([`crate::trace::GraphDag::inferred`]: an Nsight Systems
+    /// import), whose labels say "probably".
+    #[serde(skip_serializing_if = "Confidence::is_sure")]
+    pub confidence: Confidence,
+}
+
+impl ExternalWait {
+    /// "external event-wait node 0x… (cudaStreamWaitEvent inside ncclAllGather), event-record
+    /// node 0x…"; with [`Confidence::Likely`], "probably external: event-wait node 0x…
+    /// created by cudaStreamWaitEvent inside ncclAllGather, …".
+    fn label(&self) -> String {
+        let ExternalWait {
+            wait_node,
+            record_node,
+            created_by,
+            library_call,
+            confidence,
+        } = self;
+        let probable = *confidence == Confidence::Likely;
+        let mut s = if probable {
+            format!("probably external: event-wait node {wait_node:#x}")
+        } else {
+            format!("external event-wait node {wait_node:#x}")
+        };
+        match (created_by, library_call, probable) {
+            (Some(api), Some(lib), true) => s += &format!(" created by {api} inside {lib}"),
+            (Some(api), None, true) => s += &format!(" created by {api}"),
+            (Some(api), Some(lib), false) => s += &format!(" ({api} inside {lib})"),
+            (Some(api), None, false) => s += &format!(" ({api})"),
+            (None, Some(lib), true) => s += &format!(" created inside {lib}"),
+            (None, Some(lib), false) => s += &format!(" (inside {lib})"),
+            (None, None, _) => {}
+        }
+        if let Some(r) = record_node {
+            s += &format!(", event-record node {r:#x}");
+        }
+        if library_call
+            .as_deref()
+            .is_some_and(|l| l.starts_with("nccl"))
+        {
+            s += if probable {
+                ": probably NCCL graph usage mode 2 (mixing)"
+            } else {
+                ": NCCL graph usage mode 2 (mixing)"
+            };
+        }
+        if probable {
+            s += " (node type inferred from the creating call: the trace records none)";
+        }
+        s
+    }
 }
 
 /// The evidence of [`Cause::HostNode`].
@@ -144,34 +196,7 @@ impl Cause {
     /// One-line description naming the evidence (node ids, API, library, setting).
     pub fn label(&self) -> String {
         match self {
-            Cause::ExternalEventWait(wait) => {
-                let ExternalWait {
-                    wait_node,
-                    record_node,
-                    created_by,
-                    library_call,
-                } = &**wait;
-                let mut s = format!("external event-wait node {wait_node:#x}");
-                if let Some(api) = created_by {
-                    s += &format!(" ({api}");
-                    if let Some(lib) = library_call {
-                        s += &format!(" inside {lib}");
-                    }
-                    s += ")";
-                } else if let Some(lib) = library_call {
-                    s += &format!(" (inside {lib})");
-                }
-                if let Some(r) = record_node {
-                    s += &format!(", event-record node {r:#x}");
-                }
-                if library_call
-                    .as_deref()
-                    .is_some_and(|l| l.starts_with("nccl"))
-                {
-                    s += ": NCCL graph usage mode 2 (mixing)";
-                }
-                s
-            }
+            Cause::ExternalEventWait(wait) => wait.label(),
             Cause::HostNode(host) => match &host.library_call {
                 Some(lib) => format!("host node {:#x} (inside {lib}: proxy callback)", host.node),
                 None => format!("host node {:#x}", host.node),
@@ -712,14 +737,22 @@ pub enum PairBasis {
     LibraryKernels,
 }
 
-/// How sure a pair is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+/// How sure a pair, or a cause's evidence, is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Confidence {
-    /// Part of the ops match (a compiler's kernels on one side, the library's on the other).
+    /// Part of the ops match (a compiler's kernels on one side, the library's on the other);
+    /// for a cause: evidence inferred, not recorded (a graph node's type read from the call
+    /// that created it).
     Likely,
-    /// Declared, or nearly every op matches on both sides.
+    /// Declared, or nearly every op matches on both sides; for a cause: recorded.
     Sure,
+}
+
+impl Confidence {
+    pub fn is_sure(&self) -> bool {
+        *self == Confidence::Sure
+    }
 }
 
 /// How an eager ↔ graphed pair was made, said wherever the pair is shown.

@@ -367,6 +367,7 @@ pub fn split_cells(
     // A cell of one step has no period: loops inside it are its steps.
     let mut finding = StepFinding {
         chosen_step_range: discover::chosen_step_range(trace),
+        chosen_on_import: trace.metadata.source == crate::trace::Source::Nsys,
         ..Default::default()
     };
     let mut found_inside = Vec::new();
@@ -425,6 +426,7 @@ fn finding_of(found: &discover::Discovered, eager_ops: usize, graphs: bool) -> S
         graphs,
         step_range_hint: None,
         chosen_step_range: None,
+        chosen_on_import: false,
     }
 }
 

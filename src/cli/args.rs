@@ -37,11 +37,12 @@ pub struct Cli {
 pub enum Command {
     /// Analyse trace files: steps, eager ↔ graphed alignment, gaps by cause.
     #[command(
-        after_help = "Example:\n  gapscope analyze traces/emu-h200.json -o out   # writes out/report.md, report.json, trace.perfetto-trace, step.svg"
+        after_help = "Example:\n  gapscope analyze traces/emu-h200.json -o out   # writes out/report.md, report.json, trace.perfetto-trace, step.svg\n  gapscope analyze traces/nsys/serial-event-node.sqlite   # an Nsight Systems export (nsys export --type sqlite; a .nsys-rep is exported by the nsys on PATH)"
     )]
     Analyze {
-        /// Traces: gapscope trace files (.json) or torch.profiler (Kineto) exports (.json,
-        /// .json.gz), or folders of them.
+        /// Traces: gapscope trace files (.json), torch.profiler (Kineto) exports (.json,
+        /// .json.gz), or folders of them; Nsight Systems SQLite exports (.sqlite, .sqlite.gz)
+        /// and reports (.nsys-rep, exported with the `nsys` on PATH).
         #[arg(required = true, value_name = "TRACES")]
         traces: Vec<PathBuf>,
         #[command(flatten)]
@@ -65,8 +66,8 @@ pub enum Command {
         after_help = "Example:\n  gapscope export traces/emu-h200.json --format perfetto -o emu.perfetto-trace --origin-step 5"
     )]
     Export {
-        /// Traces: gapscope trace files (.json) or torch.profiler (Kineto) exports (.json,
-        /// .json.gz).
+        /// Traces: gapscope trace files (.json), torch.profiler (Kineto) exports (.json,
+        /// .json.gz), Nsight Systems exports (.sqlite) and reports (.nsys-rep).
         #[arg(required = true, value_name = "TRACES")]
         traces: Vec<PathBuf>,
         #[arg(long, value_enum, default_value_t = Format::Perfetto)]

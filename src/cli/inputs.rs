@@ -102,11 +102,25 @@ pub fn load_with_steps(
 pub fn load_one(path: &Path, step_range: Option<&str>) -> Result<Trace, Failure> {
     // A gapscope trace, or a torch.profiler (Kineto) one imported; opened once, so a pipe
     // works. Bad input exits 2 either way.
-    let mut trace = trace::read_any(path)?;
-    if let Some(name) = step_range
-        && trace.mark_steps(name) == 0
-    {
-        note(&format!("{}: no range named '{name}'", path.display()));
+    let mut trace = if trace::nsys::is_report_file(path) {
+        let (trace, command) = trace::nsys::read_report(path).map_err(TraceError::from)?;
+        note(&format!(
+            "{}: an Nsight Systems report, exported to a temporary SQLite file with `{command}`",
+            path.display(),
+        ));
+        trace
+    } else {
+        trace::read_any(path)?
+    };
+    match step_range {
+        Some(name) if trace.mark_steps(name) == 0 => {
+            note(&format!("{}: no range named '{name}'", path.display()));
+        }
+        // An import that marks no steps gets the step range `record` would have chosen.
+        None if trace.metadata.source == trace::Source::Nsys => {
+            analysis::discover::choose_step_range(&mut trace);
+        }
+        _ => {}
     }
     Ok(trace)
 }

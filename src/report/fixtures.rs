@@ -4,7 +4,7 @@
 use crate::analysis::stats::{Change, Geomean, Stat};
 use crate::analysis::{
     AlignedOp, Analysis, Cause, CauseKind, CauseTotal, CellAnalysis, CellComparison, Comparison,
-    ExternalWait, Gap, InputSummary, Observed, Op, OpKind, Regime, SequenceEntry, Step,
+    Confidence, ExternalWait, Gap, InputSummary, Observed, Op, OpKind, Regime, SequenceEntry, Step,
     TraceTimeline,
 };
 use crate::trace::{
@@ -240,6 +240,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
                             record_node: Some((5u64 << 32) | 10),
                             created_by: Some("cudaStreamWaitEvent".into()),
                             library_call: Some("ncclAllGather".into()),
+                            confidence: Confidence::Sure,
                         })),
                         (_, 4) => Cause::CrossStreamJoin { from_stream: 7 },
                         (Regime::Graphed, _) => Cause::GraphDependency,

@@ -363,6 +363,12 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
             let mark = if lost_work { "⚠" } else { "Note:" };
             let _ = writeln!(s, "{mark} input {i}: {line}");
         }
+        if input.source == crate::trace::Source::Nsys {
+            // What the import inferred, and what its graph mode cannot show.
+            for n in &input.notes {
+                let _ = writeln!(s, "Note: input {i} (Nsight Systems import): {n}");
+            }
+        }
         if input.source == crate::trace::Source::Kineto {
             let _ = writeln!(
                 s,

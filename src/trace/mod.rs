@@ -7,6 +7,7 @@ pub mod bundled;
 mod durations;
 pub mod input;
 pub mod kineto;
+pub mod nsys;
 mod ranges;
 mod schema;
 pub mod synthetic;
@@ -68,6 +69,10 @@ pub enum TraceError {
     /// A torch.profiler (Kineto) trace that cannot be imported.
     #[error(transparent)]
     Kineto(#[from] ImportError),
+    /// An Nsight Systems export or report that cannot be imported (boxed: it is rare, and
+    /// keeps every `Result` of this type small).
+    #[error(transparent)]
+    Nsys(Box<nsys::NsysError>),
 }
 
 impl TraceError {
@@ -132,6 +137,15 @@ pub fn is_graph_launch_call(name: &str) -> bool {
         .is_some_and(|n| n.starts_with("GraphLaunch"))
 }
 
+/// The copy kind of a `CUpti_ActivityMemcpyKind` value ("HtoD", "DtoD", …), as CUPTI
+/// records and Nsight Systems exports (`copyKind`) number them; "unknown" for any other value.
+pub fn memcpy_kind_name(kind: u32) -> &'static str {
+    const NAMES: [&str; 11] = [
+        "unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP",
+    ];
+    NAMES.get(kind as usize).copied().unwrap_or("unknown")
+}
+
 /// The workload key `gapscope record` sets (to `true`) when it chose the `step_range` itself.
 pub const STEP_RANGE_CHOSEN: &str = "step_range_chosen";
 
@@ -177,8 +191,13 @@ pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
 }
 
 /// Reads a gapscope trace or imports a torch.profiler (Kineto) one, as the first bytes show
-/// (after decompression): the path is opened and read once, so a pipe works as a file does.
+/// (after decompression): the path is opened and read once, so a pipe works as a file does. A
+/// regular file that is an SQLite database is imported as an Nsight Systems export
+/// ([`nsys::read_nsys`]).
 pub fn read_any(path: &Path) -> Result<Trace, TraceError> {
+    if nsys::is_sqlite_file(path) {
+        return Ok(nsys::read_nsys(path)?);
+    }
     let opened = input::Opened::open(path).map_err(|e| TraceError::reading(path, e))?;
     read_opened(opened, path, &kineto::ImportOptions::default())
 }
@@ -380,6 +399,17 @@ impl Trace {
             graph: GraphDag::default(),
             dropped_records: 0,
         }
+    }
+
+    /// The device of the first device record (kernel, then copy, then memset): the device an
+    /// import names; 0 when there is none.
+    pub fn first_device(&self) -> u32 {
+        self.kernels
+            .first()
+            .map(|k| k.device)
+            .or_else(|| self.memcpys.first().map(|m| m.device))
+            .or_else(|| self.memsets.first().map(|m| m.device))
+            .unwrap_or(0)
     }
 
     /// Sorts every record list as a recording writes it: by start (device timestamp for event

@@ -148,6 +148,30 @@ impl HostRanges {
 }
 
 impl super::GraphDag {
+    /// A DAG of `nodes` (sorted by id), `edges` and `execs` (each sorted, duplicates dropped),
+    /// whose library calls are tagged from `ranges` ([`Self::tag_library_calls`]).
+    pub fn new(
+        mut nodes: Vec<super::GraphNode>,
+        mut edges: Vec<super::GraphEdge>,
+        mut execs: Vec<super::GraphExec>,
+        inferred: bool,
+        ranges: &HostRanges,
+    ) -> super::GraphDag {
+        nodes.sort_by_key(|n| n.id);
+        edges.sort_by_key(|e| (e.from, e.to));
+        edges.dedup();
+        execs.sort_by_key(|x| (x.id, x.template));
+        execs.dedup();
+        let mut dag = super::GraphDag {
+            nodes,
+            edges,
+            execs,
+            inferred,
+        };
+        dag.tag_library_calls(ranges);
+        dag
+    }
+
     /// Nodes made outside gapscope's own library-call markers take the innermost of `ranges`
     /// (library-call ranges, [`HostRanges::library_calls`]) that encloses their creation on
     /// their thread; clones follow their templates.

@@ -210,6 +210,9 @@ pub enum Source {
     Cupti,
     /// Imported from a torch.profiler (Kineto) Chrome trace: no graph DAG.
     Kineto,
+    /// Imported from an Nsight Systems SQLite export: a graph DAG inferred from node creations
+    /// ([`GraphDag::inferred`]).
+    Nsys,
     /// Made by a generator or a test, not recorded on hardware.
     Synthetic,
 }
@@ -444,6 +447,12 @@ pub struct GraphDag {
     pub edges: Vec<GraphEdge>,
     #[serde(default)]
     pub execs: Vec<GraphExec>,
+    /// Node types, external flags and edges were inferred by an import rather than recorded:
+    /// from the API call that created each node and the order of creation (Nsight Systems
+    /// records node creations without them). Causes read from this DAG are probable, not
+    /// certain. `false` in recordings.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inferred: bool,
 }
 
 /// CUDA graph node types (numbering of `CUgraphNodeType`).

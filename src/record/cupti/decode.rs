@@ -151,23 +151,6 @@ struct OpenMarker {
     thread: u32,
 }
 
-/// Copy kinds of `CUpti_ActivityMemcpyKind`, by value.
-pub(crate) fn memcpy_kind_name(kind: u32) -> &'static str {
-    match kind {
-        sys::CUPTI_ACTIVITY_MEMCPY_KIND_HTOD => "HtoD",
-        sys::CUPTI_ACTIVITY_MEMCPY_KIND_DTOH => "DtoH",
-        sys::CUPTI_ACTIVITY_MEMCPY_KIND_HTOA => "HtoA",
-        sys::CUPTI_ACTIVITY_MEMCPY_KIND_ATOH => "AtoH",
-        sys::CUPTI_ACTIVITY_MEMCPY_KIND_ATOA => "AtoA",
-        sys::CUPTI_ACTIVITY_MEMCPY_KIND_ATOD => "AtoD",
-        sys::CUPTI_ACTIVITY_MEMCPY_KIND_DTOA => "DtoA",
-        sys::CUPTI_ACTIVITY_MEMCPY_KIND_DTOD => "DtoD",
-        sys::CUPTI_ACTIVITY_MEMCPY_KIND_HTOH => "HtoH",
-        sys::CUPTI_ACTIVITY_MEMCPY_KIND_PTOP => "PtoP",
-        _ => "unknown",
-    }
-}
-
 /// Names of `CUpti_ActivitySynchronizationType`, as the trace schema spells them.
 pub(crate) fn sync_kind_name(kind: u32) -> &'static str {
     match kind {
@@ -373,7 +356,9 @@ impl RecordStore {
                     let m = rec as *const sys::CUpti_ActivityMemcpy6;
                     let kind = self
                         .builder
-                        .intern(memcpy_kind_name(u32::from(field!(m, copyKind))));
+                        .intern(crate::trace::memcpy_kind_name(u32::from(field!(
+                            m, copyKind
+                        ))));
                     self.builder.trace.memcpys.push(mem_op!(m, kind));
                 }
                 sys::CUPTI_ACTIVITY_KIND_MEMSET => {

@@ -145,26 +145,14 @@ impl GraphTable {
     /// (thread, start, end, name) that encloses their creation on their thread; clones follow
     /// their templates.
     pub fn into_dag(self, ranges: &crate::trace::HostRanges) -> GraphDag {
-        let mut nodes: Vec<GraphNode> = self.nodes.into_values().collect();
-        nodes.sort_by_key(|n| n.id);
+        let nodes: Vec<GraphNode> = self.nodes.into_values().collect();
         let known: HashSet<u64> = nodes.iter().map(|n| n.id).collect();
-        let mut edges: Vec<GraphEdge> = self
+        let edges: Vec<GraphEdge> = self
             .edges
             .into_iter()
             .filter(|e| known.contains(&e.from) || known.contains(&e.to))
             .collect();
-        edges.sort_by_key(|e| (e.from, e.to));
-        edges.dedup();
-        let mut execs = self.execs;
-        execs.sort_by_key(|x| (x.id, x.template));
-        execs.dedup();
-        let mut dag = GraphDag {
-            nodes,
-            edges,
-            execs,
-        };
-        dag.tag_library_calls(ranges);
-        dag
+        GraphDag::new(nodes, edges, self.execs, false, ranges)
     }
 
     /// How many nodes, edges and executable graphs it holds (grows with every change).

@@ -402,6 +402,7 @@ fn inputs_section(s: &mut String, a: &Analysis, title: Option<&str>) {
         let source = match inp.source {
             Source::Cupti => "CUPTI",
             Source::Kineto => "Kineto import",
+            Source::Nsys => "Nsight Systems import",
             Source::Synthetic => "**synthetic**",
         };
         let _ = writeln!(
@@ -430,7 +431,8 @@ fn inputs_section(s: &mut String, a: &Analysis, title: Option<&str>) {
                 "Input {i} was imported from torch.profiler (Kineto): it has no graph DAG, so \
                  gaps inside graph replays cannot be traced to graph nodes."
             )),
-            Source::Cupti => {}
+            // Its trace notes say what the import inferred.
+            Source::Nsys | Source::Cupti => {}
         }
         let libraries = inp.versions.libraries();
         if !libraries.is_empty() {

@@ -510,6 +510,7 @@ impl Importer {
             );
         }
         mark_graph_launches(&mut trace);
+        let device = trace.first_device();
         let md = &mut trace.metadata;
         md.tool = format!("gapscope {} (Kineto import)", env!("CARGO_PKG_VERSION"));
         md.source = Source::Kineto;
@@ -517,13 +518,6 @@ impl Importer {
         md.versions = self.versions;
         md.rank = self.rank.unwrap_or(0);
         md.world = self.world.unwrap_or(1).max(1);
-        let device = trace
-            .kernels
-            .first()
-            .map(|k| k.device)
-            .or_else(|| trace.memcpys.first().map(|m| m.device))
-            .or_else(|| trace.memsets.first().map(|m| m.device))
-            .unwrap_or(0);
         md.device = self
             .devices
             .iter()
