@@ -745,7 +745,7 @@ impl Recorder {
     /// With a trace budget: ticks its time schedule every [`super::budget::PACE_TICK`] until
     /// recording ends, so that a program with nothing the budget counts (no steps, no graph
     /// launches) is sampled too instead of traced whole.
-    pub fn pace_periodically(&self) {
+    fn pace_periodically(&self) {
         if self.shared.budget.is_some() {
             self.tick_while_recording("gapscope-pace", super::budget::PACE_TICK, |shared| {
                 callbacks::pace(shared);
