@@ -36,10 +36,12 @@ use crate::analysis::stats::Stat;
 use crate::analysis::{CauseKind, Regime};
 use crate::trace::Trace;
 
-/// `ns` as microseconds with 2 decimals ("12.34").
+/// `ns` as microseconds with 2 decimals ("12.34", "−0.35": one minus sign everywhere).
 pub(crate) fn us2(ns: f64) -> String {
-    if ns.is_finite() {
-        format!("{:.2}", ns / 1000.0)
+    if ns.is_finite() && ns < 0.0 && (ns / 10.0).round() != 0.0 {
+        format!("−{:.2}", -ns / 1000.0)
+    } else if ns.is_finite() {
+        format!("{:.2}", ns.max(0.0) / 1000.0)
     } else {
         "—".to_owned()
     }

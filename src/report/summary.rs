@@ -446,19 +446,24 @@ pub fn comparison_summary(c: &Comparison, full_report: Option<&str>) -> String {
         let _ = writeln!(s, "{line}");
     }
     if !c.realised.is_empty() {
-        let _ = writeln!(s, "Predicted vs realised savings (µs a step):");
+        let _ = writeln!(s, "Predicted vs realised savings (a step):");
         for r in c.realised.iter().take(MAX_CELLS) {
+            // The figures are on the line: the reason only where there are none to read.
+            use crate::analysis::remedy::Realisation;
+            let why = match r.verdict {
+                Realisation::NotApplied | Realisation::Unknown => format!(": {}", r.why),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 s,
-                "  {}: {} predicted {}, measured {} — {}: {}",
+                "  {}: {} predicted {}, measured {} — {}{why}",
                 short_label(&r.base_label),
                 r.kind.label(),
-                super::remedies::saving(&r.predicted_ns),
+                super::remedies::saving_us(&r.predicted_ns),
                 r.measured_ns
                     .as_ref()
-                    .map_or("—".to_owned(), super::remedies::saving),
+                    .map_or("—".to_owned(), super::remedies::saving_us),
                 r.verdict.label(),
-                r.why
             );
         }
     }

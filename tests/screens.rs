@@ -1,0 +1,87 @@
+//! The screens of the bundled traces read as a user reads them: `compare` never contradicts
+//! itself within a row, and `analyze` leads with the answer.
+
+mod common;
+use common::{gapscope, stdout};
+
+fn bundled(rel: &str) -> String {
+    format!("{}/traces/{rel}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The bundled BASE/HEAD pairs (with their `--base-select`/`--head-select`), as the README and
+/// the traces' README compare them.
+fn bundled_pairs() -> Vec<Vec<String>> {
+    let selects = |t: &str| {
+        vec![
+            bundled(t),
+            bundled(t),
+            "--base-select".into(),
+            "graph_usage_mode=2".into(),
+            "--head-select".into(),
+            "graph_usage_mode=1".into(),
+        ]
+    };
+    let mut pairs = vec![selects("ht-decode-h200.json"), selects("emu-h200.json")];
+    for rank in 0..2 {
+        pairs.push(vec![
+            bundled(&format!("ht-decode-2rank-h200/mode2-rank{rank}.json")),
+            bundled(&format!("ht-decode-2rank-h200/mode1-rank{rank}.json")),
+        ]);
+    }
+    for folder in [
+        "torch-graphs-2rank-h200",
+        "torch-graphs-2rank-budget-h200",
+        "torch-graphs-2rank-deep-pause-h200",
+    ] {
+        pairs.push(vec![
+            bundled(&format!("{folder}/mixing-1")),
+            bundled(&format!("{folder}/mixing-0")),
+        ]);
+    }
+    pairs
+}
+
+/// Every row of predicted vs realised agrees with its pair's change: "realised" only where
+/// HEAD is faster beyond the spread by a positive measured saving, "within spread" exactly
+/// where the change is "no change", "head slower" where it is slower.
+#[test]
+fn compare_rows_of_the_bundled_pairs_never_disagree() {
+    let mut rows = 0;
+    for pair in bundled_pairs() {
+        let mut args = vec!["compare", "--json"];
+        args.extend(pair.iter().map(String::as_str));
+        let out = gapscope(&args);
+        let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+        let cells = doc["cells"].as_array().unwrap();
+        for r in doc["realised"].as_array().unwrap() {
+            let row = cells
+                .iter()
+                .find(|c| c["base"] == r["base"] && c["head"] == r["head"])
+                .expect("the realised row's cell pair");
+            let (verdict, change) = (r["verdict"].as_str().unwrap(), &row["change"]);
+            let ok = match verdict {
+                "realised" => change == "faster" && r["measured_ns"]["median"].as_f64() > Some(0.0),
+                "not_realised" => change == "faster",
+                "within_spread" => change == "no_change",
+                "slower" => change == "slower",
+                "unknown" => change.is_null(),
+                "not_applied" => true,
+                other => panic!("verdict {other}"),
+            };
+            assert!(ok, "{pair:?}: {verdict} with change {change}: {r}");
+            rows += 1;
+        }
+        // The screen prints the same verdicts.
+        let screen = stdout(&gapscope(
+            &args[..1]
+                .iter()
+                .chain(&args[2..])
+                .copied()
+                .collect::<Vec<_>>(),
+        ));
+        for line in screen.lines().filter(|l| l.contains("— realised")) {
+            assert!(!line.contains("inside the run-to-run spread"), "{line}");
+        }
+    }
+    assert!(rows >= 10, "{rows} rows");
+}
