@@ -85,3 +85,87 @@ fn compare_rows_of_the_bundled_pairs_never_disagree() {
     }
     assert!(rows >= 10, "{rows} rows");
 }
+
+/// Every bundled input `analyze` reads: each trace file under traces/, and each folder of
+/// traces (a folder stands for its files).
+fn bundled_inputs() -> Vec<String> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<String>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            let name = p.to_string_lossy().into_owned();
+            if p.is_dir() {
+                if !name.ends_with("/hta") {
+                    out.push(name.clone());
+                }
+                walk(&p, out);
+            } else if name.ends_with(".json") || name.ends_with(".json.gz") {
+                out.push(name);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("traces"),
+        &mut out,
+    );
+    out
+}
+
+/// The first three lines name the worst cell, its largest cause and its fix (or that no
+/// change is needed); no line is wider than 120 characters; every line of "What to change"
+/// has a predicted saving beyond its spread (its p10 above zero).
+#[test]
+fn the_screen_of_every_bundled_trace_leads_with_the_answer_and_fits_120_columns() {
+    let mut read = 0;
+    for input in bundled_inputs() {
+        let out = gapscope(&["analyze", &input]);
+        if out.status.code() == Some(2) {
+            // Refused inputs (an MTIA trace, an execution trace) are one error line.
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(0), "{input}");
+        read += 1;
+        let screen = stdout(&out);
+        let lines: Vec<&str> = screen.lines().collect();
+        assert!(lines[0].starts_with("Worst cell: C"), "{input}:\n{screen}");
+        assert!(
+            lines[1].starts_with("  largest cause: "),
+            "{input}:\n{screen}"
+        );
+        assert!(
+            lines[2].starts_with("  fix: ")
+                && (lines[2].contains(" — predicted saving ")
+                    || lines[2].starts_with("  fix: no change needed")),
+            "{input}:\n{screen}"
+        );
+        for l in &lines {
+            assert!(
+                l.chars().count() <= 120,
+                "{input}: {} chars: {l}",
+                l.chars().count()
+            );
+        }
+        let whole = common::unwrapped(&screen);
+        let fixes = whole
+            .lines()
+            .skip_while(|l| *l != "What to change:")
+            .skip(1)
+            .take_while(|l| l.starts_with("  "));
+        for line in fixes.chain(std::iter::once(lines[2]).filter(|l| !l.contains("no change"))) {
+            let spread = line
+                .split(" — predicted saving ")
+                .nth(1)
+                .and_then(|rest| rest.split_once('[')?.1.split_once('–'))
+                .map(|(p10, _)| p10.parse::<f64>());
+            assert!(
+                matches!(spread, Some(Ok(p10)) if p10 > 0.0),
+                "{input}: a fix without a saving beyond its spread: {line}"
+            );
+        }
+    }
+    assert!(read >= 50, "{read} inputs read");
+}

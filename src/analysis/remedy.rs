@@ -47,6 +47,8 @@ impl RemedyKind {
 pub struct RemedySpec {
     pub kind: RemedyKind,
     pub action: &'static str,
+    /// The action in a few words, for a line of a screen.
+    pub short: &'static str,
     /// Regime of the cells it applies to.
     pub regime: Regime,
     /// The idle cause it removes, when it comes from one.
@@ -64,6 +66,7 @@ pub const REMEDIES: [RemedySpec; 4] = [
     RemedySpec {
         kind: RemedyKind::GraphUsageMode,
         action: "create this communicator with `ncclConfig_t.graphUsageMode = 1` (NCCL ≥ 2.29) or `NCCL_GRAPH_MIXING_SUPPORT=0` (older)",
+        short: "NCCL graph usage mode 1 for this communicator",
         regime: Regime::Graphed,
         cause: Some(CauseKind::ExternalEventWait),
         largest_cause_only: false,
@@ -73,6 +76,7 @@ pub const REMEDIES: [RemedySpec; 4] = [
     RemedySpec {
         kind: RemedyKind::CaptureInGraph,
         action: "capture the step in a CUDA graph",
+        short: "capture the step in a CUDA graph",
         regime: Regime::Eager,
         cause: Some(CauseKind::HostLaunchBound),
         largest_cause_only: true,
@@ -82,6 +86,7 @@ pub const REMEDIES: [RemedySpec; 4] = [
     RemedySpec {
         kind: RemedyKind::WarmUpFreshGraphs,
         action: "instantiate once and replay, or warm up (launch each new executable graph once) before timing",
+        short: "instantiate once and replay, or warm up",
         regime: Regime::Graphed,
         cause: None,
         largest_cause_only: false,
@@ -91,6 +96,7 @@ pub const REMEDIES: [RemedySpec; 4] = [
     RemedySpec {
         kind: RemedyKind::LaunchBound,
         action: "the host's graph launch call bounds the step: launch from a thread that is not busy, or batch steps into one graph",
+        short: "launch from a free thread, or batch steps",
         regime: Regime::Graphed,
         cause: Some(CauseKind::GraphLaunchHostBound),
         largest_cause_only: true,

@@ -110,19 +110,6 @@ pub(crate) fn op_with_provenance(e: &crate::analysis::SequenceEntry) -> String {
     }
 }
 
-/// "graphs ran 98 % of device time, 95 % of ops; 17 % of replayed ops have a provenance".
-pub(crate) fn coverage_label(o: &crate::analysis::Observed) -> Option<String> {
-    let time = o.graph_coverage?;
-    let mut s = format!("graphs ran {} of device time", percent(time));
-    if let Some(ops) = o.graph_coverage_ops {
-        s += &format!(", {} of ops", percent(ops));
-    }
-    if let Some(p) = o.replayed_with_provenance {
-        s += &format!("; {} of replayed ops have a provenance", percent(p));
-    }
-    Some(s)
-}
-
 /// "3 of 40 graphed steps also launched 12 eager op(s) (45.10 µs of device time)".
 pub(crate) fn eager_in_graphed_label(e: &crate::analysis::coverage::EagerInGraphed) -> String {
     format!(
