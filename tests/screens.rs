@@ -169,3 +169,34 @@ fn the_screen_of_every_bundled_trace_leads_with_the_answer_and_fits_120_columns(
     }
     assert!(read >= 50, "{read} inputs read");
 }
+
+/// step.svg draws the worst pair at its most typical step: on emu-h200.json the graphed period
+/// (mode 2, fresh graphs) is longer than the eager one, and the external wait is labelled.
+#[test]
+fn the_step_picture_of_emu_shows_the_slower_graph_and_names_its_largest_gap() {
+    let dir = std::env::temp_dir().join(format!("gapscope-screens-svg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = gapscope(&[
+        "analyze",
+        &bundled("emu-h200.json"),
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let svg = std::fs::read_to_string(dir.join("step.svg")).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    // Each panel's title ends in its step's period.
+    let periods: Vec<f64> = svg
+        .split(", period ")
+        .skip(1)
+        .filter_map(|rest| rest.split(" µs").next()?.parse().ok())
+        .collect();
+    assert_eq!(periods.len(), 2, "{svg}");
+    assert!(
+        periods[1] > periods[0],
+        "eager {} vs graphed {}",
+        periods[0],
+        periods[1]
+    );
+    assert!(svg.contains("largest gap: external event wait "), "{svg}");
+}
