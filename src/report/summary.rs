@@ -306,7 +306,7 @@ pub(crate) fn share_of(part: f64, whole: f64) -> Option<String> {
     }
     let share = part / whole;
     Some(if share > 1.0 {
-        "more than all of it (other parts shrank)".to_owned()
+        "more than all of it (other parts of it shrank)".to_owned()
     } else {
         format!("{} of it", super::percent(share))
     })
