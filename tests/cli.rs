@@ -254,7 +254,7 @@ fn compare_books_a_removed_gap_under_the_cause_the_base_had() {
         "--head-select",
         "graph_usage_mode=1",
     ]);
-    let text = String::from_utf8_lossy(&summary.stdout);
+    let text = common::unwrapped(&String::from_utf8_lossy(&summary.stdout));
     let row = text
         .lines()
         .find(|l| l.contains("T=512 fresh →"))

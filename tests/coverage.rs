@@ -258,7 +258,7 @@ fn a_compiled_phase_that_fell_back_to_eager_is_a_cell_of_its_own_and_says_so() {
     let summary = analysis_summary(&a, None);
     assert!(
         summary.contains(
-            "⚠ decode (compiled, no graphs): its 8 steps launched torch.compile's Triton kernels \
+            "decode (compiled, no graphs): its 8 steps launched torch.compile's Triton kernels \
              and no CUDA graph: this phase ran eagerly (graphs ran 0 % of its device time)"
         ),
         "{summary}"
@@ -416,11 +416,7 @@ fn replayed_kernels_inherit_the_ranges_and_library_of_their_nodes_creation() {
 
     let summary = analysis_summary(&a, None);
     assert!(
-        summary.contains("before k1 (decode_step/layer 3/attention) in"),
-        "{summary}"
-    );
-    assert!(
-        summary.contains("100 % of replayed ops have a provenance"),
+        summary.contains("before k1 (decode_step/layer 3/attention) — "),
         "{summary}"
     );
     let md = analysis_markdown(&a);
@@ -446,11 +442,6 @@ fn nodes_without_creation_records_share_only_what_the_trace_holds() {
     );
     assert_eq!(c.sequence[1].provenance, None);
     assert_eq!(c.observed.replayed_with_provenance, Some(0.5));
-    assert!(
-        analysis_summary(&a, None).contains("50 % of replayed ops have a provenance"),
-        "{}",
-        analysis_summary(&a, None)
-    );
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Remedies: which cells get which fix, the predicted saving and its basis, and `compare`'s
 //! predicted-vs-realised check.
 
+mod common;
 use gapscope::analysis::remedy::{Realisation, Remedy, RemedyKind};
 use gapscope::analysis::{self, Analysis, AnalysisOptions, CauseKind, Regime};
 use gapscope::trace::synthetic::{self, SyntheticCell};
@@ -327,7 +328,7 @@ fn only_material_savings_beyond_their_spread_are_given() {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .unwrap();
-    let screen = String::from_utf8_lossy(&out.stdout);
+    let screen = common::unwrapped(&String::from_utf8_lossy(&out.stdout));
     let what: Vec<&str> = screen
         .lines()
         .skip_while(|l| *l != "What to change:")
@@ -336,7 +337,7 @@ fn only_material_savings_beyond_their_spread_are_given() {
         .collect();
     assert_eq!(what.len(), 1, "{screen}");
     assert!(
-        what[0].starts_with("  graphed mode=2 emu fresh:"),
+        what[0].starts_with("  C3: create this communicator with"),
         "{screen}"
     );
     assert!(!screen.contains("predicted saving 0.10"), "{screen}");

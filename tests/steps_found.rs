@@ -71,7 +71,7 @@ fn a_decode_loop_with_a_kernel_every_n_tokens_is_one_cell_with_every_step() {
         ),
         "{screen}"
     );
-    assert!(screen.contains("eager loop E1 (steps of 9 ops found in the kernel sequence)"));
+    assert!(screen.contains("C1 eager loop E1 (steps of 9 ops found in"));
 }
 
 #[test]
@@ -306,11 +306,11 @@ fn eager_and_graphed_work_pair_by_kernel_sequence_with_the_basis_on_screen() {
     let screen = analysis_summary(&a, None);
     assert!(
         screen.contains(
-            "graph G1 replays ↔ eager loop E1: paired by kernel sequence: 100 % of the graph's 9 ops match the eager step's by name, in order (9 of 9; the eager step has 9)"
+            "C2 ↔ C1: paired by kernel sequence: 100 % of the graph's 9 ops match the eager step's by name, in order (9 of 9; the eager step has 9)"
         ),
         "{screen}"
     );
-    assert!(screen.contains("of eager loop E1"), "{screen}");
+    assert!(screen.contains("0.45× of C1"), "{screen}");
     let md = gapscope::report::markdown::analysis_markdown(&a);
     assert!(md.contains("paired by kernel sequence: 100 %"), "{md}");
     let json = serde_json::to_value(&a.regime_pairs[0]).unwrap();
@@ -360,7 +360,7 @@ fn a_compiled_graph_pairs_on_its_library_kernels_as_likely_and_an_unrelated_one_
         not.text
     );
     let screen = analysis_summary(&a, None);
-    assert!(screen.contains("graph G2 replays: not paired"), "{screen}");
+    assert!(screen.contains("C3: not paired"), "{screen}");
 }
 
 #[test]

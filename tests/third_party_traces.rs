@@ -3,6 +3,7 @@
 //! which, and how the large ones were trimmed). Each gets its steps and a period, or one line
 //! that says why not.
 
+mod common;
 use gapscope::analysis::{self, AnalysisOptions};
 use gapscope::trace;
 use std::path::{Path, PathBuf};
@@ -29,7 +30,7 @@ fn analyze(name: &str, args: &[&str]) -> (Option<i32>, String, String) {
     let out = gapscope(&all);
     (
         out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
+        common::unwrapped(&String::from_utf8_lossy(&out.stdout)),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
@@ -149,13 +150,13 @@ fn two_steps_give_no_remedy_verdict_or_spread_and_say_why() {
     assert_eq!(code, Some(0));
     assert!(
         screen.contains(
-            "What to change:\n  torch.profiler steps: no remedy (capture in a CUDA graph): a remedy needs ≥ 3 steps with a period, this has 1"
+            "No remedy judged (too few steps):\n  C1: no remedy (capture in a CUDA graph): a remedy needs ≥ 3 steps with a period, this has 1"
         ),
         "{screen}"
     );
     assert!(!screen.contains("predicted saving"), "{screen}");
     // The one period and the one gap have no spread to give.
-    assert!(screen.contains("eager: 117128.00 µs n=1;"), "{screen}");
+    assert!(screen.contains("eager, 117128.00 µs n=1"), "{screen}");
     assert!(!screen.contains("[117128.00–117128.00]"), "{screen}");
     assert!(screen.contains("117124.00 µs n=1 before"), "{screen}");
     // Compared with itself: a ratio, but no verdict, and the screen says why.
@@ -170,7 +171,7 @@ fn two_steps_give_no_remedy_verdict_or_spread_and_say_why() {
     );
     let path = hta(BASE);
     let out = gapscope(&["compare", path.to_str().unwrap(), path.to_str().unwrap()]);
-    let screen = String::from_utf8_lossy(&out.stdout);
+    let screen = common::unwrapped(&String::from_utf8_lossy(&out.stdout));
     assert!(
         screen.contains("(1 cells compared; 1 without a verdict: too few steps (3 a side needed))")
             && screen.contains(
@@ -192,7 +193,7 @@ fn one_step_has_no_period_and_says_why() {
     let (code, screen, _) = analyze("triton-example.json.gz", &[]);
     assert_eq!(code, Some(0));
     assert!(
-        screen.contains("eager: no period (one step with device work: a period needs ≥ 2);"),
+        screen.contains("eager, no period (one step with device work: a period needs ≥ 2)"),
         "{screen}"
     );
 }
@@ -216,7 +217,7 @@ fn a_step_range_around_part_of_the_iteration_says_what_it_leaves_out() {
     assert_eq!(code, Some(0));
     assert!(
         screen.contains(
-            "⚠ torch.profiler steps: its steps leave out 63.2 % of the device work that ran in their windows (3036 op(s), "
+            "⚠ C1 torch.profiler steps: its steps leave out 63.2 % of the device work that ran in their windows (3036 op(s), "
         ),
         "{screen}"
     );

@@ -11,6 +11,7 @@ pub mod completeness;
 mod corr_set;
 pub mod coverage;
 pub mod discover;
+pub mod headline;
 pub mod left_out;
 pub mod merge;
 mod model;
@@ -273,6 +274,7 @@ impl Analyzer {
         analysis.geomean_ratio = stats::Geomean::of(&ratios);
         analysis.mode_pairs = align::pair_modes(&analysis.cells);
         (analysis.remedies, analysis.withheld_remedies) = remedy::remedies(&analysis);
+        analysis.headline = headline::headline(&analysis);
         analysis
     }
 }

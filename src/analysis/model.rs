@@ -814,6 +814,9 @@ pub struct Analysis {
     /// Remedies whose evidence is there but whose predicted saving is inside its spread or
     /// immaterial ([`super::remedy::remedies`]): not given, said in the report.
     pub withheld_remedies: Vec<super::remedy::Withheld>,
+    /// What the screen and the report lead with: the cell the user can gain most on, its
+    /// largest cause and its fix ([`super::headline`]).
+    pub headline: Option<super::headline::Headline>,
     /// Per input trace, its op timeline (reports draw from it).
     #[serde(skip)]
     pub timelines: Vec<TraceTimeline>,

@@ -47,6 +47,8 @@ impl RemedyKind {
 pub struct RemedySpec {
     pub kind: RemedyKind,
     pub action: &'static str,
+    /// The action in a few words, for a line of a screen.
+    pub short: &'static str,
     /// Regime of the cells it applies to.
     pub regime: Regime,
     /// The idle cause it removes, when it comes from one.
@@ -64,6 +66,7 @@ pub const REMEDIES: [RemedySpec; 4] = [
     RemedySpec {
         kind: RemedyKind::GraphUsageMode,
         action: "create this communicator with `ncclConfig_t.graphUsageMode = 1` (NCCL ≥ 2.29) or `NCCL_GRAPH_MIXING_SUPPORT=0` (older)",
+        short: "NCCL graph usage mode 1 for this communicator",
         regime: Regime::Graphed,
         cause: Some(CauseKind::ExternalEventWait),
         largest_cause_only: false,
@@ -73,6 +76,7 @@ pub const REMEDIES: [RemedySpec; 4] = [
     RemedySpec {
         kind: RemedyKind::CaptureInGraph,
         action: "capture the step in a CUDA graph",
+        short: "capture the step in a CUDA graph",
         regime: Regime::Eager,
         cause: Some(CauseKind::HostLaunchBound),
         largest_cause_only: true,
@@ -82,6 +86,7 @@ pub const REMEDIES: [RemedySpec; 4] = [
     RemedySpec {
         kind: RemedyKind::WarmUpFreshGraphs,
         action: "instantiate once and replay, or warm up (launch each new executable graph once) before timing",
+        short: "instantiate once and replay, or warm up",
         regime: Regime::Graphed,
         cause: None,
         largest_cause_only: false,
@@ -91,6 +96,7 @@ pub const REMEDIES: [RemedySpec; 4] = [
     RemedySpec {
         kind: RemedyKind::LaunchBound,
         action: "the host's graph launch call bounds the step: launch from a thread that is not busy, or batch steps into one graph",
+        short: "launch from a free thread, or batch steps",
         regime: Regime::Graphed,
         cause: Some(CauseKind::GraphLaunchHostBound),
         largest_cause_only: true,
@@ -258,11 +264,12 @@ fn why_withheld(r: &Remedy, cell: &CellAnalysis) -> Option<String> {
         return Some(format!("no saving predicted: {}", r.basis));
     };
     if saving.p10 <= 0.0 {
+        let us = super::stats::us;
         return Some(format!(
-            "predicted saving {:.2} µs [{:.2}–{:.2}] is within its spread (p10 not above zero)",
-            saving.median / 1e3,
-            saving.p10 / 1e3,
-            saving.p90 / 1e3
+            "predicted saving {} [{}–{}] is within its spread (p10 not above zero)",
+            us(saving.median),
+            us(saving.p10),
+            us(saving.p90)
         ));
     }
     let step = cell.period.or(cell.first_launch_period)?.median;
@@ -483,15 +490,23 @@ fn launch_bound(cell: &CellAnalysis) -> Found {
     Some((evidence, None, basis))
 }
 
-/// Whether HEAD realised the saving a remedy predicted for BASE.
+/// Whether HEAD realised the saving a remedy predicted for BASE: one judgement per compared
+/// pair, the pair's own [`CellComparison::change`], so that the change, the measured saving and
+/// this verdict never disagree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Realisation {
+    /// HEAD is faster beyond the spread, by the predicted saving or more.
     Realised,
+    /// HEAD is faster beyond the spread, but by less than predicted beyond the combined spread.
     NotRealised,
+    /// The difference is inside the run-to-run spread: no saving.
+    WithinSpread,
+    /// HEAD is slower beyond the spread.
+    Slower,
     /// HEAD's cell still shows the cause the remedy removes: the fix is not in HEAD.
     NotApplied,
-    /// A period is missing on either side.
+    /// A period or a verdict is missing on either side.
     Unknown,
 }
 
@@ -499,7 +514,9 @@ impl Realisation {
     pub fn label(self) -> &'static str {
         match self {
             Realisation::Realised => "realised",
-            Realisation::NotRealised => "not realised",
+            Realisation::NotRealised => "not realised (less than predicted)",
+            Realisation::WithinSpread => "not realised (within spread)",
+            Realisation::Slower => "not realised (head slower)",
             Realisation::NotApplied => "not applied",
             Realisation::Unknown => "unknown",
         }
@@ -516,7 +533,9 @@ pub struct RemedyCheck {
     pub base_label: String,
     pub head_label: String,
     pub predicted_ns: Saving,
-    /// base − head period (positive = saved), spread run to run; `None` without periods.
+    /// base − head period (positive = saved), spread run to run, on the periods the pair's
+    /// change was judged on (the untraced ones where both cells have them); `None` without
+    /// periods.
     pub measured_ns: Option<Saving>,
     pub verdict: Realisation,
     pub why: String,
@@ -538,6 +557,20 @@ fn applied(kind: RemedyKind, head: &CellAnalysis) -> Result<(), &'static str> {
     }
 }
 
+/// base − head on the periods `pair`'s change was judged on: the untraced ones where both
+/// cells have them, else the traced.
+fn measured_saving(pair: &CellComparison, b: &CellAnalysis, h: &CellAnalysis) -> Option<Saving> {
+    if pair.judged_untraced {
+        return Some(Saving::difference(
+            b.untraced_period.as_ref()?,
+            &b.untraced_window_medians,
+            h.untraced_period.as_ref()?,
+            &h.untraced_window_medians,
+        ));
+    }
+    Saving::between_periods(b, h)
+}
+
 /// For every matched pair whose BASE cell has a remedy with a predicted saving: predicted vs
 /// measured saving, or `NotApplied` when HEAD's cell still shows the cause.
 pub fn realised(base: &Analysis, head: &Analysis, matched: &[CellComparison]) -> Vec<RemedyCheck> {
@@ -548,9 +581,9 @@ pub fn realised(base: &Analysis, head: &Analysis, matched: &[CellComparison]) ->
             let Some(predicted) = remedy.predicted_saving_ns else {
                 continue;
             };
-            let measured = Saving::between_periods(b, h);
+            let measured = measured_saving(pair, b, h);
             let (verdict, why) = match applied(remedy.kind, h) {
-                Ok(()) => judge(&predicted, measured.as_ref()),
+                Ok(()) => judge(&predicted, measured.as_ref(), pair),
                 Err(why) => (Realisation::NotApplied, why.to_owned()),
             };
             checks.push(RemedyCheck {
@@ -569,51 +602,60 @@ pub fn realised(base: &Analysis, head: &Analysis, matched: &[CellComparison]) ->
     checks
 }
 
-/// Realised when |measured − predicted| is within the combined spread: the predicted p10–p90
-/// width plus the measured saving's run-to-run width (at least the timestamp resolution).
-/// This contains "measured inside the predicted p10–p90 widened by the measured spread".
-pub fn judge(predicted: &Saving, measured: Option<&Saving>) -> (Realisation, String) {
+/// The pair's change decides: no change is no saving, slower is a loss; faster is realised
+/// unless the measured saving falls short of the predicted one by more than the combined
+/// spread (the predicted p10–p90 width plus the measured saving's run-to-run width, at least
+/// the timestamp resolution).
+pub fn judge(
+    predicted: &Saving,
+    measured: Option<&Saving>,
+    pair: &CellComparison,
+) -> (Realisation, String) {
     let Some(m) = measured else {
         return (
             Realisation::Unknown,
             "no steady period on one side".to_owned(),
         );
     };
-    if let Some(why) = super::stats::too_few_steps(m.n, "a verdict") {
-        return (Realisation::Unknown, why);
-    }
-    let us = |ns: f64| format!("{:.2} µs", ns / 1e3);
-    // A saving that is not beyond its own spread is no saving, however close the prediction.
-    if m.p10 <= 0.0 {
-        let why = format!(
-            "saved {} [{}–{}]: within its spread (p10 not above zero), predicted {}",
-            us(m.median),
-            us(m.p10),
-            us(m.p90),
-            us(predicted.median)
-        );
-        return (Realisation::NotRealised, why);
-    }
-    let tolerance = predicted.spread().max(0.0) + m.spread().max(0.0).max(RESOLUTION_NS);
-    let off = m.median - predicted.median;
-    if off.abs() <= tolerance {
-        let why = format!(
-            "saved {}, predicted {}: within the combined spread ({})",
-            us(m.median),
-            us(predicted.median),
-            us(tolerance)
-        );
-        (Realisation::Realised, why)
-    } else {
-        let direction = if off < 0.0 { "less" } else { "more" };
-        let why = format!(
-            "saved {}, {} {direction} than the predicted {}, beyond the combined spread ({})",
-            us(m.median),
-            us(off.abs()),
-            us(predicted.median),
-            us(tolerance)
-        );
-        (Realisation::NotRealised, why)
+    let us = super::stats::us;
+    let figures = format!(
+        "saved {} [{}–{}], predicted {}",
+        us(m.median),
+        us(m.p10),
+        us(m.p90),
+        us(predicted.median)
+    );
+    match pair.change {
+        None => {
+            let why = pair
+                .no_verdict
+                .clone()
+                .unwrap_or_else(|| "no verdict on the periods".to_owned());
+            (Realisation::Unknown, why)
+        }
+        Some(super::stats::Change::NoChange) => (
+            Realisation::WithinSpread,
+            format!("{figures}: the difference is inside the run-to-run spread"),
+        ),
+        Some(super::stats::Change::Slower) => (
+            Realisation::Slower,
+            format!("{figures}: HEAD is slower beyond the run-to-run spread"),
+        ),
+        Some(super::stats::Change::Faster) => {
+            let tolerance = predicted.spread().max(0.0) + m.spread().max(0.0).max(RESOLUTION_NS);
+            let short = predicted.median - m.median;
+            if short <= tolerance {
+                let why = format!("{figures}: within the combined spread ({})", us(tolerance));
+                (Realisation::Realised, why)
+            } else {
+                let why = format!(
+                    "{figures}: faster, but {} less than predicted, beyond the combined spread ({})",
+                    us(short),
+                    us(tolerance)
+                );
+                (Realisation::NotRealised, why)
+            }
+        }
     }
 }
 
@@ -669,25 +711,42 @@ mod tests {
         assert!((runs.p10 - 16.3).abs() < 1e-9 && (runs.p90 - 18.7).abs() < 1e-9);
     }
 
+    /// A compared pair whose change is `change`.
+    fn pair(change: Option<crate::analysis::stats::Change>) -> CellComparison {
+        let (_, a) = crate::report::fixtures::fixture();
+        let mut p = crate::analysis::align::compare_cells(0, 1, &a.cells[0], &a.cells[1]);
+        p.change = change;
+        p
+    }
+
     #[test]
-    fn judge_accepts_within_combined_spread_only() {
+    fn judge_follows_the_pairs_change_and_accepts_within_combined_spread_only() {
+        use crate::analysis::stats::Change;
         let predicted = saving(1_000.0, 900.0, 1_100.0);
         let close = saving(1_250.0, 1_200.0, 1_300.0);
-        let far = saving(0.0, -50.0, 50.0);
-        assert_eq!(judge(&predicted, Some(&close)).0, Realisation::Realised);
-        let (verdict, why) = judge(&predicted, Some(&far));
-        assert_eq!(verdict, Realisation::NotRealised);
-        assert!(why.contains("within its spread"), "{why}");
+        let faster = pair(Some(Change::Faster));
+        assert_eq!(
+            judge(&predicted, Some(&close), &faster).0,
+            Realisation::Realised
+        );
         let short = saving(300.0, 250.0, 350.0);
-        let (verdict, why) = judge(&predicted, Some(&short));
+        let (verdict, why) = judge(&predicted, Some(&short), &faster);
         assert_eq!(verdict, Realisation::NotRealised);
         assert!(why.contains("0.70 µs less"), "{why}");
-        // Close to a small prediction, but not beyond its own spread: not realised.
-        let small = saving(960.0, 0.0, 1_800.0);
-        let (verdict, why) = judge(&saving(960.0, 900.0, 1_000.0), Some(&small));
-        assert_eq!(verdict, Realisation::NotRealised);
-        assert!(why.contains("within its spread"), "{why}");
-        assert_eq!(judge(&predicted, None).0, Realisation::Unknown);
+        // Close to the prediction, but the pair's change is "no change": not realised.
+        let (verdict, why) = judge(&predicted, Some(&close), &pair(Some(Change::NoChange)));
+        assert_eq!(verdict, Realisation::WithinSpread);
+        assert!(why.contains("inside the run-to-run spread"), "{why}");
+        assert_eq!(verdict.label(), "not realised (within spread)");
+        let lost = saving(-100.0, -150.0, -50.0);
+        let (verdict, why) = judge(&predicted, Some(&lost), &pair(Some(Change::Slower)));
+        assert_eq!(verdict, Realisation::Slower);
+        assert!(why.contains("saved −0.10 µs [−0.15 µs–−0.05 µs]"), "{why}");
+        assert_eq!(judge(&predicted, None, &faster).0, Realisation::Unknown);
+        assert_eq!(
+            judge(&predicted, Some(&close), &pair(None)).0,
+            Realisation::Unknown
+        );
     }
 
     #[test]

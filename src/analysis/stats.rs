@@ -8,6 +8,18 @@ use serde::{Deserialize, Deserializer, Serialize};
 /// themselves, not a spread, and a difference between them is not beyond one.
 pub const MIN_STEPS_TO_JUDGE: usize = 3;
 
+/// `ns` as "1.23 µs", negatives with the one minus sign every output uses ("−0.10 µs").
+pub fn us(ns: f64) -> String {
+    let v = ns / 1e3;
+    if (v * 100.0).round() == 0.0 {
+        "0.00 µs".to_owned()
+    } else if v < 0.0 {
+        format!("−{:.2} µs", -v)
+    } else {
+        format!("{v:.2} µs")
+    }
+}
+
 /// Why a figure from `n` steps is not judged ([`MIN_STEPS_TO_JUDGE`]); `None` when it is.
 /// `what` is what is not given ("a remedy", "a verdict").
 pub fn too_few_steps(n: usize, what: &str) -> Option<String> {

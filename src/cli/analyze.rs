@@ -214,9 +214,8 @@ pub fn print_summary(reports: &Rendered<'_, Analysis>, out: &OutputArgs) -> Resu
             .output
             .as_ref()
             .map(|d| d.join("report.md").display().to_string());
-        print_stdout(&report::summary::analysis_summary(
-            analysis,
-            path.as_deref(),
+        print_stdout(&report::summary::fit_screen(
+            &report::summary::analysis_summary(analysis, path.as_deref()),
         ))
     }
 }

@@ -45,9 +45,8 @@ pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
             .output
             .as_ref()
             .map(|d| d.join("compare.md").display().to_string());
-        print_stdout(&report::summary::comparison_summary(
-            &comparison,
-            path.as_deref(),
+        print_stdout(&report::summary::fit_screen(
+            &report::summary::comparison_summary(&comparison, path.as_deref()),
         ))?;
     }
     if let Some(dir) = &a.output {

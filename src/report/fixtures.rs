@@ -380,6 +380,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
         mode_pairs: Vec::new(),
         remedies: Vec::new(),
         withheld_remedies: Vec::new(),
+        headline: None,
         inputs: vec![InputSummary {
             path: "runs/ht_decode.trace.json".into(),
             source: Source::Synthetic,

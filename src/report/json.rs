@@ -127,6 +127,7 @@ struct AnalysisBody<'a> {
     geomean_ratio: &'a Option<Geomean>,
     remedies: &'a [crate::analysis::remedy::Remedy],
     withheld_remedies: &'a [crate::analysis::remedy::Withheld],
+    headline: &'a Option<crate::analysis::headline::Headline>,
 }
 
 impl<'a> AnalysisBody<'a> {
@@ -139,6 +140,7 @@ impl<'a> AnalysisBody<'a> {
             geomean_ratio: &a.geomean_ratio,
             remedies: &a.remedies,
             withheld_remedies: &a.withheld_remedies,
+            headline: &a.headline,
         }
     }
 }

@@ -36,10 +36,12 @@ use crate::analysis::stats::Stat;
 use crate::analysis::{CauseKind, Regime};
 use crate::trace::Trace;
 
-/// `ns` as microseconds with 2 decimals ("12.34").
+/// `ns` as microseconds with 2 decimals ("12.34", "−0.35": one minus sign everywhere).
 pub(crate) fn us2(ns: f64) -> String {
-    if ns.is_finite() {
-        format!("{:.2}", ns / 1000.0)
+    if ns.is_finite() && ns < 0.0 && (ns / 10.0).round() != 0.0 {
+        format!("−{:.2}", -ns / 1000.0)
+    } else if ns.is_finite() {
+        format!("{:.2}", ns.max(0.0) / 1000.0)
     } else {
         "—".to_owned()
     }
@@ -106,19 +108,6 @@ pub(crate) fn op_with_provenance(e: &crate::analysis::SequenceEntry) -> String {
         Some(p) => format!("{name} ({})", p.label()),
         None => name,
     }
-}
-
-/// "graphs ran 98 % of device time, 95 % of ops; 17 % of replayed ops have a provenance".
-pub(crate) fn coverage_label(o: &crate::analysis::Observed) -> Option<String> {
-    let time = o.graph_coverage?;
-    let mut s = format!("graphs ran {} of device time", percent(time));
-    if let Some(ops) = o.graph_coverage_ops {
-        s += &format!(", {} of ops", percent(ops));
-    }
-    if let Some(p) = o.replayed_with_provenance {
-        s += &format!("; {} of replayed ops have a provenance", percent(p));
-    }
-    Some(s)
 }
 
 /// "3 of 40 graphed steps also launched 12 eager op(s) (45.10 µs of device time)".

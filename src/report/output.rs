@@ -212,7 +212,7 @@ pub fn merge_reports(merged: &Merged) -> Rendered<'_, Merged> {
 
 /// Writes file `name` of the analysis set ([`ANALYSIS_SET`]) into `w`: the one place that
 /// knows how each is made, for `analyze -o` and `export`. `origin_step`: the step put at one
-/// origin in the Perfetto trace, and the step drawn (else step 1). `step.svg` needs an
+/// origin in the Perfetto trace, and the step drawn (else the one the analysis chose). `step.svg` needs an
 /// eager/graphed pair ([`super::svg::worst_pair`]).
 pub fn write_analysis_file(
     name: &str,
@@ -231,10 +231,10 @@ pub fn write_analysis_file(
             super::perfetto::write_trace(w, format, traces, analysis, &opts)
         }
         "step.svg" => {
-            let pair = super::svg::worst_pair(analysis).ok_or_else(|| {
+            let (pair, typical) = super::svg::worst_pair(analysis).ok_or_else(|| {
                 std::io::Error::other("no eager/graphed pair in the input: nothing to draw")
             })?;
-            let step = origin_step.unwrap_or(1);
+            let step = origin_step.unwrap_or(typical);
             w.write_all(super::svg::step_svg(traces, analysis, pair, step).as_bytes())
         }
         other => Err(std::io::Error::other(format!(

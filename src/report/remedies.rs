@@ -92,11 +92,26 @@ pub fn realised_section(c: &Comparison) -> String {
 /// "0.95 [0.92–0.98] n=59"; a negative saving (the change would cost time) with "−"; of too
 /// few steps for a spread, "0.95 n=2".
 pub(crate) fn saving(v: &Saving) -> String {
-    let us = |ns: f64| us2(ns).replacen('-', "−", 1);
+    saving_with_unit(v, "")
+}
+
+/// [`saving`] with the unit right after the median: "0.95 µs [0.92–0.98] n=59" (the screen).
+pub(crate) fn saving_us(v: &Saving) -> String {
+    saving_with_unit(v, " µs")
+}
+
+fn saving_with_unit(v: &Saving, unit: &str) -> String {
+    let us = us2;
     if !v.has_spread() {
-        return format!("{} n={}", us(v.median), v.n);
+        return format!("{}{unit} n={}", us(v.median), v.n);
     }
-    format!("{} [{}–{}] n={}", us(v.median), us(v.p10), us(v.p90), v.n)
+    format!(
+        "{}{unit} [{}–{}] n={}",
+        us(v.median),
+        us(v.p10),
+        us(v.p90),
+        v.n
+    )
 }
 
 #[cfg(test)]

@@ -32,38 +32,37 @@ fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
         .iter()
         .find(|p| p.head == i)
         .and_then(|p| {
-            let base = &a.cells[p.base];
-            let of = match &base.found {
-                Some(_) => cell_name(base),
-                None => "eager".to_owned(),
-            };
-            p.ratio.map(|r| format!(", {} of {of}", ratio(r)))
+            p.ratio
+                .map(|r| format!(", {} of {}", ratio(r), alias(p.base)))
         })
         .unwrap_or_default();
     let mode = c
         .observed
         .graph_usage_mode
         .as_deref()
-        .map(|m| format!(", mode {m}"))
+        .map(|m| format!(" mode {}", m.split(" (").next().unwrap_or(m)))
         .unwrap_or_default();
     let sampled = c
         .sampled
-        .map(|s| format!(" ({})", s.describe()))
+        .map(|sm| format!(" ({})", sm.describe()))
         .unwrap_or_default();
-    let coverage = super::coverage_label(&c.observed)
-        .map(|l| format!("; {l}"))
-        .unwrap_or_default();
-    let budgeted = a
-        .inputs
-        .get(c.trace)
-        .is_some_and(|i| i.trace_budget.is_some());
     let untraced = c
         .untraced_period
         .as_ref()
         .map(|u| format!("; untraced {}", stat_us(u)))
         .unwrap_or_default();
+    let budgeted = a
+        .inputs
+        .get(c.trace)
+        .is_some_and(|i| i.trace_budget.is_some());
     let tracing = match &c.tracer_share {
-        Some(t) => format!("; {}", t.describe()),
+        // "tracing ×R on …": its figures are the report's.
+        Some(t) => t
+            .describe()
+            .split(" (")
+            .next()
+            .map(|x| format!("; {x}"))
+            .unwrap_or_default(),
         // Under a budget, a cell none of whose work went untraced has nothing to set its
         // traced period against.
         None if budgeted && c.sampled.is_none() => {
@@ -71,10 +70,29 @@ fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
         }
         None => String::new(),
     };
+    // The coverage a regime implies (eager 0 %, graphed 100 %) goes without saying here.
+    let implied = match c.observed.regime {
+        Some(crate::analysis::Regime::Eager) => 0.0,
+        Some(crate::analysis::Regime::Graphed) => 1.0,
+        None => -1.0,
+    };
+    let graphs = c
+        .observed
+        .graph_coverage
+        .filter(|&g| (g - implied).abs() > 1e-9)
+        .map(|g| {
+            let ops = c
+                .observed
+                .graph_coverage_ops
+                .map(|o| format!(", {} of ops", super::percent(o)))
+                .unwrap_or_default();
+            format!("; graphs ran {} of device time{ops}", super::percent(g))
+        })
+        .unwrap_or_default();
     format!(
-        "  {} — {}{mode}: {period}{sampled}{untraced}{vs}{coverage}{tracing}",
-        short_label(&c.label),
-        super::regime_label(c.observed.regime)
+        "  {}: {}{mode}, {period}{sampled}{vs}{untraced}{tracing}{graphs}",
+        alias_named(a, i),
+        super::regime_label(c.observed.regime),
     )
 }
 
@@ -100,21 +118,16 @@ fn tracer_effect_note(p: &crate::analysis::CellComparison) -> String {
     }
 }
 
-/// A cell's name in a line about it: "eager loop E1", "graph G1 replays", else its label.
-fn cell_name(c: &CellAnalysis) -> String {
-    match (&c.found, &c.graph_group) {
-        (Some(f), _) => format!("eager loop E{}", f.ordinal),
-        (None, Some(_)) => short_label(c.label.split(" (").next().unwrap_or(&c.label)),
-        (None, None) => short_label(&c.label),
-    }
-}
-
 /// Labels can be whole command lines; a screen needs the start.
 fn short_label(label: &str) -> String {
-    const MAX: usize = 70;
+    short_label_max(label, 70)
+}
+
+/// [`short_label`] of at most `max` characters.
+fn short_label_max(label: &str, max: usize) -> String {
     let label = super::printable(label);
-    if label.chars().count() > MAX {
-        label.chars().take(MAX - 1).collect::<String>() + "…"
+    if label.chars().count() > max {
+        label.chars().take(max - 1).collect::<String>() + "…"
     } else {
         label.into_owned()
     }
@@ -122,14 +135,15 @@ fn short_label(label: &str) -> String {
 
 /// The largest gaps over every cell: the op each precedes, its size and its cause.
 fn largest_gaps(a: &Analysis, s: &mut String) {
-    let mut gaps: Vec<(&CellAnalysis, &crate::analysis::SequenceEntry)> = a
+    let mut gaps: Vec<(usize, &crate::analysis::SequenceEntry)> = a
         .cells
         .iter()
-        .flat_map(|c| {
+        .enumerate()
+        .flat_map(|(i, c)| {
             c.sequence
                 .iter()
                 .filter(|e| e.gap_before.median > 0.0)
-                .map(move |e| (c, e))
+                .map(move |e| (i, e))
         })
         .collect();
     // One stable sort over every cell: ties stay in cell, then sequence, order.
@@ -138,13 +152,13 @@ fn largest_gaps(a: &Analysis, s: &mut String) {
         return;
     }
     let _ = writeln!(s, "Largest gaps (median per step, before the op named):");
-    for (c, e) in gaps.into_iter().take(MAX_GAPS) {
+    for (i, e) in gaps.into_iter().take(MAX_GAPS) {
         let _ = writeln!(
             s,
-            "  {} before {} in {} — {}",
+            "  {}: {} before {} — {}",
+            alias(i),
             stat_us(&e.gap_before),
             op_with_provenance(e),
-            short_label(&c.label),
             e.gap_cause_label
         );
     }
@@ -172,19 +186,13 @@ fn pairings(a: &Analysis, s: &mut String) {
         .iter()
         .filter_map(|p| {
             let pairing = p.pairing.as_ref()?;
-            (pairing.basis != crate::analysis::PairBasis::Workload).then(|| {
-                format!(
-                    "  {} ↔ {}: {}",
-                    cell_name(&a.cells[p.head]),
-                    cell_name(&a.cells[p.base]),
-                    pairing.text
-                )
-            })
+            (pairing.basis != crate::analysis::PairBasis::Workload)
+                .then(|| format!("  {} ↔ {}: {}", alias(p.head), alias(p.base), pairing.text))
         })
         .chain(
             a.not_paired
                 .iter()
-                .map(|n| format!("  {}: {}", cell_name(&a.cells[n.cell]), n.text)),
+                .map(|n| format!("  {}: {}", alias(n.cell), n.text)),
         )
         .collect();
     if lines.is_empty() {
@@ -203,9 +211,308 @@ fn pairings(a: &Analysis, s: &mut String) {
     }
 }
 
-/// The terminal summary of `analyze` and `run`.
+/// The widest line a screen prints: longer ones are wrapped at a space, continued indented.
+pub const SCREEN_WIDTH: usize = 120;
+
+/// A cell's alias on a screen: "C3" for the third cell, defined once in the cells list (and in
+/// the headline, for its cell).
+fn alias(i: usize) -> String {
+    format!("C{}", i + 1)
+}
+
+/// "C3 graphed mode=2 emu fresh": an alias with its (shortened) name, where it is defined.
+fn alias_named(a: &Analysis, i: usize) -> String {
+    a.cells.get(i).map_or_else(
+        || alias(i),
+        |c| format!("{} {}", alias(i), short_label_max(&c.label, 40)),
+    )
+}
+
+/// The three lines the screen leads with: the worst cell, its largest cause, its fix.
+fn headline(a: &Analysis, s: &mut String) {
+    use crate::analysis::headline::Basis;
+    let Some(h) = &a.headline else {
+        let _ = writeln!(s, "Worst cell: none (no cells)");
+        let _ = writeln!(s, "  largest cause: —");
+        let _ = writeln!(s, "  fix: no change needed");
+        return;
+    };
+    let c = &a.cells[h.cell];
+    let period = match (&c.period, c.first_launch_period) {
+        (Some(p), _) => format!("{} a step", stat_us(p)),
+        (None, Some(p)) => format!("{} a first launch", stat_us(&p)),
+        (None, None) => format!("no period ({})", c.why_no_period().unwrap_or_default()),
+    };
+    let against = match (h.basis, h.twin) {
+        (Basis::SlowerThanTwin, Some(t)) => {
+            let r = twin_ratio(a, t, h.cell).map_or(String::new(), |r| format!(" ({r})"));
+            format!(", slower than {}{r}", alias(t))
+        }
+        _ => a
+            .regime_pairs
+            .iter()
+            .find(|p| p.head == h.cell)
+            .and_then(|p| Some(format!(", {} of {}", ratio(p.ratio?), alias(p.base))))
+            .unwrap_or_default(),
+    };
+    let _ = writeln!(
+        s,
+        "Worst cell: {} — {period}{against}",
+        alias_named(a, h.cell)
+    );
+    let _ = match &h.cause {
+        Some(cause) => writeln!(
+            s,
+            "  largest cause: {} {} a step{}",
+            cause.cause.label(),
+            stat_us(&cause.per_step),
+            cause
+                .share_of_step
+                .map(|x| format!(", {} of the step", super::percent(x)))
+                .unwrap_or_default()
+        ),
+        None => writeln!(s, "  largest cause: none (the step has no idle time)"),
+    };
+    let fix = h.fix.and_then(|f| a.remedies.get(f));
+    let _ = match fix.and_then(|r| Some((r, r.predicted_saving_ns?))) {
+        Some((r, saving)) => writeln!(
+            s,
+            "  fix: {} — predicted saving {} a step",
+            r.kind.spec().short,
+            super::remedies::saving_us(&saving)
+        ),
+        None => writeln!(
+            s,
+            "  fix: no change needed (no fix gapscope knows predicts a saving beyond its spread)"
+        ),
+    };
+}
+
+/// The period ratio of `cell` to `twin`, from the pair that compares them.
+fn twin_ratio(a: &Analysis, twin: usize, cell: usize) -> Option<String> {
+    a.regime_pairs
+        .iter()
+        .chain(&a.mode_pairs)
+        .find(|p| p.base == twin && p.head == cell)
+        .and_then(|p| p.ratio)
+        .map(ratio)
+}
+
+/// "the part is S % of it", capped: a part larger than the whole difference (other parts
+/// shrank) is said so instead of as a share over 100 %.
+pub(crate) fn share_of(part: f64, whole: f64) -> Option<String> {
+    if whole <= 0.0 || part <= 0.0 {
+        return None;
+    }
+    let share = part / whole;
+    Some(if share > 1.0 {
+        "more than all of it (other parts of it shrank)".to_owned()
+    } else {
+        format!("{} of it", super::percent(share))
+    })
+}
+
+/// Mode 2 vs mode 1, one line a pair.
+fn mode_lines(a: &Analysis, s: &mut String) {
+    if a.mode_pairs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "Mode 2 vs mode 1 (graphs with vs without external event nodes):"
+    );
+    for p in &a.mode_pairs {
+        use crate::analysis::CauseKind;
+        let external = p.gap_growth_of(CauseKind::ExternalEventWait);
+        // Under tracing a replay can turn host-bound: the host's part of the difference,
+        // and what is left of it on the device (when the host's part is a part of it).
+        let host = p.gap_growth_of(CauseKind::GraphLaunchHostBound)
+            + p.gap_growth_of(CauseKind::HostLaunchBound);
+        let host_part = match p.period_delta {
+            Some(d) if host != 0.0 && (0.0..=1.0).contains(&(host / d)) => format!(
+                "; host-bound launch gaps {} µs, the rest {} µs",
+                us2_signed(host),
+                us2_signed(d - host)
+            ),
+            _ => String::new(),
+        };
+        let change = super::markdown::comparison_change_label(p);
+        let (b, h) = (&a.cells[p.base], &a.cells[p.head]);
+        let who = format!("{} vs {}", alias(p.head), alias(p.base));
+        if p.judged_untraced
+            && let (Some(bu), Some(hu), Some(d)) = (
+                &b.untraced_period,
+                &h.untraced_period,
+                p.untraced_period_delta,
+            )
+        {
+            let share = p
+                .period_delta
+                .and_then(|t| share_of(external, t))
+                .map(|x| format!(", {x}"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "  {who}: untraced mode 1 {} → mode 2 {} µs ({change}, Δ {} µs); traced Δ {} µs: external event wait {} µs{share}{host_part}{}",
+                us2(bu.median),
+                us2(hu.median),
+                us2_signed(d),
+                p.period_delta.map_or("—".into(), us2_signed),
+                us2_signed(external),
+                tracer_effect_note(p)
+            );
+            continue;
+        }
+        let median = |c: &CellAnalysis| c.period.as_ref().map_or("—".into(), |x| us2(x.median));
+        let _ = writeln!(
+            s,
+            "  {who}: mode 1 {} → mode 2 {} µs ({change}, Δ {} µs; external event wait {} µs{host_part}){}",
+            median(b),
+            median(h),
+            p.period_delta.map_or("—".into(), us2_signed),
+            us2_signed(external),
+            tracer_effect_note(p)
+        );
+    }
+}
+
+/// "What to change": the fixes given (each with its predicted saving), and the cells whose
+/// figures are too few to judge one.
+fn what_to_change(a: &Analysis, s: &mut String) {
+    // Where the figures are too few to judge, the screen says so instead of a remedy.
+    let unjudged: Vec<&crate::analysis::remedy::Withheld> = a
+        .withheld_remedies
+        .iter()
+        .filter(|w| w.too_few_steps)
+        .collect();
+    if !unjudged.is_empty() {
+        let _ = writeln!(s, "No remedy judged (too few steps):");
+    }
+    for w in unjudged.iter().take(MAX_GAPS) {
+        let _ = writeln!(
+            s,
+            "  {}: no remedy ({}): {}",
+            alias(w.remedy.cell),
+            w.remedy.kind.label(),
+            w.why
+        );
+    }
+    if !a.remedies.is_empty() {
+        let _ = writeln!(s, "What to change:");
+    }
+    for r in a.remedies.iter().take(MAX_GAPS) {
+        let Some(v) = &r.predicted_saving_ns else {
+            continue;
+        };
+        let _ = writeln!(
+            s,
+            "  {}: {} — predicted saving {} a step ({})",
+            alias(r.cell),
+            r.action,
+            super::remedies::saving_us(v),
+            r.basis
+        );
+    }
+}
+
+/// One line a cell: its alias and name, regime, period, ratio to its twin, sampling.
+fn cell_lines(a: &Analysis, s: &mut String) {
+    let _ = writeln!(s, "Cells (step period median [p10–p90] n):");
+    for (i, c) in a.cells.iter().enumerate().take(MAX_CELLS) {
+        let _ = writeln!(s, "{}", cell_line(a, i, c));
+    }
+    if a.cells.len() > MAX_CELLS {
+        let _ = writeln!(s, "  … and {} more cells", a.cells.len() - MAX_CELLS);
+    }
+}
+
+/// Notes on the inputs and warnings about cells.
+fn notes(a: &Analysis, s: &mut String) {
+    for (i, input) in a.inputs.iter().enumerate() {
+        if let Some((lost_work, line)) = super::completeness_line(&input.completeness) {
+            let mark = if lost_work { "⚠" } else { "Note:" };
+            let _ = writeln!(s, "{mark} input {i}: {line}");
+        }
+        if input.source == crate::trace::Source::Nsys {
+            // What the import inferred, and what its graph mode cannot show.
+            for n in &input.notes {
+                let _ = writeln!(s, "Note: input {i} (Nsight Systems import): {n}");
+            }
+        }
+        if input.source == crate::trace::Source::Kineto {
+            let _ = writeln!(
+                s,
+                "Note: input {i} (Kineto import) records no graph node creation: its replayed ops have no provenance"
+            );
+        }
+    }
+    for (i, c) in a.cells.iter().enumerate() {
+        let mut warn = |text: String| {
+            let _ = writeln!(s, "⚠ {}: {text}", alias_named(a, i));
+        };
+        if let Some(e) = &c.observed.eager_in_graphed {
+            warn(super::eager_in_graphed_label(e));
+        }
+        if c.observed.compiled_without_graphs {
+            warn(super::compiled_without_graphs_label(c));
+        }
+        if let Some(l) = &c.observed.left_out {
+            warn(super::left_out_label(l));
+        }
+    }
+}
+
+/// A summary fit for a terminal: every line of `text` at most [`SCREEN_WIDTH`] characters, a
+/// longer one broken at the last space that fits (never between a number and its unit), its
+/// rest indented 4 more than the line. The summaries are made of whole lines; the commands
+/// print them through this.
+pub fn fit_screen(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 64);
+    for (n, line) in text.split('\n').enumerate() {
+        if n > 0 {
+            out.push('\n');
+        }
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        let more = " ".repeat(indent + 4);
+        let mut rest: &str = line;
+        let mut first = true;
+        loop {
+            let room = if first {
+                SCREEN_WIDTH
+            } else {
+                SCREEN_WIDTH - more.len()
+            };
+            let lead = if first { "" } else { more.as_str() };
+            if rest.chars().count() <= room {
+                out.push_str(lead);
+                out.push_str(rest);
+                break;
+            }
+            let cut = rest
+                .char_indices()
+                .take_while(|(i, _)| rest[..*i].chars().count() <= room)
+                .filter(|(_, c)| *c == ' ')
+                .map(|(i, _)| i)
+                // A unit stays with its number.
+                .filter(|&i| !rest[i + 1..].starts_with("µs") && !rest[i + 1..].starts_with('%'))
+                .filter(|&i| i > indent)
+                .last()
+                .unwrap_or_else(|| rest.char_indices().nth(room).map_or(rest.len(), |(i, _)| i));
+            out.push_str(lead);
+            out.push_str(rest[..cut].trim_end());
+            out.push('\n');
+            rest = rest[cut..].trim_start();
+            first = false;
+        }
+    }
+    out
+}
+
+/// The terminal summary of `analyze` and `run`: the answer first (the worst cell, its largest
+/// cause, its fix), then the cells one line each, then the evidence.
 pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
     let mut s = String::new();
+    headline(a, &mut s);
     let devices: Vec<&str> = a
         .inputs
         .iter()
@@ -227,6 +534,9 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
             String::new()
         }
     );
+    what_to_change(a, &mut s);
+    steps_found(a, &mut s);
+    cell_lines(a, &mut s);
     if let Some(g) = &a.geomean_ratio {
         let _ = writeln!(
             s,
@@ -234,174 +544,8 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
             g.n, g.value, g.min, g.max
         );
     }
-    if !a.mode_pairs.is_empty() {
-        let _ = writeln!(
-            s,
-            "Mode 2 vs mode 1 (graphs with vs without external event nodes):"
-        );
-        for p in &a.mode_pairs {
-            use crate::analysis::CauseKind;
-            let external = p.gap_growth_of(CauseKind::ExternalEventWait);
-            // Under tracing a replay can turn host-bound: the host's part of the difference,
-            // and what is left of it on the device (when the host's part is a part of it).
-            let host = p.gap_growth_of(CauseKind::GraphLaunchHostBound)
-                + p.gap_growth_of(CauseKind::HostLaunchBound);
-            let host_part = match p.period_delta {
-                Some(d) if host != 0.0 && (0.0..=1.0).contains(&(host / d)) => format!(
-                    "; host-bound launch gaps {} µs, the rest {} µs",
-                    us2_signed(host),
-                    us2_signed(d - host)
-                ),
-                _ => String::new(),
-            };
-            let change = super::markdown::comparison_change_label(p);
-            let (b, h) = (&a.cells[p.base], &a.cells[p.head]);
-            if p.judged_untraced
-                && let (Some(bu), Some(hu), Some(d)) = (
-                    &b.untraced_period,
-                    &h.untraced_period,
-                    p.untraced_period_delta,
-                )
-            {
-                let share = p
-                    .period_delta
-                    .filter(|&t| t > 0.0 && external > 0.0)
-                    .map(|t| format!(", {:.0} % of it", 100.0 * external / t))
-                    .unwrap_or_default();
-                let _ = writeln!(
-                    s,
-                    "  {}: untraced mode 1 {} → mode 2 {} µs ({change}, Δ {} µs); traced Δ {} µs: external event wait {} µs{share}{host_part}{}",
-                    short_label(&h.label),
-                    us2(bu.median),
-                    us2(hu.median),
-                    us2_signed(d),
-                    p.period_delta.map_or("—".into(), us2_signed),
-                    us2_signed(external),
-                    tracer_effect_note(p)
-                );
-                continue;
-            }
-            let _ = writeln!(
-                s,
-                "  {}: mode 1 {} → mode 2 {} µs ({}, Δ {} µs; external event wait {} µs{host_part}){}",
-                short_label(&a.cells[p.head].label),
-                a.cells[p.base]
-                    .period
-                    .as_ref()
-                    .map_or("—".into(), |x| us2(x.median)),
-                a.cells[p.head]
-                    .period
-                    .as_ref()
-                    .map_or("—".into(), |x| us2(x.median)),
-                change,
-                p.period_delta.map_or("—".into(), us2_signed),
-                us2_signed(external),
-                tracer_effect_note(p)
-            );
-        }
-    }
-    // A remedy whose measured saving is not positive would not help here: the report keeps it
-    // with its figures, the screen leaves it out.
-    let helpful: Vec<&crate::analysis::remedy::Remedy> = a
-        .remedies
-        .iter()
-        .filter(|r| {
-            r.predicted_saving_ns
-                .as_ref()
-                .is_none_or(|v| v.median > 0.0)
-        })
-        .collect();
-    // Where the figures are too few to judge, the screen says so instead of a remedy.
-    let unjudged: Vec<&crate::analysis::remedy::Withheld> = a
-        .withheld_remedies
-        .iter()
-        .filter(|w| w.too_few_steps)
-        .collect();
-    if !helpful.is_empty() || !unjudged.is_empty() {
-        let _ = writeln!(s, "What to change:");
-    }
-    for w in unjudged.iter().take(MAX_GAPS) {
-        let cell = a
-            .cells
-            .get(w.remedy.cell)
-            .map_or("—".to_owned(), |c| short_label(&c.label));
-        let _ = writeln!(
-            s,
-            "  {cell}: no remedy ({}): {}",
-            w.remedy.kind.label(),
-            w.why
-        );
-    }
-    if !helpful.is_empty() {
-        for r in helpful.iter().take(MAX_GAPS) {
-            let cell = a
-                .cells
-                .get(r.cell)
-                .map_or("—".to_owned(), |c| short_label(&c.label));
-            let _ = match &r.predicted_saving_ns {
-                Some(v) => writeln!(
-                    s,
-                    "  {cell}: {} — predicted saving {} µs a step ({})",
-                    r.action,
-                    super::remedies::saving(v),
-                    r.basis
-                ),
-                None => writeln!(s, "  {cell}: {} — {}", r.action, r.basis),
-            };
-        }
-    }
-    steps_found(a, &mut s);
-    let _ = writeln!(s, "Cells (step period median [p10–p90] n):");
-    for (i, c) in a.cells.iter().enumerate().take(MAX_CELLS) {
-        let _ = writeln!(s, "{}", cell_line(a, i, c));
-    }
-    if a.cells.len() > MAX_CELLS {
-        let _ = writeln!(s, "  … and {} more cells", a.cells.len() - MAX_CELLS);
-    }
-    for (i, input) in a.inputs.iter().enumerate() {
-        if let Some((lost_work, line)) = super::completeness_line(&input.completeness) {
-            let mark = if lost_work { "⚠" } else { "Note:" };
-            let _ = writeln!(s, "{mark} input {i}: {line}");
-        }
-        if input.source == crate::trace::Source::Nsys {
-            // What the import inferred, and what its graph mode cannot show.
-            for n in &input.notes {
-                let _ = writeln!(s, "Note: input {i} (Nsight Systems import): {n}");
-            }
-        }
-        if input.source == crate::trace::Source::Kineto {
-            let _ = writeln!(
-                s,
-                "Note: input {i} (Kineto import) records no graph node creation: its replayed ops have no provenance"
-            );
-        }
-    }
-    for c in &a.cells {
-        if let Some(e) = &c.observed.eager_in_graphed {
-            let _ = writeln!(
-                s,
-                "⚠ {}: {}",
-                short_label(&c.label),
-                super::eager_in_graphed_label(e)
-            );
-        }
-        if c.observed.compiled_without_graphs {
-            let _ = writeln!(
-                s,
-                "⚠ {}: {}",
-                short_label(&c.label),
-                super::compiled_without_graphs_label(c)
-            );
-        }
-        if let Some(l) = &c.observed.left_out {
-            let _ = writeln!(
-                s,
-                "⚠ {}: {}",
-                short_label(&c.label),
-                super::left_out_label(l)
-            );
-        }
-    }
+    mode_lines(a, &mut s);
+    notes(a, &mut s);
     pairings(a, &mut s);
     largest_gaps(a, &mut s);
     let _ = write!(s, "{}", full_report_line(full_report));
@@ -452,19 +596,24 @@ pub fn comparison_summary(c: &Comparison, full_report: Option<&str>) -> String {
         let _ = writeln!(s, "{line}");
     }
     if !c.realised.is_empty() {
-        let _ = writeln!(s, "Predicted vs realised savings (µs a step):");
+        let _ = writeln!(s, "Predicted vs realised savings (a step):");
         for r in c.realised.iter().take(MAX_CELLS) {
+            // The figures are on the line: the reason only where there are none to read.
+            use crate::analysis::remedy::Realisation;
+            let why = match r.verdict {
+                Realisation::NotApplied | Realisation::Unknown => format!(": {}", r.why),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 s,
-                "  {}: {} predicted {}, measured {} — {}: {}",
+                "  {}: {} predicted {}, measured {} — {}{why}",
                 short_label(&r.base_label),
                 r.kind.label(),
-                super::remedies::saving(&r.predicted_ns),
+                super::remedies::saving_us(&r.predicted_ns),
                 r.measured_ns
                     .as_ref()
-                    .map_or("—".to_owned(), super::remedies::saving),
+                    .map_or("—".to_owned(), super::remedies::saving_us),
                 r.verdict.label(),
-                r.why
             );
         }
     }
@@ -512,7 +661,7 @@ mod tests {
         assert!(a.regime_pairs.is_empty());
         let s = analysis_summary(&a, None);
         assert!(
-            s.contains("n=19 before coll (← ncclAllGather) in graphed mode=2"),
+            s.contains("C1: ") && s.contains("n=19 before coll (← ncclAllGather) — "),
             "{s}"
         );
         assert_eq!(

@@ -21,13 +21,12 @@ const AXIS_H: f64 = 30.0;
 const PANEL_GAP: f64 = 26.0;
 const CHAR_W: f64 = 6.2;
 
-/// The pair `step.svg` draws: the one where the graph loses most against eager, what a reader
-/// wants to see. `None` without an eager/graphed pair.
-pub fn worst_pair(analysis: &Analysis) -> Option<&CellComparison> {
-    analysis.regime_pairs.iter().max_by(|a, b| {
-        let d = |p: &CellComparison| p.period_delta.unwrap_or(f64::MIN);
-        d(a).total_cmp(&d(b))
-    })
+/// The pair `step.svg` draws and its step, as the analysis chose them
+/// ([`crate::analysis::headline::Picture`]: the headline cell's pair, at its most typical step).
+/// `None` without an eager/graphed pair.
+pub fn worst_pair(analysis: &Analysis) -> Option<(&CellComparison, usize)> {
+    let picture = analysis.headline.as_ref()?.picture?;
+    Some((analysis.regime_pairs.get(picture.pair)?, picture.step))
 }
 
 /// One aligned step of a regime pair of `analysis` (`pair.base`, `pair.head` index
@@ -320,6 +319,7 @@ impl<'a> Panel<'a> {
         let _ = writeln!(s, "<text x=\"8\" y=\"{:.1}\">gaps</text>", gy + 13.0);
 
         // Gaps: a faint band across the stream rows and a solid box on the gaps row.
+        let largest = step.gaps.iter().max_by_key(|g| g.len());
         for g in &step.gaps {
             if g.end <= g.start {
                 continue;
@@ -341,6 +341,29 @@ impl<'a> Panel<'a> {
                 s,
                 "<rect class=\"gap\" x=\"{x:.1}\" y=\"{gy:.1}\" width=\"{w:.1}\" height=\"{ROW_H}\" fill=\"{colour}\"><title>{tip}</title></rect>"
             );
+            let label = format!(
+                "largest gap: {} {} µs",
+                g.cause.kind().label(),
+                us2(g.len() as f64)
+            );
+            let fits = label.chars().count() as f64 * CHAR_W + 4.0 <= w;
+            if largest == Some(g) {
+                // The step's largest gap, named by its cause and size: in its box where it fits,
+                // else at the right of the panel's title line.
+                let (lx, ly, anchor) = if fits {
+                    (x + 2.0, gy + 13.0, "start")
+                } else {
+                    (WIDTH - RIGHT, top + 14.0, "end")
+                };
+                let _ = writeln!(
+                    s,
+                    "<text class=\"largest-gap\" x=\"{lx:.1}\" y=\"{ly:.1}\" font-size=\"10\" font-weight=\"bold\" text-anchor=\"{anchor}\">{}</text>",
+                    xml_escape(&label)
+                );
+                if fits {
+                    continue;
+                }
+            }
             if w >= 40.0 {
                 let _ = writeln!(
                     s,

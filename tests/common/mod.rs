@@ -23,6 +23,23 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// A screen as whole lines: the lines `fit_screen` broke (continued 4 or more spaces in) joined.
+pub fn unwrapped(screen: &str) -> String {
+    let mut out = String::with_capacity(screen.len());
+    for (i, line) in screen.split('\n').enumerate() {
+        if i > 0 && line.starts_with("    ") {
+            out.push(' ');
+            out.push_str(line.trim_start());
+        } else {
+            if i > 0 {
+                out.push('\n');
+            }
+            out.push_str(line);
+        }
+    }
+    out
+}
+
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

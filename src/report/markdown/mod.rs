@@ -800,11 +800,11 @@ fn sweep_section(s: &mut String, a: &Analysis) {
                         .iter()
                         .find(|g| g.0 == crate::analysis::CauseKind::ExternalEventWait)
                         .map_or("no external event node".to_owned(), |g| g.1.clone());
-                    let share = if d > 0.0 {
-                        format!(" = {:.0} % of Δ", 100.0 * external / d)
-                    } else {
-                        String::new()
-                    };
+                    // A part larger than Δ (other parts shrank) is said so, not as a share
+                    // over 100 %.
+                    let share = crate::report::summary::share_of(external, d)
+                        .map(|x| format!(" = {}", x.replace(" of it", " of Δ")))
+                        .unwrap_or_default();
                     let only_external = p
                         .graph_difference
                         .as_deref()

@@ -1,0 +1,213 @@
+//! The answer a screen and a report lead with: the cell the user can gain most on, its largest
+//! idle cause, the fix for it (or none needed), and the step a picture of it should draw.
+//! Decided here, once; the renderers print it.
+#![forbid(unsafe_code)]
+
+use super::stats::Stat;
+use super::{Analysis, CauseKind, CellAnalysis, CellComparison};
+use serde::Serialize;
+
+/// Why the headline's cell leads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Basis {
+    /// A fix is given for it, with the largest predicted saving of any cell.
+    PredictedSaving,
+    /// No fix is given anywhere; it is the slowest beyond the spread against its twin (eager
+    /// vs graphed, or mode 2 vs mode 1).
+    SlowerThanTwin,
+    /// No fix, no slowdown: the cell with the largest share of its step idle.
+    MostIdle,
+}
+
+/// The headline cell's largest idle cause.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LeadingCause {
+    pub cause: CauseKind,
+    /// The cause as the largest gap of that cause names it.
+    pub example: String,
+    /// Idle time of this cause per step (ns).
+    pub per_step: Stat,
+    /// Its median as a share (0–1) of the cell's median step period, when it has one.
+    pub share_of_step: Option<f64>,
+}
+
+/// The step a picture of the headline draws: step `step` (a position in each cell's steps) of
+/// the eager ↔ graphed pair `pair` (an index into [`Analysis::regime_pairs`]): the step whose
+/// periods are closest to both cells' medians.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Picture {
+    pub pair: usize,
+    pub step: usize,
+}
+
+/// See the module doc.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Headline {
+    /// Index into [`Analysis::cells`].
+    pub cell: usize,
+    pub basis: Basis,
+    /// What the user can gain on the cell a step (ns): the fix's predicted saving, else the
+    /// slowdown against its twin, else 0.
+    pub gain_ns: f64,
+    /// The twin the cell is slower than (an index into [`Analysis::cells`]), for
+    /// [`Basis::SlowerThanTwin`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub twin: Option<usize>,
+    pub cause: Option<LeadingCause>,
+    /// The fix: an index into [`Analysis::remedies`]; `None`: no change needed (no fix gapscope
+    /// knows predicts a saving beyond its spread).
+    pub fix: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub picture: Option<Picture>,
+}
+
+/// The headline of `a` (its remedies and pairs made); `None` without cells.
+pub fn headline(a: &Analysis) -> Option<Headline> {
+    let (cell, basis, gain_ns, twin, fix) = by_fix(a)
+        .or_else(|| by_slowdown(a))
+        .or_else(|| by_idle(a))?;
+    let cause = leading_cause(&a.cells[cell]);
+    Some(Headline {
+        cell,
+        basis,
+        gain_ns,
+        twin,
+        cause,
+        fix,
+        picture: picture(a, cell),
+    })
+}
+
+type Choice = (usize, Basis, f64, Option<usize>, Option<usize>);
+
+/// The given fix with the largest predicted saving, and its cell.
+fn by_fix(a: &Analysis) -> Option<Choice> {
+    a.remedies
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| Some((i, r.cell, r.predicted_saving_ns?.median)))
+        .max_by(|x, y| x.2.total_cmp(&y.2).then(y.0.cmp(&x.0)))
+        .map(|(fix, cell, gain)| (cell, Basis::PredictedSaving, gain, None, Some(fix)))
+}
+
+/// The pair (eager ↔ graphed, mode 1 ↔ mode 2) whose head is slower beyond the spread by most.
+fn by_slowdown(a: &Analysis) -> Option<Choice> {
+    a.regime_pairs
+        .iter()
+        .chain(&a.mode_pairs)
+        .filter(|p| p.change == Some(super::stats::Change::Slower))
+        .filter_map(|p| Some((p, judged_delta(p)?)))
+        .filter(|(_, d)| *d > 0.0)
+        .max_by(|x, y| x.1.total_cmp(&y.1))
+        .map(|(p, d)| (p.head, Basis::SlowerThanTwin, d, Some(p.base), None))
+}
+
+/// Head − base on the periods the pair's change was judged on.
+fn judged_delta(p: &CellComparison) -> Option<f64> {
+    if p.judged_untraced {
+        p.untraced_period_delta.or(p.period_delta)
+    } else {
+        p.period_delta
+    }
+}
+
+/// The cell with the largest share of its step idle, an eager cell whose graphed twin is
+/// faster last (the user has the better version already); else the first.
+fn by_idle(a: &Analysis) -> Option<Choice> {
+    let replaced = |i: usize| {
+        a.regime_pairs
+            .iter()
+            .any(|p| p.base == i && p.change == Some(super::stats::Change::Faster))
+    };
+    let share = |i: usize, c: &CellAnalysis| match (&c.idle, c.period.or(c.first_launch_period)) {
+        (Some(idle), Some(p)) if p.median > 0.0 && !replaced(i) => idle.median / p.median,
+        (Some(_), Some(_)) => -0.5,
+        _ => -1.0,
+    };
+    let (cell, _) = a.cells.iter().enumerate().max_by(|x, y| {
+        share(x.0, x.1)
+            .total_cmp(&share(y.0, y.1))
+            .then(y.0.cmp(&x.0))
+    })?;
+    Some((cell, Basis::MostIdle, 0.0, None, None))
+}
+
+fn leading_cause(c: &CellAnalysis) -> Option<LeadingCause> {
+    let top = c.idle_by_cause.first()?;
+    let step = c.period.or(c.first_launch_period).map(|p| p.median);
+    Some(LeadingCause {
+        cause: top.cause,
+        example: top.example.clone(),
+        per_step: top.per_step,
+        share_of_step: step.filter(|&s| s > 0.0).map(|s| top.per_step.median / s),
+    })
+}
+
+/// The eager ↔ graphed pair `cell` is in (else the one losing most), and its most typical step.
+fn picture(a: &Analysis, cell: usize) -> Option<Picture> {
+    let delta = |p: &CellComparison| p.period_delta.unwrap_or(f64::MIN);
+    let (pair, p) = a
+        .regime_pairs
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.head == cell || p.base == cell)
+        .max_by(|x, y| delta(x.1).total_cmp(&delta(y.1)))
+        .or_else(|| {
+            a.regime_pairs
+                .iter()
+                .enumerate()
+                .max_by(|x, y| delta(x.1).total_cmp(&delta(y.1)))
+        })?;
+    Some(Picture {
+        pair,
+        step: typical_step(&a.cells[p.base], &a.cells[p.head]),
+    })
+}
+
+/// The step position whose periods in both cells are closest to their medians (each distance
+/// relative to its median); step 1 when no position has both.
+fn typical_step(base: &CellAnalysis, head: &CellAnalysis) -> usize {
+    let (Some(bm), Some(hm)) = (base.period, head.period) else {
+        return 1;
+    };
+    let off = |p: u64, m: &Stat| (p as f64 - m.median).abs() / m.median.max(1.0);
+    base.steps
+        .iter()
+        .zip(&head.steps)
+        .enumerate()
+        .filter_map(|(k, (b, h))| Some((k, off(b.period?, &bm) + off(h.period?, &hm))))
+        .min_by(|x, y| x.1.total_cmp(&y.1))
+        .map_or(1, |(k, _)| k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::{AnalysisOptions, analyze};
+    use crate::trace::synthetic;
+
+    #[test]
+    fn the_headline_is_the_fix_with_the_largest_saving_and_its_cells_largest_cause() {
+        let a = analyze(
+            &[synthetic::emu_experiment(40)],
+            &["t".to_owned()],
+            &AnalysisOptions::default(),
+        );
+        let h = a.headline.as_ref().expect("a headline");
+        let fix = &a.remedies[h.fix.expect("a fix")];
+        assert_eq!(fix.cell, h.cell);
+        assert_eq!(h.basis, Basis::PredictedSaving);
+        assert!(
+            a.remedies
+                .iter()
+                .all(|r| r.predicted_saving_ns.unwrap().median <= h.gain_ns)
+        );
+        let cause = h.cause.as_ref().unwrap();
+        assert_eq!(cause.cause, a.cells[h.cell].idle_by_cause[0].cause);
+        let p = h.picture.expect("a picture");
+        let pair = &a.regime_pairs[p.pair];
+        assert!(pair.head == h.cell || pair.base == h.cell);
+        assert!(a.cells[pair.head].steps[p.step].period.is_some());
+    }
+}
