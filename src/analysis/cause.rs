@@ -706,23 +706,21 @@ pub fn analyze_cell(
 }
 
 fn idle_by_cause(steps: &[&Step]) -> Vec<CauseTotal> {
-    let mut per_kind: FxHashMap<CauseKind, (Vec<f64>, u64, String)> = FxHashMap::default();
+    let mut per_kind: FxHashMap<CauseKind, (Vec<f64>, String)> = FxHashMap::default();
     for (i, step) in steps.iter().enumerate() {
         for gap in &step.gaps {
             let kind = gap.cause.kind();
             let entry = per_kind
                 .entry(kind)
-                .or_insert_with(|| (vec![0.0; steps.len()], 0, String::new()));
+                // The first step's gap names the example, as the step sequence's causes do,
+                // so that a fresh graph per step (new node ids each) cites one node everywhere.
+                .or_insert_with(|| (vec![0.0; steps.len()], gap.cause.label()));
             entry.0[i] += gap.len() as f64;
-            if gap.len() > entry.1 {
-                entry.1 = gap.len();
-                entry.2 = gap.cause.label();
-            }
         }
     }
     let mut totals: Vec<CauseTotal> = per_kind
         .into_iter()
-        .filter_map(|(cause, (mut v, _, example))| {
+        .filter_map(|(cause, (mut v, example))| {
             Some(CauseTotal {
                 cause,
                 example,

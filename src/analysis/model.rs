@@ -381,7 +381,7 @@ pub struct SequenceEntry {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CauseTotal {
     pub cause: CauseKind,
-    /// Label of the largest contribution (names nodes and APIs).
+    /// Label of its gap in the first step that has one (names nodes and APIs).
     pub example: String,
     pub per_step: Stat,
 }

@@ -472,3 +472,70 @@ mod end_to_end {
         }
     }
 }
+
+/// The headline's three texts — the worst cell with its period, its largest cause, its fix —
+/// with cells named by `named` (where the cell is introduced) and `short` (a twin, named
+/// again): the screen's first lines and report.md's verdict.
+pub(crate) fn headline_texts(
+    a: &crate::analysis::Analysis,
+    named: &dyn Fn(usize) -> String,
+    short: &dyn Fn(usize) -> String,
+) -> [String; 3] {
+    use crate::analysis::headline::Basis;
+    let Some(h) = &a.headline else {
+        return [
+            "none (no cells)".to_owned(),
+            "—".to_owned(),
+            "no change needed".to_owned(),
+        ];
+    };
+    let c = &a.cells[h.cell];
+    let period = match (&c.period, c.first_launch_period) {
+        (Some(p), _) => format!("{} a step", stat_us(p)),
+        (None, Some(p)) => format!("{} a first launch", stat_us(&p)),
+        (None, None) => format!("no period ({})", c.why_no_period().unwrap_or_default()),
+    };
+    let twin_ratio = |twin: usize| {
+        a.regime_pairs
+            .iter()
+            .chain(&a.mode_pairs)
+            .find(|p| p.base == twin && p.head == h.cell)
+            .and_then(|p| p.ratio)
+            .map(ratio)
+    };
+    let against = match (h.basis, h.twin) {
+        (Basis::SlowerThanTwin, Some(t)) => {
+            let r = twin_ratio(t).map_or(String::new(), |r| format!(" ({r})"));
+            format!(", slower than {}{r}", short(t))
+        }
+        _ => a
+            .regime_pairs
+            .iter()
+            .find(|p| p.head == h.cell)
+            .and_then(|p| Some(format!(", {} of {}", ratio(p.ratio?), short(p.base))))
+            .unwrap_or_default(),
+    };
+    let cause = match &h.cause {
+        Some(cause) => format!(
+            "{} {} a step{}",
+            cause.cause.label(),
+            stat_us(&cause.per_step),
+            cause
+                .share_of_step
+                .map(|x| format!(", {} of the step", percent(x)))
+                .unwrap_or_default()
+        ),
+        None => "none (the step has no idle time)".to_owned(),
+    };
+    let fix = h.fix.and_then(|f| a.remedies.get(f));
+    let fix = match fix.and_then(|r| Some((r, r.predicted_saving_ns?))) {
+        Some((r, saving)) => format!(
+            "{} — predicted saving {} a step",
+            r.kind.spec().short,
+            remedies::saving_us(&saving)
+        ),
+        None => "no change needed (no fix gapscope knows predicts a saving beyond its spread)"
+            .to_owned(),
+    };
+    [format!("{} — {period}{against}", named(h.cell)), cause, fix]
+}

@@ -230,72 +230,10 @@ fn alias_named(a: &Analysis, i: usize) -> String {
 
 /// The three lines the screen leads with: the worst cell, its largest cause, its fix.
 fn headline(a: &Analysis, s: &mut String) {
-    use crate::analysis::headline::Basis;
-    let Some(h) = &a.headline else {
-        let _ = writeln!(s, "Worst cell: none (no cells)");
-        let _ = writeln!(s, "  largest cause: —");
-        let _ = writeln!(s, "  fix: no change needed");
-        return;
-    };
-    let c = &a.cells[h.cell];
-    let period = match (&c.period, c.first_launch_period) {
-        (Some(p), _) => format!("{} a step", stat_us(p)),
-        (None, Some(p)) => format!("{} a first launch", stat_us(&p)),
-        (None, None) => format!("no period ({})", c.why_no_period().unwrap_or_default()),
-    };
-    let against = match (h.basis, h.twin) {
-        (Basis::SlowerThanTwin, Some(t)) => {
-            let r = twin_ratio(a, t, h.cell).map_or(String::new(), |r| format!(" ({r})"));
-            format!(", slower than {}{r}", alias(t))
-        }
-        _ => a
-            .regime_pairs
-            .iter()
-            .find(|p| p.head == h.cell)
-            .and_then(|p| Some(format!(", {} of {}", ratio(p.ratio?), alias(p.base))))
-            .unwrap_or_default(),
-    };
-    let _ = writeln!(
-        s,
-        "Worst cell: {} — {period}{against}",
-        alias_named(a, h.cell)
-    );
-    let _ = match &h.cause {
-        Some(cause) => writeln!(
-            s,
-            "  largest cause: {} {} a step{}",
-            cause.cause.label(),
-            stat_us(&cause.per_step),
-            cause
-                .share_of_step
-                .map(|x| format!(", {} of the step", super::percent(x)))
-                .unwrap_or_default()
-        ),
-        None => writeln!(s, "  largest cause: none (the step has no idle time)"),
-    };
-    let fix = h.fix.and_then(|f| a.remedies.get(f));
-    let _ = match fix.and_then(|r| Some((r, r.predicted_saving_ns?))) {
-        Some((r, saving)) => writeln!(
-            s,
-            "  fix: {} — predicted saving {} a step",
-            r.kind.spec().short,
-            super::remedies::saving_us(&saving)
-        ),
-        None => writeln!(
-            s,
-            "  fix: no change needed (no fix gapscope knows predicts a saving beyond its spread)"
-        ),
-    };
-}
-
-/// The period ratio of `cell` to `twin`, from the pair that compares them.
-fn twin_ratio(a: &Analysis, twin: usize, cell: usize) -> Option<String> {
-    a.regime_pairs
-        .iter()
-        .chain(&a.mode_pairs)
-        .find(|p| p.base == twin && p.head == cell)
-        .and_then(|p| p.ratio)
-        .map(ratio)
+    let [worst, cause, fix] = super::headline_texts(a, &|i| alias_named(a, i), &alias);
+    let _ = writeln!(s, "Worst cell: {worst}");
+    let _ = writeln!(s, "  largest cause: {cause}");
+    let _ = writeln!(s, "  fix: {fix}");
 }
 
 /// "the part is S % of it", capped: a part larger than the whole difference (other parts

@@ -29,7 +29,9 @@ const TOP_GAPS: usize = 5;
 pub fn analysis_markdown(a: &Analysis) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "## gapscope: graphed vs eager\n");
-    inputs_section(&mut s, a, None);
+    // For a PR: the verdict and what to change first, the evidence after, the inputs last.
+    verdict_section(&mut s, a);
+    let _ = writeln!(s, "{}", super::remedies::remedies_section(a));
     warnings_section(&mut s, &[("", a)]);
 
     match &a.geomean_ratio {
@@ -45,7 +47,6 @@ pub fn analysis_markdown(a: &Analysis) -> String {
     }
 
     sweep_section(&mut s, a);
-    let _ = writeln!(s, "{}", super::remedies::remedies_section(a));
     reference_section(&mut s, a);
 
     // One table per workload key, cells in input order.
@@ -201,7 +202,22 @@ pub fn analysis_markdown(a: &Analysis) -> String {
     }
     unpaired_gaps_section(&mut s, a);
     idle_section(&mut s, a);
+    inputs_section(&mut s, a, None);
     crate::report::printable_report(s)
+}
+
+/// The analysis's headline as a PR reads it first: the worst cell, its largest cause, its fix.
+fn verdict_section(s: &mut String, a: &Analysis) {
+    let label = |i: usize| {
+        a.cells
+            .get(i)
+            .map_or_else(String::new, |c| md_cell(&c.label))
+    };
+    let [worst, cause, fix] = crate::report::headline_texts(a, &label, &label);
+    let _ = writeln!(
+        s,
+        "### Verdict\n\n- **Worst cell:** {worst}\n- **Largest cause:** {cause}\n- **Fix:** {fix}\n"
+    );
 }
 
 /// Cells no comparison covers (one trace, one regime) still show their largest gaps: the op
