@@ -10,7 +10,8 @@
 #![forbid(unsafe_code)]
 
 use super::stats::Stat;
-use super::steps::{CellSteps, LaunchIndex};
+use super::steps::CellSteps;
+use super::timeline::LaunchIndex;
 use super::{
     AnalysisOptions, Cause, CauseKind, CauseTotal, CellAnalysis, Confidence, ExternalWait, Gap,
     HostNodeEvidence, Observed, Op, Regime, SequenceEntry, Step, TraceTimeline,

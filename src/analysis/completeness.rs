@@ -213,7 +213,7 @@ pub(crate) fn touched_cells(
     c: &Completeness,
     cells: &[super::CellAnalysis],
     timeline: &super::TraceTimeline,
-    launches: &super::steps::LaunchIndex,
+    launches: &super::timeline::LaunchIndex,
 ) -> Vec<usize> {
     let mut touched = Vec::new();
     for (i, cell) in cells.iter().enumerate() {

@@ -21,7 +21,7 @@ impl CorrSet {
             last = last.max(id);
             count += 1;
         }
-        // The same rule as the dense launch index ([`super::steps::LaunchIndex`]).
+        // The same rule as the dense launch index ([`super::timeline::LaunchIndex`]).
         if count == 0 || (last - first) as usize >= 4 * count + 1024 {
             return CorrSet::Sparse(FxHashSet::default());
         }

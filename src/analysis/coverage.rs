@@ -10,7 +10,7 @@
 #![forbid(unsafe_code)]
 
 use super::provenance::ProvenanceIndex;
-use super::steps::LaunchIndex;
+use super::timeline::LaunchIndex;
 use super::{CellAnalysis, Regime, TraceTimeline};
 use rustc_hash::FxHashMap;
 use serde::Serialize;

@@ -38,7 +38,7 @@
 
 use super::TraceTimeline;
 use super::stats::{Change, Stat};
-use super::steps::LaunchIndex;
+use super::timeline::LaunchIndex;
 use crate::trace::{MarkerKind, Trace};
 use rustc_hash::FxHashMap;
 use serde::Serialize;

@@ -6,7 +6,7 @@
 //! here, and a cell whose steps leave out a material share of the device work says so.
 #![forbid(unsafe_code)]
 
-use super::steps::LaunchIndex;
+use super::timeline::LaunchIndex;
 use super::{CellAnalysis, TraceTimeline};
 use serde::Serialize;
 

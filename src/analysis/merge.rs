@@ -44,14 +44,11 @@
 
 use crate::analysis::stats::{Change, Stat};
 use crate::analysis::summary::RankSummary;
+pub use crate::analysis::summary::{COLLECTIVE_PREFIX, collective_ends, host};
 use crate::analysis::{self, Analysis, AnalysisOptions};
 use crate::trace::{Source, Trace};
 use serde::Serialize;
-use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-
-/// Kernel names starting with this are collective kernels: alignment anchors only.
-pub const COLLECTIVE_PREFIX: &str = "nccl";
 
 /// A spread of the per-instance offset estimates above this (p10–p90, ns) gets a warning.
 const OFFSET_SPREAD_WARN_NS: f64 = 5_000.0;
@@ -210,33 +207,6 @@ pub struct Merged {
     /// Their analyses concatenated (cell `trace` indexes `traces`), for the Perfetto trace.
     #[serde(skip)]
     pub analysis: Analysis,
-}
-
-/// The host a trace was recorded on: `metadata.workload["host"]` when it is a string.
-pub fn host(trace: &Trace) -> Option<&str> {
-    trace.metadata.workload.get("host").and_then(Value::as_str)
-}
-
-/// End times of the collective kernels (name starting with [`COLLECTIVE_PREFIX`]), per kernel
-/// name, in start order. Kernels without timestamps are left out.
-pub fn collective_ends(trace: &Trace) -> BTreeMap<&str, Vec<u64>> {
-    let mut by_name: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
-    for k in &trace.kernels {
-        if k.end == 0 {
-            continue;
-        }
-        let name = trace.str(k.name);
-        if name.starts_with(COLLECTIVE_PREFIX) {
-            by_name.entry(name).or_default().push((k.start, k.end));
-        }
-    }
-    by_name
-        .into_iter()
-        .map(|(name, mut v)| {
-            v.sort_unstable();
-            (name, v.into_iter().map(|(_, end)| end).collect())
-        })
-        .collect()
 }
 
 /// The offset to add to `trace`'s timestamps to put them on `reference`'s clock: the median

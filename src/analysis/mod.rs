@@ -183,7 +183,7 @@ impl Analyzer {
     fn add_checked(&mut self, trace: &Trace, recorded: Recorded, mut timeline: TraceTimeline) {
         let i = self.analysis.inputs.len();
         // One index of launch calls for splitting into steps and for attribution.
-        let launches = steps::LaunchIndex::new(trace);
+        let launches = timeline::LaunchIndex::new(trace);
         let measured = untraced::take_measured(trace, &mut timeline, &launches);
         let (cells, found) = steps::split_cells(trace, &timeline, &launches);
         let cells = steps::split_mixed_regimes(cells, trace, &timeline);

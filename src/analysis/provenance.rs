@@ -13,7 +13,7 @@
 #![forbid(unsafe_code)]
 
 use super::Op;
-use super::steps::LaunchIndex;
+use super::timeline::LaunchIndex;
 use crate::trace::{GraphNode, HostRanges, StrId, Trace};
 use rustc_hash::FxHashMap;
 use serde::Serialize;

@@ -12,11 +12,11 @@
 //! summary holds as they are); only the merged Perfetto trace needs the traces themselves.
 #![forbid(unsafe_code)]
 
-use super::merge::{collective_ends, host};
 use super::stats::Stat;
 use super::{Analysis, CauseKind, OpKind};
 use crate::trace::{Source, Trace};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -239,6 +239,36 @@ pub fn owned_collective_ends(trace: &Trace) -> BTreeMap<String, Vec<u64>> {
     collective_ends(trace)
         .into_iter()
         .map(|(name, ends)| (name.to_owned(), ends))
+        .collect()
+}
+
+/// Kernel names starting with this are collective kernels: alignment anchors only.
+pub const COLLECTIVE_PREFIX: &str = "nccl";
+
+/// The host a trace was recorded on: `metadata.workload["host"]` when it is a string.
+pub fn host(trace: &Trace) -> Option<&str> {
+    trace.metadata.workload.get("host").and_then(Value::as_str)
+}
+
+/// End times of the collective kernels (name starting with [`COLLECTIVE_PREFIX`]), per kernel
+/// name, in start order. Kernels without timestamps are left out.
+pub fn collective_ends(trace: &Trace) -> BTreeMap<&str, Vec<u64>> {
+    let mut by_name: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+    for k in &trace.kernels {
+        if k.end == 0 {
+            continue;
+        }
+        let name = trace.str(k.name);
+        if name.starts_with(COLLECTIVE_PREFIX) {
+            by_name.entry(name).or_default().push((k.start, k.end));
+        }
+    }
+    by_name
+        .into_iter()
+        .map(|(name, mut v)| {
+            v.sort_unstable();
+            (name, v.into_iter().map(|(_, end)| end).collect())
+        })
         .collect()
 }
 

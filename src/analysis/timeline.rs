@@ -2,7 +2,7 @@
 #![forbid(unsafe_code)]
 
 use super::{Op, OpKind, TraceTimeline};
-use crate::trace::{Kernel, MemOp, Trace};
+use crate::trace::{ApiCall, Kernel, MemOp, Trace};
 
 /// Collects the trace's device operations, sorted by (start, end). Records with zero
 /// timestamps (CUPTI ran out of timestamp memory) are left out; they are counted as dropped by
@@ -107,6 +107,63 @@ pub fn busy_per_stream(ops: &[Op], from: u64, to: u64) -> Vec<(u32, u64)> {
             (s, (to - from) - idle)
         })
         .collect()
+}
+
+/// Launch calls by correlation id, for joining ops to host markers and launch times. It
+/// holds positions in the trace's `api_calls`, not copies of the calls: 4 bytes a call.
+pub struct LaunchIndex<'t> {
+    calls: &'t [ApiCall],
+    /// Positions in `calls`, sorted by correlation id; empty when `dense` is used.
+    by_corr: Vec<u32>,
+    /// When no correlation id repeats and the ids are dense (as CUPTI and Kineto number
+    /// them): the position in `calls` by `corr - first`, `u32::MAX` for none. A lookup is then
+    /// one load instead of a binary search over a million calls, with the same answer.
+    dense: Vec<u32>,
+    first: u32,
+}
+
+impl<'t> LaunchIndex<'t> {
+    pub fn new(trace: &'t Trace) -> LaunchIndex<'t> {
+        let calls = &trace.api_calls[..];
+        let mut by_corr: Vec<u32> = (0..calls.len() as u32).collect();
+        // Usually sorted already (calls are recorded in order): a run-detecting stable sort,
+        // so that among equal ids the first call recorded comes first.
+        by_corr.sort_by_key(|&i| calls[i as usize].corr);
+        let corr = |i: &u32| calls[*i as usize].corr;
+        let unique = by_corr.windows(2).all(|w| corr(&w[0]) != corr(&w[1]));
+        let first = by_corr.first().map_or(0, corr);
+        let span = by_corr.last().map_or(0, |i| (corr(i) - first) as usize + 1);
+        let mut dense = Vec::new();
+        if unique && span <= 4 * by_corr.len() + 1024 {
+            dense = vec![u32::MAX; span];
+            for i in &by_corr {
+                dense[(corr(i) - first) as usize] = *i;
+            }
+            by_corr = Vec::new();
+        }
+        LaunchIndex {
+            calls,
+            by_corr,
+            dense,
+            first,
+        }
+    }
+
+    /// (start, end, thread) of the API call with this correlation id.
+    pub fn call(&self, corr: u32) -> Option<(u64, u64, u32)> {
+        let i = if self.dense.is_empty() {
+            let at = self
+                .by_corr
+                .binary_search_by_key(&corr, |&i| self.calls[i as usize].corr)
+                .ok()?;
+            self.by_corr[at]
+        } else {
+            let slot = *self.dense.get(corr.checked_sub(self.first)? as usize)?;
+            (slot != u32::MAX).then_some(slot)?
+        };
+        let a = &self.calls[i as usize];
+        Some((a.start, a.end, a.thread))
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 #![forbid(unsafe_code)]
 
 use super::stats::Stat;
-use super::steps::{CellSteps, LaunchIndex};
+use super::steps::CellSteps;
+use super::timeline::LaunchIndex;
 use super::{Op, TraceTimeline};
 use crate::trace::Trace;
 use rustc_hash::FxHashMap;

@@ -43,7 +43,8 @@
 //! variables of [`world_size`].
 
 use crate::record::cupti::{Recorder, RecorderConfig, TraceBudget};
-use crate::record::spill::{SPILL_VAR, SpillHeader, SpillWriter, spill_path};
+use crate::record::env::{OUT_VAR, SPILL_VAR, trace_file_name};
+use crate::record::spill::{SpillHeader, SpillWriter, spill_path};
 use crate::trace::{self, Cell, Metadata, Source, Versions};
 use std::collections::BTreeMap;
 use std::ffi::c_int;
@@ -52,8 +53,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-/// Environment variable naming the folder the traces are written to.
-pub const OUT_VAR: &str = "GAPSCOPE_OUT";
 /// Environment variable naming the NVTX range that marks one step.
 pub const STEP_RANGE_VAR: &str = "GAPSCOPE_STEP_RANGE";
 /// Launches traced per executable graph and steps traced (`gapscope record --trace-budget`).
@@ -122,11 +121,6 @@ pub fn world_size(get: impl Fn(&str) -> Option<String>) -> u32 {
     numeric_var(&get, &WORLD_VARS)
         .filter(|&w| w > 0)
         .unwrap_or(1)
-}
-
-/// Trace file name for a rank name: `trace-<rank>.json`.
-pub fn trace_file_name(rank_name: &str) -> String {
-    format!("trace-{rank_name}.json")
 }
 
 fn numeric_var(get: &impl Fn(&str) -> Option<String>, vars: &[&str]) -> Option<u32> {

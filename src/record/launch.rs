@@ -15,7 +15,8 @@
 //! waits for the child either way, so its trace is still listed.
 
 use crate::record::cupti::CuptiError;
-use crate::record::inject::{OUT_VAR, STEP_RANGE_VAR, TRACE_BUDGET_VAR};
+use crate::record::env::OUT_VAR;
+use crate::record::inject::{STEP_RANGE_VAR, TRACE_BUDGET_VAR};
 use crate::report::stderr;
 use anyhow::{Context, bail};
 use std::collections::BTreeMap;
@@ -190,8 +191,8 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     let before = trace_files(&out);
     // GAPSCOPE_SPILL=0 in gapscope's environment keeps the records in the program until it
     // ends (to measure what handing them over costs).
-    if std::env::var_os(crate::record::spill::SPILL_VAR).is_none() {
-        cmd.env(crate::record::spill::SPILL_VAR, "1");
+    if std::env::var_os(crate::record::env::SPILL_VAR).is_none() {
+        cmd.env(crate::record::env::SPILL_VAR, "1");
     }
     // Registered before the program starts, so that no signal in between ends gapscope alone.
     let signals = signal_hook::iterator::Signals::new(FORWARDED_SIGNALS).ok();

@@ -1,12 +1,14 @@
 //! Recording: CUPTI tracing of a running CUDA process, turned into a [`crate::trace::Trace`].
 //!
 //! * [`cupti`]: CUPTI's FFI floors (sys → loader → decode/graph/callbacks → recorder);
+//! * [`env`](mod@env): the environment `gapscope record` hands its program and the recorder reads;
 //! * [`inject`]: the CUDA injection entry point of `libgapscope.so` (one recorder per process);
 //! * [`launch`]: `gapscope record -- CMD`, which runs a program with that library injected;
 //! * [`spill`]: the records an injected recorder hands to `gapscope record` as it goes, and
 //!   the trace written from them when the program was killed before writing its own.
 
 pub mod cupti;
+pub mod env;
 pub mod inject;
 pub mod launch;
 pub mod spill;

@@ -1,13 +1,13 @@
 //! Records handed to `gapscope record` as they are decoded, so that a program killed with
 //! SIGKILL (the OOM killer) still leaves a trace.
 //!
-//! Under `gapscope record` ([`SPILL_VAR`] set), the injected recorder appends to a spill file
-//! in the output folder, `.gapscope-spill-<pid>.jsonl`: one JSON line of [`SpillHeader`] (the
-//! trace's metadata, file name and step range), then one [`Delivery`] line each time CUPTI
-//! hands back a completed activity buffer: the records decoded since the last delivery, the
-//! strings interned since, the graph DAG when it changed, the budget's sampling record and the
-//! dropped count so far. Each line is written with one `write` on a file opened for appending,
-//! so a kill leaves at most the last line cut short.
+//! Under `gapscope record` ([`SPILL_VAR`](crate::record::env::SPILL_VAR) set), the injected
+//! recorder appends to a spill file in the output folder, `.gapscope-spill-<pid>.jsonl`: one JSON
+//! line of [`SpillHeader`] (the trace's metadata, file name and step range), then one [`Delivery`]
+//! line each time CUPTI hands back a completed activity buffer: the records decoded since the last
+//! delivery, the strings interned since, the graph DAG when it changed, the budget's sampling
+//! record and the dropped count so far. Each line is written with one `write` on a file opened for
+//! appending, so a kill leaves at most the last line cut short.
 //!
 //! A process that writes its trace removes its spill file. When one is left behind by a
 //! process that is gone, [`recover`] writes the trace from it ([`crate::trace::write_trace`],
@@ -21,9 +21,6 @@ use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-
-/// Set (to `1`) by `gapscope record`: the injected recorder delivers as it goes.
-pub const SPILL_VAR: &str = "GAPSCOPE_SPILL";
 
 const PREFIX: &str = ".gapscope-spill-";
 const SUFFIX: &str = ".jsonl";
@@ -346,16 +343,17 @@ pub fn deliver_then_die(
 ) -> anyhow::Result<std::convert::Infallible> {
     use crate::trace::TraceBuilder;
     use anyhow::Context;
-    let out = std::env::var_os(crate::record::inject::OUT_VAR)
+    let out = std::env::var_os(crate::record::env::OUT_VAR)
         .map(PathBuf::from)
         .context("spill-test-child runs under gapscope record (GAPSCOPE_OUT unset)")?;
     anyhow::ensure!(
-        std::env::var(SPILL_VAR).is_ok_and(|v| v == "1"),
-        "spill-test-child runs under gapscope record ({SPILL_VAR} unset)"
+        std::env::var(crate::record::env::SPILL_VAR).is_ok_and(|v| v == "1"),
+        "spill-test-child runs under gapscope record ({} unset)",
+        crate::record::env::SPILL_VAR
     );
     let pid = std::process::id();
     let header = SpillHeader {
-        file_name: crate::record::inject::trace_file_name(&format!("pid{pid}")),
+        file_name: crate::record::env::trace_file_name(&format!("pid{pid}")),
         pid,
         step_range: Some("step".into()),
         metadata: Metadata {

@@ -539,3 +539,17 @@ pub(crate) fn headline_texts(
     };
     [format!("{} — {period}{against}", named(h.cell)), cause, fix]
 }
+
+/// "the part is S % of it", capped: a part larger than the whole difference (other parts
+/// shrank) is said so instead of as a share over 100 %.
+pub(crate) fn share_of(part: f64, whole: f64) -> Option<String> {
+    if whole <= 0.0 || part <= 0.0 {
+        return None;
+    }
+    let share = part / whole;
+    Some(if share > 1.0 {
+        "more than all of it (other parts of it shrank)".to_owned()
+    } else {
+        format!("{} of it", percent(share))
+    })
+}

@@ -236,20 +236,6 @@ fn headline(a: &Analysis, s: &mut String) {
     let _ = writeln!(s, "  fix: {fix}");
 }
 
-/// "the part is S % of it", capped: a part larger than the whole difference (other parts
-/// shrank) is said so instead of as a share over 100 %.
-pub(crate) fn share_of(part: f64, whole: f64) -> Option<String> {
-    if whole <= 0.0 || part <= 0.0 {
-        return None;
-    }
-    let share = part / whole;
-    Some(if share > 1.0 {
-        "more than all of it (other parts of it shrank)".to_owned()
-    } else {
-        format!("{} of it", super::percent(share))
-    })
-}
-
 /// Mode 2 vs mode 1, one line a pair.
 fn mode_lines(a: &Analysis, s: &mut String) {
     if a.mode_pairs.is_empty() {
@@ -286,7 +272,7 @@ fn mode_lines(a: &Analysis, s: &mut String) {
         {
             let share = p
                 .period_delta
-                .and_then(|t| share_of(external, t))
+                .and_then(|t| super::share_of(external, t))
                 .map(|x| format!(", {x}"))
                 .unwrap_or_default();
             let _ = writeln!(

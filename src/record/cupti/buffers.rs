@@ -3,7 +3,6 @@
 
 use super::callbacks::{PANICS, Shared, active, lock};
 use super::loader::{self, Cupti};
-use super::markers;
 use super::sys;
 use crate::record::spill::{Delivered, SpillWriter};
 use crate::trace::ApiDomain;
@@ -239,7 +238,7 @@ fn deliver(shared: &Shared) {
         let sample = shared
             .budget
             .as_ref()
-            .and_then(|b| markers::sample_of(&state.records, &lock(&b.markers)));
+            .and_then(|b| state.records.marker_sample(&lock(&b.markers)));
         (part, graph, sample, state.records.zero_timestamp_kernels)
     };
     // Library-call ranges tag the nodes when the trace is rebuilt, from every marker.

@@ -85,6 +85,17 @@ impl State {
     }
 }
 
+#[cfg(target_os = "linux")]
+pub(crate) fn current_thread_id() -> u32 {
+    // SAFETY: gettid (glibc ≥ 2.30, musl ≥ 1.2.2) has no preconditions and cannot fail.
+    unsafe { libc::gettid() as u32 }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn current_thread_id() -> u32 {
+    0
+}
+
 /// State shared between a [`super::Recorder`] and the callbacks.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -566,7 +577,7 @@ fn api_call_exited(
         start: entered,
         end: end.max(entered),
         corr: d.correlationId,
-        thread: super::recorder::current_thread_id(),
+        thread: current_thread_id(),
         returned,
     };
     let resolve = |domain: crate::trace::ApiDomain, cbid: u32| cupti.api_call_name(domain, cbid);
@@ -1024,7 +1035,7 @@ fn now(cupti: &Cupti) -> u64 {
 fn raw_creation(at: u64) -> RawCreation {
     let mut raw = RawCreation {
         at,
-        thread: super::recorder::current_thread_id(),
+        thread: current_thread_id(),
         outermost: std::ptr::null(),
         library_call: LIBRARY_STACK
             .try_with(|s| s.borrow().last().copied())

@@ -177,6 +177,18 @@ pub(crate) fn api_display_name(name: &str) -> &str {
 }
 
 impl RecordStore {
+    /// The trace's marker sample under `windows`, `None` when every marker was kept.
+    pub(crate) fn marker_sample(
+        &self,
+        windows: &super::markers::KeepWindows,
+    ) -> Option<crate::trace::MarkerSample> {
+        let strings = &self.builder.trace.strings;
+        let name = |id: StrId| strings.get(id as usize).cloned().unwrap_or_default();
+        self.marker_keeping
+            .as_ref()?
+            .sample(windows.snapshot().unwrap_or_default(), name)
+    }
+
     pub fn new() -> RecordStore {
         RecordStore {
             builder: TraceBuilder::new(Default::default()),

@@ -174,19 +174,6 @@ impl MarkerKeeping {
     }
 }
 
-/// The trace's marker sample of `records` under `windows`, `None` when every marker was kept.
-pub(crate) fn sample_of(
-    records: &super::decode::RecordStore,
-    windows: &KeepWindows,
-) -> Option<MarkerSample> {
-    let strings = &records.builder.trace.strings;
-    let name = |id: StrId| strings.get(id as usize).cloned().unwrap_or_default();
-    records
-        .marker_keeping
-        .as_ref()?
-        .sample(windows.snapshot().unwrap_or_default(), name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -88,17 +88,6 @@ fn budget_decides_in(call: (sys::CUpti_CallbackDomain, u32)) -> bool {
         || graph_building_cbids().any(|c| *c == call && !paused_by_budget(call))
 }
 
-#[cfg(target_os = "linux")]
-pub(crate) fn current_thread_id() -> u32 {
-    // SAFETY: gettid (glibc ≥ 2.30, musl ≥ 1.2.2) has no preconditions and cannot fail.
-    unsafe { libc::gettid() as u32 }
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn current_thread_id() -> u32 {
-    0
-}
-
 /// `cuptiGetTimestamp`, or 0 with the problem noted in the trace.
 fn timestamp(cupti: &Cupti, shared: &Shared) -> u64 {
     let mut ts = 0u64;
@@ -675,7 +664,7 @@ impl Recorder {
             kind,
             cell,
             start: self.timestamp(),
-            thread: current_thread_id(),
+            thread: callbacks::current_thread_id(),
             _not_send: PhantomData,
         }
     }
@@ -985,7 +974,7 @@ impl Recorder {
             }
             metadata.sampling = decisions.sampling();
             let windows = lock(&budget.markers).clone();
-            if let Some(sample) = super::markers::sample_of(&state.records, &windows) {
+            if let Some(sample) = state.records.marker_sample(&windows) {
                 let names = sample.left_out.len();
                 let left_out: u64 = sample.left_out.iter().map(|r| r.count).sum();
                 metadata.notes.push(format!(

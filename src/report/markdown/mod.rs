@@ -818,7 +818,7 @@ fn sweep_section(s: &mut String, a: &Analysis) {
                         .map_or("no external event node".to_owned(), |g| g.1.clone());
                     // A part larger than Δ (other parts shrank) is said so, not as a share
                     // over 100 %.
-                    let share = crate::report::summary::share_of(external, d)
+                    let share = crate::report::share_of(external, d)
                         .map(|x| format!(" = {}", x.replace(" of it", " of Δ")))
                         .unwrap_or_default();
                     let only_external = p
