@@ -12,6 +12,7 @@
 //! | `analysis/` | answer the question | `steps` (markers and graph launches → steps and cells), `timeline`, `align` (graphed ↔ eager kernels), `cause` (each gap's cause from the DAG and API records), `stats`, `remedy`, `merge` (ranks) |
 //! | `report/` | say it | Markdown, JSON, Perfetto, SVG, the terminal summary, and `output` (the one writer of every output set) |
 //! | `cuda.rs` | | the one libcuda loader and "is CUDA here" check |
+//! | `exit.rs` | | every exit code, by name |
 //! | `library_search.rs` | | where CUPTI and NCCL are looked for (variable, the program's Python environment, `LD_LIBRARY_PATH`, the toolkit): pure, tested on fake trees |
 //! | `main.rs`, `cli/` | the command line | every clap struct, and the glue from arguments to the stages |
 //!
@@ -25,6 +26,7 @@
 
 pub mod analysis;
 pub mod cuda;
+pub mod exit;
 pub mod library_search;
 pub mod record;
 pub mod report;

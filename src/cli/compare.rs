@@ -53,9 +53,9 @@ pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
         let written = report::output::write_comparison_set(dir, &reports)?;
         note(&wrote_line(dir, &written));
     }
-    Ok(if comparison.breached.is_empty() {
-        ExitCode::SUCCESS
+    Ok(ExitCode::from(if comparison.breached.is_empty() {
+        gapscope::exit::SUCCESS
     } else {
-        ExitCode::from(3)
-    })
+        gapscope::exit::THRESHOLD_BREACHED
+    }))
 }

@@ -54,7 +54,7 @@ pub fn expand(path: &Path) -> Result<Vec<PathBuf>, Failure> {
     };
     if files.is_empty() {
         return Err(Failure {
-            code: 2,
+            code: gapscope::exit::BAD_INPUT,
             error: anyhow::anyhow!(
                 "{}: no *.json or *.json.gz trace files in this folder{}",
                 path.display(),

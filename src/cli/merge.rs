@@ -27,7 +27,7 @@ pub fn command(
     for p in &paths {
         ranks.push(if is_summary_file(p) {
             let s = RankSummary::read(p).map_err(|e| Failure {
-                code: 2,
+                code: gapscope::exit::BAD_INPUT,
                 error: e.into(),
             })?;
             RankInput::Summary(s)
@@ -42,7 +42,7 @@ pub fn command(
     let names = paths.iter().map(|p| p.display().to_string()).collect();
     // A refused merge is bad input (exit 2).
     let merged = merge::merge_inputs(ranks, names, clock.map(Into::into)).map_err(|e| Failure {
-        code: 2,
+        code: gapscope::exit::BAD_INPUT,
         error: e.into(),
     })?;
     let reports = report::output::merge_reports(&merged);

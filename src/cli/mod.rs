@@ -40,9 +40,9 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
             .downcast_ref::<TraceError>()
             .is_some_and(|e| !matches!(e, TraceError::Write { .. }))
         {
-            2
+            gapscope::exit::BAD_INPUT
         } else {
-            1
+            gapscope::exit::FAILURE
         };
         Failure { code, error }
     }
@@ -73,7 +73,7 @@ pub fn failure_line(error: &anyhow::Error) -> String {
 /// under `/proc` fail here, not after a sweep or an analysis). Nothing is left behind.
 pub fn check_output_folder(dir: &Path) -> Result<(), Failure> {
     let cannot = |path: &Path, source: std::io::Error| Failure {
-        code: 1,
+        code: gapscope::exit::FAILURE,
         error: TraceError::Write {
             path: path.to_owned(),
             source,
@@ -86,7 +86,7 @@ pub fn check_output_folder(dir: &Path) -> Result<(), Failure> {
             Ok(m) if m.is_dir() => break,
             Ok(_) => {
                 return Err(Failure {
-                    code: 1,
+                    code: gapscope::exit::FAILURE,
                     error: anyhow::anyhow!(
                         "{}: not a folder (-o names the folder the outputs go to)",
                         existing.display()
@@ -136,7 +136,7 @@ pub fn check_output_folder(dir: &Path) -> Result<(), Failure> {
                 )
             };
             Err(Failure {
-                code: 1,
+                code: gapscope::exit::FAILURE,
                 error: anyhow::anyhow!(line),
             })
         }
@@ -146,7 +146,7 @@ pub fn check_output_folder(dir: &Path) -> Result<(), Failure> {
 /// Bad input (exit 2) described by `message`.
 pub fn bad_input(message: String) -> Failure {
     Failure {
-        code: 2,
+        code: gapscope::exit::BAD_INPUT,
         error: anyhow::anyhow!(message),
     }
 }
@@ -167,7 +167,7 @@ pub fn print_stdout_with(
         .and_then(|()| out.flush())
     {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Failure {
-            code: 1,
+            code: gapscope::exit::FAILURE,
             error: anyhow::anyhow!("cannot write to standard output: {e}"),
         }),
         _ => Ok(()),
@@ -185,7 +185,7 @@ pub fn remove_temporaries_on_signal() {
     };
     std::thread::spawn(move || {
         if let Some(signal) = signals.forever().next() {
-            trace::exit_removing_temporaries(128 + signal);
+            trace::exit_removing_temporaries(gapscope::exit::killed_by(signal).into());
         }
     });
 }

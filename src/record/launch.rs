@@ -14,6 +14,7 @@
 //! gapscope itself (`kill`, Slurm's `scancel`, `timeout`) are passed on to the child. gapscope
 //! waits for the child either way, so its trace is still listed.
 
+use crate::exit;
 use crate::record::cupti::CuptiError;
 use crate::record::env::OUT_VAR;
 use crate::record::inject::{STEP_RANGE_VAR, TRACE_BUDGET_VAR};
@@ -209,9 +210,9 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         // As shells do: 127 for a program not found, 126 for one that cannot be run.
         Err(e) => {
             let (code, what) = match e.kind() {
-                std::io::ErrorKind::NotFound => (127, "command not found"),
-                std::io::ErrorKind::PermissionDenied => (126, "not executable"),
-                _ => (126, "cannot be run"),
+                std::io::ErrorKind::NotFound => (exit::NOT_FOUND, "command not found"),
+                std::io::ErrorKind::PermissionDenied => (exit::CANNOT_RUN, "not executable"),
+                _ => (exit::CANNOT_RUN, "cannot be run"),
             };
             stderr::error(&format!("{}: {what} ({e})", program.to_string_lossy()));
             return Ok(ExitCode::from(code));
@@ -389,16 +390,16 @@ fn in_terminal_foreground() -> bool {
 /// The child's exit code, or 128 + N when signal N ended it.
 fn exit_code(status: std::process::ExitStatus) -> ExitCode {
     if let Some(code) = status.code() {
-        return ExitCode::from(code as u8);
+        return ExitCode::from(exit::passed_through(code));
     }
     #[cfg(unix)]
     {
         use std::os::unix::process::ExitStatusExt;
         if let Some(sig) = status.signal() {
-            return ExitCode::from((128 + sig) as u8);
+            return ExitCode::from(exit::killed_by(sig));
         }
     }
-    ExitCode::FAILURE
+    ExitCode::from(exit::FAILURE)
 }
 
 #[cfg(test)]
