@@ -346,6 +346,73 @@ pub fn merge_inputs(
     paths: Vec<String>,
     clock: Option<ClockAlignment>,
 ) -> Result<Merged, MergeError> {
+    let inputs = ordered_inputs(ranks, paths)?;
+    let all_traces = inputs.iter().all(|(r, _)| matches!(r, RankInput::Trace(_)));
+    let mut warnings = Vec::new();
+    let reference_rank = inputs[0].0.rank();
+    if reference_rank != 0 {
+        warnings.push(format!(
+            "no trace of rank 0: rank {reference_rank} is the clock reference"
+        ));
+    }
+    rank_warnings(&inputs, &mut warnings);
+    let (clock_alignment, clock_alignment_reason) = choose_clock(&inputs, clock, &mut warnings);
+    // Each rank's collectives, found once: for the offsets, the count warnings and the rows.
+    let ends: Vec<BTreeMap<String, Vec<u64>>> =
+        inputs.iter().map(|(r, _)| r.collective_ends()).collect();
+    let offsets = clock_offsets(&inputs, &ends, clock_alignment)?;
+    if clock_alignment == ClockAlignment::Collectives {
+        collective_warnings(&inputs, &ends, &offsets, &mut warnings);
+    }
+    // Shifting keeps every timestamp that is not zero above zero: the counts stand.
+    let collective_counts: Vec<usize> = ends
+        .iter()
+        .map(|e| e.values().map(Vec::len).sum())
+        .collect();
+    drop(ends);
+
+    // Shift every rank by its offset minus the smallest one, so no timestamp goes below zero
+    // (a common shift of all ranks changes nothing relative).
+    let base = offsets.iter().map(|o| o.offset_ns).min().unwrap_or(0);
+    let mut rows = Vec::with_capacity(inputs.len());
+    let mut combined = Combined {
+        keep: all_traces,
+        ..Default::default()
+    };
+    for (i, ((input, path), offset)) in inputs.into_iter().zip(offsets).enumerate() {
+        let (rank, cells) = rank_cells(input, &path, i, offset.offset_ns - base, &mut combined);
+        rows.push(RankRow {
+            rank: rank.rank,
+            world: rank.world,
+            path,
+            host: rank.host,
+            source: rank.source,
+            dropped_records: rank.dropped_records,
+            collective_kernels: collective_counts[i],
+            clock: offset,
+            cells,
+        });
+    }
+    let cells = compare_ranks(&mut rows);
+    Ok(Merged {
+        clock_alignment,
+        clock_alignment_reason,
+        reference_rank,
+        ranks: rows,
+        cells,
+        warnings,
+        traces: combined.traces,
+        analysis: combined.analysis,
+    })
+}
+
+/// The inputs with their paths (a summary names its trace), one per rank, by rank; the stable
+/// sort keeps input order among equal ranks, so the refusal names the files in the order
+/// given.
+fn ordered_inputs(
+    ranks: Vec<RankInput>,
+    paths: Vec<String>,
+) -> Result<Vec<(RankInput, String)>, MergeError> {
     if ranks.is_empty() {
         return Err(MergeError::Empty);
     }
@@ -363,9 +430,6 @@ pub fn merge_inputs(
             (r, p)
         })
         .collect();
-    let all_traces = inputs.iter().all(|(r, _)| matches!(r, RankInput::Trace(_)));
-    // One trace per rank, by rank; the stable sort keeps input order among equal ranks, so
-    // the refusal names the files in the order given.
     inputs.sort_by_key(|(r, _)| r.rank());
     for w in inputs.windows(2) {
         if w[0].0.rank() == w[1].0.rank() {
@@ -376,19 +440,18 @@ pub fn merge_inputs(
             });
         }
     }
-    let mut warnings = Vec::new();
-    let reference_rank = inputs[0].0.rank();
-    if reference_rank != 0 {
-        warnings.push(format!(
-            "no trace of rank 0: rank {reference_rank} is the clock reference"
-        ));
-    }
-    rank_warnings(&inputs, &mut warnings);
+    Ok(inputs)
+}
 
-    // Clock alignment.
+/// How the ranks' clocks are aligned, and why: as asked, else by the hosts the traces name.
+fn choose_clock(
+    inputs: &[(RankInput, String)],
+    clock: Option<ClockAlignment>,
+    warnings: &mut Vec<String>,
+) -> (ClockAlignment, String) {
     let hosts: BTreeSet<&str> = inputs.iter().filter_map(|(r, _)| r.host()).collect();
     let host_list = hosts.iter().copied().collect::<Vec<_>>().join(", ");
-    let (clock_alignment, clock_alignment_reason) = match clock {
+    match clock {
         Some(ClockAlignment::Collectives) => (
             ClockAlignment::Collectives,
             "--clock collectives".to_owned(),
@@ -413,14 +476,19 @@ pub fn merge_inputs(
             ClockAlignment::None,
             format!("one host ({host_list}): ranks share its clock"),
         ),
-    };
+    }
+}
+
+/// Each rank's offset to the reference's (the first input's) clock.
+fn clock_offsets(
+    inputs: &[(RankInput, String)],
+    ends: &[BTreeMap<String, Vec<u64>>],
+    alignment: ClockAlignment,
+) -> Result<Vec<ClockOffset>, MergeError> {
     let reference = &inputs[0];
-    // Each rank's collectives, found once: for the offsets, the count warnings and the rows.
-    let ends: Vec<BTreeMap<String, Vec<u64>>> =
-        inputs.iter().map(|(r, _)| r.collective_ends()).collect();
     let mut offsets = Vec::with_capacity(inputs.len());
     for (i, (r, p)) in inputs.iter().enumerate() {
-        let offset = match clock_alignment {
+        let offset = match alignment {
             ClockAlignment::None => ClockOffset::ZERO,
             ClockAlignment::Collectives => {
                 let offset = offset_between(&ends[0], &ends[i]).ok_or_else(|| {
@@ -433,7 +501,7 @@ pub fn merge_inputs(
                         MergeError::NoAnchors {
                             rank: r.rank(),
                             path: p.clone(),
-                            reference: reference_rank,
+                            reference: reference.0.rank(),
                             reference_path: reference.1.clone(),
                             hint: "; use --clock none",
                         }
@@ -443,7 +511,7 @@ pub fn merge_inputs(
                     return Err(MergeError::ImplausibleOffset {
                         rank: r.rank(),
                         path: p.clone(),
-                        reference: reference_rank,
+                        reference: reference.0.rank(),
                         seconds: offset.offset_ns as f64 / 1e9,
                     });
                 }
@@ -452,93 +520,89 @@ pub fn merge_inputs(
         };
         offsets.push(offset);
     }
-    if clock_alignment == ClockAlignment::Collectives {
-        collective_warnings(&inputs, &ends, &offsets, &mut warnings);
-    }
-    // Shifting keeps every timestamp that is not zero above zero: the counts stand.
-    let collective_counts: Vec<usize> = ends
-        .iter()
-        .map(|e| e.values().map(Vec::len).sum())
-        .collect();
-    drop(ends);
+    Ok(offsets)
+}
 
-    // Shift every rank by its offset minus the smallest one, so no timestamp goes below zero
-    // (a common shift of all ranks changes nothing relative).
-    let base = offsets.iter().map(|o| o.offset_ns).min().unwrap_or(0);
-    let options = AnalysisOptions::default();
-    let mut rows = Vec::with_capacity(inputs.len());
-    let mut shifted = Vec::with_capacity(inputs.len());
-    let mut combined = Analysis::default();
-    for (i, ((input, p), offset)) in inputs.into_iter().zip(offsets).enumerate() {
-        let (meta, cells) = match input {
-            RankInput::Trace(s) => {
-                let mut s = *s;
-                shift_in_place(&mut s, offset.offset_ns - base);
-                let a =
-                    analysis::analyze(std::slice::from_ref(&s), std::slice::from_ref(&p), &options);
-                let rank = s.metadata.rank;
-                let meta = (
-                    rank,
-                    s.metadata.world,
-                    host(&s).map(str::to_owned),
-                    s.metadata.source,
-                    s.dropped_records,
-                );
-                let cells = a
+/// What a rank row says of its input besides its cells.
+struct RankMeta {
+    rank: u32,
+    world: u32,
+    host: Option<String>,
+    source: Source,
+    dropped_records: u64,
+}
+
+/// The traces on the common clock and their analyses concatenated, kept when every input is
+/// a trace (`keep`).
+#[derive(Default)]
+struct Combined {
+    keep: bool,
+    analysis: Analysis,
+    traces: Vec<Trace>,
+}
+
+/// One input's rank figures and cells: a trace shifted by `shift_ns` and analysed (added to
+/// `combined` as input `i`), or a summary as it stands.
+fn rank_cells(
+    input: RankInput,
+    path: &str,
+    i: usize,
+    shift_ns: i64,
+    combined: &mut Combined,
+) -> (RankMeta, Vec<RankCell>) {
+    match input {
+        RankInput::Trace(s) => {
+            let mut s = *s;
+            shift_in_place(&mut s, shift_ns);
+            let a = analysis::analyze(
+                std::slice::from_ref(&s),
+                &[path.to_owned()],
+                &AnalysisOptions::default(),
+            );
+            let rank = s.metadata.rank;
+            let meta = RankMeta {
+                rank,
+                world: s.metadata.world,
+                host: host(&s).map(str::to_owned),
+                source: s.metadata.source,
+                dropped_records: s.dropped_records,
+            };
+            let cells = a
+                .cells
+                .iter()
+                .map(|c| RankCell::new(&c.label, c.period, &c.period_block_medians, c.steps.len()))
+                .collect();
+            if combined.keep {
+                combined.analysis.inputs.extend(a.inputs);
+                combined.analysis.timelines.extend(a.timelines);
+                combined
+                    .analysis
                     .cells
-                    .iter()
-                    .map(|c| {
-                        RankCell::new(&c.label, c.period, &c.period_block_medians, c.steps.len())
-                    })
-                    .collect();
-                if all_traces {
-                    combined.inputs.extend(a.inputs);
-                    combined.timelines.extend(a.timelines);
-                    combined.cells.extend(a.cells.into_iter().map(|mut c| {
+                    .extend(a.cells.into_iter().map(|mut c| {
                         c.trace = i;
                         c.label = format!("rank {rank}: {}", c.label);
                         c
                     }));
-                    shifted.push(s);
-                }
-                (meta, cells)
+                combined.traces.push(s);
             }
-            RankInput::Summary(s) => {
-                let cells = s
-                    .cells
-                    .iter()
-                    .map(|c| RankCell::new(&c.label, c.period, &c.period_block_medians, c.steps))
-                    .collect();
-                (
-                    (s.rank, s.world, s.host, s.source, s.dropped_records),
-                    cells,
-                )
-            }
-        };
-        let (rank, world, host, source, dropped_records) = meta;
-        rows.push(RankRow {
-            rank,
-            world,
-            path: p,
-            host,
-            source,
-            dropped_records,
-            collective_kernels: collective_counts[i],
-            clock: offset,
-            cells,
-        });
+            (meta, cells)
+        }
+        RankInput::Summary(s) => {
+            let cells = s
+                .cells
+                .iter()
+                .map(|c| RankCell::new(&c.label, c.period, &c.period_block_medians, c.steps))
+                .collect();
+            let meta = RankMeta {
+                rank: s.rank,
+                world: s.world,
+                host: s.host,
+                source: s.source,
+                dropped_records: s.dropped_records,
+            };
+            (meta, cells)
+        }
     }
-    let cells = compare_ranks(&mut rows);
-    Ok(Merged {
-        clock_alignment,
-        clock_alignment_reason,
-        reference_rank,
-        ranks: rows,
-        cells,
-        warnings,
-        traces: shifted,
-        analysis: combined,
-    })
 }
 
 /// World sizes that disagree, ranks outside the world, ranks missing from it.
