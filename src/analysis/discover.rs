@@ -36,9 +36,9 @@
 //! holding [`MIN_LOOP_OPS`] ops, which chance repeats in a long stream do not reach.
 #![forbid(unsafe_code)]
 
-use super::TraceTimeline;
 use super::stats::{Change, Stat};
 use super::timeline::LaunchIndex;
+use super::{Op, TraceTimeline};
 use crate::trace::{MarkerKind, Trace};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -658,6 +658,63 @@ fn graph_phase(unit: &[u32], graphs: &[Vec<u32>]) -> Option<usize> {
     best.map(|b| b.1)
 }
 
+/// Ops as symbols: one per (name, kind, stream), numbered in order of first appearance.
+struct Symbols {
+    /// Each op's symbol, in the order given.
+    symbols: Vec<u32>,
+    /// Each symbol's op name.
+    name_of: Vec<u32>,
+    /// Whether each symbol is a kernel's.
+    kernel_symbol: Vec<bool>,
+}
+
+fn symbols_of<'o>(ops: impl Iterator<Item = &'o Op>) -> Symbols {
+    let mut ids: FxHashMap<(u32, u8, u32), u32> = FxHashMap::default();
+    let (mut name_of, mut kernel_symbol) = (Vec::new(), Vec::new());
+    let symbols = ops
+        .map(|op| {
+            let next = ids.len() as u32;
+            *ids.entry((op.name, op.kind as u8, op.stream))
+                .or_insert_with(|| {
+                    name_of.push(op.name);
+                    kernel_symbol.push(op.kind == super::OpKind::Kernel);
+                    next
+                })
+        })
+        .collect();
+    Symbols {
+        symbols,
+        name_of,
+        kernel_symbol,
+    }
+}
+
+/// Host instants of graph launches, captures and instantiations (API calls, and the launches
+/// of replayed ops), sorted, once each.
+fn graph_work_instants(
+    trace: &Trace,
+    timeline: &TraceTimeline,
+    launches: &LaunchIndex,
+) -> Vec<u64> {
+    let graph_apis: Vec<bool> = trace.strings.iter().map(|s| is_graph_work_api(s)).collect();
+    let mut instants: Vec<u64> = trace
+        .api_calls
+        .iter()
+        .filter(|a| graph_apis.get(a.name as usize).copied().unwrap_or(false))
+        .map(|a| a.start)
+        .chain(
+            timeline
+                .ops
+                .iter()
+                .filter(|o| o.graph != 0)
+                .filter_map(|o| launches.call(o.corr).map(|c| c.0)),
+        )
+        .collect();
+    instants.sort_unstable();
+    instants.dedup();
+    instants
+}
+
 /// The loops of the eager ops `ops` (timeline indices) of `trace`: see the module doc.
 pub fn discover(
     trace: &Trace,
@@ -682,22 +739,11 @@ pub fn discover(
             )
         });
     }
-    let mut ids: FxHashMap<(u32, u8, u32), u32> = FxHashMap::default();
-    let mut name_of: Vec<u32> = Vec::new();
-    let mut kernel_symbol: Vec<bool> = Vec::new();
-    let symbols: Vec<u32> = order
-        .iter()
-        .map(|&k| {
-            let op = &timeline.ops[ops[k]];
-            let next = ids.len() as u32;
-            *ids.entry((op.name, op.kind as u8, op.stream))
-                .or_insert_with(|| {
-                    name_of.push(op.name);
-                    kernel_symbol.push(op.kind == super::OpKind::Kernel);
-                    next
-                })
-        })
-        .collect();
+    let Symbols {
+        symbols,
+        name_of,
+        kernel_symbol,
+    } = symbols_of(order.iter().map(|&k| &timeline.ops[ops[k]]));
     let gap_before: Vec<u64> = (0..order.len())
         .map(|p| {
             let Some(prev) = p.checked_sub(1) else {
@@ -720,24 +766,8 @@ pub fn discover(
     };
     let loops = find_loops(&symbols, &gap_before, &prefer);
 
-    // Host instants of graph launches, captures and instantiations: a loop whose steps each
-    // hold one is a graph's.
-    let graph_apis: Vec<bool> = trace.strings.iter().map(|s| is_graph_work_api(s)).collect();
-    let mut graph_launches: Vec<u64> = trace
-        .api_calls
-        .iter()
-        .filter(|a| graph_apis.get(a.name as usize).copied().unwrap_or(false))
-        .map(|a| a.start)
-        .chain(
-            timeline
-                .ops
-                .iter()
-                .filter(|o| o.graph != 0)
-                .filter_map(|o| launches.call(o.corr).map(|c| c.0)),
-        )
-        .collect();
-    graph_launches.sort_unstable();
-    graph_launches.dedup();
+    // A loop whose steps each hold a graph's launch, capture or instantiation is a graph's.
+    let graph_launches = graph_work_instants(trace, timeline, launches);
     let host_at = |p: usize| calls[order[p]].map(|c| c.0);
     let holds_graph_launch = |from: Option<u64>, to: Option<u64>| match (from, to) {
         (Some(a), Some(b)) => {
@@ -797,6 +827,30 @@ pub fn discover(
     if longest_unit > 1 || !graphs.is_empty() {
         joined.retain(|runs| runs[0].unit_len() > 1);
     }
+    let step_ops = |(s, e): (usize, usize)| {
+        let mut step: Vec<usize> = (s..e).map(|p| ops[order[p]]).collect();
+        step.sort_unstable();
+        step
+    };
+    let (cells, pooled) = pool_into_cells(&joined, &unit_of, &periods, &step_ops, inside_marker);
+    out.cells = cells;
+    taken += pooled;
+    out.left_over = ops.len() - taken;
+    out
+}
+
+/// The loops kept, as cells: one per unit (numbered by first appearance), the runs of one unit
+/// that ran at different periods (a warm-up call, then the timed ones) pooled into its cell,
+/// each run's median period kept beside it. Returns the cells and the ops their steps hold.
+fn pool_into_cells<'s>(
+    joined: &[Vec<LoopSpan>],
+    unit_of: &dyn Fn(&LoopSpan) -> &'s [u32],
+    periods: &dyn Fn(&LoopSpan) -> Vec<f64>,
+    step_ops: &dyn Fn((usize, usize)) -> Vec<usize>,
+    inside_marker: Option<&str>,
+) -> (Vec<FoundCell>, usize) {
+    let mut cells: Vec<FoundCell> = Vec::new();
+    let mut taken = 0;
     let mut units: Vec<&[u32]> = Vec::new();
     let ordinals: Vec<usize> = joined
         .iter()
@@ -811,22 +865,16 @@ pub fn discover(
             }
         })
         .collect();
-    // One loop, one cell: runs of one unit that ran at different periods (a warm-up call, then
-    // the timed ones) pool into its cell, each run's median period kept beside it.
     let mut cell_of: FxHashMap<usize, usize> = FxHashMap::default();
     for (runs, &ordinal) in joined.iter().zip(&ordinals) {
         let run_median = Stat::of(&mut runs.iter().flat_map(periods).collect::<Vec<f64>>())
             .map_or(0, |s| s.median.round() as u64);
         if let Some(&at) = cell_of.get(&ordinal) {
-            let cell: &mut FoundCell = &mut out.cells[at];
+            let cell: &mut FoundCell = &mut cells[at];
             for l in runs {
                 cell.breaks.push(cell.steps.len());
                 taken += l.ops();
-                cell.steps.extend(l.steps.iter().map(|&(s, e)| {
-                    let mut step: Vec<usize> = (s..e).map(|p| ops[order[p]]).collect();
-                    step.sort_unstable();
-                    step
-                }));
+                cell.steps.extend(l.steps.iter().map(|&se| step_ops(se)));
             }
             let found = &mut cell.found;
             found.steps = cell.steps.len();
@@ -835,7 +883,7 @@ pub fn discover(
             found.run_medians.push(run_median);
             continue;
         }
-        cell_of.insert(ordinal, out.cells.len());
+        cell_of.insert(ordinal, cells.len());
         let mut steps: Vec<Vec<usize>> = Vec::new();
         let mut breaks = Vec::new();
         for l in runs {
@@ -843,11 +891,7 @@ pub fn discover(
                 breaks.push(steps.len());
             }
             taken += l.ops();
-            steps.extend(l.steps.iter().map(|&(s, e)| {
-                let mut step: Vec<usize> = (s..e).map(|p| ops[order[p]]).collect();
-                step.sort_unstable();
-                step
-            }));
+            steps.extend(l.steps.iter().map(|&se| step_ops(se)));
         }
         let found = FoundSteps {
             ordinal,
@@ -859,14 +903,13 @@ pub fn discover(
             run_medians: vec![run_median],
             inside_marker: inside_marker.map(str::to_owned),
         };
-        out.cells.push(FoundCell {
+        cells.push(FoundCell {
             steps,
             breaks,
             found,
         });
     }
-    out.left_over = ops.len() - taken;
-    out
+    (cells, taken)
 }
 
 /// Interruptions of a loop that it outlasts: runs of one unit with at most this many units'
