@@ -715,22 +715,15 @@ fn graph_work_instants(
     instants
 }
 
-/// The loops of the eager ops `ops` (timeline indices) of `trace`: see the module doc.
-pub fn discover(
-    trace: &Trace,
+/// Positions of `ops` in launch order: the host's, when every op has its launch call
+/// (`calls`; streams make the device's start order vary step to step), else as given.
+fn launch_order(
+    calls: &[Option<(u64, u64, u32)>],
     timeline: &TraceTimeline,
-    launches: &LaunchIndex,
     ops: &[usize],
-    inside_marker: Option<&str>,
-) -> Discovered {
-    let calls: Vec<Option<(u64, u64, u32)>> = ops
-        .iter()
-        .map(|&i| launches.call(timeline.ops[i].corr))
-        .collect();
-    let by_host = calls.iter().all(Option::is_some);
-    // Launch order: the host's (streams make the device's start order vary step to step).
+) -> Vec<usize> {
     let mut order: Vec<usize> = (0..ops.len()).collect();
-    if by_host {
+    if calls.iter().all(Option::is_some) {
         order.sort_by_key(|&k| {
             (
                 calls[k].map_or(0, |c| c.0),
@@ -739,12 +732,19 @@ pub fn discover(
             )
         });
     }
-    let Symbols {
-        symbols,
-        name_of,
-        kernel_symbol,
-    } = symbols_of(order.iter().map(|&k| &timeline.ops[ops[k]]));
-    let gap_before: Vec<u64> = (0..order.len())
+    order
+}
+
+/// The gap before each op in `order`: from the previous op's launch call's end to its own's
+/// start when every op has its call, else between the ops on the device.
+fn gaps_before(
+    order: &[usize],
+    calls: &[Option<(u64, u64, u32)>],
+    timeline: &TraceTimeline,
+    ops: &[usize],
+) -> Vec<u64> {
+    let by_host = calls.iter().all(Option::is_some);
+    (0..order.len())
         .map(|p| {
             let Some(prev) = p.checked_sub(1) else {
                 return 0;
@@ -758,7 +758,29 @@ pub fn discover(
                 a.start.saturating_sub(b.end)
             }
         })
+        .collect()
+}
+
+/// The loops of the eager ops `ops` (timeline indices) of `trace`: see the module doc.
+pub fn discover(
+    trace: &Trace,
+    timeline: &TraceTimeline,
+    launches: &LaunchIndex,
+    ops: &[usize],
+    inside_marker: Option<&str>,
+) -> Discovered {
+    let calls: Vec<Option<(u64, u64, u32)>> = ops
+        .iter()
+        .map(|&i| launches.call(timeline.ops[i].corr))
         .collect();
+    let by_host = calls.iter().all(Option::is_some);
+    let order = launch_order(&calls, timeline, ops);
+    let Symbols {
+        symbols,
+        name_of,
+        kernel_symbol,
+    } = symbols_of(order.iter().map(|&k| &timeline.ops[ops[k]]));
+    let gap_before = gaps_before(&order, &calls, timeline, ops);
     let graphs = graph_sequences(timeline);
     let prefer = |unit: &[u32]| {
         let names: Vec<u32> = unit.iter().map(|&s| name_of[s as usize]).collect();
