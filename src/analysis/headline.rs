@@ -20,6 +20,16 @@ pub enum Basis {
     MostIdle,
 }
 
+impl Basis {
+    /// What the headline calls its cell: the worst one only where it has something to gain.
+    pub fn title(self) -> &'static str {
+        match self {
+            Basis::PredictedSaving | Basis::SlowerThanTwin => "Worst cell",
+            Basis::MostIdle => "Most idle cell",
+        }
+    }
+}
+
 /// The headline cell's largest idle cause.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LeadingCause {

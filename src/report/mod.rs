@@ -473,17 +473,18 @@ mod end_to_end {
     }
 }
 
-/// The headline's three texts — the worst cell with its period, its largest cause, its fix —
-/// with cells named by `named` (where the cell is introduced) and `short` (a twin, named
-/// again): the screen's first lines and report.md's verdict.
+/// The headline's texts — what it calls its cell, the cell with its period, its largest
+/// cause, its fix — with cells named by `named` (where the cell is introduced) and `short` (a
+/// twin, named again): the screen's first lines and report.md's verdict.
 pub(crate) fn headline_texts(
     a: &crate::analysis::Analysis,
     named: &dyn Fn(usize) -> String,
     short: &dyn Fn(usize) -> String,
-) -> [String; 3] {
+) -> [String; 4] {
     use crate::analysis::headline::Basis;
     let Some(h) = &a.headline else {
         return [
+            Basis::PredictedSaving.title().to_owned(),
             "none (no cells)".to_owned(),
             "—".to_owned(),
             "no change needed".to_owned(),
@@ -537,7 +538,12 @@ pub(crate) fn headline_texts(
         None => "no change needed (no fix gapscope knows predicts a saving beyond its spread)"
             .to_owned(),
     };
-    [format!("{} — {period}{against}", named(h.cell)), cause, fix]
+    [
+        h.basis.title().to_owned(),
+        format!("{} — {period}{against}", named(h.cell)),
+        cause,
+        fix,
+    ]
 }
 
 /// "the part is S % of it", capped: a part larger than the whole difference (other parts

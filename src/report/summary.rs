@@ -230,8 +230,8 @@ fn alias_named(a: &Analysis, i: usize) -> String {
 
 /// The three lines the screen leads with: the worst cell, its largest cause, its fix.
 fn headline(a: &Analysis, s: &mut String) {
-    let [worst, cause, fix] = super::headline_texts(a, &|i| alias_named(a, i), &alias);
-    let _ = writeln!(s, "Worst cell: {worst}");
+    let [title, worst, cause, fix] = super::headline_texts(a, &|i| alias_named(a, i), &alias);
+    let _ = writeln!(s, "{title}: {worst}");
     let _ = writeln!(s, "  largest cause: {cause}");
     let _ = writeln!(s, "  fix: {fix}");
 }

@@ -213,10 +213,10 @@ fn verdict_section(s: &mut String, a: &Analysis) {
             .get(i)
             .map_or_else(String::new, |c| md_cell(&c.label))
     };
-    let [worst, cause, fix] = crate::report::headline_texts(a, &label, &label);
+    let [title, worst, cause, fix] = crate::report::headline_texts(a, &label, &label);
     let _ = writeln!(
         s,
-        "### Verdict\n\n- **Worst cell:** {worst}\n- **Largest cause:** {cause}\n- **Fix:** {fix}\n"
+        "### Verdict\n\n- **{title}:** {worst}\n- **Largest cause:** {cause}\n- **Fix:** {fix}\n"
     );
 }
 
