@@ -5,7 +5,7 @@
 //! entry instead of shifting every later pair.
 #![forbid(unsafe_code)]
 
-use super::stats::{Change, Geomean};
+use super::stats::{Change, Geomean, Stat};
 use super::{
     AlignedOp, Analysis, CauseKind, CellAnalysis, CellComparison, Comparison, Confidence,
     NotPaired, PairBasis, Pairing, Regime,
@@ -114,6 +114,67 @@ pub fn compare_cells(
     base: &CellAnalysis,
     head: &CellAnalysis,
 ) -> CellComparison {
+    let ops = align_ops(base, head);
+    let verdict = period_verdict(base, head);
+    let (untraced, period_delta) = (verdict.untraced, verdict.period_delta);
+    let head_causes: std::collections::BTreeSet<CauseKind> =
+        head.sequence.iter().map(|e| e.gap_cause).collect();
+    let causes_gone_in_head = ops
+        .gap_growth_by_cause
+        .iter()
+        .map(|g| g.0)
+        .filter(|k| !head_causes.contains(k))
+        .collect();
+    CellComparison {
+        key: head.workload_key(),
+        base: base_index,
+        head: head_index,
+        base_label: base.label.clone(),
+        head_label: head.label.clone(),
+        ratio: verdict.ratio,
+        change: verdict.change,
+        judged_untraced: untraced.is_some(),
+        traced_host_bound: traced_host_bound(base) || traced_host_bound(head),
+        no_verdict: verdict.no_verdict,
+        aligned: ops.aligned,
+        max_duration_delta_pct: ops.max_pct,
+        durations_within_spread: ops.within_spread,
+        period_delta,
+        gap_growth_by_cause: ops.gap_growth_by_cause,
+        causes_gone_in_head,
+        within_tracer_effect: period_delta.filter(|_| untraced.is_none()).and_then(|d| {
+            super::tracer_share::TracerShare::explains(
+                [base.tracer_share.as_ref(), head.tracer_share.as_ref()],
+                d,
+            )
+        }),
+        untraced_period_delta: untraced.map(|(b, h)| h.median - b.median).or_else(|| {
+            base.tracer_share
+                .as_ref()
+                .zip(head.tracer_share.as_ref())
+                .map(|(b, h)| h.untraced.median - b.untraced.median)
+        }),
+        duration_delta_total: ops.duration_delta_total,
+        one_sided_ops_total: ops.one_sided_ops_total,
+        pairing: None,
+        graph_difference: graph_difference(base, head),
+    }
+}
+
+/// The two cells' step sequences aligned op by op, and what their differences add up to.
+struct OpAlignment {
+    aligned: Vec<AlignedOp>,
+    /// Gap growth by cause (at least 1 ns), largest first, each named by its largest part.
+    gap_growth_by_cause: Vec<(CauseKind, String, f64)>,
+    /// The largest op duration change, as a percentage of the base's.
+    max_pct: Option<f64>,
+    /// Whether every aligned op's duration change is within its spread.
+    within_spread: bool,
+    duration_delta_total: f64,
+    one_sided_ops_total: f64,
+}
+
+fn align_ops(base: &CellAnalysis, head: &CellAnalysis) -> OpAlignment {
     let base_names: Vec<String> = base.sequence.iter().map(|e| e.name.clone()).collect();
     let head_names: Vec<String> = head.sequence.iter().map(|e| e.name.clone()).collect();
     let mut aligned = Vec::new();
@@ -174,6 +235,35 @@ pub fn compare_cells(
             head_gap_cause: h.map(|e| e.gap_cause_label.clone()),
         });
     }
+    let mut gap_growth_by_cause: Vec<(CauseKind, String, f64)> = growth
+        .into_iter()
+        .filter(|(_, (_, d, _))| d.abs() >= 1.0)
+        .map(|(k, (l, d, _))| (k, l, d))
+        .collect();
+    gap_growth_by_cause.sort_by(|a, b| b.2.abs().total_cmp(&a.2.abs()));
+    OpAlignment {
+        aligned,
+        gap_growth_by_cause,
+        max_pct,
+        within_spread,
+        duration_delta_total,
+        one_sided_ops_total,
+    }
+}
+
+/// The period verdict of head against base: on the untraced periods where both were measured
+/// (tracing never flips a verdict), else on the traced ones.
+struct PeriodVerdict<'c> {
+    ratio: Option<f64>,
+    change: Option<Change>,
+    /// The untraced periods the verdict was judged on, when it was.
+    untraced: Option<(&'c Stat, &'c Stat)>,
+    no_verdict: Option<String>,
+    /// Traced period difference (ns).
+    period_delta: Option<f64>,
+}
+
+fn period_verdict<'c>(base: &'c CellAnalysis, head: &'c CellAnalysis) -> PeriodVerdict<'c> {
     // No verdict from a side of too few steps: its p10–p90 is those steps, not a spread.
     let no_verdict = match (&base.period, &head.period) {
         (Some(b), Some(h)) => super::stats::too_few_steps(b.n.min(h.n), "a verdict"),
@@ -206,52 +296,12 @@ pub fn compare_cells(
         ),
         None => (traced_ratio, traced_change),
     };
-    let mut gap_growth_by_cause: Vec<(CauseKind, String, f64)> = growth
-        .into_iter()
-        .filter(|(_, (_, d, _))| d.abs() >= 1.0)
-        .map(|(k, (l, d, _))| (k, l, d))
-        .collect();
-    gap_growth_by_cause.sort_by(|a, b| b.2.abs().total_cmp(&a.2.abs()));
-    let head_causes: std::collections::BTreeSet<CauseKind> =
-        head.sequence.iter().map(|e| e.gap_cause).collect();
-    let causes_gone_in_head = gap_growth_by_cause
-        .iter()
-        .map(|g| g.0)
-        .filter(|k| !head_causes.contains(k))
-        .collect();
-    CellComparison {
-        key: head.workload_key(),
-        base: base_index,
-        head: head_index,
-        base_label: base.label.clone(),
-        head_label: head.label.clone(),
+    PeriodVerdict {
         ratio,
         change,
-        judged_untraced: untraced.is_some(),
-        traced_host_bound: traced_host_bound(base) || traced_host_bound(head),
+        untraced,
         no_verdict,
-        aligned,
-        max_duration_delta_pct: max_pct,
-        durations_within_spread: within_spread,
         period_delta,
-        gap_growth_by_cause,
-        causes_gone_in_head,
-        within_tracer_effect: period_delta.filter(|_| untraced.is_none()).and_then(|d| {
-            super::tracer_share::TracerShare::explains(
-                [base.tracer_share.as_ref(), head.tracer_share.as_ref()],
-                d,
-            )
-        }),
-        untraced_period_delta: untraced.map(|(b, h)| h.median - b.median).or_else(|| {
-            base.tracer_share
-                .as_ref()
-                .zip(head.tracer_share.as_ref())
-                .map(|(b, h)| h.untraced.median - b.untraced.median)
-        }),
-        duration_delta_total,
-        one_sided_ops_total,
-        pairing: None,
-        graph_difference: graph_difference(base, head),
     }
 }
 
