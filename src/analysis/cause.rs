@@ -807,60 +807,8 @@ fn canonical_sequence(
         })
     };
     let block = |rows: std::ops::Range<usize>| {
-        // One row per position of the block, one column per step. NaN: the step had no op
-        // matched to that position.
-        let (p0, width) = (rows.start, rows.len());
-        let mut durations = vec![f64::NAN; width * n];
-        let mut gaps_before = vec![f64::NAN; width * n];
-        let mut causes: Vec<Vec<CauseSeen>> = vec![Vec::new(); width];
-        for (col, (s, c)) in steps.iter().zip(&columns).enumerate() {
-            let matched: &[(usize, usize)] = match &c.pairs {
-                Some(pairs) => {
-                    let from = pairs.partition_point(|&(p, _)| p < rows.start);
-                    let to = pairs.partition_point(|&(p, _)| p < rows.end);
-                    &pairs[from..to]
-                }
-                None => &[],
-            };
-            let identity = c.pairs.is_none();
-            let pairs = identity
-                .then(|| rows.clone().map(|p| (p, p)))
-                .into_iter()
-                .flatten()
-                .chain(matched.iter().copied());
-            let first_q = if identity {
-                rows.start
-            } else {
-                matched.first().map_or(usize::MAX, |m| m.1)
-            };
-            let mut g = c.gap_q.partition_point(|&q| q < first_q);
-            for (p, q) in pairs {
-                let op = &ops[s.ops[q]];
-                let at = (p - p0) * n + col;
-                durations[at] = (op.end - op.start) as f64;
-                while g < c.gap_q.len() && c.gap_q[g] < q {
-                    g += 1;
-                }
-                // A later gap ending at the same op stands in for an earlier one.
-                let mut gap = None;
-                while g < c.gap_q.len() && c.gap_q[g] == q {
-                    gap = Some(&s.gaps[g]);
-                    g += 1;
-                }
-                match gap {
-                    Some(gap) => {
-                        gaps_before[at] = gap.len() as f64;
-                        let kind = gap.cause.kind();
-                        let seen = &mut causes[p - p0];
-                        match seen.iter_mut().find(|c| c.0 == kind) {
-                            Some(c) => c.1 += 1,
-                            None => seen.push((kind, 1, gap.cause.label())),
-                        }
-                    }
-                    None => gaps_before[at] = 0.0,
-                }
-            }
-        }
+        let p0 = rows.start;
+        let (mut durations, mut gaps_before, causes) = block_samples(rows, steps, &columns, ops);
         durations
             .chunks_mut(n)
             .zip(gaps_before.chunks_mut(n))
@@ -876,6 +824,72 @@ fn canonical_sequence(
         .flatten()
         .flatten()
         .collect()
+}
+
+/// One block of canonical positions (`rows`), as samples: a row per position, a column per
+/// step, each op's duration and the gap before it (NaN: the step had no op matched to that
+/// position), and the causes seen before each position with their counts.
+fn block_samples(
+    rows: std::ops::Range<usize>,
+    steps: &[&Step],
+    columns: &[Column],
+    ops: &[Op],
+) -> (Vec<f64>, Vec<f64>, Vec<Vec<CauseSeen>>) {
+    // One row per position of the block, one column per step. NaN: the step had no op
+    // matched to that position.
+    let (p0, width, n) = (rows.start, rows.len(), steps.len());
+    let mut durations = vec![f64::NAN; width * n];
+    let mut gaps_before = vec![f64::NAN; width * n];
+    let mut causes: Vec<Vec<CauseSeen>> = vec![Vec::new(); width];
+    for (col, (s, c)) in steps.iter().zip(columns).enumerate() {
+        let matched: &[(usize, usize)] = match &c.pairs {
+            Some(pairs) => {
+                let from = pairs.partition_point(|&(p, _)| p < rows.start);
+                let to = pairs.partition_point(|&(p, _)| p < rows.end);
+                &pairs[from..to]
+            }
+            None => &[],
+        };
+        let identity = c.pairs.is_none();
+        let pairs = identity
+            .then(|| rows.clone().map(|p| (p, p)))
+            .into_iter()
+            .flatten()
+            .chain(matched.iter().copied());
+        let first_q = if identity {
+            rows.start
+        } else {
+            matched.first().map_or(usize::MAX, |m| m.1)
+        };
+        let mut g = c.gap_q.partition_point(|&q| q < first_q);
+        for (p, q) in pairs {
+            let op = &ops[s.ops[q]];
+            let at = (p - p0) * n + col;
+            durations[at] = (op.end - op.start) as f64;
+            while g < c.gap_q.len() && c.gap_q[g] < q {
+                g += 1;
+            }
+            // A later gap ending at the same op stands in for an earlier one.
+            let mut gap = None;
+            while g < c.gap_q.len() && c.gap_q[g] == q {
+                gap = Some(&s.gaps[g]);
+                g += 1;
+            }
+            match gap {
+                Some(gap) => {
+                    gaps_before[at] = gap.len() as f64;
+                    let kind = gap.cause.kind();
+                    let seen = &mut causes[p - p0];
+                    match seen.iter_mut().find(|c| c.0 == kind) {
+                        Some(c) => c.1 += 1,
+                        None => seen.push((kind, 1, gap.cause.label())),
+                    }
+                }
+                None => gaps_before[at] = 0.0,
+            }
+        }
+    }
+    (durations, gaps_before, causes)
 }
 
 /// Canonical positions summarised together (a block's samples: positions × steps).
