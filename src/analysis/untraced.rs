@@ -227,8 +227,11 @@ fn eager_periods(cell: &CellSteps, timeline: &TraceTimeline, measured: &[Op]) ->
             // A run is this cell's when one of its ops is among the last traced ops before
             // it, fewer than a step's worth: a window that ends mid-step (the recorder's time
             // schedule cuts a loop anywhere) leaves a partial step after the cell's last one.
-            let since_ours = traced[..hi].iter().rev().position(|t| t.1);
-            run_is_ours = since_ours.is_some_and(|n| n < shape.names.len());
+            run_is_ours = traced[..hi]
+                .iter()
+                .rev()
+                .take(shape.names.len())
+                .any(|t| t.1);
         }
         if op.graph == 0 {
             run.push(op);

@@ -70,6 +70,20 @@ impl DeviceFields {
             corr: uint32(r, 4, "correlationId")?,
         })
     }
+
+    /// A kernel record (a kernel, or graph mode's whole replay) of these fields.
+    fn kernel(&self, name: StrId, graph: u32, node: u64) -> Kernel {
+        Kernel {
+            start: self.start,
+            end: self.end,
+            device: self.device,
+            stream: self.stream,
+            corr: self.corr,
+            name,
+            graph,
+            node,
+        }
+    }
 }
 
 impl<'p> Export<'p> {
@@ -349,16 +363,9 @@ fn read_kernels(
         let node = node_id(r, 8)?;
         let name = name_of(b, name, "(unnamed kernel)");
         let d = DeviceFields::of(r)?;
-        b.trace.kernels.push(Kernel {
-            start: d.start,
-            end: d.end,
-            device: d.device,
-            stream: d.stream,
-            corr: d.corr,
-            name,
-            graph: (node >> 32) as u32,
-            node,
-        });
+        b.trace
+            .kernels
+            .push(d.kernel(name, (node >> 32) as u32, node));
         Ok(())
     })?;
     Ok(())
@@ -427,16 +434,7 @@ fn read_graph_launches(
         let (template, exec) = (uint32(r, 6, "graphId")?, uint32(r, 7, "graphExecId")?);
         let name = b.intern(&format!("CUDA graph {template} (whole replay)"));
         let d = DeviceFields::of(r)?;
-        b.trace.kernels.push(Kernel {
-            start: d.start,
-            end: d.end,
-            device: d.device,
-            stream: d.stream,
-            corr: d.corr,
-            name,
-            graph: exec,
-            node: 0,
-        });
+        b.trace.kernels.push(d.kernel(name, exec, 0));
         b.trace.graph.execs.push(GraphExec { id: exec, template });
         any = true;
         Ok(())
