@@ -146,7 +146,7 @@ pub(crate) unsafe extern "C" fn buffer_completed(
             // SAFETY: resolved at load; context/stream are the ones CUPTI passed in.
             let rc = unsafe {
                 cupti
-                    .api()
+                    .raw()
                     .cuptiActivityGetNumDroppedRecords(context, stream_id, &mut dropped)
             };
             if rc == sys::CUPTI_SUCCESS {
@@ -284,7 +284,7 @@ unsafe fn parse_buffer(cupti: &Cupti, shared: &Shared, buffer: *mut u8, valid: u
         // SAFETY: resolved at load; CUPTI walks its own buffer and advances `record`.
         let rc = unsafe {
             cupti
-                .api()
+                .raw()
                 .cuptiActivityGetNextRecord(buffer, valid, &mut record)
         };
         if rc == sys::CUPTI_SUCCESS {

@@ -5,6 +5,7 @@
 //! Every `extern "C"` function here catches panics: a panic never unwinds into CUPTI.
 //! Locks: callbacks take [`ACTIVE`] only long enough to clone an `Arc`; the state lock is never
 //! held while calling CUPTI or the driver from the subscriber callback.
+#![forbid(unsafe_code)]
 
 use super::budget::{BudgetState, Level, StepContent, SwitchOp};
 use super::config::{
@@ -12,17 +13,21 @@ use super::config::{
     LAUNCH_CBIDS,
 };
 use super::decode::{RecordStore, api_display_name};
+use super::error::CuptiError;
 use super::graph::{Creation, GraphTable};
 use super::loaded::{LoadedSnapshot, Queries};
 use super::loader::{self, Cupti};
 use super::markers::KeepWindows;
+use super::params::{
+    ApiCallback, FunctionName, GraphEvent, Handler, NVTX_RANGE_POP, NVTX_RANGE_PUSH_A,
+    NVTX_RANGE_PUSH_EX, NVTX_RANGE_PUSH_W, NvtxCallback, ResourceCallback,
+};
+use super::result::SubscriberHandle;
 use super::step_choice::{Choice, StepRangeChooser};
 use super::sys;
 use crate::trace::{Cell, Marker, NodeType, StrId};
 use std::cell::{Cell as StdCell, RefCell};
 use std::collections::{BTreeMap, HashSet};
-use std::ffi::{CStr, c_char, c_void};
-use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
@@ -87,8 +92,7 @@ impl State {
 
 #[cfg(target_os = "linux")]
 pub(crate) fn current_thread_id() -> u32 {
-    // SAFETY: gettid (glibc ≥ 2.30, musl ≥ 1.2.2) has no preconditions and cannot fail.
-    unsafe { libc::gettid() as u32 }
+    nix::unistd::gettid().as_raw() as u32
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -192,21 +196,16 @@ impl Budget {
     }
 }
 
-/// Sets which API calls keep activity records; returns how many switches CUPTI refused.
+/// Sets which API calls keep activity records; returns how many switches CUPTI refused (all
+/// of them where this CUPTI cannot choose per call).
 pub(super) fn apply_api_filter(
-    filter: &loader::ApiFilter,
+    cupti: &Cupti,
     switches: impl IntoIterator<Item = (sys::CUpti_CallbackDomain, u32, bool)>,
 ) -> u32 {
     let mut failed = 0;
     for (domain, cbid, on) in switches {
-        let enable = if domain == sys::CUPTI_CB_DOMAIN_RUNTIME_API {
-            filter.runtime
-        } else {
-            filter.driver
-        };
-        // SAFETY: resolved from this libcupti with the C signature; plain values.
-        let rc = unsafe { enable(cbid, u8::from(on)) };
-        failed += u32::from(rc != sys::CUPTI_SUCCESS);
+        let done = cupti.enable_api_record(domain, cbid, on);
+        failed += u32::from(!matches!(done, Some(Ok(()))));
     }
     failed
 }
@@ -307,8 +306,7 @@ pub(super) fn active() -> Option<Arc<Shared>> {
 struct Frame {
     domain: sys::CUpti_CallbackDomain,
     cbid: u32,
-    /// CUPTI's function name: a global constant string (documented in cupti_callbacks.h).
-    name: *const c_char,
+    name: FunctionName,
     wait_external: bool,
     record_external: bool,
     /// Host time it was entered, when its record is made from callbacks (else 0).
@@ -345,104 +343,19 @@ pub(crate) fn pop_library_call(name: StrId) {
     });
 }
 
-/// External flags of the API call about to run, from its parameters.
-///
-/// # Safety
-/// `params` is null or the `functionParams` CUPTI passed for this (domain, cbid).
-unsafe fn external_flags(
-    domain: sys::CUpti_CallbackDomain,
-    cbid: u32,
-    params: *const c_void,
-) -> (bool, bool) {
-    if params.is_null() {
-        return (false, false);
-    }
-    // SAFETY (all arms): CUPTI's functionParams for this callback id points to the params
-    // struct named after it in generated_cuda_{runtime_api_,}meta.h.
-    unsafe {
-        match (domain, cbid) {
-            (
-                sys::CUPTI_CB_DOMAIN_RUNTIME_API,
-                sys::CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020,
-            ) => {
-                let p = params as *const sys::cudaStreamWaitEvent_v3020_params;
-                ((*p).flags & sys::cudaEventWaitExternal != 0, false)
-            }
-            (
-                sys::CUPTI_CB_DOMAIN_RUNTIME_API,
-                sys::CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_ptsz_v7000,
-            ) => {
-                let p = params as *const sys::cudaStreamWaitEvent_ptsz_v7000_params;
-                ((*p).flags & sys::cudaEventWaitExternal != 0, false)
-            }
-            (
-                sys::CUPTI_CB_DOMAIN_RUNTIME_API,
-                sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecordWithFlags_v11010,
-            ) => {
-                let p = params as *const sys::cudaEventRecordWithFlags_v11010_params;
-                (false, (*p).flags & sys::cudaEventRecordExternal != 0)
-            }
-            (
-                sys::CUPTI_CB_DOMAIN_RUNTIME_API,
-                sys::CUPTI_RUNTIME_TRACE_CBID_cudaEventRecordWithFlags_ptsz_v11010,
-            ) => {
-                let p = params as *const sys::cudaEventRecordWithFlags_ptsz_v11010_params;
-                (false, (*p).flags & sys::cudaEventRecordExternal != 0)
-            }
-            (sys::CUPTI_CB_DOMAIN_DRIVER_API, sys::CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent) => {
-                let p = params as *const sys::cuStreamWaitEvent_params;
-                ((*p).Flags & sys::CU_EVENT_WAIT_EXTERNAL != 0, false)
-            }
-            (
-                sys::CUPTI_CB_DOMAIN_DRIVER_API,
-                sys::CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz,
-            ) => {
-                let p = params as *const sys::cuStreamWaitEvent_ptsz_params;
-                ((*p).Flags & sys::CU_EVENT_WAIT_EXTERNAL != 0, false)
-            }
-            (
-                sys::CUPTI_CB_DOMAIN_DRIVER_API,
-                sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecordWithFlags,
-            ) => {
-                let p = params as *const sys::cuEventRecordWithFlags_params;
-                (false, (*p).flags & sys::CU_EVENT_RECORD_EXTERNAL != 0)
-            }
-            (
-                sys::CUPTI_CB_DOMAIN_DRIVER_API,
-                sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecordWithFlags_ptsz,
-            ) => {
-                let p = params as *const sys::cuEventRecordWithFlags_ptsz_params;
-                (false, (*p).flags & sys::CU_EVENT_RECORD_EXTERNAL != 0)
-            }
-            _ => (false, false),
-        }
-    }
-}
-
 /// API enter/exit: maintain this thread's stack of active CUDA API calls.
-///
-/// # Safety
-/// `data` is null or the `CUpti_CallbackData` CUPTI passed with this callback.
-unsafe fn on_api(
-    domain: sys::CUpti_CallbackDomain,
-    cbid: u32,
-    data: *const sys::CUpti_CallbackData,
-) {
-    if data.is_null() {
-        return;
-    }
-    // SAFETY: CUPTI passes a valid CUpti_CallbackData for API domains, alive for this call.
-    let d = unsafe { &*data };
+fn on_api(d: &ApiCallback<'_>) {
+    let (domain, cbid) = (d.domain(), d.cbid());
     if SELF_QUERY.try_with(|q| q.get()).unwrap_or(false) {
-        if domain == sys::CUPTI_CB_DOMAIN_DRIVER_API && d.callbackSite == sys::CUPTI_API_ENTER {
-            let _ = SELF_CORR.try_with(|c| c.borrow_mut().push(d.correlationId));
+        if domain == sys::CUPTI_CB_DOMAIN_DRIVER_API && d.entering() {
+            let _ = SELF_CORR.try_with(|c| c.borrow_mut().push(d.correlation_id()));
         }
         return;
     }
     let mut launched = None;
     let _ = API_STACK.try_with(|stack| {
         let mut stack = stack.borrow_mut();
-        if d.callbackSite == sys::CUPTI_API_ENTER {
+        if d.entering() {
             if WATCHING.load(Ordering::Relaxed)
                 && is_any_launch(domain, cbid)
                 && !stack.iter().any(|f| is_any_launch(f.domain, f.cbid))
@@ -457,14 +370,10 @@ unsafe fn on_api(
             if BUDGET_ON.load(Ordering::Relaxed)
                 && is_graph_launch(domain, cbid)
                 && !stack.iter().any(|f| is_graph_launch(f.domain, f.cbid))
-                && !d.functionParams.is_null()
             {
-                // SAFETY: every graph launch's parameters start with the executable graph.
-                launched = Some(unsafe { *(d.functionParams as *const usize) });
+                launched = d.launched_graph_exec();
             }
-            // SAFETY: functionParams belongs to this (domain, cbid) call.
-            let (wait_external, record_external) =
-                unsafe { external_flags(domain, cbid, d.functionParams) };
+            let (wait_external, record_external) = d.external_flags();
             let entered = if API_FROM_CALLBACKS.load(Ordering::Relaxed)
                 && recorded_from_callbacks(domain, cbid, &stack)
             {
@@ -475,7 +384,7 @@ unsafe fn on_api(
             stack.push(Frame {
                 domain,
                 cbid,
-                name: d.functionName,
+                name: d.function_name(),
                 wait_external,
                 record_external,
                 entered,
@@ -489,14 +398,14 @@ unsafe fn on_api(
             let entered = stack[i].entered;
             stack.truncate(i);
             if entered != 0 {
-                api_call_exited(domain, cbid, entered, d);
+                api_call_exited(d, entered);
             }
         }
     });
     if !BUDGET_ON.load(Ordering::Relaxed) {
         return;
     }
-    let entering = d.callbackSite == sys::CUPTI_API_ENTER;
+    let entering = d.entering();
     // Most calls are none of the budget's: decide that before taking any lock.
     let capture_begin = is_capture_begin(domain, cbid);
     let capture_end = !entering && is_capture_end(domain, cbid);
@@ -522,7 +431,7 @@ unsafe fn on_api(
         if entering {
             step_did(StepContent::Building);
             budget_decides(&shared, |b| b.capture_began());
-        } else if returned_error(d)
+        } else if d.returned() != 0
             && let Some(budget) = &shared.budget
         {
             // No capture began: it must not hold tracing on.
@@ -539,12 +448,8 @@ unsafe fn on_api(
 }
 
 /// The exit of a call recorded from callbacks: its API record.
-fn api_call_exited(
-    domain: sys::CUpti_CallbackDomain,
-    cbid: u32,
-    entered: u64,
-    d: &sys::CUpti_CallbackData,
-) {
+fn api_call_exited(d: &ApiCallback<'_>, entered: u64) {
+    let (domain, cbid) = (d.domain(), d.cbid());
     let Some(cupti) = loader::loaded() else {
         return;
     };
@@ -559,13 +464,7 @@ fn api_call_exited(
         return;
     }
     let end = now(cupti);
-    let returned = if d.functionReturnValue.is_null() {
-        0
-    } else {
-        // SAFETY: at API exit CUPTI points functionReturnValue at the call's cudaError_t or
-        // CUresult, both 32-bit.
-        unsafe { *(d.functionReturnValue as *const u32) }
-    };
+    let returned = d.returned();
     let api_domain = if domain == sys::CUPTI_CB_DOMAIN_RUNTIME_API {
         crate::trace::ApiDomain::Runtime
     } else {
@@ -576,18 +475,12 @@ fn api_call_exited(
         cbid,
         start: entered,
         end: end.max(entered),
-        corr: d.correlationId,
+        corr: d.correlation_id(),
         thread: current_thread_id(),
         returned,
     };
     let resolve = |domain: crate::trace::ApiDomain, cbid: u32| cupti.api_call_name(domain, cbid);
     lock(&shared.state).records.add_api_call(call, &resolve);
-}
-
-/// Whether the driver call this exit callback reports returned an error.
-fn returned_error(d: &sys::CUpti_CallbackData) -> bool {
-    // SAFETY: at API exit CUPTI points functionReturnValue at the call's CUresult.
-    !d.functionReturnValue.is_null() && unsafe { *(d.functionReturnValue as *const u32) } != 0
 }
 
 /// Notes what the open step on this thread did: building a graph outranks a replay, which
@@ -744,35 +637,26 @@ fn switch_kinds(
         let filter_off = PAUSE_FILTER.load(Ordering::Relaxed);
         super::budget::switch_plan(from, to, &kinds, &api_callbacks, filter, filter_off)
     };
-    let subscriber = budget.subscriber.load(Ordering::SeqCst) as sys::CUpti_SubscriberHandle;
+    // The recorder's live subscriber: it unsubscribes only after freezing the budget and
+    // taking the switch token.
+    let subscriber = SubscriberHandle::from_bits(budget.subscriber.load(Ordering::SeqCst));
     let mut failed = Vec::new();
     let mut refused_records = 0;
     for op in plan {
-        let rc = match op {
-            // SAFETY: resolved at load; `subscriber` is the recorder's live subscriber (it
-            // unsubscribes only after freezing the budget and taking the switch token).
-            SwitchOp::Callback { domain, cbid } => unsafe {
-                cupti
-                    .api()
-                    .cuptiEnableCallback(u32::from(to > from), subscriber, domain, cbid)
-            },
-            // SAFETY: resolved at load; `kind` is one the recorder enabled at start.
-            SwitchOp::Kind(kind) => unsafe {
-                if to > from {
-                    cupti.api().cuptiActivityEnable(kind)
-                } else {
-                    cupti.api().cuptiActivityDisable(kind)
-                }
-            },
+        let done = match op {
+            SwitchOp::Callback { domain, cbid } => {
+                cupti.enable_callback(subscriber, domain, cbid, to > from)
+            }
+            SwitchOp::Kind(kind) => cupti.enable_kind(kind, to > from),
             SwitchOp::ApiRecord { domain, cbid, on } => {
-                if let Some(filter) = cupti.api_filter() {
-                    refused_records += apply_api_filter(filter, [(domain, cbid, on)]);
+                if cupti.api_filter().is_some() {
+                    refused_records += apply_api_filter(cupti, [(domain, cbid, on)]);
                 }
-                sys::CUPTI_SUCCESS
+                Ok(())
             }
         };
-        if rc != sys::CUPTI_SUCCESS {
-            failed.push(format!("{op:?}: {}", cupti.result_name(rc)));
+        if let Err(e) = done {
+            failed.push(format!("{op:?}: {}", e.result_name()));
         }
     }
     if refused_records > 0 {
@@ -791,83 +675,8 @@ fn switch_kinds(
 // NVTX callbacks (only with a trace budget and a step range)
 // ---------------------------------------------------------------------------------------------
 
-/// `CUpti_NvtxData` (cupti_callbacks.h): what CUPTI passes with an NVTX callback.
-#[repr(C)]
-struct NvtxData {
-    function_name: *const c_char,
-    function_params: *const c_void,
-    function_return_value: *const c_void,
-}
-
-/// NVTX callback ids (cupti_nvtx_cbid.h, stable since CUDA 10): pushes and the pop of the
-/// default domain.
-pub(super) const NVTX_RANGE_PUSH_A: u32 = 8;
-pub(super) const NVTX_RANGE_PUSH_W: u32 = 9;
-pub(super) const NVTX_RANGE_PUSH_EX: u32 = 10;
-pub(super) const NVTX_RANGE_POP: u32 = 11;
-
-/// The start of `nvtxEventAttributes_t` (nvToolsExt.h, version 2) up to its message.
-#[repr(C)]
-struct NvtxEventAttributes {
-    version: u16,
-    size: u16,
-    category: u32,
-    color_type: i32,
-    color: u32,
-    payload_type: i32,
-    reserved0: i32,
-    payload: u64,
-    message_type: i32,
-    message: *const c_char,
-}
-
-/// `NVTX_MESSAGE_TYPE_ASCII`.
-const NVTX_MESSAGE_TYPE_ASCII: i32 = 1;
-
-// The C layouts read through these (nvToolsExt.h: NVTX_EVENT_ATTRIB_STRUCT_SIZE is 48, the
-// message union at 40; cupti_callbacks.h: three pointers).
-const _: () = assert!(std::mem::size_of::<NvtxEventAttributes>() == 48);
-const _: () = assert!(std::mem::offset_of!(NvtxEventAttributes, message_type) == 32);
-const _: () = assert!(std::mem::offset_of!(NvtxEventAttributes, message) == 40);
-const _: () = assert!(std::mem::size_of::<NvtxData>() == 24);
-
-/// The ASCII message of a default-domain push, if it has one.
-///
-/// # Safety
-/// `params` is null or the `functionParams` CUPTI passed for NVTX callback `cbid`.
-unsafe fn pushed_message<'a>(cbid: u32, params: *const c_void) -> Option<&'a [u8]> {
-    if params.is_null() {
-        return None;
-    }
-    let message = match cbid {
-        // SAFETY: nvtxRangePushA_params is `{ const char *message; }`.
-        NVTX_RANGE_PUSH_A => unsafe { *(params as *const *const c_char) },
-        NVTX_RANGE_PUSH_EX => {
-            // SAFETY: nvtxRangePushEx_params is `{ const nvtxEventAttributes_t *eventAttrib; }`.
-            let attributes = unsafe { *(params as *const *const NvtxEventAttributes) };
-            if attributes.is_null() {
-                return None;
-            }
-            // SAFETY: the program passed a valid nvtxEventAttributes_t for this call.
-            let a = unsafe { &*attributes };
-            let whole = usize::from(a.size) >= std::mem::size_of::<NvtxEventAttributes>();
-            if !whole || a.message_type != NVTX_MESSAGE_TYPE_ASCII {
-                return None;
-            }
-            a.message
-        }
-        _ => return None,
-    };
-    // SAFETY: NVTX messages are NUL-terminated strings alive for the call.
-    (!message.is_null()).then(|| unsafe { CStr::from_ptr(message) }.to_bytes())
-}
-
-/// # Safety
-/// `data` is null or the `CUpti_NvtxData` CUPTI passed with this NVTX callback.
-unsafe fn on_nvtx(cbid: u32, data: *const NvtxData) {
-    if data.is_null() {
-        return;
-    }
+fn on_nvtx(event: &NvtxCallback<'_>) {
+    let cbid = event.cbid();
     match cbid {
         NVTX_RANGE_POP => {
             let (popped, depth) = NVTX_STACK
@@ -904,8 +713,7 @@ unsafe fn on_nvtx(cbid: u32, data: *const NvtxData) {
                 .as_ref()
                 .and_then(|b| b.step_range.get())
                 .map(String::as_bytes);
-            // SAFETY: CUPTI passes a valid CUpti_NvtxData; its params belong to `cbid`.
-            let message = unsafe { pushed_message(cbid, (*data).function_params) };
+            let message = event.pushed_message();
             let is_step = step_range.is_some() && message == step_range;
             let outermost_step = is_step && !inside_step();
             let depth = NVTX_STACK
@@ -993,20 +801,15 @@ fn switch_watch_callbacks(shared: &Shared, budget: &Budget, on: bool) {
         return;
     }
     WATCH_ARMED.store(on, Ordering::SeqCst);
-    let subscriber = budget.subscriber.load(Ordering::SeqCst) as sys::CUpti_SubscriberHandle;
+    // The recorder's live subscriber: the watch stops, under `WATCHING`, before it
+    // unsubscribes.
+    let subscriber = SubscriberHandle::from_bits(budget.subscriber.load(Ordering::SeqCst));
     let calls = lock(&budget.watch_callbacks).clone();
     for (domain, cbid) in calls {
-        // SAFETY: resolved at load; `subscriber` is the recorder's live subscriber (the watch
-        // stops, under `WATCHING`, before it unsubscribes).
-        let rc = unsafe {
-            cupti
-                .api()
-                .cuptiEnableCallback(u32::from(on), subscriber, domain, cbid)
-        };
-        if rc != sys::CUPTI_SUCCESS {
+        if let Err(e) = cupti.enable_callback(subscriber, domain, cbid, on) {
             lock(&shared.state).problem(format!(
                 "step range watch: cuptiEnableCallback({on}, cbid {cbid}) failed: {}",
-                cupti.result_name(rc)
+                e.result_name()
             ));
         }
     }
@@ -1014,7 +817,7 @@ fn switch_watch_callbacks(shared: &Shared, budget: &Budget, on: bool) {
 
 /// The current thread's circumstances, with the API name still raw.
 struct RawCreation {
-    outermost: *const c_char,
+    outermost: Option<&'static [u8]>,
     library_call: Option<StrId>,
     wait_external: bool,
     record_external: bool,
@@ -1025,10 +828,7 @@ struct RawCreation {
 
 /// `cuptiGetTimestamp`, 0 ("unknown") on failure.
 fn now(cupti: &Cupti) -> u64 {
-    let mut at = 0u64;
-    // SAFETY: resolved at load; writes one u64 through a valid pointer.
-    let _ = unsafe { cupti.api().cuptiGetTimestamp(&mut at) };
-    at
+    cupti.timestamp().unwrap_or(0)
 }
 
 /// The circumstances of a node made now (`at`, CUPTI clock) on this thread.
@@ -1036,7 +836,7 @@ fn raw_creation(at: u64) -> RawCreation {
     let mut raw = RawCreation {
         at,
         thread: current_thread_id(),
-        outermost: std::ptr::null(),
+        outermost: None,
         library_call: LIBRARY_STACK
             .try_with(|s| s.borrow().last().copied())
             .ok()
@@ -1047,13 +847,11 @@ fn raw_creation(at: u64) -> RawCreation {
     };
     let _ = API_STACK.try_with(|stack| {
         let stack = stack.borrow();
-        raw.outermost = stack.first().map_or(std::ptr::null(), |f| f.name);
+        raw.outermost = stack.first().and_then(|f| f.name.to_bytes());
         for f in stack.iter() {
             raw.wait_external |= f.wait_external;
             raw.record_external |= f.record_external;
-            if !f.name.is_null() {
-                // SAFETY: functionName is a NUL-terminated global constant string.
-                let name = unsafe { CStr::from_ptr(f.name) }.to_bytes();
+            if let Some(name) = f.name.to_bytes() {
                 raw.explicit_add |=
                     name.starts_with(b"cudaGraphAdd") || name.starts_with(b"cuGraphAdd");
             }
@@ -1063,9 +861,8 @@ fn raw_creation(at: u64) -> RawCreation {
 }
 
 fn intern_creation(state: &mut State, raw: &RawCreation) -> Creation {
-    let created_by = (!raw.outermost.is_null()).then(|| {
-        // SAFETY: functionName is a NUL-terminated global constant string.
-        let name = unsafe { CStr::from_ptr(raw.outermost) }.to_string_lossy();
+    let created_by = raw.outermost.map(|name| {
+        let name = String::from_utf8_lossy(name);
         state.records.intern(api_display_name(&name))
     });
     Creation {
@@ -1084,73 +881,31 @@ fn intern_creation(state: &mut State, raw: &RawCreation) -> Creation {
 // Graph resource callbacks
 // ---------------------------------------------------------------------------------------------
 
-fn node_id(cupti: &Cupti, node: sys::CUgraphNode) -> Result<u64, String> {
-    let mut id = 0u64;
-    // SAFETY: resolved at load; `node` is valid inside the resource callback.
-    let rc = unsafe { cupti.api().cuptiGetGraphNodeId(node, &mut id) };
-    if rc == sys::CUPTI_SUCCESS {
-        Ok(id)
-    } else {
-        Err(format!(
-            "cuptiGetGraphNodeId failed: {}",
-            cupti.result_name(rc)
-        ))
-    }
-}
-
-fn graph_id(cupti: &Cupti, graph: sys::CUgraph) -> Result<u32, String> {
-    let mut id = 0u32;
-    // SAFETY: resolved at load; `graph` is valid inside the resource callback.
-    let rc = unsafe { cupti.api().cuptiGetGraphId(graph, &mut id) };
-    if rc == sys::CUPTI_SUCCESS {
-        Ok(id)
-    } else {
-        Err(format!("cuptiGetGraphId failed: {}", cupti.result_name(rc)))
-    }
-}
-
-fn exec_id(cupti: &Cupti, exec: sys::CUgraphExec) -> Result<u32, String> {
-    let mut id = 0u32;
-    // SAFETY: resolved at load; `exec` is valid inside the resource callback.
-    let rc = unsafe { cupti.api().cuptiGetGraphExecId(exec, &mut id) };
-    if rc == sys::CUPTI_SUCCESS {
-        Ok(id)
-    } else {
-        Err(format!(
-            "cuptiGetGraphExecId failed: {}",
-            cupti.result_name(rc)
-        ))
-    }
+/// A graph callback's failure, as a trace note says it.
+fn failed(e: CuptiError) -> String {
+    e.brief()
 }
 
 /// Asks the driver for a node's type (CUpti_GraphData.nodeType reads 0 for every node on
 /// CUDA 13.0). Returns the type and the correlation ids of the driver calls this made.
-fn driver_node_type(node: sys::CUgraphNode) -> (Result<u32, String>, Vec<u32>) {
+fn driver_node_type(gd: &GraphEvent<'_>) -> (Result<u32, String>, Vec<u32>) {
     let Some(driver) = loader::driver_loaded() else {
         return (Err("libcuda not loaded".into()), Vec::new());
     };
     let _ = SELF_QUERY.try_with(|q| q.set(true));
-    let mut ty: sys::CUgraphNodeType = 0;
-    // SAFETY: `node` is valid inside the resource callback; the function pointer has
-    // cuGraphNodeGetType's C signature and writes one enum through a valid pointer.
-    let rc = unsafe { (driver.node_get_type)(node, &mut ty) };
+    let found = gd.driver_node_type(driver);
     let _ = SELF_QUERY.try_with(|q| q.set(false));
     let corr = SELF_CORR
         .try_with(|c| std::mem::take(&mut *c.borrow_mut()))
         .unwrap_or_default();
-    if rc == 0 {
-        (Ok(ty), corr)
-    } else {
-        (
-            Err(format!("cuGraphNodeGetType failed (CUresult {rc})")),
-            corr,
-        )
-    }
+    (
+        found.map_err(|rc| format!("cuGraphNodeGetType failed (CUresult {rc})")),
+        corr,
+    )
 }
 
-/// # Safety
-/// `data` is null or the `CUpti_ResourceData` CUPTI passed with this resource callback.
-unsafe fn on_resource(cbid: u32, data: *const sys::CUpti_ResourceData) {
+fn on_resource(event: &ResourceCallback<'_>) {
+    let cbid = event.cbid();
     if cbid == sys::CUPTI_CBID_RESOURCE_CONTEXT_CREATED {
         if let Some(shared) = active()
             && lock(&shared.state).devices.is_none()
@@ -1166,43 +921,32 @@ unsafe fn on_resource(cbid: u32, data: *const sys::CUpti_ResourceData) {
         }
         return;
     }
-    let graph_event = matches!(
-        cbid,
-        sys::CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED
-            | sys::CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED
-            | sys::CUPTI_CBID_RESOURCE_GRAPHNODE_DEPENDENCY_CREATED
-            | sys::CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED
-    );
-    if !graph_event || data.is_null() {
+    let Some(graph) = event.graph() else {
         return;
-    }
+    };
     let (Some(shared), Some(cupti)) = (active(), loader::loaded()) else {
         return;
     };
-    // SAFETY: CUPTI passes a valid CUpti_ResourceData for resource callbacks.
-    let gd = unsafe { (*data).resourceDescriptor } as *const sys::CUpti_GraphData;
-    if gd.is_null() {
+    let Ok(gd) = graph else {
         lock(&shared.state).problem("graph callback without CUpti_GraphData");
         return;
-    }
-    // SAFETY: for graph callbacks resourceDescriptor is a CUpti_GraphData, valid here.
-    let gd = unsafe { *gd };
+    };
     let result = match cbid {
         sys::CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED => node_created(cupti, &shared, &gd),
         sys::CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED => node_cloned(cupti, &shared, &gd),
         sys::CUPTI_CBID_RESOURCE_GRAPHNODE_DEPENDENCY_CREATED => {
-            node_id(cupti, gd.node).and_then(|node| {
-                let dep = node_id(cupti, gd.dependency)?;
+            gd.node_id(cupti).map_err(failed).and_then(|node| {
+                let dep = gd.dependency_id(cupti).map_err(failed)?;
                 lock(&shared.state).graph.dependency_created(node, dep);
                 Ok(())
             })
         }
-        _ => exec_id(cupti, gd.graphExec).and_then(|exec| {
+        _ => gd.exec_id(cupti).map_err(failed).and_then(|exec| {
             // A reused handle starts its count afresh even if the template is unknown.
             if let Some(budget) = &shared.budget {
-                lock(&budget.decisions).exec_created(gd.graphExec as usize, exec);
+                lock(&budget.decisions).exec_created(gd.exec_handle(), exec);
             }
-            let template = graph_id(cupti, gd.graph)?;
+            let template = gd.graph_id(cupti).map_err(failed)?;
             lock(&shared.state).graph.exec_created(exec, template);
             // The libraries a program loads late (torch's NCCL on its first collective) are
             // loaded by its first capture.
@@ -1231,10 +975,10 @@ fn node_type_or_fallback(
     }
 }
 
-fn node_created(cupti: &Cupti, shared: &Shared, gd: &sys::CUpti_GraphData) -> Result<(), String> {
-    let id = node_id(cupti, gd.node)?;
-    let graph = graph_id(cupti, gd.graph)?;
-    let (ty, corr) = driver_node_type(gd.node);
+fn node_created(cupti: &Cupti, shared: &Shared, gd: &GraphEvent<'_>) -> Result<(), String> {
+    let id = gd.node_id(cupti).map_err(failed)?;
+    let graph = gd.graph_id(cupti).map_err(failed)?;
+    let (ty, corr) = driver_node_type(gd);
     let raw = raw_creation(now(cupti));
     // The library calls on the stack (node creation is not a hot path). Without a
     // library-call marker of ours, the program's own NCCL call tags the node (its NVTX ranges,
@@ -1246,7 +990,7 @@ fn node_created(cupti: &Cupti, shared: &Shared, gd: &sys::CUpti_GraphData) -> Re
     };
     let mut state = lock(&shared.state);
     state.self_corr.extend(corr);
-    let node_type = node_type_or_fallback(&mut state, ty, gd.nodeType);
+    let node_type = node_type_or_fallback(&mut state, ty, gd.cupti_node_type());
     let mut how = intern_creation(&mut state, &raw);
     if how.library_call.is_none()
         && let Some(name) = libraries.nccl
@@ -1258,48 +1002,43 @@ fn node_created(cupti: &Cupti, shared: &Shared, gd: &sys::CUpti_GraphData) -> Re
     Ok(())
 }
 
-fn node_cloned(cupti: &Cupti, shared: &Shared, gd: &sys::CUpti_GraphData) -> Result<(), String> {
-    let id = node_id(cupti, gd.node)?;
-    let template = node_id(cupti, gd.originalNode)?;
-    let graph = graph_id(cupti, gd.graph)?;
+fn node_cloned(cupti: &Cupti, shared: &Shared, gd: &GraphEvent<'_>) -> Result<(), String> {
+    let id = gd.node_id(cupti).map_err(failed)?;
+    let template = gd.original_node_id(cupti).map_err(failed)?;
+    let graph = gd.graph_id(cupti).map_err(failed)?;
     let known = lock(&shared.state).graph.get(template).is_some();
     let (ty, corr) = if known {
         (Ok(sys::CU_GRAPH_NODE_TYPE_KERNEL), Vec::new()) // unused: copied from the template
     } else {
-        driver_node_type(gd.node)
+        driver_node_type(gd)
     };
     let raw = raw_creation(now(cupti));
     let mut state = lock(&shared.state);
     state.self_corr.extend(corr);
-    let fallback = node_type_or_fallback(&mut state, ty, gd.nodeType);
+    let fallback = node_type_or_fallback(&mut state, ty, gd.cupti_node_type());
     let how = intern_creation(&mut state, &raw);
     state.graph.node_cloned(id, graph, template, fallback, how);
     Ok(())
 }
 
-/// The subscriber callback CUPTI calls for every enabled API and resource event.
-pub(crate) unsafe extern "C" fn on_callback(
-    _userdata: *mut c_void,
-    domain: sys::CUpti_CallbackDomain,
-    cbid: sys::CUpti_CallbackId,
-    data: *const c_void,
-) {
-    let r = catch_unwind(|| match domain {
-        sys::CUPTI_CB_DOMAIN_RUNTIME_API | sys::CUPTI_CB_DOMAIN_DRIVER_API => {
-            // SAFETY: for API domains CUPTI passes a CUpti_CallbackData.
-            unsafe { on_api(domain, cbid, data as *const sys::CUpti_CallbackData) }
-        }
-        sys::CUPTI_CB_DOMAIN_RESOURCE => {
-            // SAFETY: for the resource domain CUPTI passes a CUpti_ResourceData.
-            unsafe { on_resource(cbid, data as *const sys::CUpti_ResourceData) }
-        }
-        sys::CUPTI_CB_DOMAIN_NVTX => {
-            // SAFETY: for the NVTX domain CUPTI passes a CUpti_NvtxData.
-            unsafe { on_nvtx(cbid, data as *const NvtxData) }
-        }
-        _ => {}
-    });
-    if r.is_err() {
+/// What the subscriber callback does: the recorder subscribes
+/// [`super::params::entry`]`::<Subscribed>`.
+pub(crate) struct Subscribed;
+
+impl Handler for Subscribed {
+    fn api(call: &ApiCallback<'_>) {
+        on_api(call);
+    }
+
+    fn nvtx(event: &NvtxCallback<'_>) {
+        on_nvtx(event);
+    }
+
+    fn resource(event: &ResourceCallback<'_>) {
+        on_resource(event);
+    }
+
+    fn panicked() {
         PANICS.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -1307,42 +1046,13 @@ pub(crate) unsafe extern "C" fn on_callback(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::cupti::params::testing;
     use crate::record::cupti::step_choice;
+    use std::ffi::c_void;
 
-    #[test]
-    fn external_flags_read_the_wait_and_record_params() {
-        let wait = sys::cudaStreamWaitEvent_v3020_params {
-            stream: std::ptr::null_mut(),
-            event: std::ptr::null_mut(),
-            flags: sys::cudaEventWaitExternal,
-        };
-        let p = &wait as *const _ as *const c_void;
-        // SAFETY: params of the matching struct type.
-        let got = unsafe {
-            external_flags(
-                sys::CUPTI_CB_DOMAIN_RUNTIME_API,
-                sys::CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020,
-                p,
-            )
-        };
-        assert_eq!(got, (true, false));
-        let rec = sys::cuEventRecordWithFlags_params {
-            hEvent: std::ptr::null_mut(),
-            hStream: std::ptr::null_mut(),
-            flags: sys::CU_EVENT_RECORD_EXTERNAL,
-        };
-        // SAFETY: params of the matching struct type.
-        let got = unsafe {
-            external_flags(
-                sys::CUPTI_CB_DOMAIN_DRIVER_API,
-                sys::CUPTI_DRIVER_TRACE_CBID_cuEventRecordWithFlags,
-                &rec as *const _ as *const c_void,
-            )
-        };
-        assert_eq!(got, (false, true));
-        // SAFETY: null params are never read.
-        let none = unsafe { external_flags(sys::CUPTI_CB_DOMAIN_RUNTIME_API, 1, std::ptr::null()) };
-        assert_eq!(none, (false, false));
+    /// An API enter or exit callback over `d`, as CUPTI makes it.
+    fn api(domain: sys::CUpti_CallbackDomain, cbid: u32, d: &sys::CUpti_CallbackData) {
+        on_api(&testing::api(domain, cbid, d));
     }
 
     #[test]
@@ -1369,29 +1079,25 @@ mod tests {
             hEvent: std::ptr::null_mut(),
             Flags: 0,
         };
-        // SAFETY: callback data and params outlive the calls.
-        unsafe {
-            on_api(rt, cbid_rt, &d);
-            let mut di = d;
-            di.functionName = inner.as_ptr();
-            di.functionParams = &drv_params as *const _ as *const c_void;
-            on_api(drv, cbid_drv, &di);
-            let raw = raw_creation(0);
-            assert!(raw.wait_external);
-            assert!(!raw.explicit_add);
-            assert_eq!(CStr::from_ptr(raw.outermost), outer);
-            di.callbackSite = sys::CUPTI_API_EXIT;
-            on_api(drv, cbid_drv, &di);
-            d.callbackSite = sys::CUPTI_API_EXIT;
-            on_api(rt, cbid_rt, &d);
-        }
+        api(rt, cbid_rt, &d);
+        let mut di = d;
+        di.functionName = inner.as_ptr();
+        di.functionParams = &drv_params as *const _ as *const c_void;
+        api(drv, cbid_drv, &di);
         let raw = raw_creation(0);
-        assert!(raw.outermost.is_null());
+        assert!(raw.wait_external);
+        assert!(!raw.explicit_add);
+        assert_eq!(raw.outermost, Some(outer.to_bytes()));
+        di.callbackSite = sys::CUPTI_API_EXIT;
+        api(drv, cbid_drv, &di);
+        d.callbackSite = sys::CUPTI_API_EXIT;
+        api(rt, cbid_rt, &d);
+        let raw = raw_creation(0);
+        assert!(raw.outermost.is_none());
         assert!(!raw.wait_external);
         // An exit without an enter leaves the (empty) stack alone.
-        // SAFETY: as above.
-        unsafe { on_api(rt, cbid_rt, &d) };
-        assert!(raw_creation(0).outermost.is_null());
+        api(rt, cbid_rt, &d);
+        assert!(raw_creation(0).outermost.is_none());
     }
 
     #[test]
@@ -1417,8 +1123,7 @@ mod tests {
             ..Default::default()
         };
         let cbid = sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddEventRecordNode_v11010;
-        // SAFETY: callback data outlives the calls; null params are not read.
-        unsafe { on_api(sys::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &d) };
+        api(sys::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &d);
         let raw = raw_creation(0);
         assert!(raw.explicit_add);
         let mut state = State::new();
@@ -1430,47 +1135,8 @@ mod tests {
         );
         let mut exit = d;
         exit.callbackSite = sys::CUPTI_API_EXIT;
-        // SAFETY: as above.
-        unsafe { on_api(sys::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &exit) };
+        api(sys::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &exit);
         assert!(!raw_creation(0).explicit_add);
-    }
-
-    #[test]
-    fn nvtx_push_messages_are_read_from_a_and_ex_parameters() {
-        let name = c"decode_step";
-        let push_a = name.as_ptr();
-        // SAFETY: params of nvtxRangePushA: a pointer to the message pointer.
-        let got = unsafe { pushed_message(NVTX_RANGE_PUSH_A, (&raw const push_a).cast()) };
-        assert_eq!(got, Some(&b"decode_step"[..]));
-
-        let mut attributes = NvtxEventAttributes {
-            version: 2,
-            size: std::mem::size_of::<NvtxEventAttributes>() as u16,
-            category: 0,
-            color_type: 0,
-            color: 0,
-            payload_type: 0,
-            reserved0: 0,
-            payload: 0,
-            message_type: NVTX_MESSAGE_TYPE_ASCII,
-            message: name.as_ptr(),
-        };
-        let read = |a: &NvtxEventAttributes| {
-            let p: *const NvtxEventAttributes = a;
-            // SAFETY: params of nvtxRangePushEx: a pointer to the attributes pointer.
-            unsafe { pushed_message(NVTX_RANGE_PUSH_EX, (&raw const p).cast()) }
-        };
-        assert_eq!(read(&attributes), Some(&b"decode_step"[..]));
-        attributes.message_type = 3; // a registered string: no text to compare
-        assert_eq!(read(&attributes), None);
-        attributes.message_type = NVTX_MESSAGE_TYPE_ASCII;
-        attributes.size = 32; // an older, shorter struct: the message is not there to read
-        assert_eq!(read(&attributes), None);
-        // SAFETY: null parameters are not read.
-        assert_eq!(
-            unsafe { pushed_message(NVTX_RANGE_PUSH_A, std::ptr::null()) },
-            None
-        );
     }
 
     #[test]
@@ -1584,7 +1250,7 @@ mod tests {
         let frame = |domain, cbid| Frame {
             domain,
             cbid,
-            name: std::ptr::null(),
+            name: testing::no_name(),
             wait_external: false,
             record_external: false,
             entered: 1,
@@ -1608,14 +1274,7 @@ mod tests {
 
     /// An NVTX push (`message`) or pop callback, as CUPTI makes it.
     fn nvtx_call(cbid: u32, message: &std::ffi::CStr) {
-        let text = message.as_ptr();
-        let data = NvtxData {
-            function_name: std::ptr::null(),
-            function_params: (&raw const text).cast(),
-            function_return_value: std::ptr::null(),
-        };
-        // SAFETY: the message and the data outlive the call.
-        unsafe { on_nvtx(cbid, &data) };
+        testing::nvtx(cbid, message, on_nvtx);
     }
 
     #[test]
@@ -1633,12 +1292,11 @@ mod tests {
         let drv_cbid = sys::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch;
         let [rt_enter, rt_exit] = launch_callbacks(&exec);
         let [drv_enter, drv_exit] = launch_callbacks(&exec);
-        // SAFETY (all calls below): callback data and parameters outlive the calls.
-        let runtime_launch = || unsafe {
-            on_api(rt, rt_cbid, &rt_enter);
-            on_api(drv, drv_cbid, &drv_enter); // the runtime's own driver call
-            on_api(drv, drv_cbid, &drv_exit);
-            on_api(rt, rt_cbid, &rt_exit);
+        let runtime_launch = || {
+            api(rt, rt_cbid, &rt_enter);
+            api(drv, drv_cbid, &drv_enter); // the runtime's own driver call
+            api(drv, drv_cbid, &drv_exit);
+            api(rt, rt_cbid, &rt_exit);
         };
         runtime_launch();
         runtime_launch();
@@ -1679,10 +1337,9 @@ mod tests {
         let cbid = sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel;
         let params = 0usize;
         let [enter, exit] = launch_callbacks(&params);
-        // SAFETY: callback data and parameters outlive the calls.
-        let kernel_launch = || unsafe {
-            on_api(drv, cbid, &enter);
-            on_api(drv, cbid, &exit);
+        let kernel_launch = || {
+            api(drv, cbid, &enter);
+            api(drv, cbid, &exit);
         };
         let budget = shared.budget.as_ref().unwrap();
         for _ in 0..step_choice::CHOOSE_AFTER {

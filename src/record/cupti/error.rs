@@ -79,3 +79,35 @@ pub enum CuptiError {
         name: String,
     },
 }
+
+impl CuptiError {
+    /// CUPTI's name of a failed call's result; the whole message for other errors.
+    pub(crate) fn result_name(&self) -> String {
+        match self {
+            CuptiError::Call { name, .. } => name.clone(),
+            other => other.to_string(),
+        }
+    }
+
+    /// "`call` failed: `result`", as trace notes say a failed call; the whole message for
+    /// other errors.
+    pub(crate) fn brief(&self) -> String {
+        match self {
+            CuptiError::Call { call, name, .. } => format!("{call} failed: {name}"),
+            other => other.to_string(),
+        }
+    }
+
+    /// The error of a failed call under the name the caller gives it (e.g. which kind an
+    /// `cuptiActivityEnable` was for).
+    pub(crate) fn labelled(self, label: &'static str) -> CuptiError {
+        match self {
+            CuptiError::Call { code, name, .. } => CuptiError::Call {
+                call: label,
+                code,
+                name,
+            },
+            other => other,
+        }
+    }
+}

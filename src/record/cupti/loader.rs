@@ -345,8 +345,9 @@ impl Cupti {
         self.flush_period.map(|f| unsafe { f(ms) })
     }
 
-    /// The raw function table; every function checked by `open` is safe to call through it.
-    pub(crate) fn api(&self) -> &sys::CuptiLib {
+    /// The raw function table, for the result layer (`result`) and the buffer hand-over
+    /// (`buffers`) only; every function checked by `open` is resolved.
+    pub(super) fn raw(&self) -> &sys::CuptiLib {
         &self.lib
     }
 

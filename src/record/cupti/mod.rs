@@ -29,7 +29,9 @@ mod loaded;
 mod loader;
 mod local_symbols;
 mod markers;
+mod params;
 mod recorder;
+mod result;
 mod step_choice;
 pub(crate) mod sys;
 

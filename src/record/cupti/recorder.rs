@@ -1,4 +1,5 @@
 //! The recorder: CUPTI activity tracing plus graph callbacks, turned into a [`Trace`].
+#![forbid(unsafe_code)]
 
 use super::buffers;
 use super::callbacks::{self, ACTIVE, Budget, PANICS, Shared, State, lock};
@@ -10,6 +11,8 @@ use super::config::{
 use super::error::CuptiError;
 use super::loaded::Queries;
 use super::loader::{self, Cupti};
+use super::params;
+use super::result::{Subscriber, SubscriberHandle};
 use super::sys;
 use crate::trace::{ApiDomain, Cell, Marker, MarkerKind, Metadata, StrId, Trace};
 use std::marker::PhantomData;
@@ -20,14 +23,6 @@ use std::sync::{Arc, Mutex};
 static CLAIMED: AtomicBool = AtomicBool::new(false);
 /// cuptiActivityRegisterCallbacks succeeded once in this process (our callbacks are static).
 static REGISTERED: AtomicBool = AtomicBool::new(false);
-
-/// A CUPTI subscriber handle (an opaque pointer CUPTI owns; usable from any thread).
-#[derive(Debug)]
-struct Subscriber(sys::CUpti_SubscriberHandle);
-// SAFETY: the handle is an opaque token CUPTI accepts from any thread (its API is thread-safe).
-unsafe impl Send for Subscriber {}
-// SAFETY: as above; we never dereference it.
-unsafe impl Sync for Subscriber {}
 
 /// Records CUDA activity and graph structure in this process. At most one exists at a time.
 ///
@@ -90,15 +85,10 @@ fn budget_decides_in(call: (sys::CUpti_CallbackDomain, u32)) -> bool {
 
 /// `cuptiGetTimestamp`, or 0 with the problem noted in the trace.
 fn timestamp(cupti: &Cupti, shared: &Shared) -> u64 {
-    let mut ts = 0u64;
-    // SAFETY: resolved at load; writes one u64 through a valid pointer.
-    let rc = unsafe { cupti.api().cuptiGetTimestamp(&mut ts) };
-    if rc != sys::CUPTI_SUCCESS {
-        let msg = format!("cuptiGetTimestamp failed: {}", cupti.result_name(rc));
-        lock(&shared.state).problem(msg);
-        return 0;
-    }
-    ts
+    cupti.timestamp().unwrap_or_else(|e| {
+        lock(&shared.state).problem(e.brief());
+        0
+    })
 }
 
 impl Recorder {
@@ -142,11 +132,7 @@ impl Recorder {
         };
         rec.subscribe()?;
         *lock(&ACTIVE) = Some(shared);
-        let api = cupti.api();
-
-        // SAFETY: resolved when libcupti was loaded; takes a plain enum value.
-        let rc = unsafe { api.cuptiSetThreadIdType(sys::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM) };
-        cupti.check("cuptiSetThreadIdType(SYSTEM)", rc)?;
+        cupti.use_system_thread_ids()?;
 
         let diagnostics = Diagnostics::from_env();
         // Per-thread buffers (CUPTI's default since 12.3) are set before the buffer callbacks
@@ -225,22 +211,14 @@ impl Recorder {
         let bytes = config.buffer_bytes.max(1024).next_multiple_of(8);
         buffers::set_buffer_bytes(bytes, config.max_buffers);
         if !REGISTERED.load(Ordering::Acquire) {
-            // SAFETY: resolved at load; both callbacks are `extern "C"` functions with the
-            // signatures CUPTI expects, valid for the whole process.
-            let rc = unsafe {
-                api.cuptiActivityRegisterCallbacks(
-                    Some(buffers::buffer_requested),
-                    Some(buffers::buffer_completed),
-                )
-            };
-            cupti.check("cuptiActivityRegisterCallbacks", rc)?;
+            // Both are static functions: valid for the whole process.
+            cupti.register_buffer_callbacks(
+                Some(buffers::buffer_requested),
+                Some(buffers::buffer_completed),
+            )?;
             REGISTERED.store(true, Ordering::Release);
         }
-        // SAFETY: resolved at load; takes a plain flag.
-        let rc = unsafe {
-            api.cuptiActivityEnableLatencyTimestamps(u8::from(config.latency_timestamps))
-        };
-        cupti.check("cuptiActivityEnableLatencyTimestamps", rc)?;
+        cupti.enable_latency_timestamps(config.latency_timestamps)?;
         // Only with CUDA_EVENT records, which are what carry those timestamps: kept off, no
         // cudaEventRecord (the program's own timing events included) pays for them.
         if config.event_records {
@@ -270,17 +248,16 @@ impl Recorder {
                 lock(&rec.shared.state).problem(format!("{label} skipped (GAPSCOPE_CUPTI_SKIP)"));
                 continue;
             }
-            // SAFETY: resolved at load; `kind` is a CUpti_ActivityKind from the headers.
-            let rc = unsafe { api.cuptiActivityEnable(kind) };
-            cupti.check(label, rc)?;
+            cupti
+                .enable_kind(kind, true)
+                .map_err(|e| e.labelled(label))?;
             rec.kinds_enabled.push(kind);
         }
         // Graph-level records (one per graph launch): the analysis does not read them yet.
         if diagnostics.graph_trace {
             let label = "cuptiActivityEnable(GRAPH_TRACE)";
-            // SAFETY: resolved at load; a CUpti_ActivityKind from the headers.
-            let rc = unsafe { api.cuptiActivityEnable(sys::CUPTI_ACTIVITY_KIND_GRAPH_TRACE) };
-            match cupti.check(label, rc) {
+            let done = cupti.enable_kind(sys::CUPTI_ACTIVITY_KIND_GRAPH_TRACE, true);
+            match done.map_err(|e| e.labelled(label)) {
                 Ok(()) => rec.kinds_enabled.push(sys::CUPTI_ACTIVITY_KIND_GRAPH_TRACE),
                 Err(e) => {
                     lock(&rec.shared.state).problem(format!("GAPSCOPE_CUPTI_GRAPH_TRACE: {e}"))
@@ -292,19 +269,17 @@ impl Recorder {
         }
         let sub = rec.subscriber_handle();
         for (cbid, label) in RESOURCE_CBIDS {
-            // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe gave us.
-            let rc =
-                unsafe { api.cuptiEnableCallback(1, sub, sys::CUPTI_CB_DOMAIN_RESOURCE, cbid) };
-            cupti.check(label, rc)?;
+            cupti
+                .enable_callback(sub, sys::CUPTI_CB_DOMAIN_RESOURCE, cbid, true)
+                .map_err(|e| e.labelled(label))?;
             rec.resource_enabled.push(cbid);
         }
         match config.api_callbacks {
             ApiCallbacks::All => {
                 for (domain, label) in API_DOMAINS {
-                    // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe
-                    // gave us.
-                    let rc = unsafe { api.cuptiEnableDomain(1, sub, domain) };
-                    cupti.check(label, rc)?;
+                    cupti
+                        .enable_domain(sub, domain, true)
+                        .map_err(|e| e.labelled(label))?;
                     rec.domains_enabled.push(domain);
                 }
             }
@@ -316,12 +291,10 @@ impl Recorder {
                     &[]
                 };
                 for &(domain, cbid) in graph_building_cbids().chain(launches) {
-                    // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe
-                    // gave us.
-                    let rc = unsafe { api.cuptiEnableCallback(1, sub, domain, cbid) };
+                    let done = cupti.enable_callback(sub, domain, cbid, true);
                     // An older CUPTI may not know a newer call: record what could not be
                     // enabled rather than refuse to trace.
-                    match cupti.check("cuptiEnableCallback(API)", rc) {
+                    match done.map_err(|e| e.labelled("cuptiEnableCallback(API)")) {
                         Ok(()) => rec.api_enabled.push((domain, cbid)),
                         Err(e) => lock(&rec.shared.state).problem(format!("{e} (cbid {cbid})")),
                     }
@@ -370,13 +343,13 @@ impl Recorder {
                         || (callbacks::api_recorded(c.0, c.1) && !budget_decides_in(c))
                 })
                 .collect();
-            budget.subscriber.store(sub as usize, Ordering::SeqCst);
+            budget.subscriber.store(sub.to_bits(), Ordering::SeqCst);
         }
         let nvtx = [
-            callbacks::NVTX_RANGE_PUSH_A,
-            callbacks::NVTX_RANGE_PUSH_W,
-            callbacks::NVTX_RANGE_PUSH_EX,
-            callbacks::NVTX_RANGE_POP,
+            params::NVTX_RANGE_PUSH_A,
+            params::NVTX_RANGE_PUSH_W,
+            params::NVTX_RANGE_PUSH_EX,
+            params::NVTX_RANGE_POP,
         ]
         .map(|cbid| (sys::CUPTI_CB_DOMAIN_NVTX, cbid));
         // The runtime's graph launch callbacks decide before the runtime call goes ahead: a
@@ -393,9 +366,8 @@ impl Recorder {
             {
                 continue;
             }
-            // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe gave us.
-            let rc = unsafe { self.cupti.api().cuptiEnableCallback(1, sub, domain, cbid) };
-            if let Err(e) = self.cupti.check("cuptiEnableCallback(trace budget)", rc) {
+            let done = self.cupti.enable_callback(sub, domain, cbid, true);
+            if let Err(e) = done.map_err(|e| e.labelled("cuptiEnableCallback(trace budget)")) {
                 // Without its callbacks the budget cannot count: trace everything instead.
                 if let Some(budget) = &self.shared.budget {
                     lock(&budget.decisions).freeze();
@@ -483,9 +455,8 @@ impl Recorder {
             {
                 continue;
             }
-            // SAFETY: resolved at load; `sub` is the live subscriber cuptiSubscribe gave us.
-            let rc = unsafe { self.cupti.api().cuptiEnableCallback(1, sub, domain, cbid) };
-            match self.cupti.check("cuptiEnableCallback(API record)", rc) {
+            let done = self.cupti.enable_callback(sub, domain, cbid, true);
+            match done.map_err(|e| e.labelled("cuptiEnableCallback(API record)")) {
                 Ok(()) => self.api_enabled.push((domain, cbid)),
                 Err(e) => lock(&self.shared.state).problem(format!("{e} (cbid {cbid})")),
             }
@@ -508,12 +479,12 @@ impl Recorder {
         if !runtime_on && !driver_on {
             return;
         }
-        let Some(filter) = self.cupti.api_filter() else {
+        if self.cupti.api_filter().is_none() {
             lock(&self.shared.state).problem(
                 "this CUPTI cannot record API calls selectively (no cuptiActivityEnableRuntimeApi): every API call is recorded, at a higher overhead",
             );
             return;
-        };
+        }
         if let Some(only) = &diagnostics.api_only {
             lock(&self.shared.state).problem(format!(
                 "API activity limited to calls named like {} (GAPSCOPE_CUPTI_API_ONLY)",
@@ -521,7 +492,7 @@ impl Recorder {
             ));
         }
         let switches = self.api_calls_wanted(diagnostics, runtime_on, driver_on);
-        let failed = callbacks::apply_api_filter(filter, switches.iter().copied());
+        let failed = callbacks::apply_api_filter(self.cupti, switches.iter().copied());
         if let Some(budget) = &self.shared.budget {
             // Re-enabling the API kinds after a pause records every call again.
             *lock(&budget.api_filter) = Some(switches);
@@ -542,17 +513,8 @@ impl Recorder {
     /// `cuptiActivityEnableCudaEventDeviceTimestamps(1)` where CUPTI has it (13.0+); without it
     /// CUDA_EVENT records may carry no device timestamp, which the trace notes say.
     fn enable_event_device_timestamps(&self) -> Result<(), CuptiError> {
-        #[cfg(cupti_event_device_timestamps)]
-        if self.cupti.has_event_device_timestamps() {
-            // SAFETY: resolved (checked just above); takes a plain flag.
-            let rc = unsafe {
-                self.cupti
-                    .api()
-                    .cuptiActivityEnableCudaEventDeviceTimestamps(1)
-            };
-            return self
-                .cupti
-                .check("cuptiActivityEnableCudaEventDeviceTimestamps(1)", rc);
+        if let Some(done) = self.cupti.enable_event_device_timestamps() {
+            return done;
         }
         lock(&self.shared.state).problem(
             "this CUPTI has no cuptiActivityEnableCudaEventDeviceTimestamps: event records may lack device timestamps",
@@ -568,73 +530,22 @@ impl Recorder {
         if self.torn_down || self.kinds_enabled.contains(&kind) {
             return Ok(());
         }
-        // SAFETY: resolved at load; `kind` is a CUpti_ActivityKind from the headers.
-        let rc = unsafe { self.cupti.api().cuptiActivityEnable(kind) };
-        self.cupti.check("cuptiActivityEnable(MARKER)", rc)?;
+        self.cupti
+            .enable_kind(kind, true)
+            .map_err(|e| e.labelled("cuptiActivityEnable(MARKER)"))?;
         self.kinds_enabled.push(kind);
         Ok(())
     }
 
-    fn subscriber_handle(&self) -> sys::CUpti_SubscriberHandle {
+    fn subscriber_handle(&self) -> SubscriberHandle {
         self.subscriber
             .as_ref()
-            .map_or(std::ptr::null_mut(), |s| s.0)
+            .map_or(SubscriberHandle::from_bits(0), Subscriber::handle)
     }
 
-    /// cuptiSubscribe_v2 where available (it names a competing subscriber), else cuptiSubscribe.
     fn subscribe(&mut self) -> Result<(), CuptiError> {
-        let api = self.cupti.api();
-        let mut handle: sys::CUpti_SubscriberHandle = std::ptr::null_mut();
-        #[cfg(cupti_subscribe_v2)]
-        if self.cupti.has_subscribe_v2() {
-            let name = c"gapscope";
-            let mut holder = [0 as std::ffi::c_char; 256];
-            let mut params = sys::CUpti_SubscriberParams {
-                // CUpti_SubscriberParams_STRUCT_SIZE: up to the end of the last field.
-                structSize: std::mem::offset_of!(sys::CUpti_SubscriberParams, oldSubscriberSize)
-                    + std::mem::size_of::<usize>(),
-                subscriberName: name.as_ptr(),
-                oldSubscriberName: holder.as_mut_ptr(),
-                oldSubscriberSize: holder.len(),
-            };
-            // SAFETY: resolved at load; all pointers are valid for the call; CUPTI copies the
-            // name and writes at most `oldSubscriberSize` bytes into `holder`.
-            let rc = unsafe {
-                api.cuptiSubscribe_v2(
-                    &mut handle,
-                    Some(callbacks::on_callback),
-                    std::ptr::null_mut(),
-                    &mut params,
-                )
-            };
-            if rc == sys::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
-                *holder.last_mut().expect("non-empty") = 0;
-                // SAFETY: `holder` is NUL-terminated (its last byte is 0).
-                let name = unsafe { std::ffi::CStr::from_ptr(holder.as_ptr()) }
-                    .to_string_lossy()
-                    .trim()
-                    .to_string();
-                return Err(CuptiError::MultipleSubscribers {
-                    holder: (!name.is_empty()).then_some(name),
-                });
-            }
-            self.cupti.check("cuptiSubscribe_v2", rc)?;
-            self.subscriber = Some(Subscriber(handle));
-            return Ok(());
-        }
-        // SAFETY: resolved at load; `handle` is a valid out-pointer; the callback is static.
-        let rc = unsafe {
-            api.cuptiSubscribe(
-                &mut handle,
-                Some(callbacks::on_callback),
-                std::ptr::null_mut(),
-            )
-        };
-        if rc == sys::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
-            return Err(CuptiError::MultipleSubscribers { holder: None });
-        }
-        self.cupti.check("cuptiSubscribe", rc)?;
-        self.subscriber = Some(Subscriber(handle));
+        let callback = params::entry::<callbacks::Subscribed>;
+        self.subscriber = Some(self.cupti.subscribe(callback)?);
         Ok(())
     }
 
@@ -686,24 +597,16 @@ impl Recorder {
     }
 
     fn read_dropped(&self) -> Result<(), CuptiError> {
-        let mut n = 0usize;
-        // SAFETY: resolved at load; null context / stream 0 select the global buffers.
-        let rc = unsafe {
-            self.cupti
-                .api()
-                .cuptiActivityGetNumDroppedRecords(std::ptr::null_mut(), 0, &mut n)
-        };
-        self.cupti.check("cuptiActivityGetNumDroppedRecords", rc)?;
+        let n = self.cupti.dropped_records()?;
         self.shared.dropped.fetch_add(n as u64, Ordering::Relaxed);
         Ok(())
     }
 
     fn flush_with(&self, flag: u32, label: &'static str) -> Result<(), CuptiError> {
         let _one_at_a_time = lock(&self.shared.flush_lock);
-        // SAFETY: resolved at load; completed buffers come back through our static callback,
-        // which does not take `flush_lock`.
-        let rc = unsafe { self.cupti.api().cuptiActivityFlushAll(flag) };
-        self.cupti.check(label, rc)?;
+        // Completed buffers come back through our static callback, which does not take
+        // `flush_lock`.
+        self.cupti.flush_all(flag).map_err(|e| e.labelled(label))?;
         self.read_dropped()
     }
 
@@ -724,9 +627,8 @@ impl Recorder {
             if shared.flush_stopped.load(Ordering::Acquire) {
                 return false;
             }
-            // SAFETY: resolved at load; buffers come back through our static callback, which
-            // does not take `flush_lock`.
-            let _ = unsafe { cupti.api().cuptiActivityFlushAll(0) };
+            // Buffers come back through our static callback, which does not take `flush_lock`.
+            let _ = cupti.flush_all(0);
             true
         });
     }
@@ -809,7 +711,6 @@ impl Recorder {
         // No periodic flush from here on: a program exiting from another thread keeps
         // launching while CUPTI is torn down.
         self.shared.flush_stopped.store(true, Ordering::Release);
-        let api = self.cupti.api();
         let mut notes = Vec::new();
         // Flush only what we enabled: when start failed early (e.g. another profiler holds
         // CUPTI) there is nothing of ours to flush.
@@ -844,9 +745,7 @@ impl Recorder {
             }
         }
         for kind in std::mem::take(&mut self.kinds_enabled) {
-            // SAFETY: resolved at load; `kind` was enabled by us.
-            let rc = unsafe { api.cuptiActivityDisable(kind) };
-            if let Err(e) = self.cupti.check("cuptiActivityDisable", rc) {
+            if let Err(e) = self.cupti.enable_kind(kind, false) {
                 notes.push(format!("{e} (kind {kind})"));
             }
         }
@@ -861,33 +760,27 @@ impl Recorder {
         drop(switch_token);
         let sub = self.subscriber_handle();
         for cbid in std::mem::take(&mut self.resource_enabled) {
-            // SAFETY: resolved at load; `sub` is our live subscriber.
-            let rc =
-                unsafe { api.cuptiEnableCallback(0, sub, sys::CUPTI_CB_DOMAIN_RESOURCE, cbid) };
-            if let Err(e) = self.cupti.check("cuptiEnableCallback(0)", rc) {
+            let done = self
+                .cupti
+                .enable_callback(sub, sys::CUPTI_CB_DOMAIN_RESOURCE, cbid, false);
+            if let Err(e) = done.map_err(|e| e.labelled("cuptiEnableCallback(0)")) {
                 notes.push(e.to_string());
             }
         }
         for (domain, cbid) in std::mem::take(&mut self.api_enabled) {
-            // SAFETY: resolved at load; `sub` is our live subscriber.
-            let rc = unsafe { api.cuptiEnableCallback(0, sub, domain, cbid) };
-            if let Err(e) = self.cupti.check("cuptiEnableCallback(0)", rc) {
+            let done = self.cupti.enable_callback(sub, domain, cbid, false);
+            if let Err(e) = done.map_err(|e| e.labelled("cuptiEnableCallback(0)")) {
                 notes.push(e.to_string());
             }
         }
         for domain in std::mem::take(&mut self.domains_enabled) {
-            // SAFETY: resolved at load; `sub` is our live subscriber.
-            let rc = unsafe { api.cuptiEnableDomain(0, sub, domain) };
-            if let Err(e) = self.cupti.check("cuptiEnableDomain(0)", rc) {
+            let done = self.cupti.enable_domain(sub, domain, false);
+            if let Err(e) = done.map_err(|e| e.labelled("cuptiEnableDomain(0)")) {
                 notes.push(e.to_string());
             }
         }
-        if let Some(s) = self.subscriber.take() {
-            // SAFETY: resolved at load; `s` is the handle cuptiSubscribe gave us, used once.
-            let rc = unsafe { api.cuptiUnsubscribe(s.0) };
-            if let Err(e) = self.cupti.check("cuptiUnsubscribe", rc) {
-                notes.push(e.to_string());
-            }
+        if let Some(Err(e)) = self.subscriber.take().map(Subscriber::unsubscribe) {
+            notes.push(e.to_string());
         }
         // Unsubscribing ended the watch's launch callbacks too.
         callbacks::WATCH_ARMED.store(false, Ordering::SeqCst);
