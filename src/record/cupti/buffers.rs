@@ -1,6 +1,7 @@
 //! The activity-buffer callbacks: host buffers lent to CUPTI from a pool, and the records of
 //! each completed buffer decoded into the recorder's state.
 
+use super::activity;
 use super::callbacks::{PANICS, Shared, active, lock};
 use super::loader::{self, Cupti};
 use super::sys;
@@ -290,7 +291,9 @@ unsafe fn parse_buffer(cupti: &Cupti, shared: &Shared, buffer: *mut u8, valid: u
         if rc == sys::CUPTI_SUCCESS {
             // SAFETY: CUPTI returned a complete record inside the buffer; kernel names are
             // valid C strings while the buffer callback runs (we copy them).
-            unsafe { state.records.add_record(record, &resolve) };
+            state
+                .records
+                .add_record(unsafe { activity::read(record) }, &resolve);
         } else if rc == sys::CUPTI_ERROR_MAX_LIMIT_REACHED {
             break;
         } else {

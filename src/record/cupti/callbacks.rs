@@ -470,7 +470,7 @@ fn api_call_exited(d: &ApiCallback<'_>, entered: u64) {
     } else {
         crate::trace::ApiDomain::Driver
     };
-    let call = super::decode::ApiCallSeen {
+    let call = super::activity::ApiCallSeen {
         domain: api_domain,
         cbid,
         start: entered,

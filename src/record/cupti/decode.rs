@@ -1,10 +1,10 @@
 //! Decoding CUPTI activity records into trace records.
 //!
-//! [`RecordStore::add_record`] reads one record that CUPTI wrote into an activity buffer and
-//! appends the matching trace record. Fields are read one by one through raw pointers with
-//! unaligned reads, so a record of an older layout (Kernel9 under Kernel10 bindings) is never
-//! read past its end.
+//! [`RecordStore::add_record`] appends the trace record of one activity record, as
+//! [`super::activity::read`] read it.
+#![forbid(unsafe_code)]
 
+use super::activity::{Activity, ApiCallSeen, MemRecord};
 use super::markers::MarkerKeeping;
 use super::sys;
 use crate::trace::{
@@ -12,30 +12,6 @@ use crate::trace::{
 };
 use std::collections::HashMap;
 use std::ffi::CStr;
-
-/// Reads field `$f` of the record at `$p` (a `*const` to a bindgen struct).
-macro_rules! field {
-    ($p:expr, $f:ident) => {
-        std::ptr::read_unaligned(&raw const (*$p).$f)
-    };
-}
-
-/// A [`MemOp`] from a MEMCPY or MEMSET record at `$m` (the fields both record types share).
-macro_rules! mem_op {
-    ($m:expr, $kind:expr) => {
-        MemOp {
-            start: field!($m, start),
-            end: field!($m, end),
-            device: field!($m, deviceId),
-            stream: field!($m, streamId),
-            corr: field!($m, correlationId),
-            bytes: field!($m, bytes),
-            kind: $kind,
-            graph: field!($m, graphId),
-            node: field!($m, graphNodeId),
-        }
-    };
-}
 
 /// Activity records decoded so far, with interned strings.
 #[derive(Debug)]
@@ -60,19 +36,6 @@ pub(crate) struct RecordStore {
     /// With a trace budget: which NVTX ranges are kept, and the summary of the others
     /// (`None`: every range is kept).
     pub marker_keeping: Option<MarkerKeeping>,
-}
-
-/// One runtime or driver API call as CUPTI reported it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ApiCallSeen {
-    pub domain: ApiDomain,
-    pub cbid: u32,
-    pub start: u64,
-    pub end: u64,
-    pub corr: u32,
-    pub thread: u32,
-    /// Its `cudaError_t`/`CUresult`.
-    pub returned: u32,
 }
 
 /// An API call that returned a sticky CUDA error.
@@ -258,17 +221,12 @@ impl RecordStore {
         self.builder.intern(s)
     }
 
-    /// Interns a C string from a record (`?` when null).
-    ///
-    /// # Safety
-    /// `p` is null or a NUL-terminated string alive for the call.
-    unsafe fn intern_c_str(&mut self, p: *const std::ffi::c_char) -> StrId {
-        if p.is_null() {
-            return self.builder.intern("?");
+    /// Interns a record's name (`?` when it has none).
+    fn intern_name(&mut self, name: Option<&CStr>) -> StrId {
+        match name {
+            Some(name) => self.builder.intern(&name.to_string_lossy()),
+            None => self.builder.intern("?"),
         }
-        // SAFETY: non-null and NUL-terminated (the caller's contract).
-        let s = unsafe { CStr::from_ptr(p) }.to_string_lossy();
-        self.builder.intern(&s)
     }
 
     /// Appends one runtime or driver API call (from its activity record, or from its enter and
@@ -325,117 +283,108 @@ impl RecordStore {
         id
     }
 
-    /// Decodes one activity record and appends it to the matching list.
+    /// Appends one activity record to the matching list.
     ///
     /// `resolve` names a runtime/driver callback id (`cuptiGetCallbackName`).
-    ///
-    /// # Safety
-    /// `rec` must point to a complete CUPTI activity record (as returned by
-    /// `cuptiActivityGetNextRecord`, or a zero-initialised bindgen struct of the kind it
-    /// announces), and a kernel or marker record's `name` must be null or a NUL-terminated
-    /// string.
-    pub unsafe fn add_record(
+    pub fn add_record(
         &mut self,
-        rec: *const sys::CUpti_Activity,
+        record: Activity<'_>,
         resolve: &dyn Fn(ApiDomain, u32) -> Option<String>,
     ) {
-        // SAFETY: the caller guarantees `rec` is a record of the kind its first field
-        // announces; every read below is a field of that kind's struct (whole block).
-        unsafe {
-            let kind = field!(rec, kind);
-            match kind {
-                sys::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | sys::CUPTI_ACTIVITY_KIND_KERNEL => {
-                    let k = rec as *const sys::ActivityKernel;
-                    let start = field!(k, start);
-                    let end = field!(k, end);
-                    if start == 0 && end == 0 {
-                        self.zero_timestamp_kernels += 1;
-                        return;
-                    }
-                    let name = self.intern_c_str(field!(k, name));
-                    self.builder.trace.kernels.push(Kernel {
-                        start,
-                        end,
-                        device: field!(k, deviceId),
-                        stream: field!(k, streamId),
-                        corr: field!(k, correlationId),
-                        name,
-                        graph: field!(k, graphId),
-                        node: field!(k, graphNodeId),
-                    });
+        let mem_op = |op: MemRecord, kind: StrId| MemOp {
+            start: op.start,
+            end: op.end,
+            device: op.device,
+            stream: op.stream,
+            corr: op.corr,
+            bytes: op.bytes,
+            kind,
+            graph: op.graph,
+            node: op.node,
+        };
+        match record {
+            Activity::Kernel {
+                start,
+                end,
+                device,
+                stream,
+                corr,
+                name,
+                graph,
+                node,
+            } => {
+                if start == 0 && end == 0 {
+                    self.zero_timestamp_kernels += 1;
+                    return;
                 }
-                sys::CUPTI_ACTIVITY_KIND_MEMCPY => {
-                    let m = rec as *const sys::CUpti_ActivityMemcpy6;
-                    let kind = self
-                        .builder
-                        .intern(crate::trace::memcpy_kind_name(u32::from(field!(
-                            m, copyKind
-                        ))));
-                    self.builder.trace.memcpys.push(mem_op!(m, kind));
-                }
-                sys::CUPTI_ACTIVITY_KIND_MEMSET => {
-                    let m = rec as *const sys::CUpti_ActivityMemset4;
-                    let kind = self.builder.intern("memset");
-                    self.builder.trace.memsets.push(mem_op!(m, kind));
-                }
-                sys::CUPTI_ACTIVITY_KIND_RUNTIME | sys::CUPTI_ACTIVITY_KIND_DRIVER => {
-                    let a = rec as *const sys::CUpti_ActivityAPI;
-                    let domain = if kind == sys::CUPTI_ACTIVITY_KIND_RUNTIME {
-                        ApiDomain::Runtime
-                    } else {
-                        ApiDomain::Driver
-                    };
-                    let call = ApiCallSeen {
-                        domain,
-                        cbid: field!(a, cbid),
-                        start: field!(a, start),
-                        end: field!(a, end),
-                        corr: field!(a, correlationId),
-                        thread: field!(a, threadId),
-                        returned: field!(a, returnValue),
-                    };
-                    self.add_api_call(call, resolve);
-                }
-                sys::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION => {
-                    let s = rec as *const sys::CUpti_ActivitySynchronization2;
-                    let kind = self.builder.intern(sync_kind_name(field!(s, type_)));
-                    self.builder.trace.syncs.push(Sync {
-                        start: field!(s, start),
-                        end: field!(s, end),
-                        corr: field!(s, correlationId),
-                        kind,
-                        stream: field!(s, streamId),
-                        event: field!(s, cudaEventId),
-                    });
-                }
-                sys::CUPTI_ACTIVITY_KIND_CUDA_EVENT => {
-                    let e = rec as *const sys::CUpti_ActivityCudaEvent2;
-                    self.builder.trace.event_records.push(EventRecord {
-                        device_ts: field!(e, deviceTimestamp),
-                        corr: field!(e, correlationId),
-                        stream: field!(e, streamId),
-                        event: field!(e, eventId),
-                    });
-                }
-                sys::CUPTI_ACTIVITY_KIND_MARKER => {
-                    let m = rec as *const sys::CUpti_ActivityMarker2;
-                    let flags = field!(m, flags);
-                    let is_start = flags & sys::CUPTI_ACTIVITY_FLAG_MARKER_START != 0;
-                    // The name comes with the start record only.
-                    let name = if is_start {
-                        self.intern_c_str(field!(m, name))
-                    } else {
-                        0
-                    };
-                    let thread = if field!(m, objectKind) == sys::CUPTI_ACTIVITY_OBJECT_THREAD {
-                        field!(m, objectId).pt.threadId
-                    } else {
-                        0
-                    };
-                    self.add_marker_half(flags, field!(m, id), field!(m, timestamp), name, thread);
-                }
-                _ => self.unexpected_records += 1,
+                let name = self.intern_name(name);
+                self.builder.trace.kernels.push(Kernel {
+                    start,
+                    end,
+                    device,
+                    stream,
+                    corr,
+                    name,
+                    graph,
+                    node,
+                });
             }
+            Activity::Memcpy { op, copy_kind } => {
+                let kind = self
+                    .builder
+                    .intern(crate::trace::memcpy_kind_name(copy_kind));
+                self.builder.trace.memcpys.push(mem_op(op, kind));
+            }
+            Activity::Memset(op) => {
+                let kind = self.builder.intern("memset");
+                self.builder.trace.memsets.push(mem_op(op, kind));
+            }
+            Activity::Api(call) => self.add_api_call(call, resolve),
+            Activity::Sync {
+                start,
+                end,
+                corr,
+                sync_type,
+                stream,
+                event,
+            } => {
+                let kind = self.builder.intern(sync_kind_name(sync_type));
+                self.builder.trace.syncs.push(Sync {
+                    start,
+                    end,
+                    corr,
+                    kind,
+                    stream,
+                    event,
+                });
+            }
+            Activity::Event {
+                device_ts,
+                corr,
+                stream,
+                event,
+            } => self.builder.trace.event_records.push(EventRecord {
+                device_ts,
+                corr,
+                stream,
+                event,
+            }),
+            Activity::Marker {
+                flags,
+                id,
+                timestamp,
+                name,
+                thread,
+            } => {
+                // The name comes with the start record only.
+                let name = if flags & sys::CUPTI_ACTIVITY_FLAG_MARKER_START != 0 {
+                    self.intern_name(name)
+                } else {
+                    0
+                };
+                self.add_marker_half(flags, id, timestamp, name, thread);
+            }
+            Activity::Other => self.unexpected_records += 1,
         }
     }
 }
@@ -443,15 +392,12 @@ impl RecordStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::cupti::activity::testing;
     use crate::trace::Trace;
     use std::ffi::CString;
 
     fn no_names(_: ApiDomain, _: u32) -> Option<String> {
         None
-    }
-
-    fn as_record<T>(r: &T) -> *const sys::CUpti_Activity {
-        r as *const T as *const sys::CUpti_Activity
     }
 
     #[test]
@@ -492,8 +438,7 @@ mod tests {
         k.graphId = 7;
         k.graphNodeId = (7u64 << 32) | 2;
         let mut store = RecordStore::new();
-        // SAFETY: a complete, initialised kernel record with a valid name.
-        unsafe { store.add_record(as_record(&k), &no_names) };
+        store.add_record(testing::read(&k), &no_names);
         let t = &store.builder.trace;
         assert_eq!(t.kernels.len(), 1);
         let got = t.kernels[0];
@@ -546,8 +491,7 @@ mod tests {
             ..Default::default()
         };
         let mut store = RecordStore::new();
-        // SAFETY: a complete, zeroed kernel record (null name).
-        unsafe { store.add_record(as_record(&k), &no_names) };
+        store.add_record(testing::read(&k), &no_names);
         assert!(store.builder.trace.kernels.is_empty());
         assert_eq!(store.zero_timestamp_kernels, 1);
     }
@@ -569,14 +513,12 @@ mod tests {
         let names = |_: ApiDomain, cbid: u32| Some(format!("call{cbid}_v7000"));
         // Not sticky (cudaErrorNotReady, invalid value): no fault.
         for a in [call(1, 10, 600), call(2, 20, 1)] {
-            // SAFETY: a complete, zero-initialised API record.
-            unsafe { store.add_record(as_record(&a), &names) };
+            store.add_record(testing::read(&a), &names);
         }
         assert_eq!(store.first_fault, None);
         // Records arrive in no set order: the earliest sticky one wins.
         for a in [call(3, 50, 710), call(4, 40, 710), call(5, 60, 719)] {
-            // SAFETY: as above.
-            unsafe { store.add_record(as_record(&a), &names) };
+            store.add_record(testing::read(&a), &names);
         }
         let fault = store.first_fault.clone().expect("a fault");
         assert_eq!((fault.code, fault.start), (710, 40));
@@ -634,15 +576,12 @@ mod tests {
         let resolve = |dom: ApiDomain, cbid: u32| {
             (dom == ApiDomain::Runtime && cbid == 211).then(|| "cudaLaunchKernel_v7000".to_string())
         };
-        // SAFETY: complete, initialised records of the kinds they announce.
-        unsafe {
-            store.add_record(as_record(&m), &resolve);
-            store.add_record(as_record(&s), &resolve);
-            store.add_record(as_record(&a), &resolve);
-            store.add_record(as_record(&d), &resolve);
-            store.add_record(as_record(&y), &resolve);
-            store.add_record(as_record(&e), &resolve);
-        }
+        store.add_record(testing::read(&m), &resolve);
+        store.add_record(testing::read(&s), &resolve);
+        store.add_record(testing::read(&a), &resolve);
+        store.add_record(testing::read(&d), &resolve);
+        store.add_record(testing::read(&y), &resolve);
+        store.add_record(testing::read(&e), &resolve);
         let t = &store.builder.trace;
         assert_eq!(t.memcpys.len(), 1);
         assert_eq!(t.str(t.memcpys[0].kind), "DtoD");
@@ -666,8 +605,7 @@ mod tests {
             ..Default::default()
         };
         let mut store = RecordStore::new();
-        // SAFETY: only `kind` is read for kinds we do not decode.
-        unsafe { store.add_record(as_record(&r), &no_names) };
+        store.add_record(testing::read(&r), &no_names);
         assert_eq!(store.unexpected_records, 1);
     }
 
@@ -717,8 +655,7 @@ mod tests {
         ];
         let mut store = RecordStore::new();
         for r in &records {
-            // SAFETY: complete marker records with null or valid names.
-            unsafe { store.add_record(as_record(r), &no_names) };
+            store.add_record(testing::read(r), &no_names);
         }
         let t = &store.builder.trace;
         assert_eq!(store.unexpected_records, 0);
@@ -766,8 +703,7 @@ mod tests {
                 k.set_windows(w.snapshot());
             }
             for r in buffer.drain(..) {
-                // SAFETY: complete marker records with null or valid names.
-                unsafe { store.add_record(as_record(&r), &no_names) };
+                store.add_record(testing::read(&r), &no_names);
             }
         };
         for i in 0..steps {

@@ -15,6 +15,7 @@
 //!
 //! Nothing here links against CUDA: analysis and export run where no CUDA is installed.
 
+mod activity;
 mod budget;
 mod buffers;
 mod callbacks;
