@@ -15,10 +15,11 @@
 //! says where it came from and invents no function. When several libraries are on the stack,
 //! the one nearest to CUDA in [`Library::PRIORITY`] names the node: a GEMM is
 //! `cublasLtMatmul`, not the torch function that called it.
+#![forbid(unsafe_code)]
 
+use super::dl;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::{CStr, c_void};
 use std::os::unix::ffi::OsStrExt;
 
 /// A library whose functions name graph nodes.
@@ -229,66 +230,25 @@ thread_local! {
 
 /// The library functions this thread is inside now. Empty when unwinding stops early.
 pub(crate) fn calling_libraries() -> LibraryFrames {
-    let mut frames = [std::ptr::null_mut::<c_void>(); 64];
-    // SAFETY: backtrace writes at most `frames.len()` return addresses into the buffer.
-    let n = unsafe { libc::backtrace(frames.as_mut_ptr(), frames.len() as std::ffi::c_int) };
+    let frames = dl::return_addresses::<64>();
     FRAME_NAMES
         .try_with(|names| {
             let mut names = names.borrow_mut();
-            for &address in frames.iter().take(n.max(0) as usize) {
+            for &address in &frames {
                 names
-                    .entry(address as usize)
+                    .entry(address)
                     .or_insert_with(|| library_function_at(address));
             }
-            pick(
-                frames
-                    .iter()
-                    .take(n.max(0) as usize)
-                    .map(|&a| names.get(&(a as usize)).and_then(Option::as_ref)),
-            )
+            pick(frames.iter().map(|a| names.get(a).and_then(Option::as_ref)))
         })
         .unwrap_or_default()
 }
 
-/// `RTLD_DL_SYMENT` of glibc's `dlfcn.h`: `dladdr1` returns the symbol's ELF entry.
-const RTLD_DL_SYMENT: std::ffi::c_int = 1;
-
 /// The frame of a known library at `address`, with the function that holds it when a symbol
 /// table names it.
-fn library_function_at(address: *mut c_void) -> Option<Frame> {
-    let mut info = libc::Dl_info {
-        dli_fname: std::ptr::null(),
-        dli_fbase: std::ptr::null_mut(),
-        dli_sname: std::ptr::null(),
-        dli_saddr: std::ptr::null_mut(),
-    };
-    let mut symbol_entry: *mut c_void = std::ptr::null_mut();
-    // SAFETY: dladdr1 only looks `address` up in the loader's tables; it fills `info` with
-    // pointers to NUL-terminated strings that live as long as the library stays loaded and,
-    // with RTLD_DL_SYMENT, `symbol_entry` with a pointer to the symbol's ELF entry (or null).
-    let found =
-        unsafe { libc::dladdr1(address, &mut info, &mut symbol_entry, RTLD_DL_SYMENT) } != 0;
-    if !found || info.dli_fname.is_null() {
-        return None;
-    }
-    // SAFETY: non-null, NUL-terminated (dladdr's contract).
-    let path = unsafe { CStr::from_ptr(info.dli_fname) };
-    let library = Library::of_path(path.to_bytes())?;
-    let mut exported = None;
-    if !info.dli_sname.is_null() {
-        let covers = symbol_entry.is_null() || {
-            // SAFETY: with RTLD_DL_SYMENT on a 64-bit glibc, a non-null entry is an Elf64_Sym
-            // of the library's loaded symbol table.
-            let size = unsafe { (*(symbol_entry as *const libc::Elf64_Sym)).st_size };
-            let offset = (address as usize).wrapping_sub(info.dli_saddr as usize) as u64;
-            // A return address may sit just past a function's last call: allow its end.
-            size == 0 || offset <= size
-        };
-        if covers {
-            // SAFETY: as above.
-            exported = Some(unsafe { CStr::from_ptr(info.dli_sname) }.to_string_lossy());
-        }
-    }
+fn library_function_at(address: usize) -> Option<Frame> {
+    let info = dl::address_info(address)?;
+    let library = Library::of_path(&info.file)?;
     let frame = |naming, name| {
         Some(Frame {
             library,
@@ -296,16 +256,16 @@ fn library_function_at(address: *mut c_void) -> Option<Frame> {
             name,
         })
     };
-    if let Some(name) = exported.and_then(|s| library.function_name(&s)) {
+    if let Some(name) = info.symbol.and_then(|s| library.function_name(&s)) {
         if library == Library::Nccl {
             // The NCCL whose API the program called is the one the trace names.
-            super::loaded::nccl_called_from(path);
+            super::loaded::nccl_called_from(&info.file);
         }
         return frame(Naming::Exported, name);
     }
     if library.names_local_functions() {
-        let offset = (address as usize).wrapping_sub(info.dli_fbase as usize) as u64;
-        let file = std::path::Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
+        let offset = address.wrapping_sub(info.base) as u64;
+        let file = std::path::Path::new(std::ffi::OsStr::from_bytes(&info.file));
         if let Some(symbol) = super::local_symbols::of_file(file).and_then(|t| t.name_at(offset)) {
             return frame(Naming::Local, library.local_function_name(&symbol));
         }
@@ -613,21 +573,11 @@ mod tests {
         // The way `library_function_at` names a frame dladdr cannot: this binary's address,
         // less its load base, looked up in its own .symtab (test binaries keep theirs).
         let address = a_local_function_of_this_binary();
-        let mut info = libc::Dl_info {
-            dli_fname: std::ptr::null(),
-            dli_fbase: std::ptr::null_mut(),
-            dli_sname: std::ptr::null(),
-            dli_saddr: std::ptr::null_mut(),
-        };
-        // SAFETY: dladdr only reads the loader's tables and fills `info`.
-        assert_ne!(
-            unsafe { libc::dladdr(address as *const c_void, &mut info) },
-            0
-        );
+        let info = dl::address_info(address).expect("the loader knows this binary");
         let exe = std::env::current_exe().expect("the test binary");
         let table = super::super::local_symbols::of_file(&exe).expect("a symbol table");
         let symbol = table
-            .name_at((address - info.dli_fbase as usize) as u64 + 1)
+            .name_at((address - info.base) as u64 + 1)
             .expect("the function is named");
         assert!(
             demangled(&symbol).contains("a_local_function_of_this_binary"),

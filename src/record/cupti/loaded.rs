@@ -15,9 +15,11 @@
 //! the runtime's `cudaRuntimeGetVersion`. The last is a CUDA API call CUPTI would see, so it
 //! is made only after recording stopped ([`Queries::WithRuntime`]); before, and whenever a
 //! library does not answer, the version comes from the file name (`libnccl.so.2.28.9`).
+#![forbid(unsafe_code)]
 
+use super::dl::{Mapped, loaded_objects};
 use crate::trace::{CudaLibrary, LoadedLibrary, Versions};
-use std::ffi::{CStr, c_int, c_void};
+use std::ffi::c_int;
 use std::sync::OnceLock;
 
 /// The CUDA library a shared object's file name belongs to. Only the main library of each:
@@ -183,9 +185,9 @@ fn file_name(path: &str) -> &str {
 static CALLED_NCCL: OnceLock<String> = OnceLock::new();
 
 /// Notes that the program called into the NCCL loaded as `path` (from a stack walk).
-pub(crate) fn nccl_called_from(path: &CStr) {
+pub(crate) fn nccl_called_from(path: &[u8]) {
     if CALLED_NCCL.get().is_none() {
-        let _ = CALLED_NCCL.set(path.to_string_lossy().into_owned());
+        let _ = CALLED_NCCL.set(String::from_utf8_lossy(path).into_owned());
     }
 }
 
@@ -193,87 +195,19 @@ fn called_nccl() -> Option<&'static str> {
     CALLED_NCCL.get().map(String::as_str)
 }
 
-/// The paths of the objects the dynamic loader has mapped, in load order (the program
-/// itself and the vDSO, which have no path, left out).
-fn loaded_objects() -> Vec<String> {
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: `data` is the `&mut Vec<String>` passed below, alive for the whole walk;
-        // `info` is the loader's entry, valid during this call; its name is null or
-        // NUL-terminated.
-        let (names, info) = unsafe { (&mut *(data as *mut Vec<String>), &*info) };
-        if !info.dlpi_name.is_null() {
-            // SAFETY: as above.
-            let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy();
-            if !name.is_empty() {
-                names.push(name.into_owned());
-            }
-        }
-        0
-    }
-    let mut names: Vec<String> = Vec::new();
-    // SAFETY: `each` matches dl_iterate_phdr's callback type and only reads `info` and
-    // writes into `names`, which outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(each), &mut names as *mut Vec<String> as *mut c_void) };
-    names
-}
-
-/// `libraryPropertyType`'s values (CUDA's `library_types.h`).
-const MAJOR_VERSION: c_int = 0;
-const MINOR_VERSION: c_int = 1;
-const PATCH_LEVEL: c_int = 2;
-
 /// The version the library loaded as `loaded_as` reports, asked through a handle on the
 /// copy already mapped (`RTLD_NOLOAD`: nothing is loaded).
 fn asked_version(library: CudaLibrary, loaded_as: &str, queries: Queries) -> Option<String> {
-    use libloading::os::unix::{Library, RTLD_LAZY};
-    // SAFETY: RTLD_NOLOAD returns a handle on an object already mapped (its initialisers ran
-    // when it was loaded) or fails; no code of the library runs here.
-    let handle = unsafe { Library::open(Some(loaded_as), RTLD_LAZY | libc::RTLD_NOLOAD) }.ok()?;
-    type IntOut = unsafe extern "C" fn(*mut c_int) -> c_int;
-    type Property = unsafe extern "C" fn(c_int, *mut c_int) -> c_int;
-    // Each call below uses the C signature of the library's header and only writes ints
-    // through valid pointers; none needs the library initialised (no handle, no context).
-    let int_out = |symbol: &[u8]| -> Option<c_int> {
-        // SAFETY: the symbol has the `IntOut` signature in the library named by `library`.
-        let f = unsafe { handle.get::<IntOut>(symbol) }.ok()?;
-        let mut value: c_int = 0;
-        // SAFETY: see above.
-        (unsafe { f(&mut value) } == 0).then_some(value)
-    };
-    let property = |symbol: &[u8]| -> Option<String> {
-        // SAFETY: the symbol has the `Property` signature (`cublas[Lt]GetProperty`).
-        let f = unsafe { handle.get::<Property>(symbol) }.ok()?;
-        let part = |which: c_int| {
-            let mut value: c_int = 0;
-            // SAFETY: see above.
-            (unsafe { f(which, &mut value) } == 0).then_some(value)
-        };
-        Some(format!(
-            "{}.{}.{}",
-            part(MAJOR_VERSION)?,
-            part(MINOR_VERSION)?,
-            part(PATCH_LEVEL)?
-        ))
-    };
+    let mapped = Mapped::open(loaded_as)?;
     match library {
-        CudaLibrary::Nccl => int_out(b"ncclGetVersion\0").map(nccl_version),
-        CudaLibrary::Cublas => property(b"cublasGetProperty\0"),
-        CudaLibrary::CublasLt => property(b"cublasLtGetProperty\0"),
+        CudaLibrary::Nccl => mapped.nccl_version().map(nccl_version),
+        CudaLibrary::Cublas => mapped.cublas_version(false),
+        CudaLibrary::CublasLt => mapped.cublas_version(true),
         CudaLibrary::Cudart => match queries {
-            Queries::WithRuntime => int_out(b"cudaRuntimeGetVersion\0").map(cudart_version),
+            Queries::WithRuntime => mapped.cudart_version().map(cudart_version),
             Queries::WithoutRuntime => None,
         },
-        CudaLibrary::Cudnn => {
-            type SizeOut = unsafe extern "C" fn() -> usize;
-            // SAFETY: `size_t cudnnGetVersion(void)`.
-            let f = unsafe { handle.get::<SizeOut>(b"cudnnGetVersion\0") }.ok()?;
-            // SAFETY: see above.
-            Some(cudnn_version(unsafe { f() }))
-        }
+        CudaLibrary::Cudnn => mapped.cudnn_version().map(cudnn_version),
     }
 }
 
@@ -458,8 +392,7 @@ mod tests {
             if link != file {
                 std::os::unix::fs::symlink(&built, &loaded_as).unwrap();
             }
-            // SAFETY: the fake libraries have no initialisers.
-            handles.push(unsafe { libloading::Library::new(&loaded_as) }.unwrap());
+            handles.push(super::super::dl::testing::load_plain_library(&loaded_as));
         }
         let mine = |snapshot: &LoadedSnapshot| -> Vec<LoadedLibrary> {
             snapshot

@@ -21,6 +21,7 @@ mod buffers;
 mod callbacks;
 mod config;
 mod decode;
+mod dl;
 mod error;
 mod frames;
 #[cfg(test)]
