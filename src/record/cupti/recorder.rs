@@ -135,6 +135,21 @@ impl Recorder {
         cupti.use_system_thread_ids()?;
 
         let diagnostics = Diagnostics::from_env();
+        rec.apply_settings(&config, &diagnostics);
+        rec.register_buffers(&config)?;
+        rec.enable_kinds(&config, &diagnostics)?;
+        rec.enable_callbacks(&config, &diagnostics)?;
+        if config.trace_budget.is_limited() {
+            rec.start_budget_and_pacing(&diagnostics);
+        }
+        Ok(rec)
+    }
+
+    /// The diagnostic CUPTI settings (`GAPSCOPE_CUPTI_*`) and the defaults that need a CUPTI
+    /// call, each noted in the trace. Per-thread buffers are set before the buffer callbacks
+    /// are registered, as CUPTI requires.
+    fn apply_settings(&self, config: &RecorderConfig, diagnostics: &Diagnostics) {
+        let cupti = self.cupti;
         // Per-thread buffers (CUPTI's default since 12.3) are set before the buffer callbacks
         // are registered, as CUPTI requires.
         // The trace note of one diagnostic CUPTI setting: done, refused, or not in this CUPTI.
@@ -206,8 +221,14 @@ impl Recorder {
             ));
         }
         for note in notes {
-            lock(&rec.shared.state).problem(note);
+            lock(&self.shared.state).problem(note);
         }
+    }
+
+    /// Sizes the activity buffers, registers their callbacks (once per process) and turns on
+    /// the timestamps the records need.
+    fn register_buffers(&self, config: &RecorderConfig) -> Result<(), CuptiError> {
+        let cupti = self.cupti;
         let bytes = config.buffer_bytes.max(1024).next_multiple_of(8);
         buffers::set_buffer_bytes(bytes, config.max_buffers);
         if !REGISTERED.load(Ordering::Acquire) {
@@ -222,15 +243,25 @@ impl Recorder {
         // Only with CUDA_EVENT records, which are what carry those timestamps: kept off, no
         // cudaEventRecord (the program's own timing events included) pays for them.
         if config.event_records {
-            rec.enable_event_device_timestamps()?;
+            self.enable_event_device_timestamps()?;
         }
 
+        Ok(())
+    }
+
+    /// Enables the activity kinds the configuration asks for, and the API record filter.
+    fn enable_kinds(
+        &mut self,
+        config: &RecorderConfig,
+        diagnostics: &Diagnostics,
+    ) -> Result<(), CuptiError> {
+        let cupti = self.cupti;
         for (kind, label) in KINDS {
             if kind == sys::CUPTI_ACTIVITY_KIND_CUDA_EVENT && !config.event_records {
                 continue;
             }
             if kind == sys::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION && !config.sync_records {
-                lock(&rec.shared.state).problem(
+                lock(&self.shared.state).problem(
                     "SYNCHRONIZATION activity off: host synchronisations are read from the API records of the *Synchronize calls (GAPSCOPE_CUPTI_SYNC=1 records them)",
                 );
                 continue;
@@ -245,34 +276,47 @@ impl Recorder {
                 .iter()
                 .any(|s| label.contains(s.as_str()))
             {
-                lock(&rec.shared.state).problem(format!("{label} skipped (GAPSCOPE_CUPTI_SKIP)"));
+                lock(&self.shared.state).problem(format!("{label} skipped (GAPSCOPE_CUPTI_SKIP)"));
                 continue;
             }
             cupti
                 .enable_kind(kind, true)
                 .map_err(|e| e.labelled(label))?;
-            rec.kinds_enabled.push(kind);
+            self.kinds_enabled.push(kind);
         }
         // Graph-level records (one per graph launch): the analysis does not read them yet.
         if diagnostics.graph_trace {
             let label = "cuptiActivityEnable(GRAPH_TRACE)";
             let done = cupti.enable_kind(sys::CUPTI_ACTIVITY_KIND_GRAPH_TRACE, true);
             match done.map_err(|e| e.labelled(label)) {
-                Ok(()) => rec.kinds_enabled.push(sys::CUPTI_ACTIVITY_KIND_GRAPH_TRACE),
+                Ok(()) => self
+                    .kinds_enabled
+                    .push(sys::CUPTI_ACTIVITY_KIND_GRAPH_TRACE),
                 Err(e) => {
-                    lock(&rec.shared.state).problem(format!("GAPSCOPE_CUPTI_GRAPH_TRACE: {e}"))
+                    lock(&self.shared.state).problem(format!("GAPSCOPE_CUPTI_GRAPH_TRACE: {e}"))
                 }
             }
         }
         if !config.all_api_calls {
-            rec.filter_api_records(&diagnostics);
+            self.filter_api_records(diagnostics);
         }
-        let sub = rec.subscriber_handle();
+        Ok(())
+    }
+
+    /// Enables the resource callbacks (graph structure) and the API callbacks the
+    /// configuration asks for.
+    fn enable_callbacks(
+        &mut self,
+        config: &RecorderConfig,
+        diagnostics: &Diagnostics,
+    ) -> Result<(), CuptiError> {
+        let cupti = self.cupti;
+        let sub = self.subscriber_handle();
         for (cbid, label) in RESOURCE_CBIDS {
             cupti
                 .enable_callback(sub, sys::CUPTI_CB_DOMAIN_RESOURCE, cbid, true)
                 .map_err(|e| e.labelled(label))?;
-            rec.resource_enabled.push(cbid);
+            self.resource_enabled.push(cbid);
         }
         match config.api_callbacks {
             ApiCallbacks::All => {
@@ -280,7 +324,7 @@ impl Recorder {
                     cupti
                         .enable_domain(sub, domain, true)
                         .map_err(|e| e.labelled(label))?;
-                    rec.domains_enabled.push(domain);
+                    self.domains_enabled.push(domain);
                 }
             }
             ApiCallbacks::Off => {}
@@ -295,27 +339,30 @@ impl Recorder {
                     // An older CUPTI may not know a newer call: record what could not be
                     // enabled rather than refuse to trace.
                     match done.map_err(|e| e.labelled("cuptiEnableCallback(API)")) {
-                        Ok(()) => rec.api_enabled.push((domain, cbid)),
-                        Err(e) => lock(&rec.shared.state).problem(format!("{e} (cbid {cbid})")),
+                        Ok(()) => self.api_enabled.push((domain, cbid)),
+                        Err(e) => lock(&self.shared.state).problem(format!("{e} (cbid {cbid})")),
                     }
                 }
             }
         }
         if diagnostics.api_from_callbacks {
-            rec.record_api_from_callbacks(&diagnostics);
+            self.record_api_from_callbacks(diagnostics);
         }
-        if config.trace_budget.is_limited() {
-            // NVTX ranges of untraced work are summarised, not all kept (see `markers`).
-            lock(&rec.shared.state).records.marker_keeping = Some(Default::default());
-            rec.start_budget(&diagnostics);
-            if diagnostics.pacing {
-                lock(&rec.shared.state).problem(
-                    "trace budget: programs with no steps or graph launches to count are sampled by time (GAPSCOPE_BUDGET_PACE=1)",
-                );
-                rec.pace_periodically();
-            }
+        Ok(())
+    }
+
+    /// Starts the trace budget's decisions and, with `GAPSCOPE_BUDGET_PACE=1`, its time
+    /// schedule.
+    fn start_budget_and_pacing(&mut self, diagnostics: &Diagnostics) {
+        // NVTX ranges of untraced work are summarised, not all kept (see `markers`).
+        lock(&self.shared.state).records.marker_keeping = Some(Default::default());
+        self.start_budget(diagnostics);
+        if diagnostics.pacing {
+            lock(&self.shared.state).problem(
+                "trace budget: programs with no steps or graph launches to count are sampled by time (GAPSCOPE_BUDGET_PACE=1)",
+            );
+            self.pace_periodically();
         }
-        Ok(rec)
     }
 
     /// Hands the budget the kinds it pauses (every device and API kind enabled so far; NVTX
