@@ -2,8 +2,8 @@
 //! each completed buffer decoded into the recorder's state.
 
 use super::activity;
-use super::callbacks::{PANICS, Shared, active, lock};
 use super::loader::{self, Cupti};
+use super::state::{PANICS, Shared, active, lock};
 use super::sys;
 use crate::record::spill::{Delivered, SpillWriter};
 use crate::trace::ApiDomain;

@@ -24,7 +24,7 @@ fn ck(r: cu::CUresult) {
 #[test]
 #[ignore = "needs an NVIDIA GPU, its driver and libcupti (run with --ignored)"]
 fn records_a_captured_graph_with_external_event_nodes() {
-    let _one = super::callbacks::lock(&super::recorder::TEST_RECORDER_LOCK);
+    let _one = super::state::lock(&super::recorder::TEST_RECORDER_LOCK);
     if let Err(e) = ensure_cuda_driver() {
         panic!("needs an NVIDIA GPU and its driver: {e}");
     }
@@ -272,7 +272,7 @@ unsafe fn noop_graph(f: cu::CUfunction, s: cu::CUstream) -> cu::CUgraphExec {
 #[test]
 #[ignore = "needs an NVIDIA GPU, its driver and libcupti (run with --ignored)"]
 fn trace_budget_pauses_a_replayed_graph_and_resumes_for_a_new_one() {
-    let _one = super::callbacks::lock(&super::recorder::TEST_RECORDER_LOCK);
+    let _one = super::state::lock(&super::recorder::TEST_RECORDER_LOCK);
     if let Err(e) = ensure_cuda_driver() {
         panic!("needs an NVIDIA GPU and its driver: {e}");
     }

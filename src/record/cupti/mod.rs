@@ -34,6 +34,7 @@ mod markers;
 mod params;
 mod recorder;
 mod result;
+mod state;
 mod step_choice;
 pub(crate) mod sys;
 

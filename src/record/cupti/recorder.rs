@@ -2,7 +2,7 @@
 #![forbid(unsafe_code)]
 
 use super::buffers;
-use super::callbacks::{self, ACTIVE, Budget, PANICS, Shared, State, lock};
+use super::callbacks;
 use super::config::{
     API_DOMAINS, ApiCallbacks, CAPTURE_END_CBIDS, Diagnostics, GRAPH_BUILDING_START_CBIDS,
     GRAPH_LAUNCH_CBIDS, KINDS, LAUNCH_CBIDS, RESOURCE_CBIDS, RecorderConfig, graph_building_cbids,
@@ -13,6 +13,7 @@ use super::loaded::Queries;
 use super::loader::{self, Cupti};
 use super::params;
 use super::result::{Subscriber, SubscriberHandle};
+use super::state::{self, ACTIVE, Budget, PANICS, Shared, State, lock};
 use super::sys;
 use crate::trace::{ApiDomain, Cell, Marker, MarkerKind, Metadata, StrId, Trace};
 use std::marker::PhantomData;
@@ -171,8 +172,8 @@ impl Recorder {
                 ),
             ));
         }
-        callbacks::NODE_FRAMES.store(!diagnostics.skip_node_frames, Ordering::Relaxed);
-        callbacks::PAUSE_FILTER.store(!diagnostics.keep_filter_on_pause, Ordering::Relaxed);
+        state::NODE_FRAMES.store(!diagnostics.skip_node_frames, Ordering::Relaxed);
+        state::PAUSE_FILTER.store(!diagnostics.keep_filter_on_pause, Ordering::Relaxed);
         if diagnostics.keep_filter_on_pause {
             notes.push(
                 "trace budget: pauses leave the API record filter on (GAPSCOPE_BUDGET_PAUSE_FILTER=0)"
@@ -386,8 +387,7 @@ impl Recorder {
                 .iter()
                 .copied()
                 .filter(|&c| {
-                    paused_by_budget(c)
-                        || (callbacks::api_recorded(c.0, c.1) && !budget_decides_in(c))
+                    paused_by_budget(c) || (state::api_recorded(c.0, c.1) && !budget_decides_in(c))
                 })
                 .collect();
             budget.subscriber.store(sub.to_bits(), Ordering::SeqCst);
@@ -436,9 +436,9 @@ impl Recorder {
                 .copied()
                 .filter(|c| !self.api_enabled.contains(c) && !self.domains_enabled.contains(&c.0))
                 .collect();
-            callbacks::WATCHING.store(true, Ordering::SeqCst);
+            state::WATCHING.store(true, Ordering::SeqCst);
         }
-        callbacks::BUDGET_ON.store(true, Ordering::Relaxed);
+        state::BUDGET_ON.store(true, Ordering::Relaxed);
     }
 
     /// The step range of this recording: the one given, or the one chosen so far.
@@ -494,7 +494,7 @@ impl Recorder {
         let sub = self.subscriber_handle();
         let mut recorded = 0;
         for (domain, cbid, wanted) in self.api_calls_wanted(diagnostics, true, true) {
-            if !wanted || !callbacks::record_api_from_callbacks(domain, cbid) {
+            if !wanted || !state::record_api_from_callbacks(domain, cbid) {
                 continue;
             }
             recorded += 1;
@@ -508,7 +508,7 @@ impl Recorder {
                 Err(e) => lock(&self.shared.state).problem(format!("{e} (cbid {cbid})")),
             }
         }
-        callbacks::API_FROM_CALLBACKS.store(true, Ordering::SeqCst);
+        state::API_FROM_CALLBACKS.store(true, Ordering::SeqCst);
         lock(&self.shared.state).problem(format!(
             "API activity: calls to {recorded} API functions recorded from their enter and exit callbacks, the RUNTIME and DRIVER kinds off (GAPSCOPE_CUPTI_API_FROM=callbacks)"
         ));
@@ -622,7 +622,7 @@ impl Recorder {
             kind,
             cell,
             start: self.timestamp(),
-            thread: callbacks::current_thread_id(),
+            thread: state::current_thread_id(),
             _not_send: PhantomData,
         }
     }
@@ -768,14 +768,14 @@ impl Recorder {
         let shared = self.shared.clone();
         let mut switch_token = None;
         if let Some(budget) = &shared.budget {
-            callbacks::BUDGET_ON.store(false, Ordering::Relaxed);
-            callbacks::WATCHING.store(false, Ordering::SeqCst);
+            state::BUDGET_ON.store(false, Ordering::Relaxed);
+            state::WATCHING.store(false, Ordering::SeqCst);
             let wait = std::time::Duration::from_millis(200);
-            match callbacks::lock_within(&budget.decisions, wait) {
+            match state::lock_within(&budget.decisions, wait) {
                 Some(mut decisions) => decisions.freeze(),
                 None => notes.push("trace budget: could not stop its switching".into()),
             }
-            match callbacks::lock_within(&budget.applied, wait) {
+            match state::lock_within(&budget.applied, wait) {
                 Some(applied) => {
                     // The kinds the level last applied has off are off already.
                     if let Some(level) = *applied {
@@ -830,9 +830,9 @@ impl Recorder {
             notes.push(e.to_string());
         }
         // Unsubscribing ended the watch's launch callbacks too.
-        callbacks::WATCH_ARMED.store(false, Ordering::SeqCst);
-        callbacks::API_FROM_CALLBACKS.store(false, Ordering::SeqCst);
-        callbacks::clear_api_recorded();
+        state::WATCH_ARMED.store(false, Ordering::SeqCst);
+        state::API_FROM_CALLBACKS.store(false, Ordering::SeqCst);
+        state::clear_api_recorded();
         {
             let mut active = lock(&ACTIVE);
             if active
