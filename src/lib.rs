@@ -7,19 +7,20 @@
 //! | folder | stage | holds |
 //! |---|---|---|
 //! | `workload/` | make work on the GPU | the HT-decode step (NVRTC kernels from `kernels/`, CPU reference), the emu step, the collectives (emulated, NCCL with its FFI leaf), graph capture, the sweep over cells, rank processes |
-//! | `record/` | trace it | `cupti/` (bindgen `sys` → `loader` → `decode`/`graph`/`budget`/`callbacks` → `recorder`; `budget` decides which launches and steps are traced), `inject` (the CUDA injection entry of `libgapscope.so`), `launch` (`gapscope record -- CMD`) |
+//! | `record/` | trace it | `cupti/` in layers: bindgen `sys` → `loader` (the library resolved) → `result` (every CUPTI call, safe, as `Result`) with `params` (CUPTI's callback data read), `activity` (its records read) and `dl` (the loader and the stack asked) → `state`, `callbacks`, `decode`, `graph`, `budget` → `recorder`; `budget` decides which launches and steps are traced. `inject` (the CUDA injection entry of `libgapscope.so`), `launch` (`gapscope record -- CMD`), `env` (what `record` hands its child) |
 //! | `trace/` | the file between recording and analysis | the versioned schema, reading and atomic writing, the Kineto importer (`kineto/`), synthetic traces for tests and the bundled H200 traces (`bundled`) |
 //! | `analysis/` | answer the question | `steps` (markers and graph launches → steps and cells), `timeline`, `align` (graphed ↔ eager kernels), `cause` (each gap's cause from the DAG and API records), `stats`, `remedy`, `merge` (ranks) |
 //! | `report/` | say it | Markdown, JSON, Perfetto, SVG, the terminal summary, and `output` (the one writer of every output set) |
 //! | `cuda.rs` | | the one libcuda loader and "is CUDA here" check |
 //! | `exit.rs` | | every exit code, by name |
+//! | `settings.rs` | | every `GAPSCOPE_*` environment variable, read in one place |
 //! | `library_search.rs` | | where CUPTI and NCCL are looked for (variable, the program's Python environment, `LD_LIBRARY_PATH`, the toolkit): pure, tested on fake trees |
 //! | `main.rs`, `cli/` | the command line | every clap struct, and the glue from arguments to the stages |
 //!
 //! Nothing after `trace/` touches the GPU: analysis, import and reports run anywhere. FFI and
-//! `unsafe` live only in FFI leaves (`record/cupti`'s sys, loader, callbacks, decode and
-//! recorder; `record/inject`; `cuda.rs`; the workload's CUDA and NCCL leaves); every other
-//! module says `#![forbid(unsafe_code)]`. `trace/` imports nothing above it.
+//! `unsafe` live only in FFI leaves (`record/cupti`'s sys, loader, result, params, activity, dl
+//! and the buffer hand-over `buffers`; `record/inject`; `cuda.rs`; the workload's CUDA and
+//! NCCL leaves); every other module says `#![forbid(unsafe_code)]`. `trace/` imports nothing above it.
 
 // libtest captures a unit test's eprintln!; everywhere else stderr is report::stderr's.
 #![cfg_attr(test, allow(clippy::disallowed_macros))]
@@ -30,6 +31,7 @@ pub mod exit;
 pub mod library_search;
 pub mod record;
 pub mod report;
+pub mod settings;
 pub mod trace;
 pub mod workload;
 
@@ -74,14 +76,14 @@ pub fn threads_capped_note() -> Option<String> {
     let asked = threads_setting().ok().flatten()?;
     let used = worker_threads();
     (asked > used).then(|| {
-        format!("GAPSCOPE_THREADS={asked}: using {used} threads, one per core available (more would only wait for a core)")
+        format!("{}={asked}: using {used} threads, one per core available (more would only wait for a core)", settings::Setting::Threads)
     })
 }
 
 /// `GAPSCOPE_THREADS`: `None` when unset or empty, else the positive count it names; anything
 /// else (`0`, `-1`, `abc`) is an error, as one line.
 pub fn threads_setting() -> Result<Option<usize>, String> {
-    let Some(value) = std::env::var_os("GAPSCOPE_THREADS") else {
+    let Some(value) = settings::Setting::Threads.read_os() else {
         return Ok(None);
     };
     let text = value.to_string_lossy();
@@ -92,7 +94,8 @@ pub fn threads_setting() -> Result<Option<usize>, String> {
     match text.parse::<usize>() {
         Ok(n) if n > 0 => Ok(Some(n)),
         _ => Err(format!(
-            "GAPSCOPE_THREADS={text:?}: expected a positive number of threads (or unset it for the cores available, at most 8)"
+            "{}={text:?}: expected a positive number of threads (or unset it for the cores available, at most 8)",
+            settings::Setting::Threads
         )),
     }
 }

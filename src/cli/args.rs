@@ -271,7 +271,7 @@ pub struct RecordArgs {
     /// instantiation resumes tracing, a capture holds it on until it ends, and the calls that
     /// only build graphs are never paused, so every graph is recorded whole. Untraced launches
     /// and steps are counted in the trace notes. 0 traces everything.
-    #[arg(long, value_name = "N", env = "GAPSCOPE_TRACE_BUDGET",
+    #[arg(long, value_name = "N", env = gapscope::settings::Setting::TraceBudget.name(),
           default_value_t = gapscope::record::inject::DEFAULT_TRACE_BUDGET)]
     pub trace_budget: u32,
     /// The program to trace and its arguments (after `--`).

@@ -200,7 +200,9 @@ pub struct PhaseTimer {
 impl PhaseTimer {
     pub fn from_env() -> PhaseTimer {
         PhaseTimer {
-            since: std::env::var_os("GAPSCOPE_TIMINGS").map(|_| std::time::Instant::now()),
+            since: gapscope::settings::Setting::Timings
+                .read_os()
+                .map(|_| std::time::Instant::now()),
             parts: Vec::new(),
         }
     }

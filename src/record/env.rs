@@ -2,10 +2,10 @@
 //! reads back: the parent and child halves of one contract, in one place.
 
 /// Environment variable naming the folder the traces are written to.
-pub const OUT_VAR: &str = "GAPSCOPE_OUT";
+pub const OUT_VAR: &str = crate::settings::Setting::Out.name();
 
 /// Set (to `1`) by `gapscope record`: the injected recorder delivers as it goes.
-pub const SPILL_VAR: &str = "GAPSCOPE_SPILL";
+pub const SPILL_VAR: &str = crate::settings::Setting::Spill.name();
 
 /// Trace file name for a rank name: `trace-<rank>.json`.
 pub fn trace_file_name(rank_name: &str) -> String {

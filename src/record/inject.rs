@@ -28,7 +28,7 @@
 //!   library (`LD_PRELOAD`), so its [`_exit`] stands in for libc's: it writes the trace, then
 //!   ends the process with the `exit_group` system call, as libc's does.
 //!
-//! * SIGKILL (no handler runs): under `gapscope record` ([`SPILL_VAR`]) the recorder hands each
+//! * SIGKILL (no handler runs): under `gapscope record` ([`crate::record::env::SPILL_VAR`]) the recorder hands each
 //!   completed activity buffer's records to a spill file as it completes (a thread of the
 //!   recorder flushes every [`DELIVERY_PERIOD_MS`]); `gapscope record` writes the trace from it when
 //!   the process is gone without having written its own (see [`crate::record::spill`]).
@@ -43,8 +43,9 @@
 //! variables of [`world_size`].
 
 use crate::record::cupti::{Recorder, RecorderConfig, TraceBudget};
-use crate::record::env::{OUT_VAR, SPILL_VAR, trace_file_name};
+use crate::record::env::trace_file_name;
 use crate::record::spill::{SpillHeader, SpillWriter, spill_path};
+use crate::settings::Setting;
 use crate::trace::{self, Cell, Metadata, Source, Versions};
 use std::collections::BTreeMap;
 use std::ffi::c_int;
@@ -54,21 +55,21 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// Environment variable naming the NVTX range that marks one step.
-pub const STEP_RANGE_VAR: &str = "GAPSCOPE_STEP_RANGE";
+pub const STEP_RANGE_VAR: &str = Setting::StepRange.name();
 /// Launches traced per executable graph and steps traced (`gapscope record --trace-budget`).
-pub const TRACE_BUDGET_VAR: &str = "GAPSCOPE_TRACE_BUDGET";
+pub const TRACE_BUDGET_VAR: &str = Setting::TraceBudget.name();
 /// The trace budget when none is given: enough steps per cell for a median and its spread,
 /// and few enough that at the length of a short benchmark (a few hundred steps) most steps
 /// run untraced, so that tracing's host cost does not become the program's typical step.
 pub const DEFAULT_TRACE_BUDGET: u32 = 16;
 /// `all`: an activity record for every CUDA API call, not only those the analysis reads.
-pub const API_RECORDS_VAR: &str = "GAPSCOPE_CUPTI_API";
+pub const API_RECORDS_VAR: &str = Setting::CuptiApi.name();
 /// `1`: SYNCHRONIZATION activity records too (off by default, see
 /// [`RecorderConfig::sync_records`]).
-pub const SYNC_RECORDS_VAR: &str = "GAPSCOPE_CUPTI_SYNC";
+pub const SYNC_RECORDS_VAR: &str = Setting::CuptiSync.name();
 /// Which API calls get a CUPTI callback: `off`, `graph-building` (default),
 /// `graph-building-with-launches` or `all` (see [`crate::record::cupti::ApiCallbacks`]).
-pub const API_CALLBACKS_VAR: &str = "GAPSCOPE_CUPTI_CALLBACKS";
+pub const API_CALLBACKS_VAR: &str = Setting::CuptiCallbacks.name();
 /// Rank variables, first set (and numeric) wins: torchrun/torch.distributed, torchrun's local
 /// rank, Open MPI, Slurm.
 pub const RANK_VARS: [&str; 4] = ["RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"];
@@ -128,7 +129,13 @@ fn numeric_var(get: &impl Fn(&str) -> Option<String>, vars: &[&str]) -> Option<u
         .find_map(|v| get(v).and_then(|s| s.trim().parse::<u32>().ok()))
 }
 
-fn env(name: &str) -> Option<String> {
+/// A setting's value, when set and not empty.
+fn env(setting: Setting) -> Option<String> {
+    setting.read().filter(|s| !s.is_empty())
+}
+
+/// Another program's variable (the launchers' rank variables), when set and not empty.
+fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|s| !s.is_empty())
 }
 
@@ -164,7 +171,7 @@ fn command_line() -> String {
 impl Config {
     fn from_env() -> Config {
         let pid = std::process::id();
-        let out = PathBuf::from(env(OUT_VAR).unwrap_or_else(|| ".".into()));
+        let out = PathBuf::from(env(Setting::Out).unwrap_or_else(|| ".".into()));
         let out = if out.is_absolute() {
             out
         } else {
@@ -172,11 +179,11 @@ impl Config {
         };
         Config {
             out,
-            step_range: env(STEP_RANGE_VAR),
+            step_range: env(Setting::StepRange),
             command: command_line(),
-            rank_name: rank_name(env, pid),
-            rank: numeric_var(&env, &RANK_VARS).unwrap_or(0),
-            world: world_size(env),
+            rank_name: rank_name(var, pid),
+            rank: numeric_var(&var, &RANK_VARS).unwrap_or(0),
+            world: world_size(var),
             pid,
         }
     }
@@ -248,26 +255,27 @@ fn install_panic_hook() {
 fn initialize() -> Result<(), String> {
     let config = Config::from_env();
     let mut recorder_config = RecorderConfig {
-        all_api_calls: env(API_RECORDS_VAR).is_some_and(|v| v == "all"),
-        sync_records: env(SYNC_RECORDS_VAR).is_some_and(|v| v == "1"),
+        all_api_calls: env(Setting::CuptiApi).is_some_and(|v| v == "all"),
+        sync_records: env(Setting::CuptiSync).is_some_and(|v| v == "1"),
         ..RecorderConfig::default()
     };
-    if let Some(v) = env(API_CALLBACKS_VAR) {
+    if let Some(v) = env(Setting::CuptiCallbacks) {
         match <crate::record::cupti::ApiCallbacks as clap::ValueEnum>::from_str(&v, false) {
             Ok(callbacks) => recorder_config.api_callbacks = callbacks,
             Err(e) => say(&format!("{API_CALLBACKS_VAR}: {e}; using the default")),
         }
     }
     // Diagnostics: host activity buffer size in KiB (default 8 MiB).
-    if let Some(v) = env("GAPSCOPE_CUPTI_BUFFER_KIB") {
+    if let Some(v) = env(Setting::CuptiBufferKib) {
         match v.parse::<usize>() {
             Ok(kib) if kib > 0 => recorder_config.buffer_bytes = kib * 1024,
             _ => say(&format!(
-                "GAPSCOPE_CUPTI_BUFFER_KIB={v} is not a positive number; using the default"
+                "{}={v} is not a positive number; using the default",
+                Setting::CuptiBufferKib
             )),
         }
     }
-    let limit = match env(TRACE_BUDGET_VAR).map(|v| v.trim().parse::<u32>()) {
+    let limit = match env(Setting::TraceBudget).map(|v| v.trim().parse::<u32>()) {
         None => DEFAULT_TRACE_BUDGET,
         Some(Ok(n)) => n,
         Some(Err(_)) => {
@@ -283,7 +291,7 @@ fn initialize() -> Result<(), String> {
     };
     // Delivery relies on the recorder's own flush thread: CUPTI's flush period
     // (`cuptiActivityFlushPeriod`) hands back only full buffers.
-    let spilling = env(SPILL_VAR).is_some_and(|v| v == "1");
+    let spilling = env(Setting::Spill).is_some_and(|v| v == "1");
     let mut recorder = Recorder::start(recorder_config).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&config.out)
         .map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;
@@ -705,7 +713,7 @@ fn install_signal_handlers() {
     use signals::*;
     // Read here: a signal handler must not read the environment.
     SIGNAL_BACKTRACE.store(
-        env("GAPSCOPE_SIGNAL_BACKTRACE").is_some_and(|v| v == "1"),
+        env(Setting::SignalBacktrace).is_some_and(|v| v == "1"),
         Ordering::Relaxed,
     );
     for sig in [SIGTERM, SIGINT, SIGSEGV, SIGABRT] {

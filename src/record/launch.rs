@@ -19,6 +19,7 @@ use crate::record::cupti::CuptiError;
 use crate::record::env::OUT_VAR;
 use crate::record::inject::{STEP_RANGE_VAR, TRACE_BUDGET_VAR};
 use crate::report::stderr;
+use crate::settings::Setting;
 use anyhow::{Context, bail};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -29,7 +30,7 @@ use std::time::SystemTime;
 /// File name of the injection library (the crate's cdylib).
 pub const INJECTION_LIB: &str = "libgapscope.so";
 /// Environment variable naming the injection library explicitly.
-pub const INJECTION_LIB_VAR: &str = "GAPSCOPE_INJECTION_LIB";
+pub const INJECTION_LIB_VAR: &str = Setting::InjectionLib.name();
 
 /// Said when no process wrote a trace.
 pub const NO_TRACE: &str = "no trace written: the program did not initialise CUDA (or the injection library was not loaded)";
@@ -137,7 +138,7 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().ok();
     let cwd = std::env::current_dir().ok();
     let lib = find_injection_library(
-        std::env::var_os(INJECTION_LIB_VAR),
+        Setting::InjectionLib.read_os(),
         exe.as_deref(),
         cwd.as_deref(),
     )?;
@@ -192,7 +193,7 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     let before = trace_files(&out);
     // GAPSCOPE_SPILL=0 in gapscope's environment keeps the records in the program until it
     // ends (to measure what handing them over costs).
-    if std::env::var_os(crate::record::env::SPILL_VAR).is_none() {
+    if Setting::Spill.read_os().is_none() {
         cmd.env(crate::record::env::SPILL_VAR, "1");
     }
     // Registered before the program starts, so that no signal in between ends gapscope alone.
@@ -459,7 +460,10 @@ mod tests {
         let err = find_injection_library(Some("/nonexistent/libgapscope.so".into()), None, None)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("GAPSCOPE_INJECTION_LIB=/nonexistent"), "{err}");
+        assert!(
+            err.contains(&format!("{INJECTION_LIB_VAR}=/nonexistent")),
+            "{err}"
+        );
         assert!(!err.contains('\n'));
         let lib = dir.path().join("libx.so");
         std::fs::write(&lib, b"").unwrap();
@@ -476,7 +480,7 @@ mod tests {
             .to_string();
         assert!(err.contains("not found"), "{err}");
         assert!(err.contains(&dir.path().join("bin/libgapscope.so").display().to_string()));
-        assert!(err.contains("GAPSCOPE_INJECTION_LIB"), "{err}");
+        assert!(err.contains(INJECTION_LIB_VAR), "{err}");
         assert!(!err.contains('\n'));
     }
 

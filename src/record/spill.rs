@@ -343,11 +343,14 @@ pub fn deliver_then_die(
 ) -> anyhow::Result<std::convert::Infallible> {
     use crate::trace::TraceBuilder;
     use anyhow::Context;
-    let out = std::env::var_os(crate::record::env::OUT_VAR)
+    let out = crate::settings::Setting::Out
+        .read_os()
         .map(PathBuf::from)
         .context("spill-test-child runs under gapscope record (GAPSCOPE_OUT unset)")?;
     anyhow::ensure!(
-        std::env::var(crate::record::env::SPILL_VAR).is_ok_and(|v| v == "1"),
+        crate::settings::Setting::Spill
+            .read()
+            .is_some_and(|v| v == "1"),
         "spill-test-child runs under gapscope record ({} unset)",
         crate::record::env::SPILL_VAR
     );

@@ -415,7 +415,7 @@ mod end_to_end {
             let svg = step_svg(&traces, &a, pair, 1);
             assert!(svg.starts_with("<svg") && svg.contains("class=\"legend\""));
         }
-        if std::env::var_os("GAPSCOPE_DUMP_REPORTS").is_some() {
+        if crate::settings::Setting::DumpReports.read_os().is_some() {
             let dir = std::path::Path::new("/tmp/gsout");
             std::fs::write(dir.join("e2e.md"), &md).unwrap();
             std::fs::write(dir.join("e2e.json"), analysis_json(&a)).unwrap();

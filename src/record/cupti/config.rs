@@ -4,6 +4,7 @@
 
 use super::budget::TraceBudget;
 use super::sys;
+use crate::settings::Setting;
 
 /// Recorder settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -411,11 +412,11 @@ pub(super) struct Diagnostics {
 
 impl Diagnostics {
     pub fn from_env() -> Diagnostics {
-        Diagnostics::from_lookup(|name| std::env::var(name).ok())
+        Diagnostics::from_lookup(Setting::read)
     }
 
-    fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Diagnostics {
-        let list = |name: &str, upper: bool| {
+    fn from_lookup(get: impl Fn(Setting) -> Option<String>) -> Diagnostics {
+        let list = |name: Setting, upper: bool| {
             get(name).map(|v| {
                 v.split(',')
                     .map(str::trim)
@@ -431,17 +432,15 @@ impl Diagnostics {
             })
         };
         Diagnostics {
-            skip_kinds: list("GAPSCOPE_CUPTI_SKIP", true).unwrap_or_default(),
-            api_only: list("GAPSCOPE_CUPTI_API_ONLY", false),
-            per_thread_buffers: get("GAPSCOPE_CUPTI_PER_THREAD_BUFFERS").map(|v| v.trim() != "0"),
-            host_pinned: get("GAPSCOPE_CUPTI_HOST_PINNED").map(|v| v.trim() != "0"),
-            skip_node_frames: get("GAPSCOPE_CUPTI_NODE_FRAMES").is_some_and(|v| v.trim() == "0"),
-            keep_filter_on_pause: get("GAPSCOPE_BUDGET_PAUSE_FILTER")
-                .is_some_and(|v| v.trim() == "0"),
-            api_from_callbacks: get("GAPSCOPE_CUPTI_API_FROM")
-                .is_some_and(|v| v.trim() == "callbacks"),
-            graph_trace: get("GAPSCOPE_CUPTI_GRAPH_TRACE").is_some_and(|v| v.trim() == "1"),
-            size_attributes: list("GAPSCOPE_CUPTI_ATTR", false)
+            skip_kinds: list(Setting::CuptiSkip, true).unwrap_or_default(),
+            api_only: list(Setting::CuptiApiOnly, false),
+            per_thread_buffers: get(Setting::CuptiPerThreadBuffers).map(|v| v.trim() != "0"),
+            host_pinned: get(Setting::CuptiHostPinned).map(|v| v.trim() != "0"),
+            skip_node_frames: get(Setting::CuptiNodeFrames).is_some_and(|v| v.trim() == "0"),
+            keep_filter_on_pause: get(Setting::BudgetPauseFilter).is_some_and(|v| v.trim() == "0"),
+            api_from_callbacks: get(Setting::CuptiApiFrom).is_some_and(|v| v.trim() == "callbacks"),
+            graph_trace: get(Setting::CuptiGraphTrace).is_some_and(|v| v.trim() == "1"),
+            size_attributes: list(Setting::CuptiAttr, false)
                 .unwrap_or_default()
                 .iter()
                 .filter_map(|pair| {
@@ -449,10 +448,9 @@ impl Diagnostics {
                     Some((attr.trim().parse().ok()?, value.trim().parse().ok()?))
                 })
                 .collect(),
-            flush_period_ms: get("GAPSCOPE_CUPTI_FLUSH_PERIOD_MS")
-                .and_then(|v| v.trim().parse().ok()),
-            no_measuring: get("GAPSCOPE_BUDGET_MEASURE").is_some_and(|v| v.trim() == "0"),
-            pacing: get("GAPSCOPE_BUDGET_PACE").is_some_and(|v| v.trim() == "1"),
+            flush_period_ms: get(Setting::CuptiFlushPeriodMs).and_then(|v| v.trim().parse().ok()),
+            no_measuring: get(Setting::BudgetMeasure).is_some_and(|v| v.trim() == "0"),
+            pacing: get(Setting::BudgetPace).is_some_and(|v| v.trim() == "1"),
         }
     }
 
@@ -475,18 +473,18 @@ mod tests {
         let d = Diagnostics::from_lookup(|name| {
             Some(
                 match name {
-                    "GAPSCOPE_CUPTI_SKIP" => " driver, ,runtime",
-                    "GAPSCOPE_CUPTI_API_ONLY" => "Launch,EventRecord",
-                    "GAPSCOPE_CUPTI_PER_THREAD_BUFFERS" => "0",
-                    "GAPSCOPE_CUPTI_HOST_PINNED" => "1",
-                    "GAPSCOPE_CUPTI_NODE_FRAMES" => "0",
-                    "GAPSCOPE_CUPTI_GRAPH_TRACE" => "1",
-                    "GAPSCOPE_CUPTI_ATTR" => "0=67108864, 6=4,bad,7=x",
-                    "GAPSCOPE_CUPTI_FLUSH_PERIOD_MS" => " 10",
-                    "GAPSCOPE_BUDGET_PAUSE_FILTER" => "0",
-                    "GAPSCOPE_CUPTI_API_FROM" => "callbacks",
-                    "GAPSCOPE_BUDGET_MEASURE" => "0",
-                    "GAPSCOPE_BUDGET_PACE" => "1",
+                    Setting::CuptiSkip => " driver, ,runtime",
+                    Setting::CuptiApiOnly => "Launch,EventRecord",
+                    Setting::CuptiPerThreadBuffers => "0",
+                    Setting::CuptiHostPinned => "1",
+                    Setting::CuptiNodeFrames => "0",
+                    Setting::CuptiGraphTrace => "1",
+                    Setting::CuptiAttr => "0=67108864, 6=4,bad,7=x",
+                    Setting::CuptiFlushPeriodMs => " 10",
+                    Setting::BudgetPauseFilter => "0",
+                    Setting::CuptiApiFrom => "callbacks",
+                    Setting::BudgetMeasure => "0",
+                    Setting::BudgetPace => "1",
                     _ => return None,
                 }
                 .to_owned(),

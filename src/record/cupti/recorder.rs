@@ -15,6 +15,7 @@ use super::params;
 use super::result::{Subscriber, SubscriberHandle};
 use super::state::{self, ACTIVE, Budget, PANICS, Shared, State, lock};
 use super::sys;
+use crate::settings::Setting;
 use crate::trace::{ApiDomain, Cell, Marker, MarkerKind, Metadata, StrId, Trace};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -294,7 +295,7 @@ impl Recorder {
                     .kinds_enabled
                     .push(sys::CUPTI_ACTIVITY_KIND_GRAPH_TRACE),
                 Err(e) => {
-                    lock(&self.shared.state).problem(format!("GAPSCOPE_CUPTI_GRAPH_TRACE: {e}"))
+                    lock(&self.shared.state).problem(format!("{}: {e}", Setting::CuptiGraphTrace))
                 }
             }
         }

@@ -637,7 +637,7 @@ mod tests {
         for arch in ["compute_80", "compute_90"] {
             let ptx = compile_kernels(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
             let text = ptx.to_src();
-            if let Some(dir) = std::env::var_os("GAPSCOPE_DUMP_PTX") {
+            if let Some(dir) = crate::settings::Setting::DumpPtx.read_os() {
                 let path = std::path::Path::new(&dir).join(format!("ht_decode.{arch}.ptx"));
                 std::fs::write(&path, &text).unwrap();
             }

@@ -102,7 +102,7 @@ impl NcclAllGather {
         let id = if info.world == 1 {
             lib.unique_id()?
         } else {
-            let path = std::env::var(ID_FILE_ENV).map_err(|_| {
+            let path = crate::settings::Setting::NcclIdFile.read().ok_or_else(|| {
                 WorkloadError::Config(format!(
                     "{} ranks: set {ID_FILE_ENV} to a fresh path on a filesystem all ranks share",
                     info.world

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 use super::ffi::{NcclLib, NcclUniqueId};
+use crate::settings::Setting;
 use crate::workload::collective::WorkloadError;
 use std::fmt;
 use std::io::Write;
@@ -10,12 +11,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Environment variable naming the unique-id file for multi-process runs.
-pub const ID_FILE_ENV: &str = "GAPSCOPE_NCCL_ID_FILE";
+pub const ID_FILE_ENV: &str = Setting::NcclIdFile.name();
 /// Seconds ranks other than 0 wait for the unique-id file (default 120).
-pub const ID_TIMEOUT_ENV: &str = "GAPSCOPE_NCCL_ID_TIMEOUT_S";
+pub const ID_TIMEOUT_ENV: &str = Setting::NcclIdTimeoutS.name();
 /// A unique-id file older than this many seconds before this process looked for it is stale
 /// (default 120).
-pub const ID_MAX_AGE_ENV: &str = "GAPSCOPE_NCCL_ID_MAX_AGE_S";
+pub const ID_MAX_AGE_ENV: &str = Setting::NcclIdMaxAgeS.name();
 const ID_MAGIC: &[u8; 8] = b"GSNCCLID";
 
 /// This process's place among the ranks.
@@ -121,13 +122,12 @@ pub fn read_id_file(path: &Path, not_before: SystemTime) -> Option<NcclUniqueId>
     Some(id)
 }
 
-fn env_secs(name: &str, default: u64) -> Result<u64, WorkloadError> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .map_err(|_| WorkloadError::Config(format!("{name}={v:?} is not a number of seconds"))),
-        Err(_) => Ok(default),
+fn env_secs(setting: Setting, default: u64) -> Result<u64, WorkloadError> {
+    match setting.read() {
+        Some(v) => v.trim().parse().map_err(|_| {
+            WorkloadError::Config(format!("{setting}={v:?} is not a number of seconds"))
+        }),
+        None => Ok(default),
     }
 }
 
@@ -143,8 +143,8 @@ pub fn exchange_unique_id(
         write_id_file(path, &id)?;
         return Ok(id);
     }
-    let timeout = Duration::from_secs(env_secs(ID_TIMEOUT_ENV, 120)?);
-    let max_age = Duration::from_secs(env_secs(ID_MAX_AGE_ENV, 120)?);
+    let timeout = Duration::from_secs(env_secs(Setting::NcclIdTimeoutS, 120)?);
+    let max_age = Duration::from_secs(env_secs(Setting::NcclIdMaxAgeS, 120)?);
     let not_before = SystemTime::now()
         .checked_sub(max_age)
         .unwrap_or(SystemTime::UNIX_EPOCH);
