@@ -84,7 +84,7 @@ fn usage_line(text: &str) -> String {
     }
 }
 
-fn run(cli: Cli, given: &[&'static str]) -> Result<ExitCode, Failure> {
+fn run(cli: Cli, given: &[String]) -> Result<ExitCode, Failure> {
     // Not for `record` (it waits for its child, which the signal reaches) nor `run` (it
     // installs the handler itself when it analyses the bundled traces).
     if !matches!(cli.command, Command::Run(_) | Command::Record(_)) {

@@ -7,12 +7,9 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gapscope::analysis::merge::ClockAlignment;
-use gapscope::record::cupti::ApiCallbacks;
 use gapscope::record::launch::RecordOptions;
 use gapscope::report::PerfettoFormat;
-use gapscope::workload::capture::Launch;
-use gapscope::workload::collective::{Backend, EMU_IS_A_WORKLOAD};
-use gapscope::workload::{SweepOptions, Workload};
+use gapscope::workload::SweepOptions;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -218,7 +215,20 @@ pub struct RunArgs {
     #[command(flatten)]
     pub perfetto: PerfettoArg,
     #[command(flatten)]
-    pub sweep: SweepArgs,
+    pub sweep: SweepOptions,
+    /// A rank process started by `gapscope run`: its sweep, serialised by the parent.
+    #[arg(long = "rank-sweep", value_name = "JSON", hide = true)]
+    pub rank_sweep: Option<String>,
+}
+
+impl RunArgs {
+    /// The sweep to run: the flags', or the one a parent handed this rank process.
+    pub fn sweep_options(&self) -> Result<SweepOptions, String> {
+        match &self.rank_sweep {
+            Some(json) => SweepOptions::from_rank_sweep(json),
+            None => Ok(self.sweep.clone()),
+        }
+    }
 }
 
 /// Arguments of `gapscope compare`.
@@ -326,176 +336,31 @@ pub enum Format {
 
 /// The flags of `gapscope run` given on the command line that choose what a GPU sweep records
 /// (`--tokens`, `--modes`…): without a GPU they do nothing, and `run` says so.
-pub fn run_sweep_flags_given(matches: &clap::ArgMatches) -> Vec<&'static str> {
-    const SWEEP_FLAGS: [&str; 17] = [
-        "workload",
-        "tokens",
-        "modes",
-        "launch",
-        "steps",
-        "warmup",
-        "backend",
-        "ranks",
-        "device",
-        "cupti_buffer_kib",
-        "cupti_max_buffers",
-        "cupti_api_callbacks",
-        "cupti_event_records",
-        "overhead",
-        "gpus",
-        "rank_timeout",
-        "rank_process",
-    ];
+pub fn run_sweep_flags_given(matches: &clap::ArgMatches) -> Vec<String> {
     let Some(("run", run)) = matches.subcommand() else {
         return Vec::new();
     };
-    SWEEP_FLAGS
+    SweepOptions::flag_ids()
         .into_iter()
         .filter(|id| run.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
         .collect()
 }
 
-/// What `gapscope run` sweeps.
-#[derive(Debug, Clone, Args)]
-pub struct SweepArgs {
-    #[arg(long, value_enum, default_value_t = Workload::HtDecode)]
-    pub workload: Workload,
-    /// Tokens per step (T), comma-separated.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "1,2,4,8,16,32,64,128,256,512"
-    )]
-    pub tokens: Vec<usize>,
-    /// Graph usage modes, comma-separated (0, 1, 2).
-    #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
-    pub modes: Vec<u8>,
-    /// Graph launch patterns, comma-separated.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "replay,fresh"
-    )]
-    pub launch: Vec<Launch>,
-    /// Timed steps per cell.
-    #[arg(long, default_value_t = 200)]
-    pub steps: usize,
-    /// Untimed eager steps before timing (graph replays are all recorded: the report shows
-    /// first launches apart).
-    #[arg(long, default_value_t = 20)]
-    pub warmup: usize,
-    #[arg(long, value_parser = BackendArg, default_value_t = Backend::Auto)]
-    pub backend: Backend,
-    /// Simulated ranks of the emulated all-gather.
-    #[arg(long, default_value_t = 8)]
-    pub ranks: usize,
-    /// CUDA device ordinal.
-    #[arg(long, default_value_t = 0)]
-    pub device: usize,
-    /// CUPTI activity buffer size in KiB (tiny values provoke dropped records).
-    #[arg(long, default_value_t = 8192)]
-    pub cupti_buffer_kib: usize,
-    /// Most CUPTI activity buffers at once (0: no limit); with tiny buffers this provokes
-    /// dropped records, which every report then shows.
-    #[arg(long, default_value_t = 0)]
-    pub cupti_max_buffers: usize,
-    /// API calls that get a CUPTI callback: only those that build graphs (default), or all.
-    #[arg(long, value_enum, default_value_t = ApiCallbacks::GraphBuilding)]
-    pub cupti_api_callbacks: ApiCallbacks,
-    /// Record every executed event record with its device timestamp (CUPTI KIND_CUDA_EVENT).
-    #[arg(long)]
-    pub cupti_event_records: bool,
-    /// After recording, run every cell again untraced in the same process and report the
-    /// traced/untraced CUDA-event period ratio.
-    #[arg(long)]
-    pub overhead: bool,
-    /// NCCL ranks, one process and one GPU each, started by gapscope (default: every GPU when
-    /// there are two or more). Under torchrun, srun or mpirun each launched process is one
-    /// rank instead.
-    #[arg(long, value_name = "N")]
-    pub gpus: Option<usize>,
-    /// Seconds a set of rank processes may run before it is stopped.
-    #[arg(long, value_name = "S", default_value_t = 3600)]
-    pub rank_timeout: u64,
-    /// This process is one rank started by `gapscope run`: record and write the trace only.
-    #[arg(long, hide = true)]
-    pub rank_process: bool,
-}
-
-impl From<SweepArgs> for SweepOptions {
-    fn from(a: SweepArgs) -> SweepOptions {
-        SweepOptions {
-            workload: a.workload,
-            tokens: a.tokens,
-            modes: a.modes,
-            launch: a.launch,
-            steps: a.steps,
-            warmup: a.warmup,
-            backend: a.backend,
-            ranks: a.ranks,
-            device: a.device,
-            cupti_buffer_kib: a.cupti_buffer_kib,
-            cupti_max_buffers: a.cupti_max_buffers,
-            cupti_api_callbacks: a.cupti_api_callbacks,
-            cupti_event_records: a.cupti_event_records,
-            overhead: a.overhead,
-            gpus: a.gpus,
-            rank_timeout: a.rank_timeout,
-            rank_process: a.rank_process,
-        }
-    }
-}
-
-/// clap's parser for `--backend`: the enum's own, except that `emu` gets one line pointing to
-/// `--backend emulated` (clap would list the possible values over several lines).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BackendArg;
-
-impl clap::builder::TypedValueParser for BackendArg {
-    type Value = Backend;
-
-    fn parse_ref(
-        &self,
-        cmd: &clap::Command,
-        arg: Option<&clap::Arg>,
-        value: &std::ffi::OsStr,
-    ) -> Result<Backend, clap::Error> {
-        if value
-            .to_str()
-            .map(|v| v.trim().to_ascii_lowercase())
-            .as_deref()
-            == Some("emu")
-        {
-            return Err(clap::Error::raw(
-                clap::error::ErrorKind::InvalidValue,
-                format!("--backend emu: {EMU_IS_A_WORKLOAD}\n"),
-            ));
-        }
-        clap::builder::EnumValueParser::<Backend>::new().parse_ref(cmd, arg, value)
-    }
-
-    fn possible_values(
-        &self,
-    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
-        Some(Box::new(
-            <Backend as clap::ValueEnum>::value_variants()
-                .iter()
-                .filter_map(clap::ValueEnum::to_possible_value),
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gapscope::record::cupti::ApiCallbacks;
+    use gapscope::workload::collective::Backend;
     use std::path::Path;
 
     /// `gapscope run`'s output folder and sweep, parsed as the real command line does.
     fn parse_run(args: impl IntoIterator<Item = String>) -> (PathBuf, SweepOptions) {
         let cli = Cli::parse_from(std::iter::once("gapscope".to_owned()).chain(args));
         match cli.command {
-            Command::Run(run) => (run.output, run.sweep.into()),
+            Command::Run(run) => {
+                let sweep = run.sweep_options().expect("a sweep");
+                (run.output, sweep)
+            }
             _ => panic!("not a run command"),
         }
     }

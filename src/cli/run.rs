@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// `given`: the sweep flags given on the command line ([`super::args::run_sweep_flags_given`]).
-pub fn command(args: RunArgs, given: &[&str]) -> Result<ExitCode, Failure> {
-    let sweep: gapscope::workload::SweepOptions = args.sweep.into();
+pub fn command(args: RunArgs, given: &[String]) -> Result<ExitCode, Failure> {
+    let sweep = args.sweep_options().map_err(bad_input)?;
     sweep.validate().map_err(bad_input)?;
     check_output_folder(&args.output)?;
     let gpu = !args.bundled && gapscope::workload::gpu_available();

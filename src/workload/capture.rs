@@ -9,7 +9,9 @@ use cudarc::driver::CudaStream;
 pub use crate::workload::cuda::graph::GraphExec;
 
 /// How graphed steps are launched (`--launch`; emu.cu's second argument).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
 pub enum Launch {
     /// One executable graph replayed every step (steady state).
     Replay,

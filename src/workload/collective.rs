@@ -140,13 +140,63 @@ impl fmt::Display for GraphUsageMode {
 
 /// Which all-gather implementation runs (`--backend`). `Auto` is only ever a request: the
 /// sweep resolves it to one of the others, and a running collective reports that one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Default,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub enum Backend {
     /// nccl with ≥ 2 GPUs (or under a launcher), emulated with one.
     #[default]
     Auto,
     Emulated,
     Nccl,
+}
+
+/// clap's parser for `--backend`: the enum's own, except that `emu` gets one line pointing to
+/// `--backend emulated` (clap would list the possible values over several lines).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BackendArg;
+
+impl clap::builder::TypedValueParser for BackendArg {
+    type Value = Backend;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Backend, clap::Error> {
+        if value
+            .to_str()
+            .map(|v| v.trim().to_ascii_lowercase())
+            .as_deref()
+            == Some("emu")
+        {
+            return Err(clap::Error::raw(
+                clap::error::ErrorKind::InvalidValue,
+                format!("--backend emu: {EMU_IS_A_WORKLOAD}\n"),
+            ));
+        }
+        clap::builder::EnumValueParser::<Backend>::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            <Backend as clap::ValueEnum>::value_variants()
+                .iter()
+                .filter_map(clap::ValueEnum::to_possible_value),
+        ))
+    }
 }
 
 /// Why "emu" is refused: it names a workload (`--workload emu`), not a backend.

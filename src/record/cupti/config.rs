@@ -66,7 +66,17 @@ pub fn api_record_wanted(name: &str) -> bool {
 
 /// API callbacks the recorder enables (also `gapscope run --cupti-api-callbacks` and
 /// `GAPSCOPE_CUPTI_CALLBACKS` under `record`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub enum ApiCallbacks {
     /// Every runtime and driver API call.
     All,

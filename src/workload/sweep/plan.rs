@@ -6,7 +6,7 @@
 use crate::record::cupti::{ApiCallbacks, CuptiError};
 use crate::trace::TraceError;
 use crate::workload::capture::Launch;
-use crate::workload::collective::{Backend, GraphUsageMode, WorkloadError};
+use crate::workload::collective::{Backend, BackendArg, GraphUsageMode, WorkloadError};
 use crate::workload::htdecode::HtDecodeError;
 use crate::workload::nccl::RankInfo;
 use std::collections::BTreeMap;
@@ -25,7 +25,9 @@ pub enum SweepError {
     Trace(#[from] TraceError),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
 pub enum Workload {
     /// nccl_ep-style HT decode: routing map, routing all-gather, preprocessing, dispatch, combine.
     HtDecode,
@@ -33,40 +35,80 @@ pub enum Workload {
     Emu,
 }
 
-/// What `gapscope run` sweeps (the command line's `SweepOptions` in `cli/`, converted; the
-/// help text there says what each field does).
-#[derive(Debug, Clone)]
+/// What `gapscope run` sweeps: its command-line flags (flattened into `run`'s arguments) and
+/// what a rank process it starts is handed ([`SweepOptions::rank_command_line`]).
+#[derive(Debug, Clone, clap::Args, serde::Serialize, serde::Deserialize)]
 pub struct SweepOptions {
+    #[arg(long, value_enum, default_value_t = Workload::HtDecode)]
     pub workload: Workload,
-    /// Tokens per step (T).
+    /// Tokens per step (T), comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,4,8,16,32,64,128,256,512"
+    )]
     pub tokens: Vec<usize>,
-    /// Graph usage modes (0, 1, 2).
+    /// Graph usage modes, comma-separated (0, 1, 2).
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
     pub modes: Vec<u8>,
+    /// Graph launch patterns, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "replay,fresh"
+    )]
     pub launch: Vec<Launch>,
     /// Timed steps per cell.
+    #[arg(long, default_value_t = 200)]
     pub steps: usize,
-    /// Untimed eager steps before timing.
+    /// Untimed eager steps before timing (graph replays are all recorded: the report shows
+    /// first launches apart).
+    #[arg(long, default_value_t = 20)]
     pub warmup: usize,
+    /// Which all-gather runs.
+    #[arg(long, value_parser = BackendArg, default_value_t = Backend::Auto)]
     pub backend: Backend,
     /// Simulated ranks of the emulated all-gather.
+    #[arg(long, default_value_t = 8)]
     pub ranks: usize,
     /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// CUPTI activity buffer size in KiB (tiny values provoke dropped records).
+    #[arg(long, default_value_t = 8192)]
     pub cupti_buffer_kib: usize,
-    /// Most CUPTI activity buffers at once (0: no limit).
+    /// Most CUPTI activity buffers at once (0: no limit); with tiny buffers this provokes
+    /// dropped records, which every report then shows.
+    #[arg(long, default_value_t = 0)]
     pub cupti_max_buffers: usize,
+    /// API calls that get a CUPTI callback: only those that build graphs (default), or all.
+    #[arg(long, value_enum, default_value_t = ApiCallbacks::GraphBuilding)]
     pub cupti_api_callbacks: ApiCallbacks,
-    /// Record CUPTI KIND_CUDA_EVENT.
+    /// Record every executed event record with its device timestamp (CUPTI KIND_CUDA_EVENT).
+    #[arg(long)]
     pub cupti_event_records: bool,
-    /// Run every cell again untraced and report the traced/untraced period ratio.
+    /// After recording, run every cell again untraced in the same process and report the
+    /// traced/untraced CUDA-event period ratio.
+    #[arg(long)]
     pub overhead: bool,
-    /// NCCL ranks started by gapscope (None: every GPU when there are two or more).
+    /// NCCL ranks, one process and one GPU each, started by gapscope (default: every GPU when
+    /// there are two or more). Under torchrun, srun or mpirun each launched process is one
+    /// rank instead.
+    #[arg(long, value_name = "N")]
     pub gpus: Option<usize>,
     /// Seconds a set of rank processes may run before it is stopped.
+    #[arg(long, value_name = "S", default_value_t = 3600)]
     pub rank_timeout: u64,
-    /// This process is one rank started by `gapscope run`.
+    /// This process is one rank started by `gapscope run`: record and write the trace only
+    /// (set from `run --rank-sweep`, never a flag of its own).
+    #[arg(skip)]
+    #[serde(default)]
     pub rank_process: bool,
 }
+
+/// The hidden `run` flag that hands a rank process its sweep, serialised.
+pub const RANK_SWEEP_FLAG: &str = "--rank-sweep";
 
 /// Largest T (tokens per step) the sweep accepts: decode steps are small; beyond this the
 /// buffers grow past what the experiment is about.
@@ -118,47 +160,42 @@ impl SweepOptions {
         Ok(())
     }
 
-    /// The command line that makes a rank process run this sweep for `modes` into `output`.
+    /// The command line that makes a rank process run this sweep for `modes` into `output`:
+    /// the options themselves, serialised (`run --rank-sweep`), so no flag is written twice.
     pub fn rank_command_line(&self, modes: &[u8], output: &Path) -> Vec<String> {
-        fn value(v: &impl clap::ValueEnum) -> String {
-            v.to_possible_value()
-                .map(|p| p.get_name().to_owned())
-                .unwrap_or_default()
-        }
-        let list = |v: Vec<String>| v.join(",");
-        let mut a = vec![
+        let rank = SweepOptions {
+            modes: modes.to_vec(),
+            backend: Backend::Nccl,
+            gpus: None,
+            rank_process: true,
+            ..self.clone()
+        };
+        vec![
             "run".to_owned(),
-            "--rank-process".to_owned(),
             "-o".to_owned(),
             output.display().to_string(),
-            "--workload".to_owned(),
-            value(&self.workload),
-            "--tokens".to_owned(),
-            list(self.tokens.iter().map(usize::to_string).collect()),
-            "--modes".to_owned(),
-            list(modes.iter().map(u8::to_string).collect()),
-            "--launch".to_owned(),
-            list(self.launch.iter().map(value).collect()),
-            "--steps".to_owned(),
-            self.steps.to_string(),
-            "--warmup".to_owned(),
-            self.warmup.to_string(),
-            "--backend".to_owned(),
-            "nccl".to_owned(),
-            "--cupti-buffer-kib".to_owned(),
-            self.cupti_buffer_kib.to_string(),
-            "--cupti-max-buffers".to_owned(),
-            self.cupti_max_buffers.to_string(),
-            "--cupti-api-callbacks".to_owned(),
-            value(&self.cupti_api_callbacks),
-        ];
-        if self.cupti_event_records {
-            a.push("--cupti-event-records".to_owned());
-        }
-        if self.overhead {
-            a.push("--overhead".to_owned());
-        }
-        a
+            RANK_SWEEP_FLAG.to_owned(),
+            serde_json::to_string(&rank).expect("sweep options serialise"),
+        ]
+    }
+
+    /// The options a rank process was handed by [`SweepOptions::rank_command_line`].
+    pub fn from_rank_sweep(json: &str) -> Result<SweepOptions, String> {
+        let mut options: SweepOptions = serde_json::from_str(json).map_err(|e| {
+            format!("{RANK_SWEEP_FLAG}: not the sweep of a gapscope run parent: {e}")
+        })?;
+        options.rank_process = true;
+        Ok(options)
+    }
+
+    /// The ids of the flags that choose what a GPU sweep records (`tokens`, `modes`…): clap's
+    /// own, so none is listed by hand.
+    pub fn flag_ids() -> Vec<String> {
+        use clap::Args;
+        SweepOptions::augment_args(clap::Command::new("run"))
+            .get_arguments()
+            .map(|a| a.get_id().to_string())
+            .collect()
     }
 }
 
