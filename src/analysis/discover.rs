@@ -39,7 +39,7 @@
 use super::stats::{Change, Stat};
 use super::timeline::LaunchIndex;
 use super::{Op, TraceTimeline};
-use crate::trace::{MarkerKind, Trace};
+use crate::trace::{MarkerKind, Trace, step_range_rule};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -1003,11 +1003,11 @@ pub const MIN_HINT_RANGES: usize = 2;
 
 /// The plain host range (NVTX, `record_function`) that most looks like a step: ranges that
 /// one `--step-range` argument names (a whole name, or the last `|`-separated parts of several:
-/// [`crate::trace::range_name_match`]), at least [`MIN_STEPS`] of them with device work
-/// launched inside (else at least [`MIN_HINT_RANGES`]), never overlapping each other on a
-/// thread but where one lies inside another (that counts once, as the flag counts it); of
-/// several, the one whose ranges hold the most device work (the outermost), then the fewer
-/// ranges, then a whole name. Library calls (NCCL's ranges) are not steps.
+/// [`crate::trace::range_name_match`]), at least [`step_range_rule::MIN_RANGES`] of them with
+/// device work launched inside (else at least [`MIN_HINT_RANGES`]), never overlapping each
+/// other on a thread but where one lies inside another (that counts once, as the flag counts
+/// it); of several, the best by [`step_range_rule::rank`] — the rule `gapscope record` follows
+/// too. Names [`step_range_rule::may_be_a_step`] refuses are not steps.
 pub fn step_range_hint(
     trace: &Trace,
     timeline: &TraceTimeline,
@@ -1021,12 +1021,7 @@ pub fn step_range_hint(
     launched.sort_unstable();
     let mut by_name: FxHashMap<u32, Vec<(u32, u64, u64)>> = FxHashMap::default();
     for m in &trace.markers {
-        // A C++-qualified name (`cub::DeviceScan::InclusiveScan`) is a library's own range.
-        let name = trace.str(m.name);
-        if m.kind == MarkerKind::Range
-            && !crate::trace::is_library_call_range(name)
-            && !name.contains("::")
-        {
+        if m.kind == MarkerKind::Range && step_range_rule::may_be_a_step(trace.str(m.name)) {
             by_name
                 .entry(m.name)
                 .or_default()
@@ -1052,8 +1047,7 @@ pub fn step_range_hint(
             entry.1 += 1;
         }
     }
-    type Rank = (bool, usize, std::cmp::Reverse<usize>, bool);
-    let mut best: Option<(Rank, RangeHint)> = None;
+    let mut best: Option<(step_range_rule::Rank, RangeHint)> = None;
     for ((is_suffix, name), (mut ranges, names)) in candidates {
         ranges
             .sort_unstable_by_key(|&(thread, start, end)| (thread, start, std::cmp::Reverse(end)));
@@ -1079,13 +1073,7 @@ pub fn step_range_hint(
         if with_work < MIN_HINT_RANGES {
             continue;
         }
-        // Enough ranges first, then more work, fewer ranges, a whole name.
-        let rank = (
-            with_work >= MIN_STEPS,
-            ops,
-            std::cmp::Reverse(with_work),
-            !is_suffix,
-        );
+        let rank = step_range_rule::rank(with_work, ops as u64, !is_suffix);
         if best.as_ref().is_none_or(|(b, _)| rank > *b) {
             let hint = RangeHint {
                 name,
@@ -1100,7 +1088,7 @@ pub fn step_range_hint(
 
 /// For an import that marks no steps (an Nsight Systems export), the step range
 /// `gapscope record` would have chosen: the plain host range [`step_range_hint`] names, when
-/// [`MIN_STEPS`] of its ranges hold device work. Its ranges become the steps
+/// [`step_range_rule::MIN_RANGES`] of its ranges hold device work. Its ranges become the steps
 /// ([`Trace::mark_steps`]) and the workload says it was chosen, as `record`'s choice does
 /// ([`chosen_step_range`]). Returns the name; `None` (the trace unchanged) when the trace has
 /// step markers or no range qualifies.
@@ -1113,7 +1101,10 @@ pub fn choose_step_range(trace: &mut Trace) -> Option<String> {
         let launches = LaunchIndex::new(trace);
         step_range_hint(trace, &timeline, &launches)?
     };
-    if hint.ranges < MIN_STEPS || hint.names > 1 || trace.mark_steps(&hint.name) == 0 {
+    if hint.ranges < step_range_rule::MIN_RANGES
+        || hint.names > 1
+        || trace.mark_steps(&hint.name) == 0
+    {
         return None;
     }
     let workload = &mut trace.metadata.workload;

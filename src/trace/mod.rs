@@ -20,6 +20,7 @@ pub use atomic::{
 pub use durations::{DurationHistogram, bucket_bounds, duration_bucket};
 pub use ranges::{
     HostRanges, RangeNameMatch, last_containing, outermost, range_name_match, range_name_parts,
+    step_range_rule,
 };
 pub use schema::*;
 

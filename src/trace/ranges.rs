@@ -6,6 +6,35 @@
 use super::{MarkerKind, StrId, Trace};
 use std::collections::HashMap;
 
+/// The one rule for which host range marks a step when none is named, applied by
+/// `gapscope record` while the program runs (`record::cupti::step_choice`) and by the analysis
+/// on a finished trace (`analysis::discover::step_range_hint`).
+pub mod step_range_rule {
+    /// Ranges of one name with device work inside that make it a step range: three periods.
+    pub const MIN_RANGES: usize = 4;
+
+    /// Whether ranges named `name` may be steps: library calls (NCCL's ranges) and
+    /// C++-qualified names (`cub::DeviceScan::InclusiveScan`, a library's own range) are not.
+    pub fn may_be_a_step(name: &str) -> bool {
+        !name.is_empty() && !super::super::is_library_call_range(name) && !name.contains("::")
+    }
+
+    /// How candidates compare: the greater wins ([`rank`]).
+    pub type Rank = (bool, u64, std::cmp::Reverse<usize>, bool);
+
+    /// A candidate's [`Rank`]: enough ranges with work first, then the most device work (the
+    /// outermost part of the step), then fewer ranges, then a whole name over the last parts
+    /// of several.
+    pub fn rank(with_work: usize, work: u64, whole_name: bool) -> Rank {
+        (
+            with_work >= MIN_RANGES,
+            work,
+            std::cmp::Reverse(with_work),
+            whole_name,
+        )
+    }
+}
+
 /// How `--step-range NAME` names a range: by its whole name, or, as PARAM's benchmark ranges
 /// are named (`[param|pytorch.model.alex_net|0|0|0|measure|forward]`), by the last of its
 /// `|`-separated parts (`measure|forward`, `forward`).

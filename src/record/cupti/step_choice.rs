@@ -10,10 +10,13 @@
 //! [`GIVE_UP_AFTER`] outermost ranges, so its launches stop paying for the watch.
 #![forbid(unsafe_code)]
 
+use crate::trace::step_range_rule;
 use std::collections::HashMap;
 
-/// Outermost ranges of one name with device work inside before it becomes the step range.
-pub(crate) const CHOOSE_AFTER: u32 = 8;
+/// Outermost ranges of one name with device work inside before it becomes the step range:
+/// twice the rule's minimum, because the choice is made as the program runs and a name that
+/// leads early (a warm-up range) must not win before the step's own ranges catch up.
+pub(crate) const CHOOSE_AFTER: u32 = 2 * step_range_rule::MIN_RANGES as u32;
 /// Outermost ranges seen, of any name, before watching stops with no choice.
 pub(crate) const GIVE_UP_AFTER: u64 = 4096;
 /// Names watched at most (a program naming each range afresh has no step range).
@@ -60,12 +63,9 @@ impl Default for StepRangeChooser {
     }
 }
 
-/// Whether ranges of this name can be steps.
+/// Whether ranges of this name can be steps ([`step_range_rule::may_be_a_step`]).
 fn may_be_a_step(name: &[u8]) -> bool {
-    let Ok(name) = std::str::from_utf8(name) else {
-        return false;
-    };
-    !name.is_empty() && !crate::trace::is_library_call_range(name) && !name.contains("::")
+    std::str::from_utf8(name).is_ok_and(step_range_rule::may_be_a_step)
 }
 
 impl StepRangeChooser {
@@ -102,15 +102,16 @@ impl StepRangeChooser {
         None
     }
 
-    /// Of the names with at least half the leader's ranges with work (ranges that alternate
-    /// within a step are level), the one whose ranges launched the most: the outermost part
-    /// of the step.
+    /// The best of the names by [`step_range_rule::rank`] (the analysis's rule): of those with
+    /// the rule's minimum of ranges with work (ranges that alternate within a step are level),
+    /// the one whose ranges launched the most, the outermost part of the step; then the name.
     fn best(&self) -> Choice {
+        let rank = |s: &Seen| step_range_rule::rank(s.with_work as usize, s.launches, true);
         let (name, seen) = self
             .names
             .iter()
-            .filter(|(_, s)| s.with_work >= CHOOSE_AFTER / 2)
-            .max_by(|a, b| (a.1.launches, b.0).cmp(&(b.1.launches, a.0)))
+            .filter(|(_, s)| s.with_work as usize >= step_range_rule::MIN_RANGES)
+            .max_by(|a, b| (rank(a.1), b.0).cmp(&(rank(b.1), a.0)))
             .expect("the name that reached CHOOSE_AFTER qualifies");
         Choice::Chosen {
             name: String::from_utf8_lossy(name).into_owned(),
