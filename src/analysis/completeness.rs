@@ -106,10 +106,7 @@ fn launch_kind(name: &str) -> Option<LaunchKind> {
 /// Counts what does not add up in `trace` (see the module doc).
 pub fn check(trace: &Trace) -> Completeness {
     let mut c = Completeness {
-        unended_ranges: trace
-            .metadata
-            .unended_ranges
-            .max(unended_ranges_in_notes(trace)),
+        unended_ranges: trace.metadata.unended_ranges,
         api_recorded: !trace.api_calls.is_empty(),
         ..Completeness::default()
     };
@@ -189,22 +186,6 @@ pub fn check(trace: &Trace) -> Completeness {
         }
     }
     c
-}
-
-/// Traces written before `metadata.unended_ranges` existed say it in a note only.
-fn unended_ranges_in_notes(trace: &Trace) -> u64 {
-    trace
-        .metadata
-        .notes
-        .iter()
-        .filter_map(|n| {
-            let rest = n.strip_prefix("recorder: ")?;
-            let (count, what) = rest.split_once(' ')?;
-            what.starts_with("NVTX ranges were started but never ended")
-                .then(|| count.parse::<u64>().ok())
-                .flatten()
-        })
-        .sum()
 }
 
 /// The cells of one trace that the missing records fall in: a launch call inside the host

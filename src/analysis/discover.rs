@@ -1114,21 +1114,13 @@ pub fn choose_step_range(trace: &mut Trace) -> Option<String> {
 }
 
 /// The step range `gapscope record` chose itself (none was given): the workload's
-/// `step_range`, when the workload says the recorder chose it, or, in recordings made before
-/// it said so, when the recorder's note does.
+/// `step_range`, when the workload says the recorder chose it (older recordings' notes are
+/// read into that field when the trace is read).
 pub fn chosen_step_range(trace: &Trace) -> Option<String> {
     let workload = &trace.metadata.workload;
     let name = workload.get("step_range")?.as_str()?;
-    if let Some(chosen) = workload.get(crate::trace::STEP_RANGE_CHOSEN) {
-        return (chosen.as_bool() == Some(true)).then(|| name.to_owned());
-    }
-    let chosen = format!("step range `{name}` chosen by the recorder");
-    trace
-        .metadata
-        .notes
-        .iter()
-        .any(|n| n.contains(&chosen))
-        .then(|| name.to_owned())
+    let chosen = workload.get(crate::trace::STEP_RANGE_CHOSEN)?.as_bool() == Some(true);
+    chosen.then(|| name.to_owned())
 }
 
 /// How a trace's eager steps were found, for every report.
@@ -1272,7 +1264,9 @@ mod tests {
     }
 
     #[test]
-    fn a_chosen_step_range_is_read_from_the_workload_or_an_older_recording_s_note() {
+    fn a_chosen_step_range_is_read_from_the_workload() {
+        // (An older recording's note is read into the workload when the trace is read:
+        // trace::upgrade.)
         let mut t = Trace::new(Default::default());
         assert_eq!(chosen_step_range(&t), None, "no step range");
         t.metadata
@@ -1281,11 +1275,7 @@ mod tests {
         assert_eq!(chosen_step_range(&t), None, "a given step range");
         let note = "recorder: step range `decode_step` chosen by the recorder: …".to_string();
         t.metadata.notes.push(note);
-        assert_eq!(
-            chosen_step_range(&t).as_deref(),
-            Some("decode_step"),
-            "a recording made before the workload said so"
-        );
+        assert_eq!(chosen_step_range(&t), None, "notes are not read here");
         let chosen = crate::trace::STEP_RANGE_CHOSEN;
         t.metadata.workload.insert(chosen.into(), false.into());
         assert_eq!(chosen_step_range(&t), None, "the workload's word is final");

@@ -11,6 +11,7 @@ pub mod nsys;
 mod ranges;
 mod schema;
 pub mod synthetic;
+mod upgrade;
 
 pub(crate) use atomic::process_alive;
 pub use atomic::{
@@ -125,7 +126,7 @@ pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
     let mut trace = trace;
     // Recordings made before the recorder demangled names align with torch.profiler's too.
     trace.demangle_kernel_names();
-    trace.rename_old_launch_values();
+    upgrade::upgrade(&mut trace);
     trace.cap_long_names();
     Ok(trace)
 }
@@ -152,36 +153,6 @@ pub const STEP_RANGE_CHOSEN: &str = "step_range_chosen";
 
 /// The longest name kept whole (longer ones: [`Trace::cap_long_names`]).
 pub const NAME_CAP_BYTES: usize = 4 << 10;
-
-/// Launch values that traces written before the launch names were unified carry (the emu
-/// workload's `single-exec`/`exec-per-step`/`two-execs-alternating`), with today's names.
-pub const OLD_LAUNCH_NAMES: [(&str, &str); 3] = [
-    ("single-exec", "replay"),
-    ("exec-per-step", "fresh"),
-    ("two-execs-alternating", "alternating"),
-];
-
-impl Trace {
-    /// Renames old launch values in cells' `requested["launch"]`, and the same word in those
-    /// cells' labels (gapscope wrote both), so old and new traces read alike.
-    fn rename_old_launch_values(&mut self) {
-        for cell in &mut self.metadata.cells {
-            let Some(serde_json::Value::String(launch)) = cell.requested.get_mut("launch") else {
-                continue;
-            };
-            let Some((old, new)) = OLD_LAUNCH_NAMES.iter().find(|(old, _)| launch == old) else {
-                continue;
-            };
-            *launch = (*new).to_string();
-            cell.label = cell
-                .label
-                .split(' ')
-                .map(|word| if word == *old { *new } else { word })
-                .collect::<Vec<_>>()
-                .join(" ");
-        }
-    }
-}
 
 /// Reads and validates a gapscope trace file (gzip-compressed or not; a pipe works), within the
 /// limits of [`input`]. Input that does not start like a JSON object is refused after its
