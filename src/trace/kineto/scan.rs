@@ -7,7 +7,9 @@
 //! is [`ScanError::Incomplete`]: the caller reads more and starts that event again.
 #![forbid(unsafe_code)]
 
-use super::bytes::{find_string_special, find_structural};
+use super::bytes::{
+    controls_inside, find_string_special, find_structural, flat_bytes, flat_lines_bytes,
+};
 
 /// Deepest nesting accepted inside an event (as serde_json's default limit).
 const MAX_DEPTH: u32 = 128;
@@ -1487,129 +1489,6 @@ impl Scanner<'_> {
             }
         }
     }
-}
-
-/// The quotes in `s`, whether it holds a bracket but `}` or a backslash, and whether it
-/// holds a control character: eight bytes at a time, with no branch on the bytes.
-#[inline(always)]
-fn flat_bytes(s: &[u8]) -> (usize, bool, bool) {
-    let mut words = s.chunks_exact(8);
-    let (mut quotes, mut special, mut control) = (0, 0, 0);
-    for word in words.by_ref() {
-        let (q, sp, c) = flat_word(u64::from_le_bytes(word.try_into().unwrap_or([0; 8])));
-        quotes += q;
-        special |= sp;
-        control |= c;
-    }
-    let tail = words.remainder();
-    if !tail.is_empty() {
-        let (q, sp, c) = flat_word(u64::from_le_bytes(padded(tail)));
-        quotes += q;
-        special |= sp;
-        control |= c;
-    }
-    (quotes, special != 0, control != 0)
-}
-
-/// [`flat_bytes`] and [`controls_inside`] in one pass (`odd`: `s` starts inside a string): the
-/// quotes, and whether `s` holds a bracket but `}`, a backslash, or a control character inside a
-/// string, branching only on words that hold a control character. Cheaper than the two passes
-/// where line breaks are common, dearer where there are none (it counts quotes word by word).
-#[inline(always)]
-fn flat_lines_bytes(s: &[u8], odd: bool) -> (usize, bool) {
-    let mut words = s.chunks_exact(8);
-    let (mut quotes, mut bad) = (usize::from(odd), false);
-    for word in words.by_ref() {
-        let (q, b) = flat_lines_word(
-            u64::from_le_bytes(word.try_into().unwrap_or([0; 8])),
-            quotes,
-        );
-        quotes += q;
-        bad |= b;
-    }
-    let tail = words.remainder();
-    if !tail.is_empty() {
-        let (q, b) = flat_lines_word(u64::from_le_bytes(padded(tail)), quotes);
-        quotes += q;
-        bad |= b;
-    }
-    (quotes - usize::from(odd), bad)
-}
-
-/// [`flat_lines_bytes`] of eight bytes after `before` quotes.
-#[inline(always)]
-fn flat_lines_word(x: u64, before: usize) -> (usize, bool) {
-    let (_, special, control) = flat_word(x);
-    // One in each byte that is a quote; byte k of the product counts the quotes in bytes 0
-    // to k (at most eight: no carry between bytes), the top byte all of them.
-    let counts = (zero_bytes(x ^ (ONES * u64::from(b'"'))) >> 7).wrapping_mul(ONES);
-    let mut bad = special != 0;
-    if control != 0 {
-        // Bad where a control character lies inside a string, as the low bit of its byte's
-        // count, with the quotes before the word, says.
-        let inside = (counts ^ if before % 2 == 1 { ONES } else { 0 }) & ONES;
-        bad |= (zero_bytes(x & (ONES * 0xe0)) >> 7) & inside != 0;
-    }
-    ((counts >> 56) as usize, bad)
-}
-
-/// Up to eight bytes, padded with a byte that is none of those [`flat_word`] and
-/// [`controls_inside`] look for.
-#[inline(always)]
-fn padded(tail: &[u8]) -> [u8; 8] {
-    let mut padded = [b'a'; 8];
-    padded[..tail.len()].copy_from_slice(tail);
-    padded
-}
-
-const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGH: u64 = 0x8080_8080_8080_8080;
-
-/// The high bit of each zero byte of `v`, exactly (no borrow runs between bytes).
-#[inline(always)]
-fn zero_bytes(v: u64) -> u64 {
-    const LOW: u64 = 0x7f7f_7f7f_7f7f_7f7f;
-    !((v & LOW).wrapping_add(LOW) | v) & HIGH
-}
-
-/// [`flat_bytes`] of eight bytes: the quotes, and non-zero for the others.
-#[inline(always)]
-fn flat_word(x: u64) -> (usize, u64, u64) {
-    // Non-zero when some byte is zero (only whether, not where).
-    let any_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-    let quote_bytes = zero_bytes(x ^ (ONES * u64::from(b'"')));
-    // Each flagged byte adds one to the top byte (at most eight: no carry out).
-    let quotes = ((quote_bytes >> 7).wrapping_mul(ONES) >> 56) as usize;
-    // Setting bit 5 turns `[` into `{` (and no other byte into it).
-    let special = any_zero(x ^ (ONES * u64::from(b'\\')))
-        | any_zero((x | (ONES * 0x20)) ^ (ONES * u64::from(b'{')))
-        | any_zero(x ^ (ONES * u64::from(b']')));
-    (quotes, special, any_zero(x & (ONES * 0xe0)))
-}
-
-/// Whether `s` (with no backslash; `odd`: it starts inside a string) holds a control
-/// character inside a string, as opposed to only between strings (the line breaks and tabs
-/// of events written over lines).
-#[inline(always)]
-fn controls_inside(s: &[u8], odd: bool) -> bool {
-    let mut words = s.chunks_exact(8);
-    let mut odd = odd;
-    let mut word = |x: u64| {
-        // One in each byte that is a quote; byte k of the product counts the quotes in bytes
-        // 0 to k (at most eight: no carry between bytes), so its low bit says, for a byte that
-        // is not a quote, whether it lies inside a string (with `odd`).
-        let counts = (zero_bytes(x ^ (ONES * u64::from(b'"'))) >> 7).wrapping_mul(ONES);
-        let inside = (counts ^ if odd { ONES } else { 0 }) & ONES;
-        odd ^= (counts >> 56) % 2 == 1;
-        (zero_bytes(x & (ONES * 0xe0)) >> 7) & inside != 0
-    };
-    for chunk in words.by_ref() {
-        if word(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]))) {
-            return true;
-        }
-    }
-    let tail = words.remainder();
-    !tail.is_empty() && word(u64::from_le_bytes(padded(tail)))
 }
 
 /// The brackets open around a skipped member, innermost in the low bit (1 for `[`, 0 for
