@@ -22,6 +22,7 @@ pub mod steps;
 pub mod summary;
 pub mod timeline;
 pub mod tracer_share;
+pub mod trial;
 pub mod untraced;
 pub mod validate;
 

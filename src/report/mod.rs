@@ -19,6 +19,7 @@ pub mod remedies;
 pub mod stderr;
 pub mod summary;
 pub mod svg;
+pub mod trial;
 
 #[cfg(test)]
 pub(crate) mod fixtures;
