@@ -487,7 +487,7 @@ mod tests {
             (vec![], vec!["label="], "expected LABEL="),
             (vec![], vec!["=A=1"], "expected LABEL="),
             (vec!["A=1", "A=1"], vec![], "given twice"),
-            (vec!["A=1"], vec!["A=1=B=2"], "given twice"),
+            (vec![], vec!["one=A=1", "one=B=2"], "given twice"),
             (vec![], vec!["BASE=A=1"], "given twice"),
             (vec![], vec![], "nothing to try"),
         ] {
