@@ -523,7 +523,11 @@ pub fn judge_cell(label: &str, base: &[&CellFigures], variant: &[&CellFigures]) 
         variant_period: (!h.is_empty()).then(|| median(&h)),
         change_ns: None,
         spread: String::new(),
-        gaps: gap_changes(base, variant),
+        gaps: if variant.is_empty() {
+            Vec::new()
+        } else {
+            gap_changes(base, variant)
+        },
         predicted: predicted(base),
         base_rounds: b.clone(),
         variant_rounds: h.clone(),
@@ -644,9 +648,7 @@ fn gap_changes(base: &[&CellFigures], variant: &[&CellFigures]) -> Vec<GapChange
                 name: cause.label(),
                 base_ns,
                 variant_ns,
-                removed: !variant.is_empty()
-                    && base_ns >= RESOLUTION_NS
-                    && variant_ns <= REMOVED_SHARE * base_ns,
+                removed: base_ns >= RESOLUTION_NS && variant_ns <= REMOVED_SHARE * base_ns,
             }
         })
         .collect();

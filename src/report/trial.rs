@@ -27,10 +27,12 @@ fn word_text(c: &CellVerdict) -> String {
     }
 }
 
-/// "predicted −1.10 µs (NCCL graph usage mode 1 …)" where BASE's analysis predicted a saving.
+/// "predicted −1.10 µs (NCCL graph usage mode 1 …)" where BASE's analysis predicted a saving
+/// and the variant has a measured change to set beside it.
 fn predicted_text(c: &CellVerdict) -> Option<String> {
     c.predicted
         .as_ref()
+        .filter(|_| c.change_ns.is_some())
         .map(|p| format!("predicted {} µs ({})", us2_signed(-p.saving_ns), p.fix))
 }
 
@@ -219,14 +221,17 @@ fn cell_section(s: &mut String, r: &TrialReport, i: usize, cell: &str) {
             change(c.change_ns),
             rounds(&c.variant_rounds),
             md_cell(&word_text(c)),
-            c.predicted.as_ref().map_or(String::new(), |p| format!(
-                "{} µs",
-                us2_signed(-p.saving_ns)
-            ))
+            c.predicted
+                .as_ref()
+                .filter(|_| c.change_ns.is_some())
+                .map_or(String::new(), |p| format!(
+                    "{} µs",
+                    us2_signed(-p.saving_ns)
+                ))
         );
     }
     s.push('\n');
-    for (v, c) in &rows {
+    for (v, c) in rows.iter().filter(|(_, c)| c.change_ns.is_some()) {
         let _ = writeln!(
             s,
             "- `{}`: judged on {}; {}.",
