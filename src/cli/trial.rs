@@ -178,12 +178,12 @@ impl Stop {
                     // A terminal's Ctrl-C or hang-up reached the run's processes already.
                     let reached =
                         sig != SIGTERM && gapscope::record::launch::in_terminal_foreground();
-                    if pid != 0 && !reached {
-                        if let (Ok(pid), Ok(s)) =
-                            (i32::try_from(pid), nix::sys::signal::Signal::try_from(sig))
-                        {
-                            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), s);
-                        }
+                    if let (false, Ok(pid), Ok(s)) = (
+                        pid == 0 || reached,
+                        i32::try_from(pid),
+                        nix::sys::signal::Signal::try_from(sig),
+                    ) {
+                        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), s);
                     }
                 }
             });
