@@ -1,7 +1,7 @@
 //! `timeline` → `steps` (markers and graph launches → steps and cells; `discover` finds
 //! eager steps in the kernel sequence when nothing marks them) → `align` (graphed ↔
 //! eager kernels) → `cause` (each gap's cause) → `stats`; `remedy` turns causes into changes to
-//! make, `merge` compares ranks. The types every stage shares are in `model`. Safe Rust, no GPU
+//! make, `merge` compares ranks, `trial` judges `gapscope try`'s variants. The types every stage shares are in `model`. Safe Rust, no GPU
 //! needed.
 #![forbid(unsafe_code)]
 

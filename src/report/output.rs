@@ -1,7 +1,8 @@
 #![forbid(unsafe_code)]
 //! The one writer of output sets (`-o DIR`): all of them or none. [`write_analysis_set`]
-//! (analyze, run), [`write_comparison_set`] (compare), [`write_trial_set`] (try) and
-//! [`write_merge_set`] (merge, and run's per-rank merges) render their files and write them through [`OutputSet`].
+//! (analyze, run), [`write_comparison_set`] (compare), [`write_trial_set`] and
+//! [`write_trial_plan`] (try), and [`write_merge_set`] (merge, and run's per-rank merges)
+//! render their files and write them through [`OutputSet`].
 //!
 //! Every file of the set is written to a temporary file beside its target first; only when all
 //! are complete are they renamed into place, and files of the set that this run did not produce
