@@ -239,7 +239,7 @@ impl Word {
 /// Which period a cell was judged on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Basis {
+pub enum PeriodBasis {
     /// The period the program ran untraced ([`super::CellAnalysis::untraced_period`]), which
     /// every run of both sides measured: tracing judges no variant.
     Untraced,
@@ -270,7 +270,7 @@ pub struct CellVerdict {
     /// Why it failed or was not compared.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
-    pub basis: Basis,
+    pub basis: PeriodBasis,
     /// Each round's median period, ns, BASE's and the variant's (rounds that gave figures).
     pub base_rounds: Vec<f64>,
     pub variant_rounds: Vec<f64>,
@@ -499,13 +499,13 @@ fn median(values: &[f64]) -> f64 {
 /// One cell: `base` and `variant` are its figures in each run of either side that has it.
 pub fn judge_cell(label: &str, base: &[&CellFigures], variant: &[&CellFigures]) -> CellVerdict {
     let basis = if base.iter().chain(variant).all(|c| c.untraced.is_some()) {
-        Basis::Untraced
+        PeriodBasis::Untraced
     } else {
-        Basis::Traced
+        PeriodBasis::Traced
     };
     let period = |c: &CellFigures| match basis {
-        Basis::Untraced => c.untraced,
-        Basis::Traced => c.traced,
+        PeriodBasis::Untraced => c.untraced,
+        PeriodBasis::Traced => c.traced,
     };
     let rounds = |side: &[&CellFigures]| -> Vec<f64> {
         side.iter()
@@ -792,7 +792,7 @@ mod tests {
         assert_eq!(v.word, Word::NoEffect, "{v:?}");
         assert_eq!(v.change_ns, Some(-300.0));
         assert!(v.spread.contains("the rounds overlap"), "{}", v.spread);
-        assert_eq!(v.basis, Basis::Untraced);
+        assert_eq!(v.basis, PeriodBasis::Untraced);
     }
 
     #[test]
@@ -874,7 +874,7 @@ mod tests {
         let mut variant = cells(&[24_000.0, 24_100.0, 24_200.0], &[]);
         variant[1].untraced = None;
         let v = verdict(&base, &variant);
-        assert_eq!(v.basis, Basis::Traced);
+        assert_eq!(v.basis, PeriodBasis::Traced);
         // Traced periods are 1.5× the untraced ones in these figures.
         assert_eq!(v.base_period, Some(25_100.0 * 1.5));
     }

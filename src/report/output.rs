@@ -286,10 +286,19 @@ pub fn write_comparison_set(
     dir: &Path,
     reports: &Rendered<'_, Comparison>,
 ) -> Result<Vec<String>, OutputError> {
+    write_markdown_and_json(dir, reports, COMPARISON_SET)
+}
+
+/// Writes a report's Markdown as `markdown` and its JSON as `json` into `dir`, as one set.
+fn write_markdown_and_json<T>(
+    dir: &Path,
+    reports: &Rendered<'_, T>,
+    [markdown, json]: [&str; 2],
+) -> Result<Vec<String>, OutputError> {
     let mut set = OutputSet::create(dir)?;
-    set.add_text("compare.md", reports.markdown())?;
-    set.add_text("compare.json", reports.json())?;
-    set.commit(&COMPARISON_SET)
+    set.add_text(markdown, reports.markdown())?;
+    set.add_text(json, reports.json())?;
+    set.commit(&[markdown, json])
 }
 
 /// Writes `try.md` and `try.json` into `dir`. Returns the names written.
@@ -297,10 +306,7 @@ pub fn write_trial_set(
     dir: &Path,
     reports: &Rendered<'_, TrialReport>,
 ) -> Result<Vec<String>, OutputError> {
-    let mut set = OutputSet::create(dir)?;
-    set.add_text("try.md", reports.markdown())?;
-    set.add_text("try.json", reports.json())?;
-    set.commit(&TRIAL_SET)
+    write_markdown_and_json(dir, reports, TRIAL_SET)
 }
 
 /// The name of a try folder's plan: what was asked and every run so far.

@@ -4,7 +4,7 @@
 //! [`super::json::trial_json`]). The headline comes first in each.
 
 use super::{md_cell, printable, us2, us2_signed};
-use crate::analysis::trial::{Basis, CellVerdict, TrialReport, VariantVerdict, Word};
+use crate::analysis::trial::{CellVerdict, PeriodBasis, TrialReport, VariantVerdict, Word};
 use std::fmt::Write;
 
 /// A period in µs with its unit, "—" when there is none.
@@ -36,10 +36,10 @@ fn predicted_text(c: &CellVerdict) -> Option<String> {
         .map(|p| format!("predicted {} µs ({})", us2_signed(-p.saving_ns), p.fix))
 }
 
-fn basis_text(basis: Basis) -> &'static str {
+fn basis_text(basis: PeriodBasis) -> &'static str {
     match basis {
-        Basis::Untraced => "untraced periods",
-        Basis::Traced => "traced periods (a run measured no untraced one)",
+        PeriodBasis::Untraced => "untraced periods",
+        PeriodBasis::Traced => "traced periods (a run measured no untraced one)",
     }
 }
 
