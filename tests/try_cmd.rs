@@ -106,7 +106,11 @@ fn a_try_folder_is_judged_again_with_from_the_fix_removes_the_wait_and_others_ar
         "{screen}"
     );
     assert!(
-        screen.contains(&format!("  {NOOP} — no effect")),
+        screen.contains(&format!("  {FIX} — removes external event wait\n")),
+        "{screen}"
+    );
+    assert!(
+        screen.contains(&format!("  {NOOP} — no effect\n")),
         "{screen}"
     );
     assert!(screen.contains(&format!("  {BROKEN} — failed")), "{screen}");

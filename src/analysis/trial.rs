@@ -157,8 +157,8 @@ pub struct RunFigures {
 }
 
 impl RunFigures {
-    /// The figures of every cell of `a`, keyed as `compare` matches cells (observed regime and
-    /// workload; the n-th cell of a key matches the n-th, as ranks do).
+    /// The figures of every cell of `a`, keyed as `compare` matches cells
+    /// ([`super::CellAnalysis::match_key`]; the n-th cell of a key matches the n-th).
     pub fn of(a: &Analysis) -> RunFigures {
         let mut seen: BTreeMap<String, usize> = BTreeMap::new();
         let cells = a
@@ -166,11 +166,8 @@ impl RunFigures {
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                let base = format!(
-                    "{}|{}",
-                    c.observed.regime.map_or("?", |r| r.label()),
-                    c.workload_key()
-                );
+                let (regime, workload) = c.match_key();
+                let base = format!("{}|{workload}", regime.map_or("?", |r| r.label()));
                 let n = seen.entry(base.clone()).or_default();
                 *n += 1;
                 CellFigures {

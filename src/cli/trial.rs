@@ -344,7 +344,9 @@ fn run(a: &TryArgs) -> Result<ExitCode, Failure> {
             report::output::write_trial_plan(&dir, &plan)?;
         }
     }
-    if let Some(sig) = stop.signal() {
+    // A signal after the last run stops nothing: the report is whole.
+    let stopped = stop.signal();
+    if let Some(sig) = stopped {
         let round = plan.runs.last().map_or(1, |r| r.round);
         plan.interrupted = Some(format!(
             "stopped by signal {sig} in round {round} of {}",
@@ -353,7 +355,7 @@ fn run(a: &TryArgs) -> Result<ExitCode, Failure> {
         report::output::write_trial_plan(&dir, &plan)?;
     }
     let code = finish(&dir, &plan, a.expect_fix.as_deref(), Some(&dir))?;
-    Ok(match stop.signal() {
+    Ok(match stopped {
         Some(sig) => ExitCode::from(gapscope::exit::killed_by(sig)),
         None => code,
     })

@@ -80,7 +80,14 @@ pub fn trial_summary(r: &TrialReport, full_report: Option<&str>) -> String {
     }
     let _ = writeln!(s, "Variants (cell: word, BASE → variant period, change):");
     for v in &r.variants {
-        let _ = writeln!(s, "  {} — {}", v.label, v.word.label());
+        let removed = v.cells.iter().find_map(|c| c.removed);
+        let _ = writeln!(
+            s,
+            "  {} — {}{}",
+            v.label,
+            v.word.label(),
+            removed.map(|c| format!(" {c}")).unwrap_or_default()
+        );
         if let Some(failed) = &v.failed {
             let _ = writeln!(s, "    failed, {failed}");
             continue;
