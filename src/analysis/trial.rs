@@ -493,31 +493,56 @@ fn median(values: &[f64]) -> f64 {
     Stat::of(&mut values.to_vec()).map_or(0.0, |s| s.median)
 }
 
+/// The periods a cell is judged on.
+struct Periods {
+    basis: PeriodBasis,
+    /// Each run's median period, BASE's and the variant's.
+    base: Vec<f64>,
+    variant: Vec<f64>,
+    /// The widest p10–p90 of the runs' steps.
+    step_spread: f64,
+}
+
+impl Periods {
+    /// The untraced periods where every run of both sides has one, else the traced.
+    fn of(base: &[&CellFigures], variant: &[&CellFigures]) -> Periods {
+        let basis = if base.iter().chain(variant).all(|c| c.untraced.is_some()) {
+            PeriodBasis::Untraced
+        } else {
+            PeriodBasis::Traced
+        };
+        let period = |c: &&CellFigures| match basis {
+            PeriodBasis::Untraced => c.untraced,
+            PeriodBasis::Traced => c.traced,
+        };
+        let medians = |side: &[&CellFigures]| -> Vec<f64> {
+            side.iter().filter_map(period).map(|p| p.median).collect()
+        };
+        Periods {
+            basis,
+            base: medians(base),
+            variant: medians(variant),
+            step_spread: base
+                .iter()
+                .chain(variant)
+                .filter_map(period)
+                .map(|p| p.spread())
+                .fold(0.0, f64::max),
+        }
+    }
+}
+
 /// One cell: `base` and `variant` are its figures in each run of either side that has it.
 pub fn judge_cell(label: &str, base: &[&CellFigures], variant: &[&CellFigures]) -> CellVerdict {
-    let basis = if base.iter().chain(variant).all(|c| c.untraced.is_some()) {
-        PeriodBasis::Untraced
-    } else {
-        PeriodBasis::Traced
-    };
-    let period = |c: &CellFigures| match basis {
-        PeriodBasis::Untraced => c.untraced,
-        PeriodBasis::Traced => c.traced,
-    };
-    let rounds = |side: &[&CellFigures]| -> Vec<f64> {
-        side.iter()
-            .filter_map(|c| period(c).map(|p| p.median))
-            .collect()
-    };
-    let (b, h) = (rounds(base), rounds(variant));
+    let p = Periods::of(base, variant);
     let mut verdict = CellVerdict {
         cell: label.to_owned(),
         word: Word::NotCompared,
         removed: None,
         why: None,
-        basis,
-        base_period: (!b.is_empty()).then(|| median(&b)),
-        variant_period: (!h.is_empty()).then(|| median(&h)),
+        basis: p.basis,
+        base_period: (!p.base.is_empty()).then(|| median(&p.base)),
+        variant_period: (!p.variant.is_empty()).then(|| median(&p.variant)),
         change_ns: None,
         spread: String::new(),
         gaps: if variant.is_empty() {
@@ -526,10 +551,10 @@ pub fn judge_cell(label: &str, base: &[&CellFigures], variant: &[&CellFigures]) 
             gap_changes(base, variant)
         },
         predicted: predicted(base),
-        base_rounds: b.clone(),
-        variant_rounds: h.clone(),
+        base_rounds: p.base.clone(),
+        variant_rounds: p.variant.clone(),
     };
-    if b.is_empty() || h.is_empty() {
+    if p.base.is_empty() || p.variant.is_empty() {
         verdict.why = Some(if variant.is_empty() {
             "the cell is not in this variant's traces".to_owned()
         } else {
@@ -537,32 +562,32 @@ pub fn judge_cell(label: &str, base: &[&CellFigures], variant: &[&CellFigures]) 
         });
         return verdict;
     }
-    let step_spread = base
-        .iter()
-        .chain(variant)
-        .filter_map(|c| period(c).map(|p| p.spread()))
-        .fold(0.0, f64::max);
-    let change = median(&h) - median(&b);
-    let (beyond, spread) = beyond_spread(&b, &h, change, step_spread);
+    let change = median(&p.variant) - median(&p.base);
+    let (beyond, spread) = beyond_spread(&p.base, &p.variant, change, p.step_spread);
     verdict.change_ns = Some(change);
     verdict.spread = spread;
-    verdict.word = match (beyond, change < 0.0) {
-        (false, _) => Word::NoEffect,
-        (true, false) => Word::Hurts,
-        (true, true) => Word::Helps,
-    };
-    if verdict.word == Word::Helps {
-        verdict.removed = verdict
-            .gaps
-            .iter()
-            .filter(|g| g.removed)
-            .max_by(|x, y| x.base_ns.total_cmp(&y.base_ns))
-            .map(|g| g.name);
-        if verdict.removed.is_some() {
-            verdict.word = Word::Removes;
-        }
-    }
+    (verdict.word, verdict.removed) = word(beyond, change, &verdict.gaps);
     verdict
+}
+
+/// The word for a period change (beyond the spread or not), with the BASE cause removed: the
+/// one of the most idle time per step in BASE among those gone ([`GapChange::removed`]).
+fn word(beyond: bool, change: f64, gaps: &[GapChange]) -> (Word, Option<&'static str>) {
+    if !beyond {
+        return (Word::NoEffect, None);
+    }
+    if change > 0.0 {
+        return (Word::Hurts, None);
+    }
+    let removed = gaps
+        .iter()
+        .filter(|g| g.removed)
+        .max_by(|x, y| x.base_ns.total_cmp(&y.base_ns))
+        .map(|g| g.name);
+    match removed {
+        Some(_) => (Word::Removes, removed),
+        None => (Word::Helps, None),
+    }
 }
 
 /// Whether a change of the median period by `change` ns is beyond the spread of the rounds'

@@ -291,6 +291,38 @@ fn progress(r: &RunRecord, rounds: usize) -> String {
 }
 
 fn run(a: &TryArgs) -> Result<ExitCode, Failure> {
+    let (dir, mut plan) = plan_of(a)?;
+    let exe = std::env::current_exe()
+        .map_err(|e| anyhow::anyhow!("cannot find gapscope's own executable: {e}"))?;
+    let stop = Stop::install();
+    report::output::write_trial_plan(&dir, &plan)?;
+    note(&format!(
+        "{} round(s) of BASE and {} variant(s), each run recorded into {}",
+        a.rounds,
+        plan.variants.len() - 1,
+        dir.join("runs").display()
+    ));
+    run_rounds((&exe, &a.command), &dir, &mut plan, &stop)?;
+    // A signal after the last run stops nothing: the report is whole.
+    let stopped = stop.signal();
+    if let Some(sig) = stopped {
+        let round = plan.runs.last().map_or(1, |r| r.round);
+        plan.interrupted = Some(format!(
+            "stopped by signal {sig} in round {round} of {}",
+            a.rounds
+        ));
+        report::output::write_trial_plan(&dir, &plan)?;
+    }
+    let code = finish(&dir, &plan, a.expect_fix.as_deref(), Some(&dir))?;
+    Ok(match stopped {
+        Some(sig) => ExitCode::from(gapscope::exit::killed_by(sig)),
+        None => code,
+    })
+}
+
+/// The try folder and the plan `a` asks for, refused (exit 2) before anything runs when the
+/// arguments are wrong or the folder holds an earlier try.
+fn plan_of(a: &TryArgs) -> Result<(PathBuf, Plan), Failure> {
     let variants = variants(&a.env, &a.variant).map_err(bad_input)?;
     check_expect_fix(a.expect_fix.as_deref(), &variants)?;
     if a.rounds == 0 {
@@ -309,10 +341,7 @@ fn run(a: &TryArgs) -> Result<ExitCode, Failure> {
             dir.display()
         )));
     }
-    let exe = std::env::current_exe()
-        .map_err(|e| anyhow::anyhow!("cannot find gapscope's own executable: {e}"))?;
-    let stop = Stop::install();
-    let mut plan = Plan {
+    let plan = Plan {
         gapscope_try: PLAN_VERSION,
         command: a
             .command
@@ -324,41 +353,32 @@ fn run(a: &TryArgs) -> Result<ExitCode, Failure> {
         runs: Vec::new(),
         interrupted: None,
     };
-    report::output::write_trial_plan(&dir, &plan)?;
-    note(&format!(
-        "{} round(s) of BASE and {} variant(s), each run recorded into {}",
-        a.rounds,
-        plan.variants.len() - 1,
-        dir.join("runs").display()
-    ));
-    'rounds: for round in 1..=a.rounds {
+    Ok((dir, plan))
+}
+
+/// Runs BASE and every variant once a round, in turn, until the rounds are done or a signal
+/// came; the plan is rewritten after each run. `command`: gapscope's own executable and the
+/// program's command line.
+fn run_rounds(
+    (exe, command): (&Path, &[OsString]),
+    dir: &Path,
+    plan: &mut Plan,
+    stop: &Stop,
+) -> Result<(), Failure> {
+    for round in 1..=plan.rounds {
         for k in 0..plan.variants.len() {
             if stop.signal().is_some() {
-                break 'rounds;
+                return Ok(());
             }
             let v = &plan.variants[k];
             let folder = folder_name(round, k, &v.label);
-            let r = run_once(&exe, &dir, folder, (round, v), &a.command, &stop);
-            note(&progress(&r, a.rounds));
+            let r = run_once(exe, dir, folder, (round, v), command, stop);
+            note(&progress(&r, plan.rounds));
             plan.runs.push(r);
-            report::output::write_trial_plan(&dir, &plan)?;
+            report::output::write_trial_plan(dir, plan)?;
         }
     }
-    // A signal after the last run stops nothing: the report is whole.
-    let stopped = stop.signal();
-    if let Some(sig) = stopped {
-        let round = plan.runs.last().map_or(1, |r| r.round);
-        plan.interrupted = Some(format!(
-            "stopped by signal {sig} in round {round} of {}",
-            a.rounds
-        ));
-        report::output::write_trial_plan(&dir, &plan)?;
-    }
-    let code = finish(&dir, &plan, a.expect_fix.as_deref(), Some(&dir))?;
-    Ok(match stopped {
-        Some(sig) => ExitCode::from(gapscope::exit::killed_by(sig)),
-        None => code,
-    })
+    Ok(())
 }
 
 /// `--expect-fix LABEL` names a variant other than BASE.
