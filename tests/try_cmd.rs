@@ -145,7 +145,12 @@ fn a_try_folder_is_judged_again_with_from_the_fix_removes_the_wait_and_others_ar
         "{md}"
     );
     assert!(md.contains("external event wait"), "{md}");
-    assert!(md.contains("(gone)"), "{md}");
+    // The removed cause is named with BASE's evidence.
+    assert!(
+        md.contains("external event wait 1.") && md.contains("(gone: external event-wait node 0x"),
+        "{md}"
+    );
+    assert!(md.contains("inside ncclAllGather"), "{md}");
     // A variant that failed has no figures to judge, nor gaps to show.
     assert!(!md.contains(&format!("- `{BROKEN}`: judged on")), "{md}");
 

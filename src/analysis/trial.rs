@@ -144,8 +144,11 @@ pub struct CellFigures {
     pub label: String,
     pub traced: Option<Stat>,
     pub untraced: Option<Stat>,
-    /// Median idle time per step by cause, ns, with the cause's name.
+    /// Median idle time per step by cause, ns.
     pub gaps: Vec<(CauseKind, f64)>,
+    /// Each cause's evidence as the analysis names it in the first step that has it (the
+    /// nodes, the call that made them, the library setting behind them).
+    pub evidence: BTreeMap<CauseKind, String>,
     /// Predicted saving per step (median, ns) of each remedy the analysis gives the cell.
     pub predicted: Vec<(RemedyKind, f64)>,
 }
@@ -179,6 +182,11 @@ impl RunFigures {
                         .idle_by_cause
                         .iter()
                         .map(|t| (t.cause, t.per_step.median))
+                        .collect(),
+                    evidence: c
+                        .idle_by_cause
+                        .iter()
+                        .map(|t| (t.cause, t.example.clone()))
                         .collect(),
                     predicted: a
                         .remedies
@@ -248,9 +256,11 @@ pub enum PeriodBasis {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GapChange {
     pub cause: CauseKind,
-    /// BASE's name for it where BASE had it (so a removed cause is named as BASE knew it),
-    /// else the variant's.
     pub name: &'static str,
+    /// Its evidence as BASE's analysis named it where BASE had it (so a removed cause is
+    /// named as BASE knew it), else as the variant's did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
     pub base_ns: f64,
     pub variant_ns: f64,
     pub removed: bool,
@@ -665,9 +675,14 @@ fn gap_changes(base: &[&CellFigures], variant: &[&CellFigures]) -> Vec<GapChange
         })
         .map(|cause| {
             let (base_ns, variant_ns) = (per_run(base, cause), per_run(variant, cause));
+            let evidence = base
+                .iter()
+                .chain(variant)
+                .find_map(|c| c.evidence.get(&cause).cloned());
             GapChange {
                 cause,
                 name: cause.label(),
+                evidence,
                 base_ns,
                 variant_ns,
                 removed: base_ns >= RESOLUTION_NS && variant_ns <= REMOVED_SHARE * base_ns,
@@ -786,6 +801,10 @@ mod tests {
             traced: Stat::of(&mut v.clone().iter().map(|x| x * 1.5).collect::<Vec<_>>()),
             untraced: Stat::of(&mut v),
             gaps: gaps.to_vec(),
+            evidence: gaps
+                .iter()
+                .map(|(k, _)| (*k, format!("{} (this run's evidence)", k.label())))
+                .collect(),
             predicted: Vec::new(),
         }
     }

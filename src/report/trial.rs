@@ -256,7 +256,11 @@ fn cell_section(s: &mut String, r: &TrialReport, i: usize, cell: &str) {
                     g.name,
                     us2(g.base_ns),
                     us2(g.variant_ns),
-                    if g.removed { " (gone)" } else { "" }
+                    match (&g.evidence, g.removed) {
+                        (Some(e), true) => format!(" (gone: {e})"),
+                        (None, true) => " (gone)".to_owned(),
+                        _ => String::new(),
+                    }
                 )
             })
             .collect();
