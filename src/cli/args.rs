@@ -26,7 +26,7 @@ use std::path::PathBuf;
 kernel timelines, attributes every idle gap to a cause from the graph DAG and API records \
 (e.g. the external event wait NCCL graph usage mode 2 puts in front of a captured ncclAllGather), \
 and writes Perfetto, Markdown, JSON and SVG outputs.",
-    after_help = "Examples:\n  gapscope run                      # record on the GPU, or analyse the bundled H200 traces\n  gapscope analyze traces/emu-h200.json -o out\n  gapscope compare traces/ht-decode-2rank-h200/mode2-rank0.json traces/ht-decode-2rank-h200/mode1-rank0.json"
+    after_help = "Examples:\n  gapscope run                      # record on the GPU, or analyse the bundled H200 traces\n  gapscope analyze traces/emu-h200.json -o out\n  gapscope compare traces/ht-decode-2rank-h200/mode2-rank0.json traces/ht-decode-2rank-h200/mode1-rank0.json\n  gapscope try --env NCCL_GRAPH_MIXING_SUPPORT=0 -o try-out -- python step.py   # which setting removes the gap"
 )]
 pub struct Cli {
     #[command(subcommand)]
