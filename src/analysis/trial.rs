@@ -1026,6 +1026,42 @@ mod tests {
     }
 
     #[test]
+    fn cells_are_keyed_as_compare_matches_them_ranks_in_order() {
+        use crate::trace::synthetic::{self, SyntheticCell};
+        // Two ranks of one program: the same cells twice, told apart by their order.
+        let cells = [
+            SyntheticCell::emu(false, 2, 20),
+            SyntheticCell::emu(true, 2, 20),
+        ];
+        let traces = [synthetic::trace(&cells, 1), synthetic::trace(&cells, 2)];
+        let a = crate::analysis::analyze(
+            &traces,
+            &["r0".to_owned(), "r1".to_owned()],
+            &Default::default(),
+        );
+        let keys: Vec<String> = RunFigures::of(&a)
+            .cells
+            .into_iter()
+            .map(|c| c.key)
+            .collect();
+        assert_eq!(keys.len(), 4);
+        assert!(
+            keys[0].starts_with("eager|") && keys[0].ends_with("#1"),
+            "{keys:?}"
+        );
+        assert!(
+            keys[1].starts_with("graphed|") && keys[1].ends_with("#1"),
+            "{keys:?}"
+        );
+        assert_eq!(keys[2], keys[0].replace("#1", "#2"));
+        assert_eq!(keys[3], keys[1].replace("#1", "#2"));
+        // compare pairs the same cells: the n-th of a key with the n-th.
+        let c = crate::analysis::align::compare(a.clone(), a, 1.02);
+        let pairs: Vec<(usize, usize)> = c.cells.iter().map(|p| (p.base, p.head)).collect();
+        assert_eq!(pairs, [(0, 0), (1, 1), (2, 2), (3, 3)]);
+    }
+
+    #[test]
     fn the_command_reads_as_a_shell_line() {
         let args = ["python3", "-c", "import sys; sys.exit(0)", "it's"].map(str::to_owned);
         assert_eq!(
