@@ -59,7 +59,7 @@ fn setting(text: &str, flag: &str) -> Result<Setting, String> {
 
 /// BASE, then a variant per `--env` (labelled by its setting) and per `--variant` (LABEL=
 /// 'NAME=VALUE …'), each label once.
-pub fn variants(env: &[String], grouped: &[String]) -> Result<Vec<Variant>, String> {
+fn variants(env: &[String], grouped: &[String]) -> Result<Vec<Variant>, String> {
     let mut out = vec![Variant {
         label: BASE_LABEL.to_owned(),
         settings: Vec::new(),
@@ -125,7 +125,7 @@ fn folder_name(round: usize, k: usize, label: &str) -> String {
 
 /// The line that says why a run failed: the last the program wrote on stderr; when it wrote
 /// none, the recorder's last error or warning, else its last line.
-pub fn last_line(stderr: &str) -> Option<String> {
+fn last_line(stderr: &str) -> Option<String> {
     let lines: Vec<&str> = stderr
         .lines()
         .map(str::trim)
