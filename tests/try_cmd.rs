@@ -388,7 +388,7 @@ fn a_signal_stops_the_try_after_the_run_under_way_and_the_partial_report_says_so
     assert_eq!(status.code(), Some(143), "{}", stderr(&output));
     let md = std::fs::read_to_string(out.join("try.md")).unwrap();
     assert!(
-        md.contains("partial: stopped by signal 15 in round 1 of 3"),
+        md.contains("partial: stopped by SIGTERM in round 1 of 3"),
         "{md}"
     );
     let plan = json(&out.join("try-plan.json"));

@@ -307,8 +307,10 @@ fn run(a: &TryArgs) -> Result<ExitCode, Failure> {
     let stopped = stop.signal();
     if let Some(sig) = stopped {
         let round = plan.runs.last().map_or(1, |r| r.round);
+        let name = nix::sys::signal::Signal::try_from(sig)
+            .map_or_else(|_| format!("signal {sig}"), |s| s.as_str().to_owned());
         plan.interrupted = Some(format!(
-            "stopped by signal {sig} in round {round} of {}",
+            "stopped by {name} in round {round} of {}",
             a.rounds
         ));
         report::output::write_trial_plan(&dir, &plan)?;
