@@ -112,6 +112,21 @@ fn a_try_folder_is_judged_again_with_from_the_fix_removes_the_wait_and_others_ar
         "{screen}"
     );
     assert!(
+        screen.contains(" µs; spread across rounds 0.0"),
+        "the change beside its spread: {screen}"
+    );
+    // The table of words, variant × cell.
+    assert!(
+        raw.contains("\nCells: C1 graphed mode=2 T=1 emu\n"),
+        "{raw}"
+    );
+    assert!(
+        raw.contains(&format!(
+            "\n  {FIX:<30}removes\n  {NOOP:<30}no effect\n  {BROKEN:<30}failed\n"
+        )),
+        "{raw}"
+    );
+    assert!(
         raw.contains(&format!("\n  {NOOP} — no effect\n")),
         "{screen}"
     );

@@ -288,6 +288,10 @@ pub struct CellVerdict {
     pub change_ns: Option<f64>,
     /// How the change was held against the spread, in words.
     pub spread: String,
+    /// The spread across rounds, ns: BASE's and the variant's widest less narrowest round
+    /// period; `None` with fewer than [`MIN_ROUNDS_FOR_SPREAD`] rounds a side (unknown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rounds_spread_ns: Option<[f64; 2]>,
     pub gaps: Vec<GapChange>,
     /// The saving the analysis of BASE predicted for its largest remedy (median over rounds,
     /// ns), beside the measured one (−[`Self::change_ns`]).
@@ -498,6 +502,21 @@ fn judge_variant(
     }
 }
 
+/// The lowest of `values` (+∞ when empty).
+fn lo(values: &[f64]) -> f64 {
+    values.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+/// The highest of `values` (−∞ when empty).
+fn hi(values: &[f64]) -> f64 {
+    values.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+}
+
+/// The highest less the lowest of `values`.
+fn range(values: &[f64]) -> f64 {
+    hi(values) - lo(values)
+}
+
 /// Median of `values` (0 when empty).
 fn median(values: &[f64]) -> f64 {
     Stat::of(&mut values.to_vec()).map_or(0.0, |s| s.median)
@@ -555,6 +574,7 @@ pub fn judge_cell(label: &str, base: &[&CellFigures], variant: &[&CellFigures]) 
         variant_period: (!p.variant.is_empty()).then(|| median(&p.variant)),
         change_ns: None,
         spread: String::new(),
+        rounds_spread_ns: None,
         gaps: if variant.is_empty() {
             Vec::new()
         } else {
@@ -576,6 +596,8 @@ pub fn judge_cell(label: &str, base: &[&CellFigures], variant: &[&CellFigures]) 
     let (beyond, spread) = beyond_spread(&p.base, &p.variant, change, p.step_spread);
     verdict.change_ns = Some(change);
     verdict.spread = spread;
+    verdict.rounds_spread_ns = (p.base.len().min(p.variant.len()) >= MIN_ROUNDS_FOR_SPREAD)
+        .then(|| [range(&p.base), range(&p.variant)]);
     (verdict.word, verdict.removed) = word(beyond, change, &verdict.gaps);
     verdict
 }
@@ -611,22 +633,19 @@ pub fn beyond_spread(
     change: f64,
     step_spread: f64,
 ) -> (bool, String) {
-    let lo = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = |v: &[f64]| v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let separated = if change < 0.0 {
         hi(variant) < lo(base)
     } else {
         lo(variant) > hi(base)
     };
-    let range = |v: &[f64]| us(hi(v) - lo(v));
     let big_enough = change.abs() >= RESOLUTION_NS;
     let n = base.len().min(variant.len());
     if n >= MIN_ROUNDS_FOR_SPREAD {
         let words = format!(
             "{} rounds; spread across rounds BASE {}, variant {}: {}",
             n,
-            range(base),
-            range(variant),
+            us(range(base)),
+            us(range(variant)),
             if separated {
                 "every round of one side beyond every round of the other"
             } else {
@@ -833,6 +852,7 @@ mod tests {
         assert_eq!(v.word, Word::NoEffect, "{v:?}");
         assert_eq!(v.change_ns, Some(-300.0));
         assert!(v.spread.contains("the rounds overlap"), "{}", v.spread);
+        assert_eq!(v.rounds_spread_ns, Some([800.0, 800.0]));
         assert_eq!(v.basis, PeriodBasis::Untraced);
     }
 
@@ -905,6 +925,7 @@ mod tests {
             "{}",
             v.spread
         );
+        assert_eq!(v.rounds_spread_ns, None, "unknown with one round");
         let v = verdict(&base, &cells(&[23_000.0], &[]));
         assert_eq!(v.word, Word::Helps, "{v:?}");
     }

@@ -78,7 +78,11 @@ pub fn trial_summary(r: &TrialReport, full_report: Option<&str>) -> String {
     for line in lines {
         let _ = writeln!(s, "{line}");
     }
-    let _ = writeln!(s, "Variants (cell: word, BASE → variant period, change):");
+    word_table(r, &mut s);
+    let _ = writeln!(
+        s,
+        "Variants (cell: word, BASE → variant period, change; spread across rounds BASE/variant):"
+    );
     for v in &r.variants {
         let removed = v.cells.iter().find_map(|c| c.removed);
         let _ = writeln!(
@@ -96,9 +100,14 @@ pub fn trial_summary(r: &TrialReport, full_report: Option<&str>) -> String {
             let extra = predicted_text(c)
                 .map(|p| format!("; {p}"))
                 .unwrap_or_default();
+            let spread = match c.rounds_spread_ns {
+                Some([b, v]) => format!("; spread across rounds {}/{} µs", us2(b), us2(v)),
+                None if c.change_ns.is_some() => "; spread unknown (too few rounds)".to_owned(),
+                None => String::new(),
+            };
             let _ = writeln!(
                 s,
-                "    {}: {}, {} → {} ({}){extra}",
+                "    {}: {}, {} → {} ({}{spread}){extra}",
                 c.cell,
                 word_text(c),
                 period(c.base_period),
@@ -125,6 +134,52 @@ pub fn trial_summary(r: &TrialReport, full_report: Option<&str>) -> String {
         }
     }
     super::printable_report(s)
+}
+
+/// Most cells the screen's table of words has a column for (each is 13 wide, beside a
+/// variant column of [`LABEL_WIDTH`]: 6 fit 120 characters); the lines below it list all.
+const TABLE_CELLS: usize = 6;
+const LABEL_WIDTH: usize = 30;
+
+/// The words, variant × cell: cells as C1, C2… (named on the line above), a row per variant.
+fn word_table(r: &TrialReport, s: &mut String) {
+    let cells = cell_names(r);
+    if cells.is_empty() {
+        return;
+    }
+    let shown = cells.len().min(TABLE_CELLS);
+    let names: Vec<String> = cells
+        .iter()
+        .take(shown)
+        .enumerate()
+        .map(|(i, c)| format!("C{} {c}", i + 1))
+        .collect();
+    let more = if cells.len() > shown {
+        format!(" (and {} more, below)", cells.len() - shown)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(s, "Cells: {}{more}", names.join("; "));
+    let fit = |t: &str, w: usize| {
+        let t: String = if t.chars().count() > w - 1 {
+            t.chars().take(w - 2).collect::<String>() + "…"
+        } else {
+            t.to_owned()
+        };
+        format!("{t:<w$}")
+    };
+    let mut head = format!("  {}", fit("variant", LABEL_WIDTH));
+    for i in 0..shown {
+        head += &fit(&format!("C{}", i + 1), 13);
+    }
+    let _ = writeln!(s, "{}", head.trim_end());
+    for v in &r.variants {
+        let mut row = format!("  {}", fit(&v.label, LABEL_WIDTH));
+        for c in v.cells.iter().take(shown) {
+            row += &fit(c.word.label(), 13);
+        }
+        let _ = writeln!(s, "{}", row.trim_end());
+    }
 }
 
 /// `try.md`: the headline, the verdict per variant, "Ruled out with no effect", then per cell
