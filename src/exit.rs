@@ -12,6 +12,9 @@ pub const FAILURE: u8 = 1;
 pub const BAD_INPUT: u8 = 2;
 /// `compare`: a cell of HEAD is slower than `--threshold` beyond the run-to-run spread.
 pub const THRESHOLD_BREACHED: u8 = 3;
+/// `try --expect-fix LABEL`: the variant LABEL did not remove a gap (it helped, had no effect,
+/// hurt or failed). Not 3: that is `compare`'s slowdown, a different finding.
+pub const FIX_NOT_CONFIRMED: u8 = 4;
 /// `record`: the program could not be run (as shells say it).
 pub const CANNOT_RUN: u8 = 126;
 /// `record`: the program was not found (as shells say it).

@@ -87,7 +87,11 @@ fn usage_line(text: &str) -> String {
 fn run(cli: Cli, given: &[String]) -> Result<ExitCode, Failure> {
     // Not for `record` (it waits for its child, which the signal reaches) nor `run` (it
     // installs the handler itself when it analyses the bundled traces).
-    if !matches!(cli.command, Command::Run(_) | Command::Record(_)) {
+    // Nor `try`: it passes the signal on to the run under way and writes a partial report.
+    if !matches!(
+        cli.command,
+        Command::Run(_) | Command::Record(_) | Command::Try(_)
+    ) {
         cli::remove_temporaries_on_signal();
     }
     match cli.command {
@@ -113,6 +117,7 @@ fn run(cli: Cli, given: &[String]) -> Result<ExitCode, Failure> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Record(args) => Ok(gapscope::record::launch::run(&args.into())?),
+        Command::Try(args) => cli::trial::command(&args),
         Command::Merge {
             traces,
             output,

@@ -122,9 +122,12 @@ fn man_pages_cover_every_command() {
             "gapscope-merge.1",
             "gapscope-record.1",
             "gapscope-run.1",
+            "gapscope-try.1",
             "gapscope.1"
         ]
     );
+    let try_page = std::fs::read_to_string(man1.join("gapscope-try.1")).unwrap();
+    assert!(try_page.contains("expect\\-fix"), "{try_page}");
     let record = std::fs::read_to_string(man1.join("gapscope-record.1")).unwrap();
     assert!(record.contains(".TH gapscope-record 1"), "{record}");
     assert!(record.contains("step\\-range"), "{record}");

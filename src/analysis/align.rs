@@ -649,11 +649,12 @@ pub fn compare(base: Analysis, head: Analysis, threshold: f64) -> Comparison {
     let mut unmatched = Vec::new();
     let mut used = vec![false; base.cells.len()];
     for (hi, h) in head.cells.iter().enumerate() {
-        let found = base.cells.iter().enumerate().position(|(bi, b)| {
-            !used[bi]
-                && b.observed.regime == h.observed.regime
-                && b.workload_key() == h.workload_key()
-        });
+        let key = h.match_key();
+        let found = base
+            .cells
+            .iter()
+            .enumerate()
+            .position(|(bi, b)| !used[bi] && b.match_key() == key);
         match found {
             Some(bi) => {
                 used[bi] = true;

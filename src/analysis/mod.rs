@@ -1,7 +1,7 @@
 //! `timeline` → `steps` (markers and graph launches → steps and cells; `discover` finds
 //! eager steps in the kernel sequence when nothing marks them) → `align` (graphed ↔
 //! eager kernels) → `cause` (each gap's cause) → `stats`; `remedy` turns causes into changes to
-//! make, `merge` compares ranks. The types every stage shares are in `model`. Safe Rust, no GPU
+//! make, `merge` compares ranks, `trial` judges `gapscope try`'s variants. The types every stage shares are in `model`. Safe Rust, no GPU
 //! needed.
 #![forbid(unsafe_code)]
 
@@ -22,6 +22,7 @@ pub mod steps;
 pub mod summary;
 pub mod timeline;
 pub mod tracer_share;
+pub mod trial;
 pub mod untraced;
 pub mod validate;
 

@@ -540,6 +540,12 @@ impl CellAnalysis {
         self.workload_key_without(&[])
     }
 
+    /// What `compare` and `try` match the cells of two sets by: the observed regime and the
+    /// workload ([`Self::workload_key`]); cells of one key match in order (as ranks do).
+    pub fn match_key(&self) -> (Option<Regime>, String) {
+        (self.observed.regime, self.workload_key())
+    }
+
     /// [`Self::workload_key`] leaving out `extra` keys too. A discovered graph cell adds its
     /// graph's op sequence (`graph`) and launch pattern (`launch`) as keys.
     pub fn workload_key_without(&self, extra: &[&str]) -> String {

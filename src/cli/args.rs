@@ -23,7 +23,7 @@ use std::path::PathBuf;
 kernel timelines, attributes every idle gap to a cause from the graph DAG and API records \
 (e.g. the external event wait NCCL graph usage mode 2 puts in front of a captured ncclAllGather), \
 and writes Perfetto, Markdown, JSON and SVG outputs.",
-    after_help = "Examples:\n  gapscope run                      # record on the GPU, or analyse the bundled H200 traces\n  gapscope analyze traces/emu-h200.json -o out\n  gapscope compare traces/ht-decode-2rank-h200/mode2-rank0.json traces/ht-decode-2rank-h200/mode1-rank0.json"
+    after_help = "Examples:\n  gapscope run                      # record on the GPU, or analyse the bundled H200 traces\n  gapscope analyze traces/emu-h200.json -o out\n  gapscope compare traces/ht-decode-2rank-h200/mode2-rank0.json traces/ht-decode-2rank-h200/mode1-rank0.json\n  gapscope try --env NCCL_GRAPH_MIXING_SUPPORT=0 -o try-out -- python step.py   # which setting removes the gap"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -92,6 +92,14 @@ pub enum Command {
         after_help = "Example:\n  gapscope record -o my-traces --step-range step -- python examples/torch_step.py\n  gapscope analyze my-traces"
     )]
     Record(RecordArgs),
+    /// Try candidate fixes on your program: run it as given (BASE) and with each variant's
+    /// environment settings, in interleaved rounds, each run recorded as `record` does; say per
+    /// variant and cell whether it removes a gap, helps, has no effect or hurts.
+    #[command(
+        name = "try",
+        after_help = "Examples:\n  gapscope try --env NCCL_GRAPH_MIXING_SUPPORT=0 --env NCCL_MEM_SYNC_DOMAIN=0 -o try-out -- torchrun --nproc-per-node 2 step.py\n  gapscope try --variant no-mixing='NCCL_GRAPH_MIXING_SUPPORT=0 NCCL_CGA_CLUSTER_SIZE=0' --expect-fix no-mixing -- python step.py\n  gapscope try --from try-out   # the same report again, running nothing"
+    )]
+    Try(TryArgs),
     /// Merge per-rank traces (trace-0.json, trace-1.json…) into one Perfetto trace and one
     /// report with a row per rank, the slowest rank highlighted. Rank summaries (`analyze
     /// --summary`) stand for their traces: same report, no Perfetto trace.
@@ -258,6 +266,38 @@ pub struct CompareArgs {
     pub print: PrintArgs,
     #[command(flatten)]
     pub steps: StepRangeArg,
+}
+
+/// Arguments of `gapscope try`.
+#[derive(Debug, Clone, Args)]
+pub struct TryArgs {
+    /// A variant of one setting: the program with NAME=VALUE added to its environment,
+    /// labelled NAME=VALUE. Repeat for more variants.
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    /// A variant of several settings, labelled LABEL: LABEL='NAME=VALUE NAME2=VALUE2'.
+    #[arg(long, value_name = "LABEL=SETTINGS")]
+    pub variant: Vec<String>,
+    /// Rounds; each runs BASE and every variant once, in turn (3 or more measure the spread).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub rounds: usize,
+    /// Exit 4 unless the variant labelled LABEL removes a gap (for CI).
+    #[arg(long, value_name = "LABEL")]
+    pub expect_fix: Option<String>,
+    /// Folder for every run's traces and logs, try-plan.json, try.md and try.json (default
+    /// gapscope-try); with --from, a folder for try.md and try.json.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Judge the runs of an earlier try again from its folder, running nothing.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["env", "variant", "rounds", "command"])]
+    pub from: Option<PathBuf>,
+    /// The program to try and its arguments (after `--`).
+    #[arg(
+        trailing_var_arg = true,
+        value_name = "CMD",
+        required_unless_present = "from"
+    )]
+    pub command: Vec<OsString>,
 }
 
 /// Arguments of `gapscope record`.

@@ -5,7 +5,8 @@
 //! files itself.
 //!
 //! Exit codes: 0 success; 1 runtime failure (GPU, libraries); 2 bad input (usage, unreadable or
-//! malformed trace); 3 `compare` found a slowdown beyond `--threshold`.
+//! malformed trace); 3 `compare` found a slowdown beyond `--threshold`; 4 `try --expect-fix`:
+//! the variant did not remove a gap.
 //!
 //! Messages: every line gapscope itself writes to stderr is `gapscope: note: …`,
 //! `gapscope: warning: …` or, last and once, `gapscope: error: …`, each escaped to one line
@@ -22,6 +23,7 @@ pub mod inputs;
 pub mod merge;
 pub mod run;
 pub mod shell;
+pub mod trial;
 
 use gapscope::trace::{self, TraceError};
 use std::io::Write;

@@ -383,8 +383,9 @@ fn forward_signals(
     Some(handle)
 }
 
-/// Whether this process belongs to the foreground process group of the terminal on stdin.
-fn in_terminal_foreground() -> bool {
+/// Whether this process belongs to the foreground process group of the terminal on stdin
+/// (then a terminal's Ctrl-C reached its children already).
+pub fn in_terminal_foreground() -> bool {
     nix::unistd::tcgetpgrp(std::io::stdin()).is_ok_and(|fg| fg == nix::unistd::getpgrp())
 }
 

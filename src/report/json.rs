@@ -72,6 +72,21 @@ pub fn comparison_json_with(c: &Comparison, opts: &JsonOptions) -> String {
     })
 }
 
+/// `try.json`: every verdict `try.md` and the screen print.
+pub fn trial_json(r: &crate::analysis::trial::TrialReport) -> String {
+    #[derive(Serialize)]
+    struct TrialDoc<'a> {
+        #[serde(flatten)]
+        header: Header,
+        #[serde(flatten)]
+        report: &'a crate::analysis::trial::TrialReport,
+    }
+    pretty(&TrialDoc {
+        header: Header::new("try", &JsonOptions::default()),
+        report: r,
+    })
+}
+
 // The documents are written straight from the model through these views (no intermediate
 // `serde_json::Value`: a cell's canonical sequence can hold tens of thousands of entries).
 

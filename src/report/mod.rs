@@ -1,7 +1,8 @@
 #![forbid(unsafe_code)]
 //! Outputs: Perfetto (Chrome trace JSON), Markdown (a PR comment), JSON summary, SVG of one
-//! aligned step, the rank-merge report ([`merge`]), stdout summaries ([`summary`]) and the one
-//! writer of output sets ([`output`]); every line on stderr goes through [`stderr`].
+//! aligned step, the rank-merge report ([`merge`]), `gapscope try`'s report ([`trial`]), stdout
+//! summaries ([`summary`]) and the one writer of output sets ([`output`]); every line on stderr
+//! goes through [`stderr`].
 //!
 //! Every renderer is pure: it reads the traces and the analysis results
 //! ([`crate::analysis::Analysis`], [`crate::analysis::Comparison`],
@@ -19,6 +20,7 @@ pub mod remedies;
 pub mod stderr;
 pub mod summary;
 pub mod svg;
+pub mod trial;
 
 #[cfg(test)]
 pub(crate) mod fixtures;

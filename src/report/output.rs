@@ -1,7 +1,8 @@
 #![forbid(unsafe_code)]
 //! The one writer of output sets (`-o DIR`): all of them or none. [`write_analysis_set`]
-//! (analyze, run), [`write_comparison_set`] (compare) and [`write_merge_set`] (merge, and run's
-//! per-rank merges) render their files and write them through [`OutputSet`].
+//! (analyze, run), [`write_comparison_set`] (compare), [`write_trial_set`] and
+//! [`write_trial_plan`] (try), and [`write_merge_set`] (merge, and run's per-rank merges)
+//! render their files and write them through [`OutputSet`].
 //!
 //! Every file of the set is written to a temporary file beside its target first; only when all
 //! are complete are they renamed into place, and files of the set that this run did not produce
@@ -11,6 +12,7 @@
 //! replaced) as soon as they are filled.
 
 use crate::analysis::merge::Merged;
+use crate::analysis::trial::TrialReport;
 use crate::analysis::{Analysis, Comparison};
 use crate::trace::{StagedOutput, Trace, TraceError, commit_lock, stage_output};
 use std::cell::OnceCell;
@@ -139,6 +141,9 @@ pub const ANALYSIS_SET: [&str; 5] = [
 /// The files of a comparison set (`compare -o`).
 pub const COMPARISON_SET: [&str; 2] = ["compare.md", "compare.json"];
 
+/// The files of a try's report (`try -o`, `try --from DIR -o OUT`).
+pub const TRIAL_SET: [&str; 2] = ["try.md", "try.json"];
+
 /// The files of a rank-merge set (`merge -o`, `run`'s `merged/` folders).
 pub const MERGE_SET: [&str; 4] = [
     "report.md",
@@ -198,6 +203,15 @@ pub fn comparison_reports(comparison: &Comparison) -> Rendered<'_, Comparison> {
         comparison,
         super::markdown::comparison_markdown,
         super::json::comparison_json,
+    )
+}
+
+/// `try.md` and `try.json` of a try.
+pub fn trial_reports(report: &TrialReport) -> Rendered<'_, TrialReport> {
+    Rendered::new(
+        report,
+        super::trial::trial_markdown,
+        super::json::trial_json,
     )
 }
 
@@ -272,10 +286,42 @@ pub fn write_comparison_set(
     dir: &Path,
     reports: &Rendered<'_, Comparison>,
 ) -> Result<Vec<String>, OutputError> {
+    write_markdown_and_json(dir, reports, COMPARISON_SET)
+}
+
+/// Writes a report's Markdown as `markdown` and its JSON as `json` into `dir`, as one set.
+fn write_markdown_and_json<T>(
+    dir: &Path,
+    reports: &Rendered<'_, T>,
+    [markdown, json]: [&str; 2],
+) -> Result<Vec<String>, OutputError> {
     let mut set = OutputSet::create(dir)?;
-    set.add_text("compare.md", reports.markdown())?;
-    set.add_text("compare.json", reports.json())?;
-    set.commit(&COMPARISON_SET)
+    set.add_text(markdown, reports.markdown())?;
+    set.add_text(json, reports.json())?;
+    set.commit(&[markdown, json])
+}
+
+/// Writes `try.md` and `try.json` into `dir`. Returns the names written.
+pub fn write_trial_set(
+    dir: &Path,
+    reports: &Rendered<'_, TrialReport>,
+) -> Result<Vec<String>, OutputError> {
+    write_markdown_and_json(dir, reports, TRIAL_SET)
+}
+
+/// The name of a try folder's plan: what was asked and every run so far.
+pub const TRIAL_PLAN: &str = "try-plan.json";
+
+/// Writes `DIR/try-plan.json` (all or nothing, as every output): after each run of a try, so
+/// that a try stopped at any point leaves the runs it finished described.
+pub fn write_trial_plan(
+    dir: &Path,
+    plan: &crate::analysis::trial::Plan,
+) -> Result<(), OutputError> {
+    let text = serde_json::to_string_pretty(plan).unwrap_or_default() + "\n";
+    let mut set = OutputSet::create(dir)?;
+    set.add_text(TRIAL_PLAN, &text)?;
+    set.commit(&[]).map(|_| ())
 }
 
 /// Writes the rank-merge report (`report.md`, `report.json`) and, with `perfetto` (every rank

@@ -1,0 +1,413 @@
+//! `gapscope try` end to end, without a GPU: a try folder built from synthetic traces judged
+//! with `--from`, and the orchestration run on programs that write no trace.
+
+mod common;
+use common::{bin, fails_in_one_line, gapscope, stderr, stdout, unwrapped, write};
+use gapscope::analysis::trial::{PLAN_VERSION, Plan, RunRecord, Setting, Variant};
+use gapscope::trace::synthetic::{self, SyntheticCell};
+use std::path::Path;
+
+const FIX: &str = "NCCL_GRAPH_MIXING_SUPPORT=0";
+const NOOP: &str = "NCCL_MEM_SYNC_DOMAIN=0";
+const BROKEN: &str = "NCCL_CGA_CLUSTER_SIZE=0";
+
+fn variant(label: &str) -> Variant {
+    let settings = match label.split_once('=') {
+        Some((name, value)) => vec![Setting {
+            name: name.to_owned(),
+            value: value.to_owned(),
+        }],
+        None => Vec::new(),
+    };
+    Variant {
+        label: label.to_owned(),
+        settings,
+    }
+}
+
+/// A try folder of 3 rounds as `gapscope try` leaves one: BASE and `NOOP` record the graphed
+/// step with NCCL's mode-2 external event wait, `FIX` without it (mode 1), `BROKEN` exits 1
+/// with no trace in every round.
+fn try_folder(dir: &Path) {
+    let labels = ["BASE", FIX, NOOP, BROKEN];
+    let mut runs = Vec::new();
+    for round in 1..=3 {
+        for (k, label) in labels.iter().enumerate() {
+            let folder = format!("runs/{round}-{k}-{label}");
+            let run_dir = dir.join(&folder);
+            std::fs::create_dir_all(&run_dir).unwrap();
+            let mode = if *label == FIX { 1 } else { 2 };
+            let mut record = RunRecord {
+                round,
+                variant: (*label).to_owned(),
+                folder,
+                exit_code: Some(0),
+                last_stderr: None,
+                seconds: 2.0,
+                traces: vec!["trace-0.json".to_owned()],
+                interrupted: false,
+            };
+            if *label == BROKEN {
+                record.exit_code = Some(1);
+                record.traces.clear();
+                record.last_stderr = Some("RuntimeError: NCCL error: invalid usage".into());
+            } else {
+                let t = synthetic::trace(
+                    &[SyntheticCell::emu(true, mode, 40)],
+                    (10 * round + k) as u64,
+                );
+                write(&run_dir, "trace-0.json", &t);
+            }
+            runs.push(record);
+        }
+    }
+    let plan = Plan {
+        gapscope_try: PLAN_VERSION,
+        command: vec!["python".into(), "step.py".into()],
+        rounds: 3,
+        variants: labels.iter().map(|l| variant(l)).collect(),
+        runs,
+        interrupted: None,
+    };
+    std::fs::write(
+        dir.join("try-plan.json"),
+        serde_json::to_string_pretty(&plan).unwrap(),
+    )
+    .unwrap();
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn variant_doc<'a>(doc: &'a serde_json::Value, label: &str) -> &'a serde_json::Value {
+    doc["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["label"] == label)
+        .unwrap_or_else(|| panic!("no variant {label}: {doc}"))
+}
+
+#[test]
+fn a_try_folder_is_judged_again_with_from_the_fix_removes_the_wait_and_others_are_ruled_out() {
+    let dir = tempfile::tempdir().unwrap();
+    try_folder(dir.path());
+    let out_dir = dir.path().join("report");
+    let from = dir.path().display().to_string();
+    let out = gapscope(&["try", "--from", &from, "-o", out_dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let raw = stdout(&out);
+    // The screen's long lines rejoined (a variant's cells, indented 4, join its line too).
+    let screen = unwrapped(&raw);
+    let first = screen.lines().next().unwrap();
+    assert!(
+        first.starts_with(&format!(
+            "gapscope try: {FIX} removes the external event wait gap in graphed mode=2 T=1 emu: period"
+        )),
+        "{screen}"
+    );
+    assert!(
+        raw.contains(&format!("\n  {FIX} — removes external event wait\n")),
+        "{screen}"
+    );
+    assert!(
+        screen.contains(" µs; spread across rounds 0.0"),
+        "the change beside its spread: {screen}"
+    );
+    // The table of words, variant × cell.
+    assert!(
+        raw.contains("\nCells: C1 graphed mode=2 T=1 emu\n"),
+        "{raw}"
+    );
+    assert!(
+        raw.contains(&format!(
+            "\n  {FIX:<30}removes\n  {NOOP:<30}no effect\n  {BROKEN:<30}failed\n"
+        )),
+        "{raw}"
+    );
+    assert!(
+        raw.contains(&format!("\n  {NOOP} — no effect\n")),
+        "{screen}"
+    );
+    assert!(screen.contains(&format!("  {BROKEN} — failed")), "{screen}");
+    assert!(
+        screen.contains("round 1: exit code 1: RuntimeError: NCCL error: invalid usage"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains(&format!("Ruled out with no effect: {NOOP}\n")),
+        "{screen}"
+    );
+    for line in stdout(&out).lines() {
+        assert!(line.chars().count() <= 120, "{line}");
+    }
+
+    let md = std::fs::read_to_string(out_dir.join("try.md")).unwrap();
+    assert!(
+        md.starts_with(&format!("# gapscope try\n\n**{FIX} removes")),
+        "{md}"
+    );
+    assert!(
+        md.contains(&format!("Ruled out with no effect: `{NOOP}`.")),
+        "{md}"
+    );
+    assert!(md.contains("## graphed mode=2 T=1 emu"), "{md}");
+    assert!(
+        md.contains(&format!(
+            "| `{FIX}` | `{FIX}` | **removes** external event wait |"
+        )),
+        "{md}"
+    );
+    assert!(md.contains("external event wait"), "{md}");
+    // The removed cause is named with BASE's evidence.
+    assert!(
+        md.contains("external event wait 1.") && md.contains("(gone: external event-wait node 0x"),
+        "{md}"
+    );
+    assert!(md.contains("inside ncclAllGather"), "{md}");
+    // A variant that failed has no figures to judge, nor gaps to show.
+    assert!(!md.contains(&format!("- `{BROKEN}`: judged on")), "{md}");
+
+    let doc = json(&out_dir.join("try.json"));
+    assert_eq!(doc["kind"], "try");
+    assert_eq!(doc["rounds_judged"], serde_json::json!([1, 2, 3]));
+    let fix = variant_doc(&doc, FIX);
+    assert_eq!(fix["word"], "removes");
+    let cell = &fix["cells"][0];
+    assert_eq!(cell["removed"], "external event wait");
+    assert_eq!(
+        cell["basis"], "traced",
+        "synthetic traces measure no untraced period"
+    );
+    assert_eq!(cell["base_rounds"].as_array().unwrap().len(), 3);
+    let change = cell["change_ns"].as_f64().unwrap();
+    assert!(
+        (-1_100.0..-700.0).contains(&change),
+        "mode 1's gap before the collective is 900 ns shorter: {change}"
+    );
+    let wait = cell["gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["cause"] == "external_event_wait")
+        .unwrap();
+    assert!(wait["base_ns"].as_f64().unwrap() > 1_000.0, "{wait}");
+    assert_eq!(wait["variant_ns"], 0.0);
+    assert_eq!(wait["removed"], true);
+    let noop = variant_doc(&doc, NOOP);
+    assert_eq!(noop["word"], "no_effect");
+    assert!(noop["cells"][0]["change_ns"].as_f64().unwrap().abs() < 100.0);
+    let broken = variant_doc(&doc, BROKEN);
+    assert_eq!(broken["word"], "failed");
+    assert_eq!(
+        broken["failed"],
+        "round 1: exit code 1: RuntimeError: NCCL error: invalid usage"
+    );
+    // What the screen says, the Markdown and the JSON say alike.
+    assert_eq!(
+        doc["headline"].as_str().unwrap(),
+        &first["gapscope try: ".len()..]
+    );
+}
+
+#[test]
+fn expect_fix_gates_ci_on_the_variant_removing_the_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    try_folder(dir.path());
+    let from = dir.path().display().to_string();
+    let code = |label: &str| {
+        gapscope(&["try", "--from", &from, "--expect-fix", label])
+            .status
+            .code()
+    };
+    assert_eq!(code(FIX), Some(0));
+    assert_eq!(code(NOOP), Some(4), "no effect is not a fix");
+    assert_eq!(code(BROKEN), Some(4), "a failed variant is not a fix");
+    let err = fails_in_one_line(
+        &gapscope(&["try", "--from", &from, "--expect-fix", "NOPE=1"]),
+        2,
+    );
+    assert!(
+        err.contains("--expect-fix NOPE=1: no variant is labelled so"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_input_is_one_line_exit_2_and_nothing_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = out.to_str().unwrap();
+    for (args, says) in [
+        (vec!["try", "--env", "A=1", "-o", o], "CMD"),
+        (vec!["try", "-o", o, "--", "true"], "nothing to try"),
+        (
+            vec!["try", "--env", "1A=2", "-o", o, "--", "true"],
+            "expected NAME=VALUE",
+        ),
+        (
+            vec!["try", "--env", "A", "-o", o, "--", "true"],
+            "expected NAME=VALUE",
+        ),
+        (
+            vec!["try", "--env", "A=1", "--env", "A=1", "-o", o, "--", "true"],
+            "given twice",
+        ),
+        (
+            vec![
+                "try",
+                "--env",
+                "A=1",
+                "--expect-fix",
+                "B=1",
+                "-o",
+                o,
+                "--",
+                "true",
+            ],
+            "no variant is labelled so",
+        ),
+        (
+            vec![
+                "try", "--env", "A=1", "--rounds", "0", "-o", o, "--", "true",
+            ],
+            "--rounds 0",
+        ),
+        (
+            vec!["try", "--from", o, "--env", "A=1"],
+            "cannot be used with",
+        ),
+    ] {
+        let err = fails_in_one_line(&gapscope(&args), 2);
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!out.exists(), "{args:?} made {}", out.display());
+    }
+    // A folder that is no try folder, and a plan that is no plan.
+    std::fs::create_dir(&out).unwrap();
+    let err = fails_in_one_line(&gapscope(&["try", "--from", o]), 2);
+    assert!(err.contains("not a gapscope try folder"), "{err}");
+    std::fs::write(out.join("try-plan.json"), "{\"rounds\": 3}").unwrap();
+    let err = fails_in_one_line(&gapscope(&["try", "--from", o]), 2);
+    assert!(err.contains("not a gapscope try plan"), "{err}");
+    assert!(!out.join("try.md").exists());
+}
+
+/// The recorder's line for a program that never initialised CUDA.
+const NO_TRACE: &str = "no trace: no trace written";
+
+#[test]
+fn on_a_machine_without_traces_every_run_is_reported_failed_and_the_others_still_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t");
+    let o = out.to_str().unwrap();
+    // A=1 makes the program fail; the others exit 0 and, with no CUDA, write no trace.
+    let program = r#"if [ "$A" = 1 ]; then echo 'bad setting A' >&2; exit 3; fi"#;
+    let args = [
+        "try", "-o", o, "--rounds", "2", "--env", "A=1", "--env", "B=2", "--", "sh", "-c", program,
+    ];
+    let run = gapscope(&args);
+    let err = stderr(&run);
+    assert_eq!(run.status.code(), Some(1), "{err}");
+    let last = err.trim_end().lines().last().unwrap();
+    assert!(
+        last.starts_with("gapscope: error: BASE failed in every round, nothing judged (round 1: "),
+        "{err}"
+    );
+    // Every run was attempted, in interleaved rounds, and said how it ended.
+    let progress: Vec<&str> = err.lines().filter(|l| l.contains(" round ")).collect();
+    let order: Vec<String> = [
+        "1/2, BASE",
+        "1/2, A=1",
+        "1/2, B=2",
+        "2/2, BASE",
+        "2/2, A=1",
+        "2/2, B=2",
+    ]
+    .iter()
+    .map(|r| format!("gapscope: note: round {r}: failed, "))
+    .collect();
+    assert_eq!(progress.len(), 6, "{err}");
+    for (line, want) in progress.iter().zip(&order) {
+        assert!(line.starts_with(want.as_str()), "{line} / {want}");
+    }
+    assert!(progress[1].contains("exit code 3: bad setting A"), "{err}");
+    // Without CUDA the recorder says why there is no trace; with it, the program still
+    // initialises none.
+    assert!(progress[0].contains(NO_TRACE), "{err}");
+
+    let doc = json(&out.join("try.json"));
+    let a = variant_doc(&doc, "A=1");
+    assert_eq!(a["word"], "failed");
+    assert_eq!(a["failed"], "round 1: exit code 3: bad setting A");
+    let b = variant_doc(&doc, "B=2");
+    assert_eq!(b["word"], "failed");
+    assert!(
+        b["failed"].as_str().unwrap().starts_with("round 1: "),
+        "{b}"
+    );
+    let plan = json(&out.join("try-plan.json"));
+    assert_eq!(plan["runs"].as_array().unwrap().len(), 6);
+    assert!(out.join("runs/2-2-B=2/stderr.log").is_file());
+
+    // The folder judges the same again, running nothing.
+    let again = dir.path().join("again");
+    let from = gapscope(&["try", "--from", o, "-o", again.to_str().unwrap()]);
+    assert_eq!(from.status.code(), Some(1), "{}", stderr(&from));
+    assert!(!stderr(&from).contains(" round 1/2"), "nothing ran again");
+    for name in ["try.md", "try.json"] {
+        assert_eq!(
+            std::fs::read_to_string(out.join(name)).unwrap(),
+            std::fs::read_to_string(again.join(name)).unwrap(),
+            "{name}"
+        );
+    }
+    // A second try into the same folder is refused before running anything.
+    let err = fails_in_one_line(&gapscope(&args), 2);
+    assert!(err.contains("holds an earlier try"), "{err}");
+}
+
+#[test]
+fn a_signal_stops_the_try_after_the_run_under_way_and_the_partial_report_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t");
+    let mut child = bin()
+        .args(["try", "-o", out.to_str().unwrap(), "--env", "A=1", "--"])
+        .args(["sh", "-c", "exec sleep 30"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the first run to start.
+    let log = out.join("runs/1-0-BASE/stderr.log");
+    let started = std::time::Instant::now();
+    while !log.exists() && started.elapsed().as_secs() < 20 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let mut ended = None;
+    while started.elapsed().as_secs() < 25 {
+        if let Some(status) = child.try_wait().unwrap() {
+            ended = Some(status);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let Some(status) = ended else {
+        let _ = child.kill();
+        panic!("try did not stop on SIGTERM");
+    };
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(status.code(), Some(143), "{}", stderr(&output));
+    let md = std::fs::read_to_string(out.join("try.md")).unwrap();
+    assert!(
+        md.contains("partial: stopped by SIGTERM in round 1 of 3"),
+        "{md}"
+    );
+    let plan = json(&out.join("try-plan.json"));
+    assert_eq!(plan["runs"].as_array().unwrap().len(), 1, "{plan}");
+    assert_eq!(plan["runs"][0]["interrupted"], true);
+    assert!(plan["interrupted"].is_string());
+}
