@@ -3,7 +3,7 @@
 
 mod common;
 use common::{bin, fails_in_one_line, gapscope, stderr, stdout, unwrapped, write};
-use gapscope::analysis::trial::{PLAN_VERSION, Plan, RunRecord, Setting, Variant};
+use gapscope::analysis::trial::{EnvSetting, PLAN_VERSION, Plan, RunRecord, Variant};
 use gapscope::trace::synthetic::{self, SyntheticCell};
 use std::path::Path;
 
@@ -13,7 +13,7 @@ const BROKEN: &str = "NCCL_CGA_CLUSTER_SIZE=0";
 
 fn variant(label: &str) -> Variant {
     let settings = match label.split_once('=') {
-        Some((name, value)) => vec![Setting {
+        Some((name, value)) => vec![EnvSetting {
             name: name.to_owned(),
             value: value.to_owned(),
         }],

@@ -40,12 +40,12 @@ pub const REMOVED_SHARE: f64 = 0.1;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Variant {
     pub label: String,
-    pub settings: Vec<Setting>,
+    pub settings: Vec<EnvSetting>,
 }
 
 /// `NAME=VALUE` added to a run's environment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Setting {
+pub struct EnvSetting {
     pub name: String,
     pub value: String,
 }

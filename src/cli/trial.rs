@@ -15,7 +15,7 @@ use super::args::TryArgs;
 use super::inputs::{analyze, load_with_steps};
 use super::{Failure, bad_input, check_output_folder, failure_line, note, print_stdout};
 use gapscope::analysis::trial::{
-    self, BASE_LABEL, PLAN_VERSION, Plan, RunFigures, RunRecord, RunResult, Setting, Variant,
+    self, BASE_LABEL, EnvSetting, PLAN_VERSION, Plan, RunFigures, RunRecord, RunResult, Variant,
 };
 use gapscope::report;
 use gapscope::report::output::TRIAL_PLAN;
@@ -39,7 +39,7 @@ pub fn command(a: &TryArgs) -> Result<ExitCode, Failure> {
 }
 
 /// `NAME=VALUE`, NAME a shell variable name; `flag` names the option in the error.
-fn setting(text: &str, flag: &str) -> Result<Setting, String> {
+fn setting(text: &str, flag: &str) -> Result<EnvSetting, String> {
     let valid = |name: &str| {
         name.chars()
             .next()
@@ -47,7 +47,7 @@ fn setting(text: &str, flag: &str) -> Result<Setting, String> {
             && name.chars().all(|c| c == '_' || c.is_ascii_alphanumeric())
     };
     match text.split_once('=') {
-        Some((name, value)) if valid(name) => Ok(Setting {
+        Some((name, value)) if valid(name) => Ok(EnvSetting {
             name: name.to_owned(),
             value: value.to_owned(),
         }),

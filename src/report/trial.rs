@@ -48,7 +48,7 @@ fn preamble(r: &TrialReport) -> Vec<String> {
     let mut lines = vec![r.headline.clone()];
     lines.extend(r.partial.clone());
     lines.push(format!(
-        "{} of {} round(s) judged, BASE and {} variant(s) interleaved in each; command: `{}`",
+        "{} of {} round(s) complete, BASE and {} variant(s) interleaved in each; command: `{}`",
         r.rounds_judged.len(),
         r.rounds,
         r.variants.len(),
