@@ -4,7 +4,7 @@
 //! `decode` stores without touching CUPTI's memory again.
 
 use super::sys;
-use crate::trace::ApiDomain;
+use crate::trace::{ApiDomain, EventRecord};
 use std::ffi::CStr;
 
 /// One runtime or driver API call as CUPTI reported it (from its activity record, or from its
@@ -34,47 +34,54 @@ pub(crate) struct MemRecord {
     pub node: u64,
 }
 
-/// One activity record's fields that the trace keeps; names borrow CUPTI's buffer.
+/// A KERNEL or CONCURRENT_KERNEL record; its name borrows CUPTI's buffer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KernelRecord<'a> {
+    pub start: u64,
+    pub end: u64,
+    pub device: u32,
+    pub stream: u32,
+    pub corr: u32,
+    pub name: Option<&'a CStr>,
+    pub graph: u32,
+    pub node: u64,
+}
+
+/// A SYNCHRONIZATION record.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SyncRecord {
+    pub start: u64,
+    pub end: u64,
+    pub corr: u32,
+    /// `CUpti_ActivitySynchronizationType`.
+    pub sync_type: u32,
+    pub stream: u32,
+    pub event: u32,
+}
+
+/// Half of an NVTX range: its start (with the name) or its end.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MarkerHalf<'a> {
+    pub flags: u32,
+    pub id: u32,
+    pub timestamp: u64,
+    pub name: Option<&'a CStr>,
+    pub thread: u32,
+}
+
+/// One activity record's fields that the trace keeps.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Activity<'a> {
-    Kernel {
-        start: u64,
-        end: u64,
-        device: u32,
-        stream: u32,
-        corr: u32,
-        name: Option<&'a CStr>,
-        graph: u32,
-        node: u64,
-    },
+    Kernel(KernelRecord<'a>),
     Memcpy {
         op: MemRecord,
         copy_kind: u32,
     },
     Memset(MemRecord),
     Api(ApiCallSeen),
-    Sync {
-        start: u64,
-        end: u64,
-        corr: u32,
-        sync_type: u32,
-        stream: u32,
-        event: u32,
-    },
-    Event {
-        device_ts: u64,
-        corr: u32,
-        stream: u32,
-        event: u32,
-    },
-    /// Half of an NVTX range: its start (with the name) or its end.
-    Marker {
-        flags: u32,
-        id: u32,
-        timestamp: u64,
-        name: Option<&'a CStr>,
-        thread: u32,
-    },
+    Sync(SyncRecord),
+    Event(EventRecord),
+    Marker(MarkerHalf<'a>),
     /// A kind the recorder did not enable.
     Other,
 }
@@ -125,7 +132,7 @@ pub(crate) unsafe fn read<'a>(rec: *const sys::CUpti_Activity) -> Activity<'a> {
         match kind {
             sys::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | sys::CUPTI_ACTIVITY_KIND_KERNEL => {
                 let k = rec as *const sys::ActivityKernel;
-                Activity::Kernel {
+                Activity::Kernel(KernelRecord {
                     start: field!(k, start),
                     end: field!(k, end),
                     device: field!(k, deviceId),
@@ -134,7 +141,7 @@ pub(crate) unsafe fn read<'a>(rec: *const sys::CUpti_Activity) -> Activity<'a> {
                     name: name(field!(k, name)),
                     graph: field!(k, graphId),
                     node: field!(k, graphNodeId),
-                }
+                })
             }
             sys::CUPTI_ACTIVITY_KIND_MEMCPY => {
                 let m = rec as *const sys::CUpti_ActivityMemcpy6;
@@ -165,30 +172,30 @@ pub(crate) unsafe fn read<'a>(rec: *const sys::CUpti_Activity) -> Activity<'a> {
             }
             sys::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION => {
                 let s = rec as *const sys::CUpti_ActivitySynchronization2;
-                Activity::Sync {
+                Activity::Sync(SyncRecord {
                     start: field!(s, start),
                     end: field!(s, end),
                     corr: field!(s, correlationId),
                     sync_type: field!(s, type_),
                     stream: field!(s, streamId),
                     event: field!(s, cudaEventId),
-                }
+                })
             }
             sys::CUPTI_ACTIVITY_KIND_CUDA_EVENT => {
                 let e = rec as *const sys::CUpti_ActivityCudaEvent2;
-                Activity::Event {
+                Activity::Event(EventRecord {
                     device_ts: field!(e, deviceTimestamp),
                     corr: field!(e, correlationId),
                     stream: field!(e, streamId),
                     event: field!(e, eventId),
-                }
+                })
             }
             sys::CUPTI_ACTIVITY_KIND_MARKER => {
                 let m = rec as *const sys::CUpti_ActivityMarker2;
                 let flags = field!(m, flags);
                 // The name comes with the start record only.
                 let starts = flags & sys::CUPTI_ACTIVITY_FLAG_MARKER_START != 0;
-                Activity::Marker {
+                Activity::Marker(MarkerHalf {
                     flags,
                     id: field!(m, id),
                     timestamp: field!(m, timestamp),
@@ -198,7 +205,7 @@ pub(crate) unsafe fn read<'a>(rec: *const sys::CUpti_Activity) -> Activity<'a> {
                     } else {
                         0
                     },
-                }
+                })
             }
             _ => Activity::Other,
         }

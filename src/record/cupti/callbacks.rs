@@ -104,15 +104,26 @@ pub(crate) fn pop_library_call(name: StrId) {
     });
 }
 
-/// API enter/exit: maintain this thread's stack of active CUDA API calls.
+/// API enter/exit: this thread's stack of active CUDA API calls, then the budget's decisions.
+/// The recorder's own driver calls (node types) only have their correlation ids noted.
 fn on_api(d: &ApiCallback<'_>) {
-    let (domain, cbid) = (d.domain(), d.cbid());
     if SELF_QUERY.try_with(|q| q.get()).unwrap_or(false) {
-        if domain == sys::CUPTI_CB_DOMAIN_DRIVER_API && d.entering() {
+        if d.domain() == sys::CUPTI_CB_DOMAIN_DRIVER_API && d.entering() {
             let _ = SELF_CORR.try_with(|c| c.borrow_mut().push(d.correlation_id()));
         }
         return;
     }
+    let launched = track_api_stack(d);
+    if BUDGET_ON.load(Ordering::Relaxed) {
+        budget_sees_call(d, launched);
+    }
+}
+
+/// Keeps this thread's stack of active API calls (and, while the step range is being chosen,
+/// counts the outermost launches); returns the executable graph an outermost graph launch is
+/// about to launch, when the budget counts launches.
+fn track_api_stack(d: &ApiCallback<'_>) -> Option<usize> {
+    let (domain, cbid) = (d.domain(), d.cbid());
     let mut launched = None;
     let _ = API_STACK.try_with(|stack| {
         let mut stack = stack.borrow_mut();
@@ -163,9 +174,12 @@ fn on_api(d: &ApiCallback<'_>) {
             }
         }
     });
-    if !BUDGET_ON.load(Ordering::Relaxed) {
-        return;
-    }
+    launched
+}
+
+/// What the budget decides on a call: graph launches, captures and graph building.
+fn budget_sees_call(d: &ApiCallback<'_>, launched: Option<usize>) {
+    let (domain, cbid) = (d.domain(), d.cbid());
     let entering = d.entering();
     // Most calls are none of the budget's: decide that before taking any lock.
     let capture_begin = is_capture_begin(domain, cbid);

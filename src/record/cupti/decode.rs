@@ -4,11 +4,11 @@
 //! [`super::activity::read`] read it.
 #![forbid(unsafe_code)]
 
-use super::activity::{Activity, ApiCallSeen, MemRecord};
+use super::activity::{Activity, ApiCallSeen, KernelRecord, MemRecord};
 use super::markers::MarkerKeeping;
 use super::sys;
 use crate::trace::{
-    ApiCall, ApiDomain, EventRecord, Kernel, Marker, MarkerKind, MemOp, StrId, Sync, TraceBuilder,
+    ApiCall, ApiDomain, Kernel, Marker, MarkerKind, MemOp, StrId, Sync, TraceBuilder,
 };
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -283,6 +283,26 @@ impl RecordStore {
         id
     }
 
+    /// Appends a kernel; one with no timestamps (CUPTI ran out of timestamp memory) is counted
+    /// as dropped instead.
+    fn add_kernel(&mut self, k: KernelRecord<'_>) {
+        if k.start == 0 && k.end == 0 {
+            self.zero_timestamp_kernels += 1;
+            return;
+        }
+        let name = self.intern_name(k.name);
+        self.builder.trace.kernels.push(Kernel {
+            start: k.start,
+            end: k.end,
+            device: k.device,
+            stream: k.stream,
+            corr: k.corr,
+            name,
+            graph: k.graph,
+            node: k.node,
+        });
+    }
+
     /// Appends one activity record to the matching list.
     ///
     /// `resolve` names a runtime/driver callback id (`cuptiGetCallbackName`).
@@ -303,32 +323,7 @@ impl RecordStore {
             node: op.node,
         };
         match record {
-            Activity::Kernel {
-                start,
-                end,
-                device,
-                stream,
-                corr,
-                name,
-                graph,
-                node,
-            } => {
-                if start == 0 && end == 0 {
-                    self.zero_timestamp_kernels += 1;
-                    return;
-                }
-                let name = self.intern_name(name);
-                self.builder.trace.kernels.push(Kernel {
-                    start,
-                    end,
-                    device,
-                    stream,
-                    corr,
-                    name,
-                    graph,
-                    node,
-                });
-            }
+            Activity::Kernel(k) => self.add_kernel(k),
             Activity::Memcpy { op, copy_kind } => {
                 let kind = self
                     .builder
@@ -340,49 +335,26 @@ impl RecordStore {
                 self.builder.trace.memsets.push(mem_op(op, kind));
             }
             Activity::Api(call) => self.add_api_call(call, resolve),
-            Activity::Sync {
-                start,
-                end,
-                corr,
-                sync_type,
-                stream,
-                event,
-            } => {
-                let kind = self.builder.intern(sync_kind_name(sync_type));
+            Activity::Sync(s) => {
+                let kind = self.builder.intern(sync_kind_name(s.sync_type));
                 self.builder.trace.syncs.push(Sync {
-                    start,
-                    end,
-                    corr,
+                    start: s.start,
+                    end: s.end,
+                    corr: s.corr,
                     kind,
-                    stream,
-                    event,
+                    stream: s.stream,
+                    event: s.event,
                 });
             }
-            Activity::Event {
-                device_ts,
-                corr,
-                stream,
-                event,
-            } => self.builder.trace.event_records.push(EventRecord {
-                device_ts,
-                corr,
-                stream,
-                event,
-            }),
-            Activity::Marker {
-                flags,
-                id,
-                timestamp,
-                name,
-                thread,
-            } => {
+            Activity::Event(e) => self.builder.trace.event_records.push(e),
+            Activity::Marker(m) => {
                 // The name comes with the start record only.
-                let name = if flags & sys::CUPTI_ACTIVITY_FLAG_MARKER_START != 0 {
-                    self.intern_name(name)
+                let name = if m.flags & sys::CUPTI_ACTIVITY_FLAG_MARKER_START != 0 {
+                    self.intern_name(m.name)
                 } else {
                     0
                 };
-                self.add_marker_half(flags, id, timestamp, name, thread);
+                self.add_marker_half(m.flags, m.id, m.timestamp, name, m.thread);
             }
             Activity::Other => self.unexpected_records += 1,
         }
