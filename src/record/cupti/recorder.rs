@@ -885,11 +885,11 @@ impl Recorder {
                 .notes
                 .push("recorder: the loaded CUDA libraries were being listed: not named".into()),
         }
-        let state = std::mem::replace(&mut *lock(&self.shared.state), State::new());
+        let mut state = std::mem::replace(&mut *lock(&self.shared.state), State::new());
         let dropped = self.shared.dropped.load(Ordering::Relaxed);
 
         if !state.cells.is_empty() {
-            metadata.cells = state.cells;
+            metadata.cells = std::mem::take(&mut state.cells);
         }
         if metadata.versions.cupti.is_none() {
             metadata.versions.cupti = Some(format!("CUPTI API {}", self.cupti.version()));
@@ -901,76 +901,12 @@ impl Recorder {
                 format!("recorder: {msg}")
             });
         }
-        if let Some(budget) = &self.shared.budget {
-            let step_range = budget.step_range.get().map(String::as_str);
-            let longest = budget.switch_ns.load(Ordering::Relaxed);
-            if let Some(chooser) = &budget.chooser {
-                metadata
-                    .notes
-                    .push(format!("recorder: {}", lock(chooser).note()));
-            }
-            let decisions = lock(&budget.decisions);
-            for note in decisions.notes(step_range, longest) {
-                metadata.notes.push(format!("recorder: {note}"));
-            }
-            metadata.sampling = decisions.sampling();
-            let windows = lock(&budget.markers).clone();
-            if let Some(sample) = state.records.marker_sample(&windows) {
-                let names = sample.left_out.len();
-                let left_out: u64 = sample.left_out.iter().map(|r| r.count).sum();
-                metadata.notes.push(format!(
-                    "recorder: {left_out} NVTX ranges of untraced work left out, summarised per name ({names} names: count and host durations, metadata.sampling.markers); the ranges around traced work and {} untraced steps or launches after each pause are kept",
-                    windows.untraced_kept()
-                ));
-                if windows.full {
-                    metadata.notes.push(format!(
-                        "recorder: tracing switched more than {} times: no NVTX ranges kept after that",
-                        super::markers::MAX_WINDOWS
-                    ));
-                }
-                metadata
-                    .sampling
-                    .get_or_insert_with(Default::default)
-                    .markers = Some(sample);
-            }
-        }
+        self.note_budget(&mut metadata, &state);
         for msg in &self.teardown_problems {
             metadata.notes.push(format!("recorder: {msg}"));
         }
-        let panics = PANICS.swap(0, Ordering::Relaxed);
-        if panics > 0 {
-            metadata.notes.push(format!(
-                "recorder: {panics} panics caught in CUPTI callbacks; some records may be missing"
-            ));
-        }
-        if state.records.unexpected_records > 0 {
-            metadata.notes.push(format!(
-                "recorder: {} activity records of kinds not enabled were ignored",
-                state.records.unexpected_records
-            ));
-        }
-
-        let unclosed = state.records.unclosed_markers();
-        metadata.unended_ranges = unclosed as u64;
-        if unclosed > 0 {
-            metadata.notes.push(format!(
-                "recorder: {unclosed} NVTX ranges were started but never ended (left out)"
-            ));
-        }
+        note_what_was_lost(&mut metadata, &state, dropped);
         let zero = state.records.zero_timestamp_kernels;
-        if let Some(note) = super::decode::failed_captures_note(
-            &state.records.failed_captures,
-            &state.records.builder.trace,
-        ) {
-            metadata.notes.push(format!("recorder: {note}"));
-        }
-        if let Some(fault) = &state.records.first_fault {
-            metadata.notes.push(fault_note(
-                fault,
-                &state.records.builder.trace,
-                dropped + zero,
-            ));
-        }
         let mut builder = state.records.builder;
         // Device and driver as read at context creation (never from the driver now: this may
         // run in a signal handler).
@@ -999,6 +935,84 @@ impl Recorder {
         t.demangle_kernel_names();
         t.sort_records();
         Ok(builder.finish())
+    }
+
+    /// The trace budget's notes and sampling record: the step range chosen, the decisions,
+    /// and the NVTX ranges of untraced work summarised.
+    fn note_budget(&self, metadata: &mut Metadata, state: &State) {
+        let Some(budget) = &self.shared.budget else {
+            return;
+        };
+        let step_range = budget.step_range.get().map(String::as_str);
+        let longest = budget.switch_ns.load(Ordering::Relaxed);
+        if let Some(chooser) = &budget.chooser {
+            metadata
+                .notes
+                .push(format!("recorder: {}", lock(chooser).note()));
+        }
+        let decisions = lock(&budget.decisions);
+        for note in decisions.notes(step_range, longest) {
+            metadata.notes.push(format!("recorder: {note}"));
+        }
+        metadata.sampling = decisions.sampling();
+        let windows = lock(&budget.markers).clone();
+        if let Some(sample) = state.records.marker_sample(&windows) {
+            let names = sample.left_out.len();
+            let left_out: u64 = sample.left_out.iter().map(|r| r.count).sum();
+            metadata.notes.push(format!(
+                "recorder: {left_out} NVTX ranges of untraced work left out, summarised per name ({names} names: count and host durations, metadata.sampling.markers); the ranges around traced work and {} untraced steps or launches after each pause are kept",
+                windows.untraced_kept()
+            ));
+            if windows.full {
+                metadata.notes.push(format!(
+                    "recorder: tracing switched more than {} times: no NVTX ranges kept after that",
+                    super::markers::MAX_WINDOWS
+                ));
+            }
+            metadata
+                .sampling
+                .get_or_insert_with(Default::default)
+                .markers = Some(sample);
+        }
+    }
+}
+
+/// The notes of what the recording lost or left out: panics caught, records of kinds not
+/// enabled, ranges never ended, failed captures, and the first sticky CUDA error.
+fn note_what_was_lost(metadata: &mut Metadata, state: &State, dropped: u64) {
+    let panics = PANICS.swap(0, Ordering::Relaxed);
+    if panics > 0 {
+        metadata.notes.push(format!(
+            "recorder: {panics} panics caught in CUPTI callbacks; some records may be missing"
+        ));
+    }
+    if state.records.unexpected_records > 0 {
+        metadata.notes.push(format!(
+            "recorder: {} activity records of kinds not enabled were ignored",
+            state.records.unexpected_records
+        ));
+    }
+
+    let unclosed = state.records.unclosed_markers();
+    metadata.unended_ranges = unclosed as u64;
+    if unclosed > 0 {
+        metadata.notes.push(format!(
+            "recorder: {unclosed} NVTX ranges were started but never ended (left out)"
+        ));
+    }
+    let zero = state.records.zero_timestamp_kernels;
+    if let Some(note) = super::decode::failed_captures_note(
+        &state.records.failed_captures,
+        &state.records.builder.trace,
+    ) {
+        metadata.notes.push(format!("recorder: {note}"));
+    }
+    if let Some(fault) = &state.records.first_fault {
+        metadata.notes.push(fault_note(
+            fault,
+            &state.records.builder.trace,
+            dropped + zero,
+        ));
     }
 }
 
