@@ -110,7 +110,19 @@ pub fn step_svg_between(
         p.draw(&mut s, tops[i], scale, span, &mut drawn[i]);
     }
 
-    // Dashed lines joining aligned ops.
+    draw_alignment(&mut s, pair, &panels, &drawn);
+    draw_legend(&mut s, legend_top, &kinds, &causes);
+    let _ = writeln!(s, "</svg>");
+    s
+}
+
+/// Dashed lines joining the ops the pair aligned, where both panels drew them.
+fn draw_alignment(
+    s: &mut String,
+    pair: &CellComparison,
+    panels: &[Panel<'_>; 2],
+    drawn: &[BTreeMap<usize, (f64, f64, f64)>; 2],
+) {
     let _ = writeln!(
         s,
         "<g class=\"aligned\" stroke=\"#555\" stroke-width=\"1\" stroke-dasharray=\"4 3\" opacity=\"0.7\">"
@@ -133,8 +145,15 @@ pub fn step_svg_between(
         );
     }
     let _ = writeln!(s, "</g>");
+}
 
-    // Legend: op kinds, then the causes present.
+/// The legend at `legend_top`: the op kinds drawn, then the causes of the gaps drawn.
+fn draw_legend(
+    s: &mut String,
+    legend_top: f64,
+    kinds: &BTreeSet<u8>,
+    causes: &BTreeSet<CauseKind>,
+) {
     let _ = writeln!(s, "<g class=\"legend\">");
     let _ = writeln!(
         s,
@@ -165,8 +184,6 @@ pub fn step_svg_between(
         );
     }
     let _ = writeln!(s, "</g>");
-    let _ = writeln!(s, "</svg>");
-    s
 }
 
 struct Panel<'a> {
@@ -295,10 +312,17 @@ impl<'a> Panel<'a> {
             top + 14.0,
             xml_escape(&title)
         );
-        let x_of = |t: u64| LEFT + t.saturating_sub(step.window_start) as f64 * scale;
         let rows_bottom = self.row_y(top, self.rows.len() + 1) - ROW_GAP;
+        let gy = self.draw_rows(s, top);
+        let x_of = |t: u64| LEFT + t.saturating_sub(step.window_start) as f64 * scale;
+        self.draw_gaps(s, step, top, gy, scale, &x_of);
+        self.draw_ops(s, step, top, scale, &x_of, drawn);
+        draw_axis(s, rows_bottom + 6.0, scale, span);
+        let _ = writeln!(s, "</g>");
+    }
 
-        // Row labels and lanes.
+    /// The stream rows' labels and lanes, then the gaps row's label; returns the gaps row's top.
+    fn draw_rows(&self, s: &mut String, top: f64) -> f64 {
         let gap_row = self.rows.len();
         for (r, &(device, stream)) in self.rows.iter().enumerate() {
             let y = self.row_y(top, r);
@@ -317,8 +341,20 @@ impl<'a> Panel<'a> {
         }
         let gy = self.row_y(top, gap_row);
         let _ = writeln!(s, "<text x=\"8\" y=\"{:.1}\">gaps</text>", gy + 13.0);
+        gy
+    }
 
-        // Gaps: a faint band across the stream rows and a solid box on the gaps row.
+    /// The step's gaps: a faint band across the stream rows and a solid box on the gaps row
+    /// (`gy`), the largest named by its cause and size.
+    fn draw_gaps(
+        &self,
+        s: &mut String,
+        step: &Step,
+        top: f64,
+        gy: f64,
+        scale: f64,
+        x_of: &dyn Fn(u64) -> f64,
+    ) {
         let largest = step.gaps.iter().max_by_key(|g| g.len());
         for g in &step.gaps {
             if g.end <= g.start {
@@ -374,8 +410,18 @@ impl<'a> Panel<'a> {
                 );
             }
         }
+    }
 
-        // Ops.
+    /// The step's ops on their stream rows; where each was drawn goes into `drawn`.
+    fn draw_ops(
+        &self,
+        s: &mut String,
+        step: &Step,
+        top: f64,
+        scale: f64,
+        x_of: &dyn Fn(u64) -> f64,
+        drawn: &mut BTreeMap<usize, (f64, f64, f64)>,
+    ) {
         let all = self.all_ops();
         for &i in &step.ops {
             let Some(op) = all.get(i) else { continue };
@@ -407,34 +453,34 @@ impl<'a> Panel<'a> {
             }
             drawn.insert(i, (x, y, y + ROW_H));
         }
-
-        // Time axis in µs from the window start.
-        let axis_y = rows_bottom + 6.0;
-        let _ = writeln!(
-            s,
-            "<line x1=\"{LEFT}\" y1=\"{axis_y:.1}\" x2=\"{:.1}\" y2=\"{axis_y:.1}\" stroke=\"black\"/>",
-            WIDTH - RIGHT
-        );
-        let tick = nice_tick(span / 1000.0);
-        let mut t = 0.0;
-        while t * 1000.0 <= span + 1e-6 {
-            let x = LEFT + t * 1000.0 * scale;
-            let _ = writeln!(
-                s,
-                "<line x1=\"{x:.1}\" y1=\"{axis_y:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"black\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{}</text>",
-                axis_y + 4.0,
-                axis_y + 15.0,
-                trim_num(t)
-            );
-            t += tick;
-        }
-        let _ = writeln!(
-            s,
-            "<text x=\"8\" y=\"{:.1}\" font-size=\"10\">µs from window start</text>",
-            axis_y + 15.0
-        );
-        let _ = writeln!(s, "</g>");
     }
+}
+
+/// The time axis at `axis_y`, in µs from the window start.
+fn draw_axis(s: &mut String, axis_y: f64, scale: f64, span: f64) {
+    let _ = writeln!(
+        s,
+        "<line x1=\"{LEFT}\" y1=\"{axis_y:.1}\" x2=\"{:.1}\" y2=\"{axis_y:.1}\" stroke=\"black\"/>",
+        WIDTH - RIGHT
+    );
+    let tick = nice_tick(span / 1000.0);
+    let mut t = 0.0;
+    while t * 1000.0 <= span + 1e-6 {
+        let x = LEFT + t * 1000.0 * scale;
+        let _ = writeln!(
+            s,
+            "<line x1=\"{x:.1}\" y1=\"{axis_y:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"black\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{}</text>",
+            axis_y + 4.0,
+            axis_y + 15.0,
+            trim_num(t)
+        );
+        t += tick;
+    }
+    let _ = writeln!(
+        s,
+        "<text x=\"8\" y=\"{:.1}\" font-size=\"10\">µs from window start</text>",
+        axis_y + 15.0
+    );
 }
 
 /// A tick step of 1, 2 or 5 × 10^k µs giving at most about 10 ticks over `span_us`.
