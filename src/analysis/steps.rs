@@ -240,54 +240,10 @@ pub fn split_cells(
         .collect();
     let graphs = timeline.ops.iter().any(|o| o.graph != 0);
     if markers.is_empty() {
-        let (eager, graphed): (Vec<usize>, Vec<usize>) =
-            (0..timeline.ops.len()).partition(|&i| timeline.ops[i].graph == 0);
-        let found = discover::discover(trace, timeline, launches, &eager, None);
-        let mut finding = finding_of(&found, eager.len(), graphs);
-        finding.step_range_hint = discover::step_range_hint(trace, timeline, launches);
-        let mut cells = found_cells(found);
-        if cells.is_empty() && graphed.is_empty() {
-            // No graphs, no markers, no repetition: the whole trace is one eager step.
-            if timeline.ops.is_empty() {
-                return (Vec::new(), finding);
-            }
-            cells.push(CellSteps {
-                cell: (trace.metadata.cells.len() == 1).then_some(0),
-                steps: vec![(0..timeline.ops.len()).collect()],
-                ..Default::default()
-            });
-        }
-        cells.extend(group_graph_launches(trace, timeline, &graphed));
-        return (cells, finding);
+        return split_unmarked(trace, timeline, launches, graphs);
     }
     markers.sort_unstable();
-    let spans: Vec<(u64, u64)> = markers.iter().map(|m| (m.0, m.1)).collect();
-    // Each op to the marker its launch lies in, stretches of the timeline on the threads there
-    // are; then the ops go to their markers' lists in timeline order.
-    let mut marker_of = vec![NO_MARKER; timeline.ops.len()];
-    let stretches: Vec<(usize, &mut [u32])> = marker_of
-        .chunks_mut(OPS_PER_STRETCH)
-        .enumerate()
-        .map(|(k, chunk)| (k * OPS_PER_STRETCH, chunk))
-        .collect();
-    crate::parallel_map(stretches, |(first, chunk)| {
-        for (slot, op) in chunk.iter_mut().zip(&timeline.ops[first..]) {
-            if let Some(m) = launches.call(op.corr).and_then(|(launched, _, _)| {
-                crate::trace::last_containing(&spans, |&mk| mk, launched)
-            }) {
-                *slot = m as u32;
-            }
-        }
-    });
-    let mut per_marker: Vec<Vec<usize>> = vec![Vec::new(); markers.len()];
-    let mut unmarked_graph_ops = Vec::new();
-    for (i, (&m, op)) in marker_of.iter().zip(&timeline.ops).enumerate() {
-        if m != NO_MARKER {
-            per_marker[m as usize].push(i);
-        } else if op.graph != 0 {
-            unmarked_graph_ops.push(i);
-        }
-    }
+    let (per_marker, mut unmarked_graph_ops) = ops_per_marker(&markers, timeline, launches);
     let mut cells: BTreeMap<Option<u32>, (CellSteps, u32)> = BTreeMap::new();
     for (marker, ops) in markers.iter().zip(per_marker) {
         if ops.is_empty() {
@@ -354,6 +310,72 @@ pub fn split_cells(
     out.extend(found_inside);
     out.extend(group_graph_launches(trace, timeline, &unmarked_graph_ops));
     (out, finding)
+}
+
+/// The cells of a trace with no step markers: loops found in the eager kernel sequence, else
+/// the whole trace as one eager step; graph launches grouped by graph.
+fn split_unmarked(
+    trace: &Trace,
+    timeline: &TraceTimeline,
+    launches: &LaunchIndex<'_>,
+    graphs: bool,
+) -> (Vec<CellSteps>, StepFinding) {
+    let (eager, graphed): (Vec<usize>, Vec<usize>) =
+        (0..timeline.ops.len()).partition(|&i| timeline.ops[i].graph == 0);
+    let found = discover::discover(trace, timeline, launches, &eager, None);
+    let mut finding = finding_of(&found, eager.len(), graphs);
+    finding.step_range_hint = discover::step_range_hint(trace, timeline, launches);
+    let mut cells = found_cells(found);
+    if cells.is_empty() && graphed.is_empty() {
+        // No graphs, no markers, no repetition: the whole trace is one eager step.
+        if timeline.ops.is_empty() {
+            return (Vec::new(), finding);
+        }
+        cells.push(CellSteps {
+            cell: (trace.metadata.cells.len() == 1).then_some(0),
+            steps: vec![(0..timeline.ops.len()).collect()],
+            ..Default::default()
+        });
+    }
+    cells.extend(group_graph_launches(trace, timeline, &graphed));
+    (cells, finding)
+}
+
+/// Each op to the step marker its launch lies in (`markers` sorted): the ops of each marker in
+/// timeline order, and the graph ops in none.
+fn ops_per_marker(
+    markers: &[(u64, u64, Option<u32>, u32)],
+    timeline: &TraceTimeline,
+    launches: &LaunchIndex<'_>,
+) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let spans: Vec<(u64, u64)> = markers.iter().map(|m| (m.0, m.1)).collect();
+    // Each op to the marker its launch lies in, stretches of the timeline on the threads there
+    // are; then the ops go to their markers' lists in timeline order.
+    let mut marker_of = vec![NO_MARKER; timeline.ops.len()];
+    let stretches: Vec<(usize, &mut [u32])> = marker_of
+        .chunks_mut(OPS_PER_STRETCH)
+        .enumerate()
+        .map(|(k, chunk)| (k * OPS_PER_STRETCH, chunk))
+        .collect();
+    crate::parallel_map(stretches, |(first, chunk)| {
+        for (slot, op) in chunk.iter_mut().zip(&timeline.ops[first..]) {
+            if let Some(m) = launches.call(op.corr).and_then(|(launched, _, _)| {
+                crate::trace::last_containing(&spans, |&mk| mk, launched)
+            }) {
+                *slot = m as u32;
+            }
+        }
+    });
+    let mut per_marker: Vec<Vec<usize>> = vec![Vec::new(); markers.len()];
+    let mut unmarked_graph_ops = Vec::new();
+    for (i, (&m, op)) in marker_of.iter().zip(&timeline.ops).enumerate() {
+        if m != NO_MARKER {
+            per_marker[m as usize].push(i);
+        } else if op.graph != 0 {
+            unmarked_graph_ops.push(i);
+        }
+    }
+    (per_marker, unmarked_graph_ops)
 }
 
 fn finding_of(found: &discover::Discovered, eager_ops: usize, graphs: bool) -> StepFinding {
