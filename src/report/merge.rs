@@ -46,6 +46,21 @@ pub fn merge_markdown(merged: &Merged) -> String {
         }
     );
 
+    ranks_table(&mut s, merged);
+    spread_table(&mut s, merged);
+    if !merged.warnings.is_empty() {
+        let _ = writeln!(s, "### Warnings\n");
+        for w in &merged.warnings {
+            let _ = writeln!(s, "- {}", md_cell(w));
+        }
+    }
+    s.truncate(s.trim_end().len());
+    s.push('\n');
+    crate::report::printable_report(s)
+}
+
+/// One row per rank: its trace, host, clock offset, dropped records and each cell's period.
+fn ranks_table(s: &mut String, merged: &Merged) {
     // Columns: one per cell label.
     let labels: Vec<&str> = merged.cells.iter().map(|c| c.label.as_str()).collect();
     let _ = write!(
@@ -102,7 +117,10 @@ pub fn merge_markdown(merged: &Merged) -> String {
         s.push('\n');
     }
     s.push('\n');
+}
 
+/// One row per cell: its slowest and fastest ranks and how far apart they are.
+fn spread_table(s: &mut String, merged: &Merged) {
     let _ = writeln!(s, "### Spread across ranks\n");
     let _ = writeln!(
         s,
@@ -128,15 +146,6 @@ pub fn merge_markdown(merged: &Merged) -> String {
         );
     }
     s.push('\n');
-    if !merged.warnings.is_empty() {
-        let _ = writeln!(s, "### Warnings\n");
-        for w in &merged.warnings {
-            let _ = writeln!(s, "- {}", md_cell(w));
-        }
-    }
-    s.truncate(s.trim_end().len());
-    s.push('\n');
-    crate::report::printable_report(s)
 }
 
 /// The report as pretty JSON: `{"gapscope_report_version", "kind": "merge", ...}`.
