@@ -6,7 +6,8 @@
 //!
 //! | folder | stage | holds |
 //! |---|---|---|
-//! | `workload/` | make work on the GPU | the HT-decode step (NVRTC kernels from `kernels/`, CPU reference), the emu step, the collectives (emulated, NCCL with its FFI leaf), graph capture, the sweep over cells, rank processes |
+//! | `workload/` | make work on the GPU | the HT-decode step (NVRTC kernels from `kernels/`, CPU reference), the emu step, the collectives (emulated, NCCL with its FFI leaf), graph capture |
+//! | `experiment/` | `gapscope run` | the sweep over cells (`plan`, `cells`), recorded under the recorder, and its rank processes (`ranks`) |
 //! | `record/` | trace it | `cupti/` in layers: bindgen `sys` → `loader` (the library resolved) → `result` (every CUPTI call, safe, as `Result`) with `params` (CUPTI's callback data read), `activity` (its records read) and `dl` (the loader and the stack asked) → `state`, `callbacks`, `decode`, `graph`, `budget` → `recorder`; `budget` decides which launches and steps are traced. `inject` (the CUDA injection entry of `libgapscope.so`), `launch` (`gapscope record -- CMD`), `env` (what `record` hands its child) |
 //! | `trace/` | the file between recording and analysis | the versioned schema, reading and atomic writing, the Kineto importer (`kineto/`), synthetic traces for tests and the bundled H200 traces (`bundled`) |
 //! | `analysis/` | answer the question | `steps` (markers and graph launches → steps and cells), `timeline`, `align` (graphed ↔ eager kernels), `cause` (each gap's cause from the DAG and API records), `stats`, `remedy`, `merge` (ranks), `trial` (`try`: each variant's verdict against BASE over rounds) |
@@ -28,6 +29,7 @@
 pub mod analysis;
 pub mod cuda;
 pub mod exit;
+pub mod experiment;
 pub mod library_search;
 pub mod record;
 pub mod report;

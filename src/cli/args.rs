@@ -7,9 +7,9 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gapscope::analysis::merge::ClockAlignment;
+use gapscope::experiment::SweepOptions;
 use gapscope::record::launch::RecordOptions;
 use gapscope::report::PerfettoFormat;
-use gapscope::workload::SweepOptions;
 use std::ffi::OsString;
 use std::path::PathBuf;
 

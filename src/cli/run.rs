@@ -23,7 +23,7 @@ pub fn command(args: RunArgs, given: &[String]) -> Result<ExitCode, Failure> {
     }
     let (traces, names) = if gpu {
         // The sweep writes its own per-cell traces (src/workload/sweep/).
-        let recorded = gapscope::workload::run_sweep(&sweep, &args.output)?;
+        let recorded = gapscope::experiment::run_sweep(&sweep, &args.output)?;
         if sweep.rank_process {
             // A rank started by `gapscope run`: its parent analyses every rank.
             return Ok(ExitCode::SUCCESS);

@@ -1,5 +1,6 @@
-//! What runs on the GPU while gapscope records: the HT-decode workload and emu.cu's step, the
-//! routing all-gather they call (emulated or real NCCL), and the sweep of `gapscope run`.
+//! What runs on the GPU while gapscope records: the HT-decode workload and emu.cu's step, and
+//! the routing all-gather they call (emulated or real NCCL). The experiment that runs them
+//! (`gapscope run`'s sweep and its rank processes) is [`crate::experiment`].
 //!
 //! Files, roughly in the order the pipeline uses them:
 //! * `cuda/` and `nccl/ffi.rs`: the FFI leaves, the only files with `unsafe` (each allows it
@@ -8,8 +9,7 @@
 //! * [`collective`]: the all-gather trait, graph usage mode, backend kind, errors;
 //!   [`emulated`] and [`nccl`]: its two backends;
 //! * [`capture`]: graph capture and launches; [`htdecode`]: the HT-decode step and its CPU
-//!   reference; [`emu`]: emu.cu's experiment;
-//! * [`sweep`](run_sweep): `gapscope run`; [`ranks`]: its rank processes.
+//!   reference; [`emu`]: emu.cu's step, run cell by cell.
 // The FFI leaves allow `unsafe` themselves; everything else here forbids it.
 #![deny(unsafe_code)]
 
@@ -21,9 +21,6 @@ pub mod emu;
 pub mod emulated;
 pub mod htdecode;
 pub mod nccl;
-pub mod ranks;
 pub mod spin;
-mod sweep;
 
 pub use device::gpu_available;
-pub use sweep::{SweepError, SweepOptions, Workload, run_sweep};

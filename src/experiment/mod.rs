@@ -7,11 +7,12 @@
 //! the mode in effect from the records and the DAG, never from these labels.
 //!
 //! Files: `plan` (the arguments and the cells they ask for) → `cells` (running them); this file
-//! runs a sweep in this process or orchestrates rank processes ([`super::ranks`]).
+//! runs a sweep in this process or orchestrates rank processes ([`ranks`]).
 #![forbid(unsafe_code)]
 
 mod cells;
 mod plan;
+pub mod ranks;
 
 pub use plan::{SweepError, SweepOptions, Workload};
 
@@ -48,7 +49,7 @@ struct RankSets {
 }
 
 /// When the sweep needs rank processes that gapscope starts: the number of ranks (GPUs) and
-/// the mode sets (see [`crate::workload::ranks`]). `None`: this process runs the sweep itself (one rank
+/// the mode sets (see [`crate::experiment::ranks`]). `None`: this process runs the sweep itself (one rank
 /// and one mode set, a rank started by gapscope or by a launcher, or no NCCL).
 fn rank_sets(args: &SweepOptions) -> Result<Option<RankSets>, SweepError> {
     if args.rank_process || args.workload == Workload::Emu {
@@ -70,7 +71,7 @@ fn rank_sets(args: &SweepOptions) -> Result<Option<RankSets>, SweepError> {
         .into());
     }
     let lib = crate::workload::nccl::load_nccl()?;
-    let sets = crate::workload::ranks::mode_sets(lib.version, &args.modes);
+    let sets = crate::experiment::ranks::mode_sets(lib.version, &args.modes);
     Ok((gpus > 1 || sets.len() > 1).then_some(RankSets { gpus, sets }))
 }
 
@@ -107,9 +108,9 @@ fn run_rank_sets(
             "{label}: {gpus} rank process(es), logs in {}",
             logs.display()
         ));
-        let launches: Vec<crate::workload::ranks::RankLaunch> = (0..gpus)
+        let launches: Vec<crate::experiment::ranks::RankLaunch> = (0..gpus)
             .map(|r| {
-                crate::workload::ranks::RankLaunch::new(
+                crate::experiment::ranks::RankLaunch::new(
                     &program,
                     args.rank_command_line(modes, &dir),
                     r,
@@ -120,7 +121,7 @@ fn run_rank_sets(
             })
             .collect();
         let started = std::time::Instant::now();
-        crate::workload::ranks::run_set(
+        crate::experiment::ranks::run_set(
             &launches,
             std::time::Duration::from_secs(args.rank_timeout),
             &label,
