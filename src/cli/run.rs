@@ -22,7 +22,7 @@ pub fn command(args: RunArgs, given: &[String]) -> Result<ExitCode, Failure> {
         remove_temporaries_on_signal();
     }
     let (traces, names) = if gpu {
-        // The sweep writes its own per-cell traces (src/workload/sweep/).
+        // The sweep writes its own per-cell traces (src/experiment/).
         let recorded = gapscope::experiment::run_sweep(&sweep, &args.output)?;
         if sweep.rank_process {
             // A rank started by `gapscope run`: its parent analyses every rank.

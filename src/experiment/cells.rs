@@ -7,14 +7,14 @@ use super::plan::{CellPlan, SweepError, SweepOptions, plans, uses_nccl};
 use crate::record::cupti::Recorder;
 use crate::trace::{Cell, DeviceInfo, Metadata, Source, Trace, Versions};
 use crate::workload::capture::{Launch, capture_graph};
+use crate::workload::collective::emulated::{EmulatedAllGather, EmulatedConfig};
+use crate::workload::collective::nccl::{NcclAllGather, RankInfo};
 use crate::workload::collective::{
     GraphUsageMode, LibraryCallGuard, LibraryCallHook, RoutingAllGather, WorkloadError,
 };
 use crate::workload::device::open_context;
 use crate::workload::emu::{EmuCellResult, EmuObserver, EmuSetup, run_emu_cell};
-use crate::workload::emulated::{EmulatedAllGather, EmulatedConfig};
 use crate::workload::htdecode::{HtDecode, HtDecodeConfig, HtDecodeError};
-use crate::workload::nccl::{NcclAllGather, RankInfo};
 use crate::workload::spin::EmuKernels;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 use std::collections::BTreeMap;
@@ -240,7 +240,7 @@ fn metadata(
 
 fn open_bench(args: &SweepOptions) -> Result<Bench, SweepError> {
     let devices = crate::cuda::device_count().unwrap_or(1);
-    let mut rank = crate::workload::nccl::detect_rank_from_env()?;
+    let mut rank = crate::workload::collective::nccl::detect_rank_from_env()?;
     if args.rank_process {
         rank.source = "started by gapscope run";
     }

@@ -55,7 +55,7 @@ fn rank_sets(args: &SweepOptions) -> Result<Option<RankSets>, SweepError> {
     if args.rank_process || args.workload == Workload::Emu {
         return Ok(None);
     }
-    let rank = crate::workload::nccl::detect_rank_from_env()?;
+    let rank = crate::workload::collective::nccl::detect_rank_from_env()?;
     if rank.world > 1 {
         return Ok(None);
     }
@@ -70,7 +70,7 @@ fn rank_sets(args: &SweepOptions) -> Result<Option<RankSets>, SweepError> {
         ))
         .into());
     }
-    let lib = crate::workload::nccl::load_nccl()?;
+    let lib = crate::workload::collective::nccl::load_nccl()?;
     let sets = crate::experiment::ranks::mode_sets(lib.version, &args.modes);
     Ok((gpus > 1 || sets.len() > 1).then_some(RankSets { gpus, sets }))
 }

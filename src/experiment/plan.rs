@@ -6,9 +6,9 @@
 use crate::record::cupti::{ApiCallbacks, CuptiError};
 use crate::trace::TraceError;
 use crate::workload::capture::Launch;
+use crate::workload::collective::nccl::RankInfo;
 use crate::workload::collective::{Backend, BackendArg, GraphUsageMode, WorkloadError};
 use crate::workload::htdecode::HtDecodeError;
-use crate::workload::nccl::RankInfo;
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -9,8 +9,8 @@
 //! and the run, with one line naming it.
 #![forbid(unsafe_code)]
 
+use crate::workload::collective::nccl::{ID_FILE_ENV, ModeRoute, NcclVersion};
 use crate::workload::collective::{GraphUsageMode, WorkloadError};
-use crate::workload::nccl::{ID_FILE_ENV, ModeRoute, NcclVersion};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -5,12 +5,12 @@
 #![forbid(unsafe_code)]
 
 use crate::workload::capture::{GraphExec, GraphNodeCounts, Launch, capture_graph};
+use crate::workload::collective::emulated::{EmulatedAllGather, EmulatedConfig};
 use crate::workload::collective::{
     GraphUsageMode, LibraryCallGuard, RoutingAllGather, WorkloadError,
 };
 use crate::workload::cuda;
 use crate::workload::device::raw_ptr;
-use crate::workload::emulated::{EmulatedAllGather, EmulatedConfig};
 use crate::workload::spin::EmuKernels;
 use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream};

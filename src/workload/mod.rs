@@ -3,11 +3,11 @@
 //! (`gapscope run`'s sweep and its rank processes) is [`crate::experiment`].
 //!
 //! Files, roughly in the order the pipeline uses them:
-//! * `cuda/` and `nccl/ffi.rs`: the FFI leaves, the only files with `unsafe` (each allows it
+//! * `cuda/` and `collective/nccl/ffi.rs`: the FFI leaves, the only files with `unsafe` (each allows it
 //!   itself; every other file forbids it);
 //! * [`device`]: driver / NVRTC checks and the device context; [`spin`]: emu.cu's kernels;
 //! * [`collective`]: the all-gather trait, graph usage mode, backend kind, errors;
-//!   [`emulated`] and [`nccl`]: its two backends;
+//!   [`collective::emulated`] and [`collective::nccl`]: its two backends;
 //! * [`capture`]: graph capture and launches; [`htdecode`]: the HT-decode step and its CPU
 //!   reference; [`emu`]: emu.cu's step, run cell by cell.
 // The FFI leaves allow `unsafe` themselves; everything else here forbids it.
@@ -18,9 +18,7 @@ pub mod collective;
 pub mod cuda;
 pub mod device;
 pub mod emu;
-pub mod emulated;
 pub mod htdecode;
-pub mod nccl;
 pub mod spin;
 
 pub use device::gpu_available;

@@ -1,10 +1,14 @@
 //! The routing all-gather of the HT decode step, behind one trait ([`RoutingAllGather`]) with
-//! two backends: [`crate::workload::emulated`] (one GPU, NCCL's capture topology rebuilt
-//! exactly around a local copy kernel) and [`crate::workload::nccl`] (a real `ncclAllGather`).
+//! two backends: [`emulated`] (one GPU, NCCL's capture topology rebuilt exactly around a local
+//! copy kernel) and [`nccl`] (a real `ncclAllGather`).
 //!
 //! Also: the workload's error type, the graph usage mode, the backend kind, and the
 //! library-call hook through which a recorder tags the graph nodes a collective creates.
-#![forbid(unsafe_code)]
+// Only `nccl::ffi` may hold `unsafe`: it allows it itself; every other file forbids it.
+#![deny(unsafe_code)]
+
+pub mod emulated;
+pub mod nccl;
 
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaSlice, CudaStream};
