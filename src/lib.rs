@@ -9,11 +9,12 @@
 //! | `workload/` | make work on the GPU | the HT-decode step (NVRTC kernels from `kernels/`, CPU reference), the emu step, the collectives (emulated, NCCL with its FFI leaf), graph capture |
 //! | `experiment/` | `gapscope run` | the sweep over cells (`plan`, `cells`), recorded under the recorder, and its rank processes (`ranks`) |
 //! | `record/` | trace it | `cupti/` in layers: bindgen `sys` → `loader` (the library resolved) → `result` (every CUPTI call, safe, as `Result`) with `params` (CUPTI's callback data read), `activity` (its records read) and `dl` (the loader and the stack asked) → `state`, `callbacks`, `decode`, `graph`, `budget` → `recorder`; `budget` decides which launches and steps are traced. `inject` (the CUDA injection entry of `libgapscope.so`), `launch` (`gapscope record -- CMD`), `env` (what `record` hands its child) |
-//! | `trace/` | the file between recording and analysis | the versioned schema, reading and atomic writing, the Kineto importer (`kineto/`), synthetic traces for tests and the bundled H200 traces (`bundled`) |
+//! | `trace/` | the file between recording and analysis | the versioned schema, reading and writing (through `output`), the Kineto importer (`kineto/`), synthetic traces for tests and the bundled H200 traces (`bundled`) |
 //! | `analysis/` | answer the question | `steps` (markers and graph launches → steps and cells), `timeline`, `align` (graphed ↔ eager kernels), `cause` (each gap's cause from the DAG and API records), `stats`, `remedy`, `merge` (ranks), `trial` (`try`: each variant's verdict against BASE over rounds) |
 //! | `report/` | say it | Markdown, JSON, Perfetto, SVG, the terminal summary, `trial` (`try`'s screen and try.md), and `output` (the one writer of every output set) |
 //! | `cuda.rs` | | the one libcuda loader and "is CUDA here" check |
 //! | `exit.rs` | | every exit code, by name |
+//! | `output.rs` | | every output file written whole or not at all (a temporary renamed into place), and the temporaries removed on a signal |
 //! | `settings.rs` | | every `GAPSCOPE_*` environment variable, read in one place |
 //! | `library_search.rs` | | where CUPTI and NCCL are looked for (variable, the program's Python environment, `LD_LIBRARY_PATH`, the toolkit): pure, tested on fake trees |
 //! | `main.rs`, `cli/` | the command line | every clap struct, and the glue from arguments to the stages |
@@ -31,6 +32,7 @@ pub mod cuda;
 pub mod exit;
 pub mod experiment;
 pub mod library_search;
+pub mod output;
 pub mod record;
 pub mod report;
 pub mod settings;

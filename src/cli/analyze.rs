@@ -11,7 +11,7 @@ use gapscope::analysis::{Analysis, AnalysisOptions, Analyzer, Detail, summary};
 use gapscope::report;
 use gapscope::report::PerfettoFormat;
 use gapscope::report::output::Rendered;
-use gapscope::trace::{self, Trace};
+use gapscope::trace::Trace;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -69,7 +69,7 @@ pub fn command(
     if let (Some(file), Some(trace), Some(collectives)) = (summary, kept.first(), collectives) {
         let name = paths[0].display().to_string();
         let json = summary::RankSummary::new(trace, &name, collectives, &analysis).to_json();
-        trace::write_atomically(file, json.as_bytes())?;
+        gapscope::output::write_atomically(file, json.as_bytes())?;
         note(&format!("wrote {}", file.display()));
     }
     timer.lap("reports");
@@ -192,7 +192,7 @@ fn export_one(
         ));
     }
     let reports = report::output::analysis_reports(analysis);
-    trace::write_atomically_with(output, |w| {
+    gapscope::output::write_atomically_with(output, |w| {
         report::output::write_analysis_file(name, w, traces, &reports, origin_step)
     })?;
     Ok(())

@@ -25,7 +25,7 @@ pub mod run;
 pub mod shell;
 pub mod trial;
 
-use gapscope::trace::{self, TraceError};
+use gapscope::trace::TraceError;
 use std::io::Write;
 use std::path::Path;
 
@@ -179,7 +179,7 @@ pub fn print_stdout_with(
 /// On SIGINT, SIGTERM or SIGHUP: remove the temporary files being written, then exit 128 + the
 /// signal's number, so an interrupted command leaves neither temporaries nor a partial output
 /// set (outputs are renamed into place only when all are complete, and a commit under way is
-/// finished before the exit: [`trace::exit_removing_temporaries`]).
+/// finished before the exit: [`gapscope::output::exit_removing_temporaries`]).
 pub fn remove_temporaries_on_signal() {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
@@ -187,7 +187,7 @@ pub fn remove_temporaries_on_signal() {
     };
     std::thread::spawn(move || {
         if let Some(signal) = signals.forever().next() {
-            trace::exit_removing_temporaries(gapscope::exit::killed_by(signal).into());
+            gapscope::output::exit_removing_temporaries(gapscope::exit::killed_by(signal).into());
         }
     });
 }

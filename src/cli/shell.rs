@@ -54,7 +54,7 @@ pub fn man(dir: Option<&Path>) -> Result<ExitCode, Failure> {
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
     for (name, text) in &pages {
-        gapscope::trace::write_atomically(&dir.join(name), text)?;
+        gapscope::output::write_atomically(&dir.join(name), text)?;
     }
     let names: Vec<String> = pages.iter().map(|(name, _)| name.clone()).collect();
     note(&wrote_line(dir, &names));

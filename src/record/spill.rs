@@ -293,7 +293,7 @@ pub fn left_behind(dir: &Path) -> Vec<(PathBuf, u32)> {
             let pid = spill_pid(e.file_name().to_str()?)?;
             Some((e.path(), pid))
         })
-        .filter(|&(_, pid)| crate::trace::process_alive(pid) != Some(true))
+        .filter(|&(_, pid)| crate::output::process_alive(pid) != Some(true))
         .collect();
     found.sort();
     found

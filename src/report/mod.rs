@@ -9,7 +9,7 @@
 //! [`crate::analysis::merge::Merged`]) and returns a `String` or writes to a
 //! `&mut dyn std::io::Write`. Files are written only by [`output`]: every `-o DIR` set (analyze,
 //! run, compare, merge) all or nothing through [`output::OutputSet`]; `export`'s single file
-//! goes through [`crate::trace::write_atomically`].
+//! goes through [`crate::output::write_atomically`].
 
 pub mod json;
 pub mod markdown;

@@ -14,7 +14,8 @@
 use crate::analysis::merge::Merged;
 use crate::analysis::trial::TrialReport;
 use crate::analysis::{Analysis, Comparison};
-use crate::trace::{StagedOutput, Trace, TraceError, commit_lock, stage_output};
+use crate::output::{StagedOutput, commit_lock, stage_output};
+use crate::trace::{Trace, TraceError};
 use std::cell::OnceCell;
 use std::fs::File;
 use std::io::Write;
@@ -101,7 +102,7 @@ impl OutputSet {
 
     /// Renames every file into place and removes the files named in `set` that were not
     /// written this time (regular files only), all under the commit lock, so a signal waits
-    /// for the whole set ([`crate::trace::exit_removing_temporaries`]). Returns the names
+    /// for the whole set ([`crate::output::exit_removing_temporaries`]). Returns the names
     /// written.
     pub fn commit(mut self, set: &[&str]) -> Result<Vec<String>, OutputError> {
         let staged = std::mem::take(&mut self.staged);

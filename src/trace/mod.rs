@@ -1,8 +1,7 @@
-//! The trace file: schema types, reader (with version check, through [`input`]) and atomic writer
-//! ([`write_atomically`], [`stage_output`]).
+//! The trace file: schema types, reader (with version check, through [`input`]) and writer
+//! ([`write_trace`], through [`crate::output`]).
 #![forbid(unsafe_code)]
 
-mod atomic;
 pub mod bundled;
 mod durations;
 pub mod input;
@@ -13,11 +12,6 @@ mod schema;
 pub mod synthetic;
 mod upgrade;
 
-pub(crate) use atomic::process_alive;
-pub use atomic::{
-    CommitLock, StagedOutput, commit_lock, exit_removing_temporaries, stage_output,
-    write_atomically, write_atomically_with,
-};
 pub use durations::{DurationHistogram, bucket_bounds, duration_bucket};
 pub use ranges::{
     HostRanges, RangeNameMatch, last_containing, outermost, range_name_match, range_name_parts,
@@ -349,9 +343,19 @@ fn walk_for_schema_version(bytes: &[u8]) -> Result<u64, String> {
 
 /// Writes a trace file atomically (compact JSON).
 pub fn write_trace(path: &Path, trace: &Trace) -> Result<(), TraceError> {
-    write_atomically_with(path, |w| {
+    crate::output::write_atomically_with(path, |w| {
         serde_json::to_writer(w, trace).map_err(std::io::Error::other)
-    })
+    })?;
+    Ok(())
+}
+
+impl From<crate::output::WriteError> for TraceError {
+    fn from(e: crate::output::WriteError) -> TraceError {
+        TraceError::Write {
+            path: e.path,
+            source: e.source,
+        }
+    }
 }
 
 impl Trace {

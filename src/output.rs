@@ -1,4 +1,5 @@
-//! Output files written whole or not at all: each goes to a temporary file beside its target,
+//! Output files written whole or not at all (every output gapscope writes: traces, reports,
+//! man pages, a `try` folder's plan): each goes to a temporary file beside its target,
 //! renamed into place once complete ([`stage_output`], [`CommitLock::keep`]). One lock guards
 //! every temporary and every rename: a signal handler that removes the temporaries
 //! ([`exit_removing_temporaries`]) waits for a commit in progress and exits holding it, so a
@@ -10,7 +11,6 @@
 //! could not replace.
 #![forbid(unsafe_code)]
 
-use super::TraceError;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -293,7 +293,7 @@ pub fn stage_output(
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same folder, then a rename, so a
 /// failure never leaves a half-written output.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), TraceError> {
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
     write_atomically_with(path, |w| w.write_all(bytes))
 }
 
@@ -302,13 +302,21 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), TraceError> {
 pub fn write_atomically_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> Result<(), TraceError> {
+) -> Result<(), WriteError> {
     stage_output(path, fill)
         .and_then(|staged| commit_lock().keep(staged))
-        .map_err(|source| TraceError::Write {
+        .map_err(|source| WriteError {
             path: path.to_owned(),
             source,
         })
+}
+
+/// A file that could not be written (whole).
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: cannot write: {source}")]
+pub struct WriteError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
 }
 
 #[cfg(test)]
