@@ -322,7 +322,8 @@ pub struct RecordArgs {
     /// only build graphs are never paused, so every graph is recorded whole. Untraced launches
     /// and steps are counted in the trace notes. 0 traces everything.
     #[arg(long, value_name = "N", env = gapscope::settings::Setting::TraceBudget.name(),
-          default_value_t = gapscope::record::inject::DEFAULT_TRACE_BUDGET)]
+          default_value_t = gapscope::record::cupti::TraceBudget::DEFAULT_LIMIT,
+          value_parser = gapscope::record::cupti::TraceBudget::parse_limit)]
     pub trace_budget: u32,
     /// The program to trace and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]

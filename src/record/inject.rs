@@ -39,7 +39,7 @@
 //! Environment read at initialisation: `GAPSCOPE_OUT` (folder, default: the current one),
 //! `GAPSCOPE_STEP_RANGE` (NVTX ranges of that name become [`crate::trace::MarkerKind::Step`] markers of cell
 //! 0), `GAPSCOPE_TRACE_BUDGET` (launches traced per executable graph and steps traced, default
-//! [`DEFAULT_TRACE_BUDGET`]; 0: all), the rank variables of [`rank_name`] and the world-size
+//! [`TraceBudget::DEFAULT_LIMIT`]; 0: all), the rank variables of [`rank_name`] and the world-size
 //! variables of [`world_size`].
 
 use crate::record::cupti::{Recorder, RecorderConfig, TraceBudget};
@@ -58,10 +58,6 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 pub const STEP_RANGE_VAR: &str = Setting::StepRange.name();
 /// Launches traced per executable graph and steps traced (`gapscope record --trace-budget`).
 pub const TRACE_BUDGET_VAR: &str = Setting::TraceBudget.name();
-/// The trace budget when none is given: enough steps per cell for a median and its spread,
-/// and few enough that at the length of a short benchmark (a few hundred steps) most steps
-/// run untraced, so that tracing's host cost does not become the program's typical step.
-pub const DEFAULT_TRACE_BUDGET: u32 = 16;
 /// `all`: an activity record for every CUDA API call, not only those the analysis reads.
 pub const API_RECORDS_VAR: &str = Setting::CuptiApi.name();
 /// `1`: SYNCHRONIZATION activity records too (off by default, see
@@ -275,14 +271,15 @@ fn initialize() -> Result<(), String> {
             )),
         }
     }
-    let limit = match env(Setting::TraceBudget).map(|v| v.trim().parse::<u32>()) {
-        None => DEFAULT_TRACE_BUDGET,
+    let limit = match env(Setting::TraceBudget).map(|v| TraceBudget::parse_limit(&v)) {
+        None => TraceBudget::DEFAULT_LIMIT,
         Some(Ok(n)) => n,
-        Some(Err(_)) => {
+        Some(Err(e)) => {
             say(&format!(
-                "{TRACE_BUDGET_VAR} is not a number; using the default {DEFAULT_TRACE_BUDGET}"
+                "{TRACE_BUDGET_VAR}: {e}; using the default {}",
+                TraceBudget::DEFAULT_LIMIT
             ));
-            DEFAULT_TRACE_BUDGET
+            TraceBudget::DEFAULT_LIMIT
         }
     };
     recorder_config.trace_budget = TraceBudget {

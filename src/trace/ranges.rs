@@ -7,7 +7,7 @@ use super::{MarkerKind, StrId, Trace};
 use std::collections::HashMap;
 
 /// The one rule for which host range marks a step when none is named, applied by
-/// `gapscope record` while the program runs (`record::cupti::step_choice`) and by the analysis
+/// `gapscope record` while the program runs (`record::cupti::budget::step_choice`) and by the analysis
 /// on a finished trace (`analysis::discover::step_range_hint`).
 pub mod step_range_rule {
     /// Ranges of one name with device work inside that make it a step range: three periods.

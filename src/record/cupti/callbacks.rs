@@ -6,7 +6,8 @@
 //! held while calling CUPTI or the driver from the subscriber callback.
 #![forbid(unsafe_code)]
 
-use super::budget::{BudgetState, Level, StepContent, SwitchOp};
+use super::budget::step_choice::Choice;
+use super::budget::{Budget, BudgetState, Level, StepContent, SwitchOp};
 use super::config::{
     CAPTURE_BEGIN_CBIDS, CAPTURE_END_CBIDS, GRAPH_BUILDING_START_CBIDS, GRAPH_LAUNCH_CBIDS,
     LAUNCH_CBIDS,
@@ -22,10 +23,9 @@ use super::params::{
 };
 use super::result::SubscriberHandle;
 use super::state::{
-    API_FROM_CALLBACKS, BUDGET_ON, Budget, NODE_FRAMES, PANICS, PAUSE_FILTER, Shared, State,
-    WATCH_ARMED, WATCHING, active, api_recorded, current_thread_id, lock, lock_within,
+    API_FROM_CALLBACKS, BUDGET_ON, NODE_FRAMES, PANICS, PAUSE_FILTER, Shared, State, WATCH_ARMED,
+    WATCHING, active, api_recorded, current_thread_id, lock, lock_within,
 };
-use super::step_choice::Choice;
 use super::sys;
 use crate::trace::{NodeType, StrId};
 use std::cell::{Cell as StdCell, RefCell};
@@ -821,9 +821,9 @@ impl Handler for Subscribed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::cupti::budget::step_choice;
     use crate::record::cupti::params::testing;
     use crate::record::cupti::state::{ACTIVE, clear_api_recorded, record_api_from_callbacks};
-    use crate::record::cupti::step_choice;
     use std::ffi::c_void;
     use std::sync::atomic::AtomicU64;
     use std::sync::{Arc, Mutex};

@@ -5,7 +5,7 @@
 #![forbid(unsafe_code)]
 
 use super::activity::{Activity, ApiCallSeen, KernelRecord, MemRecord};
-use super::markers::MarkerKeeping;
+use super::budget::markers::MarkerKeeping;
 use super::sys;
 use crate::trace::{
     ApiCall, ApiDomain, Kernel, Marker, MarkerKind, MemOp, StrId, Sync, TraceBuilder,
@@ -143,7 +143,7 @@ impl RecordStore {
     /// The trace's marker sample under `windows`, `None` when every marker was kept.
     pub(crate) fn marker_sample(
         &self,
-        windows: &super::markers::KeepWindows,
+        windows: &super::budget::markers::KeepWindows,
     ) -> Option<crate::trace::MarkerSample> {
         let strings = &self.builder.trace.strings;
         let name = |id: StrId| strings.get(id as usize).cloned().unwrap_or_default();
@@ -653,8 +653,8 @@ mod tests {
     /// decoded in buffers of 4,096 records after the decisions; a traced step also has its
     /// launch call and kernel. Returns the trace as the recorder finishes it.
     fn budgeted_decode_loop(steps: u64, budget_limit: u32) -> (Trace, RecordStore) {
+        use super::super::budget::markers::{KeepWindows, MarkerKeeping};
         use super::super::budget::{BudgetState, StepContent};
-        use super::super::markers::{KeepWindows, MarkerKeeping};
         let step = CString::new("decode_step").unwrap();
         let forward = CString::new("forward").unwrap();
         let (start, end) = (

@@ -30,12 +30,10 @@ mod graph;
 mod loaded;
 mod loader;
 mod local_symbols;
-mod markers;
 mod params;
 mod recorder;
 mod result;
 mod state;
-mod step_choice;
 pub(crate) mod sys;
 
 pub use budget::TraceBudget;

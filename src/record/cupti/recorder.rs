@@ -1,6 +1,7 @@
 //! The recorder: CUPTI activity tracing plus graph callbacks, turned into a [`Trace`].
 #![forbid(unsafe_code)]
 
+use super::budget::Budget;
 use super::buffers;
 use super::callbacks;
 use super::config::{
@@ -13,7 +14,7 @@ use super::loaded::Queries;
 use super::loader::{self, Cupti};
 use super::params;
 use super::result::{Subscriber, SubscriberHandle};
-use super::state::{self, ACTIVE, Budget, PANICS, Shared, State, lock};
+use super::state::{self, ACTIVE, PANICS, Shared, State, lock};
 use super::sys;
 use crate::settings::Setting;
 use crate::trace::{ApiDomain, Cell, Marker, MarkerKind, Metadata, StrId, Trace};
@@ -966,7 +967,7 @@ impl Recorder {
             if windows.full {
                 metadata.notes.push(format!(
                     "recorder: tracing switched more than {} times: no NVTX ranges kept after that",
-                    super::markers::MAX_WINDOWS
+                    super::budget::markers::MAX_WINDOWS
                 ));
             }
             metadata

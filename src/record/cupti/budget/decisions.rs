@@ -1,188 +1,13 @@
-//! The trace budget: which graph launches and steps pay for kernel tracing.
-//!
-//! CUPTI's kernel tracing costs host time on every launch, and the analysis needs a sample of
-//! each cell's steps from across the run, not every one of a serving loop's thousands, nor only
-//! the first ones (a long eager warm-up would use them all up). So each executable graph's
-//! launches, and each kind of step, are sampled on their own schedule ([`sampled`]): the first
-//! `limit` occurrences, then one window of `limit / 4` consecutive occurrences each time the
-//! count doubles, so a run of any length keeps a logarithmic number of steps, spread over all
-//! of it. A kind of step is the step range's
-//! name with what the previous step of that name did (ran eagerly, replayed graph X, or built a
-//! graph): an eager phase followed by a graphed one gets a sample of each.
-//!
-//! Untraced launches and steps run with the API activity kinds, the API calls the record filter
-//! keeps, and the eager-hot graph-building callbacks disabled ([`Level`]); the first window of
-//! them after each pause is *measured* (the device kinds stay on, so the analysis has their
-//! periods on the device's clock), the rest run with the device kinds off too. Tracing resumes
-//! as soon as something sampled starts or a graph is captured, created or instantiated, and it
-//! never pauses while a stream capture is under way, so every captured node is seen with its
-//! creating call and external flags. The callbacks of calls that only build graphs
-//! (`cudaGraphAdd*Node`, instantiation) never pause. The decisions are made here, in safe code;
-//! `callbacks` calls CUPTI when they change.
+//! The budget's decisions ([`BudgetState`]): what each launch, step, capture and tick of the
+//! time schedule does to tracing, and what the trace notes and `metadata.sampling` say of it.
 #![forbid(unsafe_code)]
 
-use super::sys;
+use super::{
+    Level, PACED_FIRST_NS, PACED_IDLE_NS, PACED_WINDOW_NS, measured_of, paced_level, sampled,
+    window_of,
+};
 use crate::trace::{DurationHistogram, LaunchPeriods, SampledGraph, Sampling};
 use std::collections::HashMap;
-
-/// One CUPTI call of a pause or resume.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SwitchOp {
-    /// `cuptiEnableCallback(on, …)` for one API callback.
-    Callback {
-        domain: sys::CUpti_CallbackDomain,
-        cbid: u32,
-    },
-    /// `cuptiActivityEnable`/`cuptiActivityDisable` of one kind.
-    Kind(sys::CUpti_ActivityKind),
-    /// `cuptiActivityEnable{Runtime,Driver}Api` for one call (the filter, after a resume).
-    ApiRecord {
-        domain: sys::CUpti_CallbackDomain,
-        cbid: u32,
-        on: bool,
-    },
-}
-
-/// What the recorder records at a moment under a trace budget, from least to most.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Level {
-    /// Nothing but the budget's own callbacks.
-    Off,
-    /// The device kinds alone (kernel, copy and memset records with their device timestamps):
-    /// the untraced launches or steps just after each pause, whose device periods the analysis
-    /// sets against the traced ones. No API records and none of the graph-building callbacks,
-    /// whose host cost is what makes a traced replay slower than the program's own.
-    Measured,
-    /// Everything: device and API kinds, the graph-building callbacks.
-    Traced,
-}
-
-/// Whether an activity kind records API calls (paused below [`Level::Traced`]) rather than
-/// device work (paused below [`Level::Measured`]).
-pub(crate) fn is_api_kind(kind: sys::CUpti_ActivityKind) -> bool {
-    kind == sys::CUPTI_ACTIVITY_KIND_RUNTIME || kind == sys::CUPTI_ACTIVITY_KIND_DRIVER
-}
-
-/// Whether `kind` is enabled at `level`.
-pub(crate) fn kind_on_at(kind: sys::CUpti_ActivityKind, level: Level) -> bool {
-    match level {
-        Level::Traced => true,
-        Level::Measured => !is_api_kind(kind),
-        Level::Off => false,
-    }
-}
-
-/// The CUPTI calls that take recording from level `from` to `to`, in order: going up turns the
-/// callbacks on first (so they see everything the kinds record), then the kinds, then the
-/// per-call API filter again (re-enabling an API kind records every call); going down turns
-/// the kinds off, then the callbacks. With `filter_off_on_pause` (the recorder's default),
-/// leaving [`Level::Traced`] first switches off the calls the filter records: a disabled API
-/// kind whose calls stay switched on in the filter keeps costing each of them host time
-/// (benches/README.md, "What a paused step still costs").
-pub(crate) fn switch_plan(
-    from: Level,
-    to: Level,
-    kinds: &[sys::CUpti_ActivityKind],
-    callbacks: &[(sys::CUpti_CallbackDomain, u32)],
-    api_filter: Option<&[(sys::CUpti_CallbackDomain, u32, bool)]>,
-    filter_off_on_pause: bool,
-) -> Vec<SwitchOp> {
-    let callbacks = callbacks
-        .iter()
-        .map(|&(domain, cbid)| SwitchOp::Callback { domain, cbid });
-    let changed = kinds
-        .iter()
-        .filter(|&&k| kind_on_at(k, from) != kind_on_at(k, to))
-        .map(|&k| SwitchOp::Kind(k));
-    let filter = api_filter.unwrap_or_default().iter();
-    let api_changes = kinds
-        .iter()
-        .any(|&k| is_api_kind(k) && kind_on_at(k, from) != kind_on_at(k, to));
-    let callbacks_change = (from == Level::Traced) != (to == Level::Traced);
-    let callbacks = callbacks.filter(|_| callbacks_change);
-    if to > from {
-        let filter = filter
-            .filter(|_| api_changes)
-            .map(|&(domain, cbid, on)| SwitchOp::ApiRecord { domain, cbid, on });
-        callbacks.chain(changed).chain(filter).collect()
-    } else {
-        let recorded = filter
-            .filter(|&&(_, _, on)| on && filter_off_on_pause && api_changes)
-            .map(|&(domain, cbid, _)| SwitchOp::ApiRecord {
-                domain,
-                cbid,
-                on: false,
-            });
-        recorded.chain(changed).chain(callbacks).collect()
-    }
-}
-
-/// Whether the `n`-th occurrence (0-based) of a launch or step kind is traced when the first
-/// `first` are: after those, one window of `first / 4` consecutive occurrences (at least 1) at
-/// each doubling of the count — at `2·first`, `4·first`, `8·first` … — so that a run of any
-/// length keeps a logarithmic number, spread over all of it, and a few-hundred-step phase
-/// runs mostly untraced (what users run is the default length: issue 41). `first == 0`
-/// traces everything.
-pub(crate) fn sampled(n: u64, first: u32) -> bool {
-    let (window, first) = (u64::from(window_of(first)), u64::from(first));
-    if first == 0 || n < first {
-        return true;
-    }
-    // first·2^k ≤ n < first·2^(k+1): the window opens the level, from the second one on.
-    let level_start = first << (n / first).ilog2();
-    level_start > first && n - level_start < window
-}
-
-/// How many consecutive occurrences a window of the schedule holds when the first `first` are
-/// traced.
-pub(crate) fn window_of(first: u32) -> u32 {
-    (first / 4).max(1)
-}
-
-/// How many untraced occurrences after each pause are measured, and how many untraced markers
-/// are kept after it: twice a window, so that each measured run gives the untraced period
-/// several launch-to-launch periods (its last launch is left out); what measuring costs a
-/// launch is in benches/README.md ("Seventh H200 session").
-pub(crate) fn measured_of(first: u32) -> u32 {
-    window_of(first).saturating_mul(2)
-}
-
-/// With nothing to count (no step range, no graph launches: an unmarked eager loop such as a
-/// model library's `generate()`), tracing follows time instead: on for the first
-/// [`PACED_FIRST_NS`] of the recording, then one window of [`PACED_WINDOW_NS`] at each doubling
-/// of the time (1 s, 2 s, 4 s …), each followed by a measured window as long. A window holds
-/// a few iterations of a loop of tens of ms; the traced share falls as the run lengthens, so a
-/// long loop's trace stays a few MB.
-pub(crate) const PACED_FIRST_NS: u64 = 500_000_000;
-/// See [`PACED_FIRST_NS`].
-pub(crate) const PACED_WINDOW_NS: u64 = 100_000_000;
-/// How long no launch or step may be counted before time paces the sampling: the counted
-/// schedule keeps control while the program marks steps or launches graphs.
-pub(crate) const PACED_IDLE_NS: u64 = 200_000_000;
-/// How often the pacer looks at the time.
-pub(crate) const PACE_TICK: std::time::Duration = std::time::Duration::from_millis(10);
-
-/// What the time schedule records `elapsed` ns into the recording ([`PACED_FIRST_NS`]).
-pub(crate) fn paced_level(elapsed: u64) -> Level {
-    if elapsed < PACED_FIRST_NS {
-        return Level::Traced;
-    }
-    // PACED_FIRST_NS·2^k ≤ elapsed: the window opens the level, from the second one on.
-    let level_start = PACED_FIRST_NS << (elapsed / PACED_FIRST_NS).ilog2();
-    let into = elapsed - level_start;
-    let traced_window = if level_start > PACED_FIRST_NS {
-        PACED_WINDOW_NS
-    } else {
-        0
-    };
-    if into < traced_window {
-        Level::Traced
-    } else if into < traced_window + PACED_WINDOW_NS {
-        Level::Measured
-    } else {
-        Level::Off
-    }
-}
 
 /// The time schedule's state ([`BudgetState::pace`]).
 #[derive(Debug, Default, Clone, Copy)]
@@ -212,35 +37,6 @@ pub(crate) enum StepContent {
 struct Counts {
     seen: u64,
     traced: u64,
-}
-
-/// How much of a program `gapscope record` traces.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceBudget {
-    /// Launches traced first per executable graph, and steps per kind of step, before the
-    /// sample thins out (`sampled`); 0: no limit.
-    pub limit: u32,
-    /// The NVTX range (default domain, ASCII name) that marks one eager step, if any.
-    pub step_range: Option<String>,
-}
-
-impl TraceBudget {
-    /// No limit: everything is traced (the recorder's default; `gapscope run` wants every step).
-    pub const UNLIMITED: TraceBudget = TraceBudget {
-        limit: 0,
-        step_range: None,
-    };
-
-    /// Whether any launch or step can go untraced.
-    pub fn is_limited(&self) -> bool {
-        self.limit > 0
-    }
-}
-
-impl Default for TraceBudget {
-    fn default() -> Self {
-        TraceBudget::UNLIMITED
-    }
 }
 
 /// Launches of one executable graph (keyed by its handle, which the driver may reuse after the
@@ -655,7 +451,11 @@ impl BudgetState {
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::sys;
+    use super::super::*;
     use super::*;
+    use crate::trace::{SampledGraph, Sampling};
+    use std::collections::HashMap;
 
     #[test]
     fn a_graph_is_traced_for_its_first_launches_then_paused() {
@@ -931,7 +731,7 @@ mod tests {
         let long = (0..700_000u64).filter(|&n| sampled(n, 64)).count();
         assert_eq!(long, 64 + 16 * 13);
         // A 300-step phase under the default limit runs mostly untraced.
-        let default = crate::record::inject::DEFAULT_TRACE_BUDGET;
+        let default = super::super::TraceBudget::DEFAULT_LIMIT;
         let phase = (0..300u64).filter(|&n| sampled(n, default)).count();
         assert!(phase * 8 < 300, "{phase} of 300 traced");
         assert!(sampled(u64::MAX, 1) || !sampled(u64::MAX, 1), "no overflow");

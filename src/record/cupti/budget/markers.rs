@@ -1,7 +1,7 @@
 //! Which NVTX ranges a budgeted recording keeps: a trace bounded by what was traced, not by
 //! how long the program ran.
 //!
-//! The trace budget ([`super::budget`]) switches tracing on and off; [`KeepWindows`] follows
+//! The trace budget ([`super`]) switches tracing on and off; [`KeepWindows`] follows
 //! it in host time: a window opens when tracing goes on and stays open while it is on and for
 //! the next `untraced_kept` untraced launches or steps after each pause (so the trace holds
 //! untraced steps next to traced ones, as many as the budget's windows, for the tracer's-share
