@@ -7,6 +7,7 @@
 
 pub mod align;
 pub mod cause;
+pub mod compare;
 pub mod completeness;
 mod corr_set;
 pub mod coverage;
@@ -266,14 +267,14 @@ impl Analyzer {
                 .map(|c| analysis.cells[c].label.clone())
                 .collect();
         }
-        (analysis.regime_pairs, analysis.not_paired) = align::pair_regimes(&analysis.cells);
+        (analysis.regime_pairs, analysis.not_paired) = compare::regime_pairs(&analysis.cells);
         let ratios: Vec<f64> = analysis
             .regime_pairs
             .iter()
             .filter_map(|p| p.ratio)
             .collect();
         analysis.geomean_ratio = stats::Geomean::of(&ratios);
-        analysis.mode_pairs = align::pair_modes(&analysis.cells);
+        analysis.mode_pairs = compare::mode_pairs(&analysis.cells);
         (analysis.remedies, analysis.withheld_remedies) = remedy::remedies(&analysis);
         analysis.headline = headline::headline(&analysis);
         analysis

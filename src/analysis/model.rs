@@ -847,6 +847,6 @@ pub struct Comparison {
     /// Matched cells whose base had a remedy with a predicted saving: predicted vs measured.
     pub realised: Vec<super::remedy::RemedyCheck>,
     /// BASE and HEAD name different devices: one line saying which (the ratios then compare
-    /// hardware as well as the change). See [`super::align::device_mismatch`].
+    /// hardware as well as the change). See [`super::compare::device_mismatch`].
     pub device_mismatch: Option<String>,
 }

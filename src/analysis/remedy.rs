@@ -714,7 +714,7 @@ mod tests {
     /// A compared pair whose change is `change`.
     fn pair(change: Option<crate::analysis::stats::Change>) -> CellComparison {
         let (_, a) = crate::report::fixtures::fixture();
-        let mut p = crate::analysis::align::compare_cells(0, 1, &a.cells[0], &a.cells[1]);
+        let mut p = crate::analysis::compare::compare_cells(0, 1, &a.cells[0], &a.cells[1]);
         p.change = change;
         p
     }

@@ -1077,7 +1077,7 @@ mod tests {
         assert_eq!(keys[2], keys[0].replace("#1", "#2"));
         assert_eq!(keys[3], keys[1].replace("#1", "#2"));
         // compare pairs the same cells: the n-th of a key with the n-th.
-        let c = crate::analysis::align::compare(a.clone(), a, 1.02);
+        let c = crate::analysis::compare::compare(a.clone(), a, 1.02);
         let pairs: Vec<(usize, usize)> = c.cells.iter().map(|p| (p.base, p.head)).collect();
         assert_eq!(pairs, [(0, 0), (1, 1), (2, 2), (3, 3)]);
     }

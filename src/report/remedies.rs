@@ -150,7 +150,7 @@ mod tests {
 
     #[test]
     fn predicted_vs_realised_row() {
-        let c = analysis::align::compare(graphed(2), graphed(1), 1.01);
+        let c = analysis::compare::compare(graphed(2), graphed(1), 1.01);
         let md = realised_section(&c);
         let row = md
             .lines()
@@ -160,7 +160,7 @@ mod tests {
             row.contains("| 0.96 [0.93–0.99] n=59 | 0.90 [0.85–0.95] n=59 | realised |"),
             "{row}"
         );
-        let none = analysis::align::compare(graphed(1), graphed(1), 1.01);
+        let none = analysis::compare::compare(graphed(1), graphed(1), 1.01);
         assert!(
             realised_section(&none)
                 .ends_with("No matched cell has a remedy with a predicted saving.\n")
