@@ -5,6 +5,7 @@
 
 use super::align::align_names;
 use super::stats::{Change, Geomean, Stat};
+use super::thresholds::{GAP_GROWTH_MIN_NS, RESOLUTION_NS};
 use super::{AlignedOp, Analysis, CauseKind, CellAnalysis, CellComparison, Comparison, NotPaired};
 use std::collections::BTreeMap;
 
@@ -100,8 +101,8 @@ fn align_ops(base: &CellAnalysis, head: &CellAnalysis) -> OpAlignment {
             (Some(b), Some(h)) => {
                 let dd = h.duration.median - b.duration.median;
                 let noise = b.duration.spread().max(h.duration.spread());
-                // Sub-100 ns differences are below CUPTI's timestamp resolution for kernels.
-                if dd.abs() > noise.max(100.0) {
+                // Differences below CUPTI's timestamp resolution for kernels are none.
+                if dd.abs() > noise.max(RESOLUTION_NS) {
                     within_spread = false;
                 }
                 if b.duration.median > 0.0 {
@@ -139,7 +140,7 @@ fn align_ops(base: &CellAnalysis, head: &CellAnalysis) -> OpAlignment {
     }
     let mut gap_growth_by_cause: Vec<(CauseKind, String, f64)> = growth
         .into_iter()
-        .filter(|(_, (_, d, _))| d.abs() >= 1.0)
+        .filter(|(_, (_, d, _))| d.abs() >= GAP_GROWTH_MIN_NS)
         .map(|(k, (l, d, _))| (k, l, d))
         .collect();
     gap_growth_by_cause.sort_by(|a, b| b.2.abs().total_cmp(&a.2.abs()));

@@ -21,6 +21,7 @@ pub mod remedy;
 pub mod stats;
 pub mod steps;
 pub mod summary;
+pub mod thresholds;
 pub mod timeline;
 pub mod tracer_share;
 pub mod trial;

@@ -633,7 +633,7 @@ pub struct CellComparison {
     #[serde(default)]
     pub traced_host_bound: bool,
     /// Why there is no `change` though both cells have a period: a side has too few steps to
-    /// judge ([`super::stats::MIN_STEPS_TO_JUDGE`]).
+    /// judge ([`super::thresholds::MIN_STEPS_TO_JUDGE`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub no_verdict: Option<String>,
     pub aligned: Vec<AlignedOp>,
@@ -688,9 +688,13 @@ impl CellComparison {
     }
 
     /// The cells whose slowdown is mostly the host launching later (see
-    /// [`Self::host_launch_share`]): at least half of the period grew there.
+    /// [`Self::host_launch_share`]): at least [`super::thresholds::HOST_BOUND_SHARE`] of the
+    /// period grew there.
     pub fn host_bound_slowdown(&self) -> bool {
-        self.change == Some(Change::Slower) && self.host_launch_share().is_some_and(|s| s >= 0.5)
+        self.change == Some(Change::Slower)
+            && self
+                .host_launch_share()
+                .is_some_and(|s| s >= super::thresholds::HOST_BOUND_SHARE)
     }
 
     /// The part of the period change that moved most, with its size (largest |ns|, head −

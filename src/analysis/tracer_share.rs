@@ -6,12 +6,10 @@
 #![forbid(unsafe_code)]
 
 use super::stats::Stat;
+use super::thresholds::TRACER_SHARE_MIN_PERIODS;
 use crate::trace::{MarkerKind, RangeSummary, Trace};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
-
-/// Fewest host periods on each side for a share to be stated.
-const MIN_PERIODS: usize = 5;
 
 /// Which clock a [`TracerShare`]'s periods were read on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -277,7 +275,7 @@ fn stat_of(h: &RangeSummary) -> Option<Stat> {
 }
 
 impl TracerShare {
-    /// `None` unless each side has [`MIN_PERIODS`] periods and the untraced median is positive.
+    /// `None` unless each side has [`TRACER_SHARE_MIN_PERIODS`] periods and the untraced median is positive.
     fn of(traced: Stat, untraced: Stat) -> Option<TracerShare> {
         Self::on(ShareClock::Host, traced, untraced)
     }
@@ -288,15 +286,16 @@ impl TracerShare {
     }
 
     fn on(clock: ShareClock, traced: Stat, untraced: Stat) -> Option<TracerShare> {
-        (traced.n >= MIN_PERIODS && untraced.n >= MIN_PERIODS && untraced.median > 0.0).then(|| {
-            TracerShare {
+        (traced.n >= TRACER_SHARE_MIN_PERIODS
+            && untraced.n >= TRACER_SHARE_MIN_PERIODS
+            && untraced.median > 0.0)
+            .then(|| TracerShare {
                 clock,
                 ratio: traced.median / untraced.median,
                 added_ns: traced.median - untraced.median,
                 traced,
                 untraced,
-            }
-        })
+            })
     }
 }
 

@@ -235,8 +235,8 @@ pub fn trial_markdown(r: &TrialReport) -> String {
     let _ = writeln!(
         s,
         "A change is beyond the spread when every round of one side is beyond every round of the other, by at least {} µs; with fewer than {} rounds the spread is unknown and the change must also exceed the steps' p10–p90.",
-        us2(crate::analysis::trial::RESOLUTION_NS),
-        crate::analysis::trial::MIN_ROUNDS_FOR_SPREAD
+        us2(crate::analysis::thresholds::RESOLUTION_NS),
+        crate::analysis::thresholds::MIN_ROUNDS_FOR_SPREAD
     );
     super::printable_report(s)
 }

@@ -129,7 +129,7 @@ pub(crate) fn verdict_line(c: &Comparison) -> String {
         let unjudged = if unjudged > 0 {
             format!(
                 "; {unjudged} without a verdict: too few steps ({} a side needed)",
-                crate::analysis::stats::MIN_STEPS_TO_JUDGE
+                crate::analysis::thresholds::MIN_STEPS_TO_JUDGE
             )
         } else {
             String::new()
