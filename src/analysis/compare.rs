@@ -6,7 +6,10 @@
 use super::align::align_names;
 use super::stats::{Change, Geomean, Stat};
 use super::thresholds::{GAP_GROWTH_MIN_NS, RESOLUTION_NS};
-use super::{AlignedOp, Analysis, CauseKind, CellAnalysis, CellComparison, Comparison, NotPaired};
+use super::{
+    AlignedOp, Analysis, CauseKind, CellAnalysis, CellComparison, Comparison, HostBoundSlowdown,
+    KernelDelta, KernelDurations, NotPaired, OpKind,
+};
 use std::collections::BTreeMap;
 
 /// Compares two cells of the same workload: period, aligned ops, and what the gap growth is
@@ -28,7 +31,25 @@ pub fn compare_cells(
         .map(|g| g.0)
         .filter(|k| !head_causes.contains(k))
         .collect();
+    let (graph_difference, graphs_differ_only_by_external) = graph_difference(base, head);
+    let external = ops
+        .gap_growth_by_cause
+        .iter()
+        .filter(|g| g.0 == CauseKind::ExternalEventWait)
+        .map(|g| g.2)
+        .sum::<f64>();
     CellComparison {
+        kernel_durations: kernel_durations(
+            &ops.aligned,
+            base,
+            head,
+            ops.max_pct,
+            ops.within_spread,
+        ),
+        external_event_share: period_delta
+            .filter(|&d| d > 0.0 && external > 0.0)
+            .map(|d| external / d),
+        graphs_differ_only_by_external,
         key: head.workload_key(),
         base: base_index,
         head: head_index,
@@ -60,7 +81,7 @@ pub fn compare_cells(
         duration_delta_total: ops.duration_delta_total,
         one_sided_ops_total: ops.one_sided_ops_total,
         pairing: None,
-        graph_difference: graph_difference(base, head),
+        graph_difference,
     }
 }
 
@@ -223,23 +244,103 @@ fn traced_host_bound(cell: &CellAnalysis) -> bool {
         })
 }
 
-/// Node-type count differences between two cells' graphs, e.g. "+1 EventWait (external)".
-fn graph_difference(base: &CellAnalysis, head: &CellAnalysis) -> Option<String> {
+/// Node-type count differences between two cells' graphs, e.g. "+1 EventWait (external)", and
+/// whether every differing node type is an external event node.
+fn graph_difference(base: &CellAnalysis, head: &CellAnalysis) -> (Option<String>, bool) {
     let (b, h) = (&base.observed.node_counts, &head.observed.node_counts);
     if b.is_empty() || h.is_empty() {
-        return None;
+        return (None, false);
     }
-    let parts: Vec<String> = b
+    let parts: Vec<(String, i64)> = b
         .keys()
         .chain(h.keys())
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .filter_map(|k| {
             let d = *h.get(k).unwrap_or(&0) as i64 - *b.get(k).unwrap_or(&0) as i64;
-            (d != 0).then(|| format!("{d:+} {k}"))
+            (d != 0).then(|| (k.to_string(), d))
         })
         .collect();
-    (!parts.is_empty()).then(|| parts.join(", "))
+    if parts.is_empty() {
+        return (None, false);
+    }
+    let text: Vec<String> = parts.iter().map(|(k, d)| format!("{d:+} {k}")).collect();
+    let only_external = parts.iter().all(|(k, _)| k.ends_with("(external)"));
+    (Some(text.join(", ")), only_external)
+}
+
+/// The kernel-duration check of `base` and `head` from their aligned ops, with the largest
+/// change over all aligned ops (`max_pct`) and whether every one is within spread
+/// (`within_spread`), as [`align_ops`] found them; `None` when no kernel is aligned.
+pub fn kernel_durations(
+    aligned: &[AlignedOp],
+    base: &CellAnalysis,
+    head: &CellAnalysis,
+    max_pct: Option<f64>,
+    within_spread: bool,
+) -> Option<KernelDurations> {
+    let kernels: Vec<KernelDelta> = aligned
+        .iter()
+        .filter_map(|a| {
+            let b = base.sequence.get(a.base?)?;
+            let h = head.sequence.get(a.head?)?;
+            (b.kind == OpKind::Kernel).then(|| KernelDelta {
+                name: a.name.clone(),
+                base: b.duration,
+                head: h.duration,
+                delta: a
+                    .duration_delta
+                    .unwrap_or(h.duration.median - b.duration.median),
+            })
+        })
+        .collect();
+    if kernels.is_empty() {
+        return None;
+    }
+    let max_delta_pct = max_pct.map_or_else(
+        || {
+            kernels
+                .iter()
+                .filter(|k| k.base.median > 0.0)
+                .map(|k| (k.delta / k.base.median * 100.0).abs())
+                .fold(0.0, f64::max)
+        },
+        f64::abs,
+    );
+    let count = kernels.len();
+    let mut differing = Vec::new();
+    if !within_spread {
+        let beyond = |k: &KernelDelta| k.delta.abs() > k.base.spread().max(k.head.spread());
+        differing = if kernels.iter().any(beyond) {
+            kernels.iter().filter(|k| beyond(k)).cloned().collect()
+        } else {
+            // The analysis judged otherwise (an op that is no kernel moved): the largest.
+            kernels
+        };
+        differing.sort_by(|x, y| y.delta.abs().total_cmp(&x.delta.abs()));
+    }
+    let differing_count = differing.len();
+    differing.truncate(KernelDurations::LISTED);
+    Some(KernelDurations {
+        aligned: count,
+        max_delta_pct,
+        differing,
+        differing_count,
+    })
+}
+
+/// The slower cells of a comparison whose slowdown is mostly the host launching later
+/// ([`CellComparison::host_bound_slowdown`]), each with that share.
+pub fn host_bound_slowdowns(cells: &[CellComparison]) -> Vec<HostBoundSlowdown> {
+    cells
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.host_bound_slowdown())
+        .map(|(cell, m)| HostBoundSlowdown {
+            cell,
+            share: m.host_launch_share().unwrap_or(0.0),
+        })
+        .collect()
 }
 
 /// Each graphed cell compared with its eager cell ([`super::align::pair_regimes`] pairs them),
@@ -340,7 +441,9 @@ pub fn compare(base: Analysis, head: Analysis, threshold: f64) -> Comparison {
         .collect();
     let realised = super::remedy::realised(&base, &head, &cells);
     let device_mismatch = device_mismatch(&base, &head);
+    let host_bound_slowdowns = host_bound_slowdowns(&cells);
     Comparison {
+        host_bound_slowdowns,
         base,
         head,
         cells,

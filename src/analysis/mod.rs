@@ -268,6 +268,7 @@ impl Analyzer {
                 .map(|c| analysis.cells[c].label.clone())
                 .collect();
         }
+        tracer_share::mark_cupti_costs(&mut analysis);
         (analysis.regime_pairs, analysis.not_paired) = compare::regime_pairs(&analysis.cells);
         let ratios: Vec<f64> = analysis
             .regime_pairs

@@ -10,7 +10,7 @@
 
 use super::{md_cell, ratio, stat_us, us2, us2_signed};
 use crate::analysis::stats::{Change, Geomean, Stat};
-use crate::analysis::{Analysis, CellAnalysis, CellComparison, OpKind, Regime};
+use crate::analysis::{Analysis, CellAnalysis, CellComparison, Regime};
 use crate::trace::Source;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -174,10 +174,9 @@ pub fn analysis_markdown(a: &Analysis) -> String {
                 );
             }
         }
-        let traced_first_launches = cells.iter().any(|&ci| {
-            let c = &a.cells[ci];
-            c.first_launch_period.is_some() && recorded_by_cupti(a, c)
-        });
+        let traced_first_launches = cells
+            .iter()
+            .any(|&ci| a.cells[ci].first_launches_inflated_by_cupti);
         if traced_first_launches {
             let _ = writeln!(s, "{FIRST_LAUNCH_INFLATION}\n");
         }
@@ -353,31 +352,19 @@ fn spread_cell(s: &Stat) -> String {
 /// What CUPTI's kernel tracing adds to first launches, as measured (see the README).
 const FIRST_LAUNCH_INFLATION: &str = "> First launches recorded by CUPTI are inflated by its kernel tracing, which sets up each new executable graph inside its first launch: by more than a traced replay of the same graph pays (measured in benches/README.md, \"Recording: what the recorder enables and what it costs\"). Every first launch outside a step range is traced, whatever `--trace-budget`. Compare first launches with first launches recorded the same way, not with untraced timings.";
 
-/// Whether cell `c` comes from a trace CUPTI recorded (not a Kineto import or synthetic).
-fn recorded_by_cupti(a: &Analysis, c: &CellAnalysis) -> bool {
-    a.inputs.get(c.trace).map(|i| i.source) == Some(Source::Cupti)
-}
-
-/// For CUPTI-recorded graph cells whose steps lose time to host-bound graph launches: how much
-/// of that CUPTI itself may have added, from the graph's node count.
+/// For CUPTI-recorded graph cells whose steps lose time to host-bound graph launches
+/// ([`CellAnalysis::cupti_launch_cost`]): how much of that CUPTI itself may have added.
 fn cupti_launch_cost_note(a: &Analysis, cells: &[usize]) -> Option<String> {
     let parts: Vec<String> = cells
         .iter()
         .filter_map(|&ci| {
             let c = &a.cells[ci];
-            let group = c.graph_group.as_ref().filter(|_| recorded_by_cupti(a, c))?;
-            let host_bound = c
-                .idle_by_cause
-                .iter()
-                .find(|t| t.cause == crate::analysis::CauseKind::GraphLaunchHostBound)?;
-            let nodes = match group.identity.node_counts.values().sum::<usize>() {
-                0 => group.identity.op_names.len(),
-                n => n,
-            };
+            let cost = c.cupti_launch_cost?;
             Some(format!(
-                "{}: {nodes} nodes, host-bound launch gaps of {} µs per step",
+                "{}: {} nodes, host-bound launch gaps of {} µs per step",
                 md_cell(&c.label),
-                us2(host_bound.per_step.median),
+                cost.nodes,
+                us2(cost.host_bound_per_step),
             ))
         })
         .collect();
@@ -526,7 +513,7 @@ fn pair_section(s: &mut String, p: &CellComparison, base: &CellAnalysis, head: &
     if let Some(pairing) = &p.pairing {
         let _ = writeln!(s, "- {}", md_cell(&pairing.text));
     }
-    let _ = writeln!(s, "- {}", duration_check(p, base, head));
+    let _ = writeln!(s, "- {}", duration_check(p));
     let _ = writeln!(s, "- {}", explain(p));
     let only_head: Vec<String> = p
         .aligned
@@ -611,75 +598,31 @@ fn regime_name(c: &CellAnalysis, fallback: &'static str) -> &'static str {
 }
 
 /// "kernel durations identical within 0.40 % (max |Δ| over 12 aligned kernels)", or the kernels
-/// whose durations differ beyond their spread.
-fn duration_check(p: &CellComparison, base: &CellAnalysis, head: &CellAnalysis) -> String {
-    struct K<'a> {
-        name: &'a str,
-        b: Stat,
-        h: Stat,
-        delta: f64,
-    }
-    let kernels: Vec<K> = p
-        .aligned
-        .iter()
-        .filter_map(|a| {
-            let b = base.sequence.get(a.base?)?;
-            let h = head.sequence.get(a.head?)?;
-            if b.kind != OpKind::Kernel {
-                return None;
-            }
-            Some(K {
-                name: &a.name,
-                b: b.duration,
-                h: h.duration,
-                delta: a
-                    .duration_delta
-                    .unwrap_or(h.duration.median - b.duration.median),
-            })
-        })
-        .collect();
-    if kernels.is_empty() {
+/// whose durations differ beyond their spread ([`CellComparison::kernel_durations`]).
+fn duration_check(p: &CellComparison) -> String {
+    let Some(k) = &p.kernel_durations else {
         return "kernel durations: no aligned kernels to compare".to_owned();
-    }
-    let n = kernels.len();
-    let pct = p.max_duration_delta_pct.map_or_else(
-        || {
-            kernels
-                .iter()
-                .filter(|k| k.b.median > 0.0)
-                .map(|k| (k.delta / k.b.median * 100.0).abs())
-                .fold(0.0, f64::max)
-        },
-        f64::abs,
-    );
+    };
+    let (n, pct) = (k.aligned, k.max_delta_pct);
     if p.durations_within_spread {
         return format!(
             "kernel durations identical within {pct:.2} % (max |Δ| over {n} aligned kernels)"
         );
     }
-    let mut differ: Vec<&K> = kernels
+    let list: Vec<String> = k
+        .differing
         .iter()
-        .filter(|k| k.delta.abs() > k.b.spread().max(k.h.spread()))
-        .collect();
-    if differ.is_empty() {
-        // The analysis judged otherwise: show the largest deltas.
-        differ = kernels.iter().collect();
-    }
-    differ.sort_by(|x, y| y.delta.abs().total_cmp(&x.delta.abs()));
-    let list: Vec<String> = differ
-        .iter()
-        .take(5)
         .map(|k| {
-            let rel = if k.b.median > 0.0 {
-                format!(", {:+.1} %", k.delta / k.b.median * 100.0)
+            let rel = if k.base.median > 0.0 {
+                format!(", {:+.1} %", k.delta / k.base.median * 100.0)
             } else {
                 String::new()
             };
             format!(
                 "`{}` {} → {} ({} µs{rel})",
-                md_cell(&super::short_op_name(k.name)).replace('`', "'"),
-                stat_us(&k.b),
-                stat_us(&k.h),
+                md_cell(&super::short_op_name(&k.name)).replace('`', "'"),
+                stat_us(&k.base),
+                stat_us(&k.head),
                 us2_signed(k.delta)
             )
         })
@@ -687,8 +630,8 @@ fn duration_check(p: &CellComparison, base: &CellAnalysis, head: &CellAnalysis) 
     format!(
         "kernel durations differ beyond spread (max |Δ| {pct:.2} % over {n} aligned kernels): {}{}",
         list.join("; "),
-        if differ.len() > 5 {
-            format!("; and {} more", differ.len() - 5)
+        if k.differing_count > k.differing.len() {
+            format!("; and {} more", k.differing_count - k.differing.len())
         } else {
             String::new()
         }
@@ -810,7 +753,7 @@ fn sweep_section(s: &mut String, a: &Analysis) {
                     "no change (inside run-to-run spread); external event wait {}",
                     us2_signed(external)
                 ),
-                (Some(d), _) => {
+                (Some(_), _) => {
                     let who = p
                         .gap_growth_by_cause
                         .iter()
@@ -818,14 +761,16 @@ fn sweep_section(s: &mut String, a: &Analysis) {
                         .map_or("no external event node".to_owned(), |g| g.1.clone());
                     // A part larger than Δ (other parts shrank) is said so, not as a share
                     // over 100 %.
-                    let share = crate::report::share_of(external, d)
-                        .map(|x| format!(" = {}", x.replace(" of it", " of Δ")))
+                    let share = p
+                        .external_event_share
+                        .map(|x| {
+                            format!(
+                                " = {}",
+                                crate::report::share_label(x).replace(" of it", " of Δ")
+                            )
+                        })
                         .unwrap_or_default();
-                    let only_external = p
-                        .graph_difference
-                        .as_deref()
-                        .is_some_and(|d| d.split(", ").all(|part| part.ends_with("(external)")));
-                    let verdict = if only_external {
+                    let verdict = if p.graphs_differ_only_by_external {
                         format!(
                             "; the graphs differ only by {}, so all of Δ follows from them",
                             md_cell(p.graph_difference.as_deref().unwrap_or_default())
@@ -969,6 +914,16 @@ mod tests {
         p.max_duration_delta_pct = Some(5.0);
         p.aligned[3].duration_delta = Some(480.0);
         a.cells[1].sequence[3].duration = Stat::of(&mut [9_980.0, 9_980.0, 9_980.0]).unwrap();
+        // The analysis decides which kernels differ; the report prints them.
+        let p = &a.regime_pairs[0];
+        let check = crate::analysis::compare::kernel_durations(
+            &p.aligned,
+            &a.cells[p.base],
+            &a.cells[p.head],
+            p.max_duration_delta_pct,
+            p.durations_within_spread,
+        );
+        a.regime_pairs[0].kernel_durations = check;
         let md = analysis_markdown(&a);
         assert!(md.contains("kernel durations differ beyond spread (max |Δ| 5.00 % over 4 aligned kernels): `dispatch` 9.50 µs [9.50–9.50] n=4 → 9.98 µs [9.98–9.98] n=3 (+0.48 µs, +5.1 %)"), "{md}");
     }
@@ -1046,6 +1001,7 @@ mod tests {
             ),
         ];
         assert!(c.cells[1].host_bound_slowdown());
+        c.host_bound_slowdowns = crate::analysis::compare::host_bound_slowdowns(&c.cells);
         let line = host_bound_caution(&c).expect("a caution");
         assert!(line.contains("(71 %)"), "{line}");
         assert!(comparison_markdown(&c).contains(&format!("> {line}")));
@@ -1055,6 +1011,7 @@ mod tests {
         // Mostly the graph: no caution.
         c.cells[1].gap_growth_by_cause[0].2 = 2_000.0;
         assert!(!c.cells[1].host_bound_slowdown());
+        c.host_bound_slowdowns = crate::analysis::compare::host_bound_slowdowns(&c.cells);
         assert_eq!(host_bound_caution(&c), None);
     }
 }
