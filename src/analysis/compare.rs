@@ -367,6 +367,18 @@ pub fn mode_pairs(cells: &[CellAnalysis]) -> Vec<CellComparison> {
         .collect()
 }
 
+/// "2 without a verdict: too few steps (3 a side needed)" of the compared cells that have no
+/// verdict ([`CellComparison::no_verdict`]); `None` when every one has.
+pub fn unjudged_note(cells: &[CellComparison]) -> Option<String> {
+    let unjudged = cells.iter().filter(|m| m.no_verdict.is_some()).count();
+    (unjudged > 0).then(|| {
+        format!(
+            "{unjudged} without a verdict: too few steps ({} a side needed)",
+            super::thresholds::MIN_STEPS_TO_JUDGE
+        )
+    })
+}
+
 /// `--threshold`: a head/base period ratio of at least 1 (1.02: 2 % slower allowed; 1: no
 /// slowdown beyond the spread). Below 1 it would say "no cell slower than 0.50×" of cells that
 /// are slower: a cell breaches only when it is slower beyond the spread, so its ratio is above

@@ -7,7 +7,8 @@
 
 use super::stats::Stat;
 use super::thresholds::{
-    FRESH_GRAPH_MIN_EXCESS_NS, FRESH_GRAPH_MIN_RATIO, MATERIAL_SHARE_OF_STEP, RESOLUTION_NS,
+    FRESH_GRAPH_MIN_EXCESS_NS, FRESH_GRAPH_MIN_RATIO, MATERIAL_SHARE_OF_STEP, MIN_STEPS_TO_JUDGE,
+    RESOLUTION_NS,
 };
 use super::{Analysis, CauseKind, CellAnalysis, CellComparison, Regime};
 use serde::Serialize;
@@ -185,6 +186,14 @@ pub struct Remedy {
     pub predicted_saving_ns: Option<Saving>,
     /// Where the prediction comes from, or why there is none.
     pub basis: String,
+}
+
+/// When a remedy is given, as the reports say it beside the remedies withheld.
+pub fn given_only_when() -> String {
+    format!(
+        "a remedy is given only from at least {MIN_STEPS_TO_JUDGE} steps with a period, when it predicts a saving beyond its spread and at least {:.0} % of the step, and not as a graph capture of a step that runs as a graph already",
+        MATERIAL_SHARE_OF_STEP * 100.0
+    )
 }
 
 /// A remedy whose evidence the analysis shows but which is not given: its cell has too few

@@ -1,6 +1,8 @@
 //! Every threshold a verdict of gapscope's is judged against, in one place, each with why it
 //! has its value. The analysis modules judge with these; the reports print what was judged and
-//! read none of them to decide anything (a rule's sentence may quote a value).
+//! read none of them (the rules they state come from the analysis too:
+//! [`super::remedy::given_only_when`], [`super::trial::beyond_spread_rule`],
+//! [`super::compare::unjudged_note`]).
 #![forbid(unsafe_code)]
 
 // ---- Steps and spreads: when a figure may be judged at all ----

@@ -788,6 +788,13 @@ fn headline(variants: &[VariantVerdict], base: &Runs<'_>, rounds: &[usize]) -> S
     "No variant removed a gap or helped beyond the run-to-run spread".to_owned()
 }
 
+/// The rule a variant's change is judged by, as `try.md` states it under its verdicts.
+pub fn beyond_spread_rule() -> String {
+    format!(
+        "A change is beyond the spread when every round of one side is beyond every round of the other, by at least {:.2} µs; with fewer than {MIN_ROUNDS_FOR_SPREAD} rounds the spread is unknown and the change must also exceed the steps' p10–p90.",
+        RESOLUTION_NS / 1000.0
+    )
+}
 #[cfg(test)]
 mod tests {
     use super::*;

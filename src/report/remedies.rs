@@ -46,9 +46,8 @@ fn withheld_lines(s: &mut String, a: &Analysis) {
     }
     let _ = writeln!(
         s,
-        "\nNot given (a remedy is given only from at least {} steps with a period, when it predicts a saving beyond its spread and at least {:.0} % of the step, and not as a graph capture of a step that runs as a graph already):\n",
-        crate::analysis::thresholds::MIN_STEPS_TO_JUDGE,
-        crate::analysis::thresholds::MATERIAL_SHARE_OF_STEP * 100.0
+        "\nNot given ({}):\n",
+        crate::analysis::remedy::given_only_when()
     );
     for w in &a.withheld_remedies {
         let cell = a.cells.get(w.remedy.cell).map_or("—", |c| c.label.as_str());

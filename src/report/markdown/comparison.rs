@@ -120,15 +120,9 @@ pub fn comparison_github(c: &Comparison) -> String {
 
 pub(crate) fn verdict_line(c: &Comparison) -> String {
     if c.breached.is_empty() {
-        let unjudged = c.cells.iter().filter(|m| m.no_verdict.is_some()).count();
-        let unjudged = if unjudged > 0 {
-            format!(
-                "; {unjudged} without a verdict: too few steps ({} a side needed)",
-                crate::analysis::thresholds::MIN_STEPS_TO_JUDGE
-            )
-        } else {
-            String::new()
-        };
+        let unjudged = crate::analysis::compare::unjudged_note(&c.cells)
+            .map(|note| format!("; {note}"))
+            .unwrap_or_default();
         format!(
             "PASS: no cell slower than {:.2}× beyond spread ({} cells compared{unjudged})",
             c.threshold,

@@ -741,53 +741,7 @@ fn sweep_section(s: &mut String, a: &Analysis) {
                 (Some(d), _) => us2_signed(d),
                 _ => "—".to_owned(),
             };
-            let external = p.gap_growth_of(crate::analysis::CauseKind::ExternalEventWait);
-            let others: f64 = p
-                .gap_growth_by_cause
-                .iter()
-                .filter(|g| g.0 != crate::analysis::CauseKind::ExternalEventWait)
-                .map(|g| g.2)
-                .sum();
-            let explained = match (p.period_delta, p.change) {
-                (_, Some(Change::NoChange)) => format!(
-                    "no change (inside run-to-run spread); external event wait {}",
-                    us2_signed(external)
-                ),
-                (Some(_), _) => {
-                    let who = p
-                        .gap_growth_by_cause
-                        .iter()
-                        .find(|g| g.0 == crate::analysis::CauseKind::ExternalEventWait)
-                        .map_or("no external event node".to_owned(), |g| g.1.clone());
-                    // A part larger than Δ (other parts shrank) is said so, not as a share
-                    // over 100 %.
-                    let share = p
-                        .external_event_share
-                        .map(|x| {
-                            format!(
-                                " = {}",
-                                crate::report::share_label(x).replace(" of it", " of Δ")
-                            )
-                        })
-                        .unwrap_or_default();
-                    let verdict = if p.graphs_differ_only_by_external {
-                        format!(
-                            "; the graphs differ only by {}, so all of Δ follows from them",
-                            md_cell(p.graph_difference.as_deref().unwrap_or_default())
-                        )
-                    } else {
-                        String::new()
-                    };
-                    format!(
-                        "external event wait {}{share} — {}; other gaps {}, op durations {}{verdict}",
-                        us2_signed(external),
-                        md_cell(&who),
-                        us2_signed(others),
-                        us2_signed(p.duration_delta_total)
-                    )
-                }
-                _ => "—".to_owned(),
-            };
+            let explained = mode_explanation(p);
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {} | {} | {} | {delta} | {} / {} / {} | {explained} |",
@@ -814,6 +768,59 @@ fn sweep_section(s: &mut String, a: &Analysis) {
             }
         }
         let _ = writeln!(s);
+    }
+}
+
+/// The mode table's last column: how much of mode 2 − mode 1 the external event nodes explain,
+/// as the analysis judged it ([`CellComparison::external_event_share`],
+/// [`CellComparison::graphs_differ_only_by_external`]).
+fn mode_explanation(p: &CellComparison) -> String {
+    let external = p.gap_growth_of(crate::analysis::CauseKind::ExternalEventWait);
+    let others: f64 = p
+        .gap_growth_by_cause
+        .iter()
+        .filter(|g| g.0 != crate::analysis::CauseKind::ExternalEventWait)
+        .map(|g| g.2)
+        .sum();
+    match (p.period_delta, p.change) {
+        (_, Some(Change::NoChange)) => format!(
+            "no change (inside run-to-run spread); external event wait {}",
+            us2_signed(external)
+        ),
+        (Some(_), _) => {
+            let who = p
+                .gap_growth_by_cause
+                .iter()
+                .find(|g| g.0 == crate::analysis::CauseKind::ExternalEventWait)
+                .map_or("no external event node".to_owned(), |g| g.1.clone());
+            // A part larger than Δ (other parts shrank) is said so, not as a share
+            // over 100 %.
+            let share = p
+                .external_event_share
+                .map(|x| {
+                    format!(
+                        " = {}",
+                        crate::report::share_label(x).replace(" of it", " of Δ")
+                    )
+                })
+                .unwrap_or_default();
+            let verdict = if p.graphs_differ_only_by_external {
+                format!(
+                    "; the graphs differ only by {}, so all of Δ follows from them",
+                    md_cell(p.graph_difference.as_deref().unwrap_or_default())
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "external event wait {}{share} — {}; other gaps {}, op durations {}{verdict}",
+                us2_signed(external),
+                md_cell(&who),
+                us2_signed(others),
+                us2_signed(p.duration_delta_total)
+            )
+        }
+        _ => "—".to_owned(),
     }
 }
 
