@@ -56,133 +56,8 @@ pub fn analysis_markdown(a: &Analysis) -> String {
     }
     for (key, cells) in &groups {
         let _ = writeln!(s, "### Workload {}\n", key_label(key));
-        let _ = writeln!(
-            s,
-            "| cell | regime observed | graph usage mode observed | n | median µs | p10–p90 µs | first launches µs | CUDA-event period µs | graphed/eager | change | in graphs (device time / ops) | replayed ops with a provenance |"
-        );
-        let _ = writeln!(s, "|---|---|---|--:|--:|--:|--:|--:|--:|---|--:|--:|");
-        // With several eager cells in one table, name the one each ratio is against.
-        let bases: std::collections::BTreeSet<usize> = a
-            .regime_pairs
-            .iter()
-            .filter(|p| cells.contains(&p.head))
-            .map(|p| p.base)
-            .collect();
-        for &ci in cells {
-            let c = &a.cells[ci];
-            let pair = a.regime_pairs.iter().find(|p| p.head == ci);
-            let is_base = a.regime_pairs.iter().any(|p| p.base == ci);
-            let (r, change) = match pair {
-                Some(p) => {
-                    let mut r = p.ratio.map_or("—".to_owned(), ratio);
-                    if bases.len() > 1 {
-                        r += &format!(" vs {}", md_cell(&p.base_label));
-                    }
-                    (r, comparison_change_label(p))
-                }
-                None if is_base => ("base".to_owned(), "—".to_owned()),
-                None => ("—".to_owned(), "—".to_owned()),
-            };
-            let (n, median, spread) = match &c.period {
-                Some(p) => (p.n.to_string(), us2(p.median), spread_cell(p)),
-                None => ("0".to_owned(), "—".to_owned(), "—".to_owned()),
-            };
-            let o = &c.observed;
-            let share = |v: Option<f64>| v.map_or("—".to_owned(), super::percent);
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {n} | {median} | {spread} | {} | {} | {r} | {change} | {} / {} | {} |",
-                md_cell(&c.label),
-                super::regime_label(o.regime),
-                md_cell(o.graph_usage_mode.as_deref().unwrap_or("—")),
-                opt_stat_cell(c.first_launch_period.as_ref()),
-                opt_stat_cell(c.event_period.as_ref()),
-                share(o.graph_coverage),
-                share(o.graph_coverage_ops),
-                share(o.replayed_with_provenance),
-            );
-        }
-        let _ = writeln!(s);
-        for &ci in cells {
-            let c = &a.cells[ci];
-            if let Some(why) = c.why_no_period() {
-                let _ = writeln!(
-                    s,
-                    "> {}: no period ({}).\n",
-                    md_cell(&c.label),
-                    md_cell(&why)
-                );
-            }
-            if let Some(e) = &c.observed.eager_in_graphed {
-                let _ = writeln!(
-                    s,
-                    "> ⚠️ {}: {} (torch.compile falls back to eager this way when it skips cudagraphs).\n",
-                    md_cell(&c.label),
-                    super::eager_in_graphed_label(e)
-                );
-            }
-            if c.observed.compiled_without_graphs {
-                let _ = writeln!(
-                    s,
-                    "> ⚠️ {}: {}.\n",
-                    md_cell(&c.label),
-                    md_cell(&super::compiled_without_graphs_label(c))
-                );
-            }
-            if let Some(l) = &c.observed.left_out {
-                let _ = writeln!(
-                    s,
-                    "> ⚠️ {}: {}.\n",
-                    md_cell(&c.label),
-                    md_cell(&super::left_out_label(l))
-                );
-            }
-        }
-        let sampled: Vec<String> = cells
-            .iter()
-            .filter_map(|&ci| {
-                let c = &a.cells[ci];
-                c.sampled
-                    .map(|x| format!("{}: {}", md_cell(&c.label), x.describe()))
-            })
-            .collect();
-        if !sampled.is_empty() {
-            let _ = writeln!(
-                s,
-                "> Trace budget: {}; the rest ran untraced (`gapscope record --trace-budget 0` traces everything).\n",
-                sampled.join("; ")
-            );
-        }
-        for &ci in cells {
-            let c = &a.cells[ci];
-            if let Some(t) = &c.tracer_share {
-                // Where the device measured the untraced steps, verdicts are judged on them
-                // (`analysis::align`); host shares only bound what tracing can explain.
-                let meaning = match t.clock {
-                    crate::analysis::tracer_share::ShareClock::Device => {
-                        "the untraced period measured on the device's clock in this run; differences between cells are judged on it"
-                    }
-                    crate::analysis::tracer_share::ShareClock::Host => {
-                        "measured on this run's untraced steps; differences smaller than it are not findings"
-                    }
-                };
-                let _ = writeln!(
-                    s,
-                    "> Tracer's share, {}: {} — {meaning}.\n",
-                    md_cell(&c.label),
-                    t.describe()
-                );
-            }
-        }
-        let traced_first_launches = cells
-            .iter()
-            .any(|&ci| a.cells[ci].first_launches_inflated_by_cupti);
-        if traced_first_launches {
-            let _ = writeln!(s, "{FIRST_LAUNCH_INFLATION}\n");
-        }
-        if let Some(note) = cupti_launch_cost_note(a, cells) {
-            let _ = writeln!(s, "{note}\n");
-        }
+        workload_table(&mut s, a, cells);
+        workload_notes(&mut s, a, cells);
         for p in a.regime_pairs.iter().filter(|p| cells.contains(&p.head)) {
             let (Some(base), Some(head)) = (a.cells.get(p.base), a.cells.get(p.head)) else {
                 continue;
@@ -203,6 +78,142 @@ pub fn analysis_markdown(a: &Analysis) -> String {
     idle_section(&mut s, a);
     inputs_section(&mut s, a, None);
     crate::report::printable_report(s)
+}
+
+/// A workload's period table: one row per cell, with its ratio to its eager cell.
+fn workload_table(s: &mut String, a: &Analysis, cells: &[usize]) {
+    let _ = writeln!(
+        s,
+        "| cell | regime observed | graph usage mode observed | n | median µs | p10–p90 µs | first launches µs | CUDA-event period µs | graphed/eager | change | in graphs (device time / ops) | replayed ops with a provenance |"
+    );
+    let _ = writeln!(s, "|---|---|---|--:|--:|--:|--:|--:|--:|---|--:|--:|");
+    // With several eager cells in one table, name the one each ratio is against.
+    let bases: std::collections::BTreeSet<usize> = a
+        .regime_pairs
+        .iter()
+        .filter(|p| cells.contains(&p.head))
+        .map(|p| p.base)
+        .collect();
+    for &ci in cells {
+        let c = &a.cells[ci];
+        let pair = a.regime_pairs.iter().find(|p| p.head == ci);
+        let is_base = a.regime_pairs.iter().any(|p| p.base == ci);
+        let (r, change) = match pair {
+            Some(p) => {
+                let mut r = p.ratio.map_or("—".to_owned(), ratio);
+                if bases.len() > 1 {
+                    r += &format!(" vs {}", md_cell(&p.base_label));
+                }
+                (r, comparison_change_label(p))
+            }
+            None if is_base => ("base".to_owned(), "—".to_owned()),
+            None => ("—".to_owned(), "—".to_owned()),
+        };
+        let (n, median, spread) = match &c.period {
+            Some(p) => (p.n.to_string(), us2(p.median), spread_cell(p)),
+            None => ("0".to_owned(), "—".to_owned(), "—".to_owned()),
+        };
+        let o = &c.observed;
+        let share = |v: Option<f64>| v.map_or("—".to_owned(), super::percent);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {n} | {median} | {spread} | {} | {} | {r} | {change} | {} / {} | {} |",
+            md_cell(&c.label),
+            super::regime_label(o.regime),
+            md_cell(o.graph_usage_mode.as_deref().unwrap_or("—")),
+            opt_stat_cell(c.first_launch_period.as_ref()),
+            opt_stat_cell(c.event_period.as_ref()),
+            share(o.graph_coverage),
+            share(o.graph_coverage_ops),
+            share(o.replayed_with_provenance),
+        );
+    }
+    let _ = writeln!(s);
+}
+
+/// The notes under a workload's table: cells without a period, eager work in graphed cells,
+/// the trace budget, the tracer's share, and what CUPTI added (as the analysis decided).
+fn workload_notes(s: &mut String, a: &Analysis, cells: &[usize]) {
+    for &ci in cells {
+        let c = &a.cells[ci];
+        if let Some(why) = c.why_no_period() {
+            let _ = writeln!(
+                s,
+                "> {}: no period ({}).\n",
+                md_cell(&c.label),
+                md_cell(&why)
+            );
+        }
+        if let Some(e) = &c.observed.eager_in_graphed {
+            let _ = writeln!(
+                s,
+                "> ⚠️ {}: {} (torch.compile falls back to eager this way when it skips cudagraphs).\n",
+                md_cell(&c.label),
+                super::eager_in_graphed_label(e)
+            );
+        }
+        if c.observed.compiled_without_graphs {
+            let _ = writeln!(
+                s,
+                "> ⚠️ {}: {}.\n",
+                md_cell(&c.label),
+                md_cell(&super::compiled_without_graphs_label(c))
+            );
+        }
+        if let Some(l) = &c.observed.left_out {
+            let _ = writeln!(
+                s,
+                "> ⚠️ {}: {}.\n",
+                md_cell(&c.label),
+                md_cell(&super::left_out_label(l))
+            );
+        }
+    }
+    let sampled: Vec<String> = cells
+        .iter()
+        .filter_map(|&ci| {
+            let c = &a.cells[ci];
+            c.sampled
+                .map(|x| format!("{}: {}", md_cell(&c.label), x.describe()))
+        })
+        .collect();
+    if !sampled.is_empty() {
+        let _ = writeln!(
+            s,
+            "> Trace budget: {}; the rest ran untraced (`gapscope record --trace-budget 0` traces everything).\n",
+            sampled.join("; ")
+        );
+    }
+    for &ci in cells {
+        let c = &a.cells[ci];
+        if let Some(t) = &c.tracer_share {
+            // Where the device measured the untraced steps, verdicts are judged on them
+            // (`analysis::align`); host shares only bound what tracing can explain.
+            let meaning = match t.clock {
+                crate::analysis::tracer_share::ShareClock::Device => {
+                    "the untraced period measured on the device's clock in this run; differences between cells are judged on it"
+                }
+                crate::analysis::tracer_share::ShareClock::Host => {
+                    "measured on this run's untraced steps; differences smaller than it are not findings"
+                }
+            };
+            let _ = writeln!(
+                s,
+                "> Tracer's share, {}: {} — {meaning}.\n",
+                md_cell(&c.label),
+                t.describe()
+            );
+        }
+    }
+    let traced_first_launches = cells
+        .iter()
+        .any(|&ci| a.cells[ci].first_launches_inflated_by_cupti);
+    if traced_first_launches {
+        let _ = writeln!(s, "{FIRST_LAUNCH_INFLATION}\n");
+    }
+    if let Some(note) = cupti_launch_cost_note(a, cells) {
+        let _ = writeln!(s, "{note}\n");
+    }
 }
 
 /// The analysis's headline as a PR reads it first: the worst cell, its largest cause, its fix.
