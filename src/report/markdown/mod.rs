@@ -188,7 +188,7 @@ fn workload_notes(s: &mut String, a: &Analysis, cells: &[usize]) {
         let c = &a.cells[ci];
         if let Some(t) = &c.tracer_share {
             // Where the device measured the untraced steps, verdicts are judged on them
-            // (`analysis::align`); host shares only bound what tracing can explain.
+            // (`analysis::compare`); host shares only bound what tracing can explain.
             let meaning = match t.clock {
                 crate::analysis::tracer_share::ShareClock::Device => {
                     "the untraced period measured on the device's clock in this run; differences between cells are judged on it"
