@@ -271,7 +271,7 @@ fn graph_difference(base: &CellAnalysis, head: &CellAnalysis) -> (Option<String>
 
 /// The kernel-duration check of `base` and `head` from their aligned ops, with the largest
 /// change over all aligned ops (`max_pct`) and whether every one is within spread
-/// (`within_spread`), as [`align_ops`] found them; `None` when no kernel is aligned.
+/// (`within_spread`), as the op alignment found them; `None` when no kernel is aligned.
 pub fn kernel_durations(
     aligned: &[AlignedOp],
     base: &CellAnalysis,
