@@ -93,7 +93,7 @@ fn eager_and_graphed_pairs_and_mode_comparison() {
     let mode = |m: u8| synthetic::trace(&[SyntheticCell::emu(true, m, 60)], 7);
     let base = analyze(&mode(1));
     let head = analyze(&mode(2));
-    let cmp = analysis::align::compare(base, head, 1.01);
+    let cmp = analysis::compare::compare(base, head, 1.01);
     assert_eq!(cmp.cells.len(), 1);
     let c = &cmp.cells[0];
     let (kind, label, grown) = &c.gap_growth_by_cause[0];

@@ -745,7 +745,7 @@ fn mixing_comparison_naming_nccls_event_wait(folder: &str) -> analysis::Comparis
     let (base, bn) = two_ranks(folder, 0);
     let (head, hn) = two_ranks(folder, 1);
     let opts = AnalysisOptions::default();
-    let c = analysis::align::compare(
+    let c = analysis::compare::compare(
         analysis::analyze(&base, &bn, &opts),
         analysis::analyze(&head, &hn, &opts),
         1.02,

@@ -160,7 +160,7 @@ fn mode2_without_a_mode1_cell_predicts_the_wait_gap_minus_dependency_latency() {
 fn compare_mode2_with_mode1_realises_the_predicted_saving() {
     let base = synthetic_graphed(2, 60);
     let head = synthetic_graphed(1, 60);
-    let cmp = analysis::align::compare(base, head, 1.01);
+    let cmp = analysis::compare::compare(base, head, 1.01);
     assert_eq!(cmp.cells.len(), 1);
     assert_eq!(cmp.realised.len(), 1);
     let check = &cmp.realised[0];
@@ -187,7 +187,7 @@ fn compare_with_an_unchanged_head_does_not_realise_the_saving() {
         &synthetic::trace(&[SyntheticCell::emu(true, 2, 60)], 99),
         "still mode 2",
     );
-    let cmp = analysis::align::compare(base, head, 1.01);
+    let cmp = analysis::compare::compare(base, head, 1.01);
     let check = &cmp.realised[0];
     assert!(check.measured_ns.unwrap().median.abs() < 100.0);
     // HEAD still has the external wait: the fix is not in it, nothing to realise.

@@ -244,3 +244,141 @@ fn reports_of_every_committed_trace_are_unchanged() {
         "reports changed (if meant, run regenerate_report_fixtures and review the diff): {changed:#?}"
     );
 }
+
+/// The kernel-duration check a Markdown line prints ("- kernel durations …"), as a key: its
+/// verdict, max |Δ| %, aligned kernels, kernels listed and "and N more".
+fn duration_line_key(line: &str) -> String {
+    let line = line.trim_start_matches("- kernel durations");
+    if line.starts_with(": no aligned kernels") {
+        return "none".into();
+    }
+    if let Some(rest) = line.strip_prefix(" identical within ") {
+        let (pct, rest) = rest.split_once(" % (max |Δ| over ").unwrap();
+        let n = rest.split_once(' ').unwrap().0;
+        return format!("identical {pct} {n}");
+    }
+    let rest = line
+        .strip_prefix(" differ beyond spread (max |Δ| ")
+        .unwrap_or_else(|| panic!("an unknown duration line: {line}"));
+    let (pct, rest) = rest.split_once(" % over ").unwrap();
+    let (n, list) = rest.split_once(" aligned kernels): ").unwrap();
+    let (list, more) = match list.rsplit_once("; and ") {
+        Some((l, m)) if m.ends_with(" more") => (l, m.trim_end_matches(" more")),
+        _ => (list, "0"),
+    };
+    format!("differ {pct} {n} {} {more}", list.matches(" → ").count())
+}
+
+/// The same key from a comparison's typed `kernel_durations`.
+fn duration_json_key(p: &serde_json::Value) -> String {
+    let k = &p["kernel_durations"];
+    if k.is_null() {
+        return "none".into();
+    }
+    let pct = format!("{:.2}", k["max_delta_pct"].as_f64().unwrap());
+    let n = k["aligned"].as_u64().unwrap();
+    if p["durations_within_spread"].as_bool().unwrap() {
+        return format!("identical {pct} {n}");
+    }
+    let listed = k["differing"].as_array().unwrap().len() as u64;
+    let more = k["differing_count"].as_u64().unwrap() - listed;
+    format!("differ {pct} {n} {listed} {more}")
+}
+
+/// Every verdict `report.md` prints that a reader could want from `report.json` is carried
+/// there as a typed field, on every committed trace: the kernel-duration check of each
+/// eager ↔ graphed pair, "the graphs differ only by" external event nodes and the external
+/// event wait's share of Δ in the mode table, the first-launch note and the CUPTI launch-cost
+/// note (which cells, with their node counts).
+#[test]
+fn every_verdict_the_markdown_prints_is_in_the_json() {
+    let count = |s: &str, what: &str| s.matches(what).count();
+    for case in cases() {
+        let files = run_case(&case);
+        let file = |name: &str| {
+            let bytes = &files.iter().find(|f| f.0 == name).unwrap().1;
+            String::from_utf8(bytes.clone()).unwrap()
+        };
+        let (md, json) = (file("report.md"), file("report.json"));
+        let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let name = &case.name;
+        if json["kind"] != "analysis" {
+            for phrase in [
+                "kernel durations",
+                "graphs differ only",
+                "First launches recorded",
+            ] {
+                assert!(!md.contains(phrase), "{name}: {phrase}");
+            }
+            continue;
+        }
+        let list = |key: &str| json[key].as_array().unwrap().clone();
+        let mut from_md: Vec<String> = md
+            .lines()
+            .filter(|l| l.starts_with("- kernel durations"))
+            .map(duration_line_key)
+            .collect();
+        let mut from_json: Vec<String> =
+            list("regime_pairs").iter().map(duration_json_key).collect();
+        from_md.sort();
+        from_json.sort();
+        assert_eq!(from_md, from_json, "{name}: kernel durations");
+
+        // The mode table explains Δ where the period changed beyond the spread.
+        let explained: Vec<serde_json::Value> = list("mode_pairs")
+            .into_iter()
+            .filter(|p| !p["period_delta"].is_null() && p["change"] != "no_change")
+            .collect();
+        let flagged = |key: &str, p: &serde_json::Value| p[key] == true || p[key].is_f64();
+        assert_eq!(
+            count(&md, "the graphs differ only by "),
+            explained
+                .iter()
+                .filter(|p| flagged("graphs_differ_only_by_external", p))
+                .count(),
+            "{name}: graphs differ only by external nodes"
+        );
+        // "external event wait +11.65 = 89 % of Δ — …"
+        let shares = md
+            .split("external event wait ")
+            .skip(1)
+            .filter(|s| {
+                s.split_once(' ')
+                    .is_some_and(|(_, rest)| rest.starts_with("= "))
+            })
+            .count();
+        assert_eq!(
+            shares,
+            explained
+                .iter()
+                .filter(|p| flagged("external_event_share", p))
+                .count(),
+            "{name}: external event wait's share of Δ"
+        );
+
+        let cells = list("cells");
+        assert_eq!(
+            md.contains("First launches recorded by CUPTI are inflated"),
+            cells
+                .iter()
+                .any(|c| c["first_launches_inflated_by_cupti"] == true),
+            "{name}: first-launch note"
+        );
+        let mut nodes_md: Vec<u64> = md
+            .split(" nodes, host-bound launch gaps of ")
+            .collect::<Vec<_>>()
+            .split_last()
+            .map(|(_, before)| before)
+            .unwrap_or_default()
+            .iter()
+            .map(|b| b.rsplit(' ').next().unwrap().parse().unwrap())
+            .collect();
+        let mut nodes_json: Vec<u64> = cells
+            .iter()
+            .filter_map(|c| c["cupti_launch_cost"]["nodes"].as_u64())
+            .collect();
+        nodes_md.sort_unstable();
+        nodes_json.sort_unstable();
+        assert_eq!(nodes_md, nodes_json, "{name}: CUPTI launch-cost note");
+    }
+}

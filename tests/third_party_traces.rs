@@ -160,7 +160,7 @@ fn two_steps_give_no_remedy_verdict_or_spread_and_say_why() {
     assert!(!screen.contains("[117128.00–117128.00]"), "{screen}");
     assert!(screen.contains("117124.00 µs n=1 before"), "{screen}");
     // Compared with itself: a ratio, but no verdict, and the screen says why.
-    let c = analysis::align::compare(a.clone(), a, 1.02);
+    let c = analysis::compare::compare(a.clone(), a, 1.02);
     assert_eq!(c.cells[0].change, None);
     assert!(
         c.cells[0]

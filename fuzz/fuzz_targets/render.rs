@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = gapscope::report::summary::analysis_summary(&analysis, Some("out/report.md"));
     let _ = gapscope::report::json::analysis_json(&analysis);
     let again = gapscope::analysis::analyze(traces, &["fuzz".to_owned()], &options);
-    let comparison = gapscope::analysis::align::compare(analysis, again, 1.02);
+    let comparison = gapscope::analysis::compare::compare(analysis, again, 1.02);
     let _ = gapscope::report::summary::comparison_summary(&comparison, None);
     let _ = gapscope::report::markdown::comparison_github(&comparison);
     let _ = gapscope::report::markdown::comparison_markdown(&comparison);

@@ -1,16 +1,13 @@
-//! Alignment of op sequences (graphed ↔ eager, base ↔ head) and cell comparisons.
+//! Alignment of op sequences (graphed ↔ eager, base ↔ head) and the pairing of cells: which
+//! eager cell a graphed one is compared with, and which graph usage modes. The comparisons
+//! themselves are [`super::compare`]'s.
 //!
 //! Sequences are aligned by a longest common subsequence over op names, so an op present in one
 //! regime only (a memset node, a fill kernel a framework adds before a replay) leaves a one-sided
 //! entry instead of shifting every later pair.
 #![forbid(unsafe_code)]
 
-use super::stats::{Change, Geomean, Stat};
-use super::{
-    AlignedOp, Analysis, CauseKind, CellAnalysis, CellComparison, Comparison, Confidence,
-    NotPaired, PairBasis, Pairing, Regime,
-};
-use std::collections::BTreeMap;
+use super::{CellAnalysis, Confidence, NotPaired, PairBasis, Pairing, Regime};
 
 /// Above this many DP cells (n × m) the alignment falls back to a greedy linear matcher:
 /// a "step" of tens of thousands of kernels (e.g. a profiler annotation around a whole
@@ -106,246 +103,13 @@ pub fn align_names(a: &[String], b: &[String]) -> Vec<(Option<usize>, Option<usi
     out
 }
 
-/// Compares two cells of the same workload: period, aligned ops, and what the gap growth is
-/// attributed to.
-pub fn compare_cells(
-    base_index: usize,
-    head_index: usize,
-    base: &CellAnalysis,
-    head: &CellAnalysis,
-) -> CellComparison {
-    let ops = align_ops(base, head);
-    let verdict = period_verdict(base, head);
-    let (untraced, period_delta) = (verdict.untraced, verdict.period_delta);
-    let head_causes: std::collections::BTreeSet<CauseKind> =
-        head.sequence.iter().map(|e| e.gap_cause).collect();
-    let causes_gone_in_head = ops
-        .gap_growth_by_cause
-        .iter()
-        .map(|g| g.0)
-        .filter(|k| !head_causes.contains(k))
-        .collect();
-    CellComparison {
-        key: head.workload_key(),
-        base: base_index,
-        head: head_index,
-        base_label: base.label.clone(),
-        head_label: head.label.clone(),
-        ratio: verdict.ratio,
-        change: verdict.change,
-        judged_untraced: untraced.is_some(),
-        traced_host_bound: traced_host_bound(base) || traced_host_bound(head),
-        no_verdict: verdict.no_verdict,
-        aligned: ops.aligned,
-        max_duration_delta_pct: ops.max_pct,
-        durations_within_spread: ops.within_spread,
-        period_delta,
-        gap_growth_by_cause: ops.gap_growth_by_cause,
-        causes_gone_in_head,
-        within_tracer_effect: period_delta.filter(|_| untraced.is_none()).and_then(|d| {
-            super::tracer_share::TracerShare::explains(
-                [base.tracer_share.as_ref(), head.tracer_share.as_ref()],
-                d,
-            )
-        }),
-        untraced_period_delta: untraced.map(|(b, h)| h.median - b.median).or_else(|| {
-            base.tracer_share
-                .as_ref()
-                .zip(head.tracer_share.as_ref())
-                .map(|(b, h)| h.untraced.median - b.untraced.median)
-        }),
-        duration_delta_total: ops.duration_delta_total,
-        one_sided_ops_total: ops.one_sided_ops_total,
-        pairing: None,
-        graph_difference: graph_difference(base, head),
-    }
-}
-
-/// The two cells' step sequences aligned op by op, and what their differences add up to.
-struct OpAlignment {
-    aligned: Vec<AlignedOp>,
-    /// Gap growth by cause (at least 1 ns), largest first, each named by its largest part.
-    gap_growth_by_cause: Vec<(CauseKind, String, f64)>,
-    /// The largest op duration change, as a percentage of the base's.
-    max_pct: Option<f64>,
-    /// Whether every aligned op's duration change is within its spread.
-    within_spread: bool,
-    duration_delta_total: f64,
-    one_sided_ops_total: f64,
-}
-
-fn align_ops(base: &CellAnalysis, head: &CellAnalysis) -> OpAlignment {
-    let base_names: Vec<String> = base.sequence.iter().map(|e| e.name.clone()).collect();
-    let head_names: Vec<String> = head.sequence.iter().map(|e| e.name.clone()).collect();
-    let mut aligned = Vec::new();
-    let mut growth: BTreeMap<CauseKind, (String, f64, f64)> = BTreeMap::new();
-    let mut max_pct: Option<f64> = None;
-    let mut within_spread = true;
-    let (mut duration_delta_total, mut one_sided_ops_total) = (0.0, 0.0);
-    let mut add_growth = |kind: CauseKind, label: &str, d: f64| {
-        let e = growth.entry(kind).or_insert((String::new(), 0.0, 0.0));
-        e.1 += d;
-        // Name the cause by its largest contribution.
-        if d.abs() > e.2 {
-            e.2 = d.abs();
-            e.0 = label.to_owned();
-        }
-    };
-    for (bi, hi) in align_names(&base_names, &head_names) {
-        let b = bi.map(|i| &base.sequence[i]);
-        let h = hi.map(|i| &head.sequence[i]);
-        let (duration_delta, gap_before_delta) = match (b, h) {
-            (Some(b), Some(h)) => {
-                let dd = h.duration.median - b.duration.median;
-                let noise = b.duration.spread().max(h.duration.spread());
-                // Sub-100 ns differences are below CUPTI's timestamp resolution for kernels.
-                if dd.abs() > noise.max(100.0) {
-                    within_spread = false;
-                }
-                if b.duration.median > 0.0 {
-                    let pct = 100.0 * dd.abs() / b.duration.median;
-                    max_pct = Some(max_pct.map_or(pct, |m: f64| m.max(pct)));
-                }
-                let gd = h.gap_before.median - b.gap_before.median;
-                duration_delta_total += dd;
-                // A gap that shrank is booked under what caused it in the base (the cause a
-                // fix removed); one that grew, under the head's cause.
-                let by = if gd < 0.0 { b } else { h };
-                add_growth(by.gap_cause, &by.gap_cause_label, gd);
-                (Some(dd), Some(gd))
-            }
-            (None, Some(h)) => {
-                add_growth(h.gap_cause, &h.gap_cause_label, h.gap_before.median);
-                one_sided_ops_total += h.duration.median;
-                (None, None)
-            }
-            (Some(b), None) => {
-                one_sided_ops_total -= b.duration.median + b.gap_before.median;
-                (None, None)
-            }
-            (None, None) => (None, None),
-        };
-        aligned.push(AlignedOp {
-            name: h.or(b).map(|e| e.name.clone()).unwrap_or_default(),
-            base: bi,
-            head: hi,
-            duration_delta,
-            gap_before_delta,
-            base_gap_cause: b.map(|e| e.gap_cause_label.clone()),
-            head_gap_cause: h.map(|e| e.gap_cause_label.clone()),
-        });
-    }
-    let mut gap_growth_by_cause: Vec<(CauseKind, String, f64)> = growth
-        .into_iter()
-        .filter(|(_, (_, d, _))| d.abs() >= 1.0)
-        .map(|(k, (l, d, _))| (k, l, d))
-        .collect();
-    gap_growth_by_cause.sort_by(|a, b| b.2.abs().total_cmp(&a.2.abs()));
-    OpAlignment {
-        aligned,
-        gap_growth_by_cause,
-        max_pct,
-        within_spread,
-        duration_delta_total,
-        one_sided_ops_total,
-    }
-}
-
-/// The period verdict of head against base: on the untraced periods where both were measured
-/// (tracing never flips a verdict), else on the traced ones.
-struct PeriodVerdict<'c> {
-    ratio: Option<f64>,
-    change: Option<Change>,
-    /// The untraced periods the verdict was judged on, when it was.
-    untraced: Option<(&'c Stat, &'c Stat)>,
-    no_verdict: Option<String>,
-    /// Traced period difference (ns).
-    period_delta: Option<f64>,
-}
-
-fn period_verdict<'c>(base: &'c CellAnalysis, head: &'c CellAnalysis) -> PeriodVerdict<'c> {
-    // No verdict from a side of too few steps: its p10–p90 is those steps, not a spread.
-    let no_verdict = match (&base.period, &head.period) {
-        (Some(b), Some(h)) => super::stats::too_few_steps(b.n.min(h.n), "a verdict"),
-        _ => None,
-    };
-    let (traced_ratio, traced_change, period_delta) = match (&base.period, &head.period) {
-        (Some(b), Some(h)) if b.median > 0.0 => (
-            Some(h.median / b.median),
-            // Judged on run-to-run samples where there are enough steps, else on the
-            // per-step spread.
-            Change::from_runs(&base.period_block_medians, &head.period_block_medians)
-                .or(Some(Change::between(b, h)))
-                .filter(|_| no_verdict.is_none()),
-            Some(h.median - b.median),
-        ),
-        _ => (None, None, None),
-    };
-    // The untraced periods, where both were measured, decide: tracing never flips a verdict.
-    let untraced = match (&base.untraced_period, &head.untraced_period) {
-        (Some(b), Some(h)) if b.median > 0.0 => Some((b, h)),
-        _ => None,
-    };
-    let (ratio, change) = match untraced {
-        Some((b, h)) => (
-            Some(h.median / b.median),
-            // Judged on the measured windows' medians where each cell has several, else on
-            // the per-step spread.
-            Change::from_windows(&base.untraced_window_medians, &head.untraced_window_medians)
-                .or(Some(Change::between(b, h))),
-        ),
-        None => (traced_ratio, traced_change),
-    };
-    PeriodVerdict {
-        ratio,
-        change,
-        untraced,
-        no_verdict,
-        period_delta,
-    }
-}
-
-/// Whether tracing made a cell's traced steps host-bound: its traced period lies beyond its
-/// untraced period's p90 and some of its idle time waits on the host's launches.
-fn traced_host_bound(cell: &CellAnalysis) -> bool {
-    let (Some(traced), Some(untraced)) = (&cell.period, &cell.untraced_period) else {
-        return false;
-    };
-    traced.median > untraced.p90
-        && cell.idle_by_cause.iter().any(|c| {
-            matches!(
-                c.cause,
-                CauseKind::GraphLaunchHostBound | CauseKind::HostLaunchBound
-            ) && c.per_step.median > 0.0
-        })
-}
-
-/// Node-type count differences between two cells' graphs, e.g. "+1 EventWait (external)".
-fn graph_difference(base: &CellAnalysis, head: &CellAnalysis) -> Option<String> {
-    let (b, h) = (&base.observed.node_counts, &head.observed.node_counts);
-    if b.is_empty() || h.is_empty() {
-        return None;
-    }
-    let parts: Vec<String> = b
-        .keys()
-        .chain(h.keys())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .filter_map(|k| {
-            let d = *h.get(k).unwrap_or(&0) as i64 - *b.get(k).unwrap_or(&0) as i64;
-            (d != 0).then(|| format!("{d:+} {k}"))
-        })
-        .collect();
-    (!parts.is_empty()).then(|| parts.join(", "))
-}
-
 /// Pairs each graphed cell with the eager cell of the same workload (and graph usage mode, when
 /// the eager cells were run per mode), each pair saying how it was made. A discovered graph
 /// cell (launches outside step markers) has no requested workload: it pairs with the eager
 /// cell of its trace whose op sequence it matches best ([`KernelMatch::pairing`]), and with none
 /// when no eager cell matches well enough — then, when the trace has eager cells, a
-/// [`NotPaired`] says how close the closest came.
-pub fn pair_regimes(cells: &[CellAnalysis]) -> (Vec<CellComparison>, Vec<NotPaired>) {
+/// [`NotPaired`] says how close the closest came. Each pair is (eager cell, graphed cell, how).
+pub fn pair_regimes(cells: &[CellAnalysis]) -> (Vec<(usize, usize, Pairing)>, Vec<NotPaired>) {
     let mut pairs = Vec::new();
     let mut not_paired = Vec::new();
     for (hi, head) in cells.iter().enumerate() {
@@ -354,18 +118,13 @@ pub fn pair_regimes(cells: &[CellAnalysis]) -> (Vec<CellComparison>, Vec<NotPair
         }
         if head.graph_group.is_some() {
             match best_by_kernels(cells, head) {
-                Ok((bi, pairing)) => {
-                    let mut pair = compare_cells(bi, hi, &cells[bi], head);
-                    pair.pairing = Some(pairing);
-                    pairs.push(pair);
-                }
+                Ok((bi, pairing)) => pairs.push((bi, hi, pairing)),
                 Err(Some(note)) => not_paired.push(NotPaired { cell: hi, ..note }),
                 Err(None) => {}
             }
         } else if let Some(bi) = same_workload_eager(cells, head) {
-            let mut pair = compare_cells(bi, hi, &cells[bi], head);
             let key = head.workload_key_without(&["launch"]);
-            pair.pairing = Some(Pairing {
+            let pairing = Pairing {
                 basis: PairBasis::Workload,
                 confidence: Confidence::Sure,
                 text: if key.is_empty() {
@@ -373,8 +132,8 @@ pub fn pair_regimes(cells: &[CellAnalysis]) -> (Vec<CellComparison>, Vec<NotPair
                 } else {
                     format!("paired by workload: the same request ({key})")
                 },
-            });
-            pairs.push(pair);
+            };
+            pairs.push((bi, hi, pairing));
         }
     }
     (pairs, not_paired)
@@ -573,8 +332,9 @@ fn best_by_kernels(
 ///
 /// Discovered graph cells have no requested mode: there, a cell whose graph has external
 /// event-wait nodes is paired with a cell of the same trace, op sequence and launch pattern
-/// whose graph has none — the mode-2-like graph against the mode-1-like one.
-pub fn pair_modes(cells: &[CellAnalysis]) -> Vec<CellComparison> {
+/// whose graph has none — the mode-2-like graph against the mode-1-like one. Each pair is
+/// (base cell, head cell).
+pub fn pair_modes(cells: &[CellAnalysis]) -> Vec<(usize, usize)> {
     let graphed = |c: &&CellAnalysis| c.observed.regime == Some(Regime::Graphed);
     let mut pairs = Vec::new();
     for (hi, head) in cells.iter().enumerate().filter(|(_, c)| graphed(c)) {
@@ -601,186 +361,16 @@ pub fn pair_modes(cells: &[CellAnalysis]) -> Vec<CellComparison> {
                 })
             })
         };
-        if let Some((bi, b)) = base {
-            pairs.push(compare_cells(bi, hi, b, head));
+        if let Some((bi, _)) = base {
+            pairs.push((bi, hi));
         }
     }
     pairs
 }
 
-/// `--threshold`: a head/base period ratio of at least 1 (1.02: 2 % slower allowed; 1: no
-/// slowdown beyond the spread). Below 1 it would say "no cell slower than 0.50×" of cells that
-/// are slower: a cell breaches only when it is slower beyond the spread, so its ratio is above
-/// 1 whatever the threshold below that. The error is one line naming the value.
-pub fn check_threshold(threshold: f64) -> Result<(), String> {
-    if threshold.is_finite() && threshold >= 1.0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "--threshold {threshold:?}: expected the largest head/base period ratio allowed, at least 1 (1.02 allows 2 % slower; 1 allows no slowdown beyond the spread)"
-        ))
-    }
-}
-
-/// The devices BASE and HEAD ran on, when both name theirs and they differ: one line saying so.
-/// (Inputs that name no device, e.g. synthetic traces, are left out of the test.)
-pub fn device_mismatch(base: &Analysis, head: &Analysis) -> Option<String> {
-    let devices = |a: &Analysis| -> Vec<String> {
-        let mut names: Vec<String> = a.inputs.iter().filter_map(|i| i.device.clone()).collect();
-        names.sort_unstable();
-        names.dedup();
-        names
-    };
-    let (b, h) = (devices(base), devices(head));
-    (!b.is_empty() && !h.is_empty() && b != h).then(|| {
-        format!(
-            "BASE ran on {} and HEAD on {}: the ratios compare different hardware, not only the change",
-            b.join(", "),
-            h.join(", ")
-        )
-    })
-}
-
-/// `compare BASE HEAD`: matches cells by workload and observed regime, and checks the head
-/// against `threshold` (a ratio, e.g. 1.02, see [`check_threshold`]): a cell breaches it when
-/// its period ratio exceeds it and the difference is larger than the run-to-run spread.
-pub fn compare(base: Analysis, head: Analysis, threshold: f64) -> Comparison {
-    let mut cells = Vec::new();
-    let mut unmatched = Vec::new();
-    let mut used = vec![false; base.cells.len()];
-    for (hi, h) in head.cells.iter().enumerate() {
-        let key = h.match_key();
-        let found = base
-            .cells
-            .iter()
-            .enumerate()
-            .position(|(bi, b)| !used[bi] && b.match_key() == key);
-        match found {
-            Some(bi) => {
-                used[bi] = true;
-                cells.push(compare_cells(bi, hi, &base.cells[bi], h));
-            }
-            None => unmatched.push(format!("head only: {}", h.label)),
-        }
-    }
-    for (bi, b) in base.cells.iter().enumerate() {
-        if !used[bi] {
-            unmatched.push(format!("base only: {}", b.label));
-        }
-    }
-    let ratios: Vec<f64> = cells.iter().filter_map(|c| c.ratio).collect();
-    let breached = cells
-        .iter()
-        .filter(|c| c.change == Some(Change::Slower) && c.ratio.is_some_and(|r| r > threshold))
-        .map(|c| {
-            format!(
-                "{}: {:.3}x (threshold {threshold:.3}x)",
-                c.head_label,
-                c.ratio.unwrap_or(f64::NAN)
-            )
-        })
-        .collect();
-    let realised = super::remedy::realised(&base, &head, &cells);
-    let device_mismatch = device_mismatch(&base, &head);
-    Comparison {
-        base,
-        head,
-        cells,
-        unmatched,
-        geomean_ratio: Geomean::of(&ratios),
-        threshold,
-        breached,
-        realised,
-        device_mismatch,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The fixture's eager and graphed cells with untraced periods: base [10, 10.1, …] µs,
-    /// head shifted by `untraced_delta`, in 6 windows each.
-    fn with_untraced(untraced_delta: f64) -> (CellAnalysis, CellAnalysis) {
-        let (_, a) = crate::report::fixtures::fixture();
-        let (mut base, mut head) = (a.cells[0].clone(), a.cells[1].clone());
-        for (cell, shift) in [(&mut base, 0.0), (&mut head, untraced_delta)] {
-            let mut v: Vec<f64> = (0..30)
-                .map(|i| 10_000.0 + 100.0 * (i % 5) as f64 + shift)
-                .collect();
-            cell.untraced_period = crate::analysis::stats::Stat::of(&mut v);
-            cell.untraced_window_medians =
-                (0..6).map(|w| 10_200.0 + 10.0 * w as f64 + shift).collect();
-        }
-        (base, head)
-    }
-
-    #[test]
-    fn one_window_slowed_by_the_host_does_not_hide_a_difference_every_other_window_shows() {
-        // Serial-event recording of a slow-host process (H200, call 3 round 4): mode 2's
-        // windows beat mode 1's in 43 of 49 pairs, but two slow mode-1 windows put the p10 of
-        // the pairwise differences below zero.
-        let g1 = [30.7, 30.2, 30.8, 39.4, 33.3, 30.8, 39.1];
-        let g2 = [36.9, 43.2, 62.6, 38.8, 48.0, 38.6, 40.4];
-        assert_eq!(Change::from_runs(&g1, &g2), Some(Change::NoChange));
-        assert_eq!(Change::from_windows(&g1, &g2), Some(Change::Slower));
-        assert_eq!(Change::from_windows(&g2, &g1), Some(Change::Faster));
-        assert_eq!(Change::from_windows(&g1, &g1), Some(Change::NoChange));
-        assert_eq!(Change::from_windows(&g1[..3], &g2), None, "too few windows");
-    }
-
-    #[test]
-    fn a_difference_beyond_the_untraced_spread_is_a_finding_whatever_the_traced_one() {
-        let (base, mut head) = with_untraced(2_000.0);
-        // The traced periods say the opposite, and within what tracing adds.
-        head.period = base.period;
-        head.period_block_medians = base.period_block_medians.clone();
-        let c = compare_cells(0, 1, &base, &head);
-        assert!(c.judged_untraced);
-        assert_eq!(c.change, Some(Change::Slower));
-        assert_eq!(c.untraced_period_delta, Some(2_000.0));
-        assert_eq!(
-            c.within_tracer_effect, None,
-            "tracing cannot explain it away"
-        );
-        let ratio = c.ratio.unwrap();
-        assert!((ratio - 12_200.0 / 10_200.0).abs() < 1e-9, "{ratio}");
-        // Within the windows' spread: no change, even where the traced periods differ.
-        let (base, mut head) = with_untraced(5.0);
-        head.period.as_mut().unwrap().median *= 2.0;
-        let c = compare_cells(0, 1, &base, &head);
-        assert_eq!(c.change, Some(Change::NoChange));
-        // Without untraced periods the traced verdict stands.
-        let (_, a) = crate::report::fixtures::fixture();
-        let c = compare_cells(0, 1, &a.cells[0], &a.cells[1]);
-        assert!(!c.judged_untraced);
-    }
-
-    #[test]
-    fn traced_steps_that_tracing_made_host_bound_are_flagged() {
-        let (mut base, mut head) = with_untraced(0.0);
-        base.idle_by_cause.clear();
-        let untraced = head.untraced_period.unwrap();
-        head.period.as_mut().unwrap().median = untraced.p90 * 1.5;
-        let host_bound = |cause| crate::analysis::CauseTotal {
-            cause,
-            example: String::new(),
-            per_step: crate::analysis::stats::Stat::of(&mut [3_000.0, 4_000.0]).unwrap(),
-        };
-        head.idle_by_cause = vec![host_bound(CauseKind::GraphLaunchHostBound)];
-        assert!(compare_cells(0, 1, &base, &head).traced_host_bound);
-        head.idle_by_cause = vec![host_bound(CauseKind::ExternalEventWait)];
-        assert!(
-            !compare_cells(0, 1, &base, &head).traced_host_bound,
-            "slower traced, but not host-bound"
-        );
-        head.idle_by_cause = vec![host_bound(CauseKind::GraphLaunchHostBound)];
-        head.period.as_mut().unwrap().median = untraced.median;
-        assert!(
-            !compare_cells(0, 1, &base, &head).traced_host_bound,
-            "tracing did not slow it"
-        );
-    }
 
     fn names(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_owned).collect()

@@ -703,6 +703,8 @@ pub fn analyze_cell(
         found: cell.found,
         untraced_period: None,
         untraced_window_medians: Vec::new(),
+        first_launches_inflated_by_cupti: false,
+        cupti_launch_cost: None,
     }
 }
 

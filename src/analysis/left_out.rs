@@ -6,6 +6,7 @@
 //! here, and a cell whose steps leave out a material share of the device work says so.
 #![forbid(unsafe_code)]
 
+use super::thresholds::LEFT_OUT_MIN_SHARE;
 use super::timeline::LaunchIndex;
 use super::{CellAnalysis, TraceTimeline};
 use serde::Serialize;
@@ -21,10 +22,6 @@ pub struct LeftOut {
     /// Their share (0…1) of the device time in the windows (theirs and the steps' own ops').
     pub share: f64,
 }
-
-/// A share of the windows' device work left out from which a cell says so: under it, stray
-/// work (a copy launched between two steps) is not worth a warning.
-pub const LEFT_OUT_MIN_SHARE: f64 = 0.01;
 
 /// Fills `observed.left_out` of each cell of marked steps (graph-launch cells and loops found
 /// in the kernel sequence have no markers to move) whose windows hold at least

@@ -42,6 +42,7 @@
 //! assumes every trace starts at the same collective: traces whose collective counts differ
 //! get a warning, and a wide spread of the per-instance estimates shows a mismatch.
 
+use super::thresholds::OFFSET_SPREAD_WARN_NS;
 use crate::analysis::stats::{Change, Stat};
 use crate::analysis::summary::RankSummary;
 pub use crate::analysis::summary::{COLLECTIVE_PREFIX, collective_ends, host};
@@ -49,9 +50,6 @@ use crate::analysis::{self, Analysis, AnalysisOptions};
 use crate::trace::{Source, Trace};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-
-/// A spread of the per-instance offset estimates above this (p10–p90, ns) gets a warning.
-const OFFSET_SPREAD_WARN_NS: f64 = 5_000.0;
 
 /// How rank clocks are put on one time base (`merge --clock`; the report's JSON key is
 /// `align`, kept for its readers).

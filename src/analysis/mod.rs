@@ -7,6 +7,7 @@
 
 pub mod align;
 pub mod cause;
+pub mod compare;
 pub mod completeness;
 mod corr_set;
 pub mod coverage;
@@ -20,6 +21,7 @@ pub mod remedy;
 pub mod stats;
 pub mod steps;
 pub mod summary;
+pub mod thresholds;
 pub mod timeline;
 pub mod tracer_share;
 pub mod trial;
@@ -266,14 +268,15 @@ impl Analyzer {
                 .map(|c| analysis.cells[c].label.clone())
                 .collect();
         }
-        (analysis.regime_pairs, analysis.not_paired) = align::pair_regimes(&analysis.cells);
+        tracer_share::mark_cupti_costs(&mut analysis);
+        (analysis.regime_pairs, analysis.not_paired) = compare::regime_pairs(&analysis.cells);
         let ratios: Vec<f64> = analysis
             .regime_pairs
             .iter()
             .filter_map(|p| p.ratio)
             .collect();
         analysis.geomean_ratio = stats::Geomean::of(&ratios);
-        analysis.mode_pairs = align::pair_modes(&analysis.cells);
+        analysis.mode_pairs = compare::mode_pairs(&analysis.cells);
         (analysis.remedies, analysis.withheld_remedies) = remedy::remedies(&analysis);
         analysis.headline = headline::headline(&analysis);
         analysis

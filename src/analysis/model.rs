@@ -442,6 +442,14 @@ pub struct CellAnalysis {
     /// The median of each measured window's periods: the untraced period's run-to-run samples.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub untraced_window_medians: Vec<f64>,
+    /// Whether the cell has first launches that CUPTI recorded: its kernel tracing inflates
+    /// them (each new executable graph is set up inside its first launch), so reports say so.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub first_launches_inflated_by_cupti: bool,
+    /// For a CUPTI-recorded graph cell whose steps lose time to host-bound graph launches: how
+    /// much CUPTI itself may have added, from the graph's size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cupti_launch_cost: Option<CuptiLaunchCost>,
 }
 
 /// The part of a cell's launches or steps a trace budget traced (the rest ran untraced).
@@ -598,6 +606,59 @@ pub struct AlignedOp {
     pub head_gap_cause: Option<String>,
 }
 
+/// A kernel whose duration changed between the two cells of a comparison.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelDelta {
+    pub name: String,
+    pub base: Stat,
+    pub head: Stat,
+    /// head − base medians, ns.
+    pub delta: f64,
+}
+
+/// The kernel-duration check of a comparison, over the kernels aligned on both sides.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelDurations {
+    /// How many kernels are aligned on both sides.
+    pub aligned: usize,
+    /// The largest |duration change| as a percentage of the base's
+    /// ([`CellComparison::max_duration_delta_pct`], else over the aligned kernels).
+    pub max_delta_pct: f64,
+    /// When the durations are not within spread ([`CellComparison::durations_within_spread`]):
+    /// the kernels whose change is beyond either side's spread, largest |change| first, at most
+    /// [`KernelDurations::LISTED`] of them; when no kernel's is (an op that is no kernel moved),
+    /// the aligned kernels that changed most. Empty when the durations are within spread.
+    pub differing: Vec<KernelDelta>,
+    /// How many kernels `differing` was chosen from (it lists the first
+    /// [`KernelDurations::LISTED`]).
+    pub differing_count: usize,
+}
+
+impl KernelDurations {
+    /// How many of the differing kernels a comparison lists.
+    pub const LISTED: usize = 5;
+}
+
+/// A slower cell of `compare` whose slowdown is mostly the host launching later
+/// ([`CellComparison::host_bound_slowdown`]): the verdict carries a caution.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct HostBoundSlowdown {
+    /// Index into [`Comparison::cells`].
+    pub cell: usize,
+    /// The part of the period growth that is host launch-bound gaps (0–1).
+    pub share: f64,
+}
+
+/// What CUPTI itself may add to a recorded graph cell's host-bound launch gaps: its graph
+/// launches cost more host time in proportion to the graph's nodes once CUPTI is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CuptiLaunchCost {
+    /// The graph's nodes (its ops where the node count is unknown).
+    pub nodes: usize,
+    /// Idle time per step (median, ns) waiting on host-bound graph launches.
+    pub host_bound_per_step: f64,
+}
+
 /// A part of a period change (see [`CellComparison::largest_change`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum PeriodPart<'a> {
@@ -633,7 +694,7 @@ pub struct CellComparison {
     #[serde(default)]
     pub traced_host_bound: bool,
     /// Why there is no `change` though both cells have a period: a side has too few steps to
-    /// judge ([`super::stats::MIN_STEPS_TO_JUDGE`]).
+    /// judge ([`super::thresholds::MIN_STEPS_TO_JUDGE`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub no_verdict: Option<String>,
     pub aligned: Vec<AlignedOp>,
@@ -671,6 +732,15 @@ pub struct CellComparison {
     /// (e.g. "+1 EventWait (external), +1 EventRecord (external)"); `None` when either has no
     /// DAG or they are the same.
     pub graph_difference: Option<String>,
+    /// Whether the graphs differ ([`Self::graph_difference`]) only by external event nodes: then
+    /// all of the period change follows from them.
+    pub graphs_differ_only_by_external: bool,
+    /// The part of a longer head period (0–1, above 1 when other parts shrank) that gaps on
+    /// external event waits grew; `None` unless both the period and those gaps grew.
+    pub external_event_share: Option<f64>,
+    /// The kernel-duration check over the kernels aligned on both sides; `None` when there are
+    /// none.
+    pub kernel_durations: Option<KernelDurations>,
 }
 
 impl CellComparison {
@@ -688,9 +758,28 @@ impl CellComparison {
     }
 
     /// The cells whose slowdown is mostly the host launching later (see
-    /// [`Self::host_launch_share`]): at least half of the period grew there.
+    /// [`Self::host_launch_share`]): at least [`super::thresholds::HOST_BOUND_SHARE`] of the
+    /// period grew there.
     pub fn host_bound_slowdown(&self) -> bool {
-        self.change == Some(Change::Slower) && self.host_launch_share().is_some_and(|s| s >= 0.5)
+        self.change == Some(Change::Slower)
+            && self
+                .host_launch_share()
+                .is_some_and(|s| s >= super::thresholds::HOST_BOUND_SHARE)
+    }
+
+    /// The aligned ops whose gap before changed most, with the change (head − base, ns),
+    /// largest |change| first, at most `n`; changes under
+    /// [`super::thresholds::GAP_DELTA_SHOWN_NS`] are left out.
+    pub fn top_gap_deltas(&self, n: usize) -> Vec<(&AlignedOp, f64)> {
+        let mut v: Vec<_> = self
+            .aligned
+            .iter()
+            .filter_map(|a| Some((a, a.gap_before_delta.filter(|d| d.is_finite())?)))
+            .filter(|(_, d)| d.abs() >= super::thresholds::GAP_DELTA_SHOWN_NS)
+            .collect();
+        v.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()));
+        v.truncate(n);
+        v
     }
 
     /// The part of the period change that moved most, with its size (largest |ns|, head −
@@ -847,6 +936,8 @@ pub struct Comparison {
     /// Matched cells whose base had a remedy with a predicted saving: predicted vs measured.
     pub realised: Vec<super::remedy::RemedyCheck>,
     /// BASE and HEAD name different devices: one line saying which (the ratios then compare
-    /// hardware as well as the change). See [`super::align::device_mismatch`].
+    /// hardware as well as the change). See [`super::compare::device_mismatch`].
     pub device_mismatch: Option<String>,
+    /// Slower cells whose slowdown is mostly the host launching later: the verdict's caution.
+    pub host_bound_slowdowns: Vec<HostBoundSlowdown>,
 }

@@ -6,6 +6,10 @@
 #![forbid(unsafe_code)]
 
 use super::stats::Stat;
+use super::thresholds::{
+    FRESH_GRAPH_MIN_EXCESS_NS, FRESH_GRAPH_MIN_RATIO, MATERIAL_SHARE_OF_STEP, MIN_STEPS_TO_JUDGE,
+    RESOLUTION_NS,
+};
 use super::{Analysis, CauseKind, CellAnalysis, CellComparison, Regime};
 use serde::Serialize;
 
@@ -105,13 +109,6 @@ pub const REMEDIES: [RemedySpec; 4] = [
     },
 ];
 
-/// First launches count as far above replays from this ratio and this many ns on.
-const FRESH_GRAPH_MIN_RATIO: f64 = 1.5;
-const FRESH_GRAPH_MIN_EXCESS_NS: f64 = 5_000.0;
-
-/// Sub-100 ns differences are below CUPTI's timestamp resolution for kernels.
-const RESOLUTION_NS: f64 = 100.0;
-
 /// Time saved per step, ns (positive = faster): median, p10–p90 and the steps behind it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Saving {
@@ -171,9 +168,9 @@ impl Saving {
         self.p90 - self.p10
     }
 
-    /// Whether the saving has a spread to give ([`super::stats::MIN_STEPS_TO_JUDGE`]).
+    /// Whether the saving has a spread to give ([`super::thresholds::MIN_STEPS_TO_JUDGE`]).
     pub fn has_spread(&self) -> bool {
-        self.n >= super::stats::MIN_STEPS_TO_JUDGE
+        self.n >= super::thresholds::MIN_STEPS_TO_JUDGE
     }
 }
 
@@ -191,8 +188,13 @@ pub struct Remedy {
     pub basis: String,
 }
 
-/// A predicted saving is material from this share of the cell's step period on.
-pub const MATERIAL_SHARE_OF_STEP: f64 = 0.01;
+/// When a remedy is given, as the reports say it beside the remedies withheld.
+pub fn given_only_when() -> String {
+    format!(
+        "a remedy is given only from at least {MIN_STEPS_TO_JUDGE} steps with a period, when it predicts a saving beyond its spread and at least {:.0} % of the step, and not as a graph capture of a step that runs as a graph already",
+        MATERIAL_SHARE_OF_STEP * 100.0
+    )
+}
 
 /// A remedy whose evidence the analysis shows but which is not given: its cell has too few
 /// steps to judge, or its predicted saving is inside its own spread or immaterial.
@@ -200,14 +202,14 @@ pub const MATERIAL_SHARE_OF_STEP: f64 = 0.01;
 pub struct Withheld {
     pub remedy: Remedy,
     pub why: String,
-    /// Withheld for too few steps ([`super::stats::MIN_STEPS_TO_JUDGE`]): the screen says so,
+    /// Withheld for too few steps ([`super::thresholds::MIN_STEPS_TO_JUDGE`]): the screen says so,
     /// where a remedy is looked for first.
     pub too_few_steps: bool,
 }
 
 /// Every remedy whose evidence the analysis shows, by cell, in [`REMEDIES`] order: those given,
 /// and those withheld because the figures behind them come from fewer than
-/// [`super::stats::MIN_STEPS_TO_JUDGE`] steps, or they predict no saving, or their predicted
+/// [`super::thresholds::MIN_STEPS_TO_JUDGE`] steps, or they predict no saving, or their predicted
 /// saving is not beyond its spread (its p10 is not above zero) or under
 /// [`MATERIAL_SHARE_OF_STEP`] of the step, or they would capture in a graph a step whose graphed
 /// twin is in the analysis already (the eager ↔ graphed comparison is the finding then).
@@ -714,7 +716,7 @@ mod tests {
     /// A compared pair whose change is `change`.
     fn pair(change: Option<crate::analysis::stats::Change>) -> CellComparison {
         let (_, a) = crate::report::fixtures::fixture();
-        let mut p = crate::analysis::align::compare_cells(0, 1, &a.cells[0], &a.cells[1]);
+        let mut p = crate::analysis::compare::compare_cells(0, 1, &a.cells[0], &a.cells[1]);
         p.change = change;
         p
     }

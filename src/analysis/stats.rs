@@ -1,12 +1,8 @@
 //! Robust summary statistics: every figure gapscope reports carries n, the median and a spread.
 #![forbid(unsafe_code)]
 
+use super::thresholds::{MIN_STEPS_TO_JUDGE, MIN_WINDOWS, WINDOWS_SUPERIORITY};
 use serde::{Deserialize, Deserializer, Serialize};
-
-/// The fewest steps a figure needs before gapscope gives its spread, judges a change on it (a
-/// verdict) or gives a remedy from it: of one or two steps, p10 and p90 are those steps
-/// themselves, not a spread, and a difference between them is not beyond one.
-pub const MIN_STEPS_TO_JUDGE: usize = 3;
 
 /// `ns` as "1.23 µs", negatives with the one minus sign every output uses ("−0.10 µs").
 pub fn us(ns: f64) -> String {
@@ -180,14 +176,6 @@ impl Geomean {
         })
     }
 }
-
-/// Share of (head, base) window pairs in which the head is slower for
-/// [`Change::from_windows`] to call it slower: with 6 windows a side, about a one-sided
-/// rank-sum test at 5 %.
-pub const WINDOWS_SUPERIORITY: f64 = 0.8;
-
-/// Fewest windows a side for [`Change::from_windows`].
-pub const MIN_WINDOWS: usize = 4;
 
 /// Whether `head` differs from `base` by more than the run-to-run spread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

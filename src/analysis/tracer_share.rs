@@ -6,12 +6,10 @@
 #![forbid(unsafe_code)]
 
 use super::stats::Stat;
+use super::thresholds::TRACER_SHARE_MIN_PERIODS;
 use crate::trace::{MarkerKind, RangeSummary, Trace};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
-
-/// Fewest host periods on each side for a share to be stated.
-const MIN_PERIODS: usize = 5;
 
 /// Which clock a [`TracerShare`]'s periods were read on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -277,7 +275,7 @@ fn stat_of(h: &RangeSummary) -> Option<Stat> {
 }
 
 impl TracerShare {
-    /// `None` unless each side has [`MIN_PERIODS`] periods and the untraced median is positive.
+    /// `None` unless each side has [`TRACER_SHARE_MIN_PERIODS`] periods and the untraced median is positive.
     fn of(traced: Stat, untraced: Stat) -> Option<TracerShare> {
         Self::on(ShareClock::Host, traced, untraced)
     }
@@ -288,15 +286,45 @@ impl TracerShare {
     }
 
     fn on(clock: ShareClock, traced: Stat, untraced: Stat) -> Option<TracerShare> {
-        (traced.n >= MIN_PERIODS && untraced.n >= MIN_PERIODS && untraced.median > 0.0).then(|| {
-            TracerShare {
+        (traced.n >= TRACER_SHARE_MIN_PERIODS
+            && untraced.n >= TRACER_SHARE_MIN_PERIODS
+            && untraced.median > 0.0)
+            .then(|| TracerShare {
                 clock,
                 ratio: traced.median / untraced.median,
                 added_ns: traced.median - untraced.median,
                 traced,
                 untraced,
-            }
-        })
+            })
+    }
+}
+
+/// What CUPTI itself adds that the reports say beside each cell it recorded (not a Kineto
+/// import, not a synthetic trace): that its first launches are inflated by kernel tracing
+/// ([`super::CellAnalysis::first_launches_inflated_by_cupti`]), and, for a graph cell whose steps
+/// lose time to host-bound graph launches, the graph's size behind CUPTI's per-node launch cost
+/// ([`super::CellAnalysis::cupti_launch_cost`]).
+pub fn mark_cupti_costs(a: &mut super::Analysis) {
+    for c in &mut a.cells {
+        let recorded = a.inputs.get(c.trace).map(|i| i.source) == Some(crate::trace::Source::Cupti);
+        if !recorded {
+            continue;
+        }
+        c.first_launches_inflated_by_cupti = c.first_launch_period.is_some();
+        c.cupti_launch_cost = c.graph_group.as_ref().and_then(|group| {
+            let host_bound = c
+                .idle_by_cause
+                .iter()
+                .find(|t| t.cause == super::CauseKind::GraphLaunchHostBound)?;
+            let nodes = match group.identity.node_counts.values().sum::<usize>() {
+                0 => group.identity.op_names.len(),
+                n => n,
+            };
+            Some(super::CuptiLaunchCost {
+                nodes,
+                host_bound_per_step: host_bound.per_step.median,
+            })
+        });
     }
 }
 

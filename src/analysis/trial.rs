@@ -9,6 +9,7 @@
 
 use super::remedy::RemedyKind;
 use super::stats::{Stat, us};
+use super::thresholds::{MIN_ROUNDS_FOR_SPREAD, REMOVED_SHARE, RESOLUTION_NS};
 use super::{Analysis, CauseKind};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -18,23 +19,6 @@ pub const BASE_LABEL: &str = "BASE";
 
 /// The version of `try-plan.json`; bump on any change an older gapscope would misread.
 pub const PLAN_VERSION: u32 = 1;
-
-/// Fewest rounds a side for the spread across rounds to decide a verdict. With 3 rounds a side,
-/// "every round of the variant beyond every round of BASE" happens by chance, in one given
-/// direction, once in C(6, 3) = 20 tries of a variant that changes nothing (a one-sided rank
-/// test at 5 %); with 2 it would be once in 6, and 1 round has no spread at all. Below this
-/// the verdict also asks for a change wider than the steps' own p10–p90 spread, which a
-/// round's median varies far less than: conservative, and said on every such verdict.
-pub const MIN_ROUNDS_FOR_SPREAD: usize = 3;
-
-/// Smallest period or gap change called a change, ns: CUPTI's timestamps of kernels resolve no
-/// finer (the remedies and the alignment use the same floor).
-pub const RESOLUTION_NS: f64 = 100.0;
-
-/// A BASE cause counts as removed by a variant when the variant keeps at most this share of
-/// its idle time per step (a removed external event-wait node leaves 0; a gap that merely
-/// shrank keeps more) and BASE had at least [`RESOLUTION_NS`] of it.
-pub const REMOVED_SHARE: f64 = 0.1;
 
 /// One variant: its label and the environment settings it adds (none for BASE).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -804,6 +788,13 @@ fn headline(variants: &[VariantVerdict], base: &Runs<'_>, rounds: &[usize]) -> S
     "No variant removed a gap or helped beyond the run-to-run spread".to_owned()
 }
 
+/// The rule a variant's change is judged by, as `try.md` states it under its verdicts.
+pub fn beyond_spread_rule() -> String {
+    format!(
+        "A change is beyond the spread when every round of one side is beyond every round of the other, by at least {:.2} µs; with fewer than {MIN_ROUNDS_FOR_SPREAD} rounds the spread is unknown and the change must also exceed the steps' p10–p90.",
+        RESOLUTION_NS / 1000.0
+    )
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1077,7 +1068,7 @@ mod tests {
         assert_eq!(keys[2], keys[0].replace("#1", "#2"));
         assert_eq!(keys[3], keys[1].replace("#1", "#2"));
         // compare pairs the same cells: the n-th of a key with the n-th.
-        let c = crate::analysis::align::compare(a.clone(), a, 1.02);
+        let c = crate::analysis::compare::compare(a.clone(), a, 1.02);
         let pairs: Vec<(usize, usize)> = c.cells.iter().map(|p| (p.base, p.head)).collect();
         assert_eq!(pairs, [(0, 0), (1, 1), (2, 2), (3, 3)]);
     }

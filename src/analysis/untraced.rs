@@ -13,6 +13,7 @@
 
 use super::stats::Stat;
 use super::steps::CellSteps;
+use super::thresholds::UNTRACED_MIN_PERIODS;
 use super::timeline::LaunchIndex;
 use super::{Op, TraceTimeline};
 use crate::trace::Trace;
@@ -281,7 +282,7 @@ fn anchor_len(names: &[u32]) -> usize {
 /// them, with each window's median (its run-to-run samples).
 pub fn stat(windows: &[Vec<f64>]) -> Option<(Stat, Vec<f64>)> {
     let mut all: Vec<f64> = windows.iter().flatten().copied().collect();
-    if all.len() < MIN_PERIODS {
+    if all.len() < UNTRACED_MIN_PERIODS {
         return None;
     }
     let medians = windows
@@ -290,9 +291,6 @@ pub fn stat(windows: &[Vec<f64>]) -> Option<(Stat, Vec<f64>)> {
         .collect();
     Some((Stat::of(&mut all)?, medians))
 }
-
-/// Fewest measured periods for a cell's untraced period to be stated.
-pub const MIN_PERIODS: usize = 5;
 
 #[cfg(test)]
 mod tests {

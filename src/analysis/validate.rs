@@ -13,17 +13,10 @@
 #![forbid(unsafe_code)]
 
 use super::corr_set::CorrSet;
+use super::thresholds::{CLOCK_JITTER_NS, DEPENDENT_LAUNCH_OVERLAP_NS};
 use crate::trace::{GraphEdge, Trace};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::borrow::Cow;
-
-/// Overlap of consecutive kernels on one stream that is only the clock's: real H200 traces show
-/// up to 257 ns (`traces/torch-compile-fallback-record-h200.json.gz`).
-pub const CLOCK_JITTER_NS: u64 = 1_000;
-
-/// The longest overlap taken for programmatic dependent launch (the next kernel started early
-/// and waited for its predecessor's tail).
-pub const DEPENDENT_LAUNCH_OVERLAP_NS: u64 = 1_000_000;
 
 /// `trace` with its damage taken out (borrowed when it has none), and one note per kind of
 /// damage found.

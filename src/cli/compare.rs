@@ -10,7 +10,7 @@ use gapscope::report;
 use std::process::ExitCode;
 
 pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
-    analysis::align::check_threshold(a.threshold).map_err(bad_input)?;
+    analysis::compare::check_threshold(a.threshold).map_err(bad_input)?;
     if let Some(dir) = &a.output {
         check_output_folder(dir)?;
     }
@@ -25,7 +25,7 @@ pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
     );
     note_damage(&base);
     note_damage(&head);
-    let comparison = analysis::align::compare(base, head, a.threshold);
+    let comparison = analysis::compare::compare(base, head, a.threshold);
     if comparison.cells.is_empty() {
         // A CI gate must not pass on nothing.
         return Err(bad_input(format!(

@@ -340,6 +340,8 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             tracer_share: None,
             untraced_period: None,
             untraced_window_medians: Vec::new(),
+            first_launches_inflated_by_cupti: false,
+            cupti_launch_cost: None,
             period_runs: None,
             period_block_medians: Vec::new(),
             trace: 0,
@@ -415,7 +417,7 @@ pub fn compare_between(
     head: usize,
 ) -> CellComparison {
     let (bp, hp) = (b.period.unwrap(), h.period.unwrap());
-    let aligned = b
+    let aligned: Vec<AlignedOp> = b
         .sequence
         .iter()
         .zip(&h.sequence)
@@ -430,7 +432,18 @@ pub fn compare_between(
             head_gap_cause: Some(y.gap_cause_label.clone()),
         })
         .collect();
+    let delta = hp.median - bp.median;
     CellComparison {
+        kernel_durations: crate::analysis::compare::kernel_durations(
+            &aligned,
+            b,
+            h,
+            Some(0.0),
+            true,
+        ),
+        // All of the period change is the external event wait's (below).
+        external_event_share: (delta > 0.0).then_some(1.0),
+        graphs_differ_only_by_external: false,
         pairing: None,
         graph_difference: None,
         judged_untraced: false,
@@ -484,5 +497,6 @@ pub fn comparison(threshold: f64, breached: Vec<String>) -> Comparison {
         breached,
         realised: Vec::new(),
         device_mismatch: None,
+        host_bound_slowdowns: Vec::new(),
     }
 }

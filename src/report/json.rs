@@ -63,6 +63,7 @@ pub fn comparison_json_with(c: &Comparison, opts: &JsonOptions) -> String {
         threshold: c.threshold,
         breached: &c.breached,
         device_mismatch: &c.device_mismatch,
+        host_bound_slowdowns: &c.host_bound_slowdowns,
         geomean_ratio: &c.geomean_ratio,
         cells: &c.cells,
         unmatched: &c.unmatched,
@@ -125,6 +126,8 @@ struct ComparisonDoc<'a> {
     threshold: f64,
     breached: &'a [String],
     device_mismatch: &'a Option<String>,
+    /// Slower cells whose slowdown is mostly the host launching later: the caution's.
+    host_bound_slowdowns: &'a [crate::analysis::HostBoundSlowdown],
     geomean_ratio: &'a Option<Geomean>,
     cells: &'a [CellComparison],
     unmatched: &'a [String],

@@ -554,10 +554,14 @@ pub(crate) fn share_of(part: f64, whole: f64) -> Option<String> {
     if whole <= 0.0 || part <= 0.0 {
         return None;
     }
-    let share = part / whole;
-    Some(if share > 1.0 {
+    Some(share_label(part / whole))
+}
+
+/// A positive share as [`share_of`] says it: "40 % of it", or, above 1, "more than all of it".
+pub(crate) fn share_label(share: f64) -> String {
+    if share > 1.0 {
         "more than all of it (other parts of it shrank)".to_owned()
     } else {
         format!("{} of it", percent(share))
-    })
+    }
 }

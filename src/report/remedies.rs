@@ -46,9 +46,8 @@ fn withheld_lines(s: &mut String, a: &Analysis) {
     }
     let _ = writeln!(
         s,
-        "\nNot given (a remedy is given only from at least {} steps with a period, when it predicts a saving beyond its spread and at least {:.0} % of the step, and not as a graph capture of a step that runs as a graph already):\n",
-        crate::analysis::stats::MIN_STEPS_TO_JUDGE,
-        crate::analysis::remedy::MATERIAL_SHARE_OF_STEP * 100.0
+        "\nNot given ({}):\n",
+        crate::analysis::remedy::given_only_when()
     );
     for w in &a.withheld_remedies {
         let cell = a.cells.get(w.remedy.cell).map_or("—", |c| c.label.as_str());
@@ -150,7 +149,7 @@ mod tests {
 
     #[test]
     fn predicted_vs_realised_row() {
-        let c = analysis::align::compare(graphed(2), graphed(1), 1.01);
+        let c = analysis::compare::compare(graphed(2), graphed(1), 1.01);
         let md = realised_section(&c);
         let row = md
             .lines()
@@ -160,7 +159,7 @@ mod tests {
             row.contains("| 0.96 [0.93–0.99] n=59 | 0.90 [0.85–0.95] n=59 | realised |"),
             "{row}"
         );
-        let none = analysis::align::compare(graphed(1), graphed(1), 1.01);
+        let none = analysis::compare::compare(graphed(1), graphed(1), 1.01);
         assert!(
             realised_section(&none)
                 .ends_with("No matched cell has a remedy with a predicted saving.\n")

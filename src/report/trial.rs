@@ -232,12 +232,7 @@ pub fn trial_markdown(r: &TrialReport) -> String {
     if !r.variant_only.is_empty() {
         let _ = writeln!(s, "Not in BASE: {}.\n", md_cell(&r.variant_only.join("; ")));
     }
-    let _ = writeln!(
-        s,
-        "A change is beyond the spread when every round of one side is beyond every round of the other, by at least {} µs; with fewer than {} rounds the spread is unknown and the change must also exceed the steps' p10–p90.",
-        us2(crate::analysis::trial::RESOLUTION_NS),
-        crate::analysis::trial::MIN_ROUNDS_FOR_SPREAD
-    );
+    let _ = writeln!(s, "{}", crate::analysis::trial::beyond_spread_rule());
     super::printable_report(s)
 }
 

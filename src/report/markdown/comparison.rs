@@ -61,15 +61,10 @@ pub fn comparison_markdown(c: &Comparison) -> String {
     let _ = writeln!(s);
     let _ = writeln!(s, "### Kernel durations, base → head\n");
     for m in &c.cells {
-        let (Some(b), Some(h)) = (c.base.cells.get(m.base), c.head.cells.get(m.head)) else {
+        if c.base.cells.get(m.base).is_none() || c.head.cells.get(m.head).is_none() {
             continue;
-        };
-        let _ = writeln!(
-            s,
-            "- {}: {}",
-            md_cell(&pair_name(m)),
-            duration_check(m, b, h)
-        );
+        }
+        let _ = writeln!(s, "- {}: {}", md_cell(&pair_name(m)), duration_check(m));
     }
     let _ = writeln!(s);
 
@@ -125,15 +120,9 @@ pub fn comparison_github(c: &Comparison) -> String {
 
 pub(crate) fn verdict_line(c: &Comparison) -> String {
     if c.breached.is_empty() {
-        let unjudged = c.cells.iter().filter(|m| m.no_verdict.is_some()).count();
-        let unjudged = if unjudged > 0 {
-            format!(
-                "; {unjudged} without a verdict: too few steps ({} a side needed)",
-                crate::analysis::stats::MIN_STEPS_TO_JUDGE
-            )
-        } else {
-            String::new()
-        };
+        let unjudged = crate::analysis::compare::unjudged_note(&c.cells)
+            .map(|note| format!("; {note}"))
+            .unwrap_or_default();
         format!(
             "PASS: no cell slower than {:.2}× beyond spread ({} cells compared{unjudged})",
             c.threshold,
@@ -157,17 +146,11 @@ pub(crate) fn pair_name(m: &CellComparison) -> String {
     }
 }
 
-/// The aligned positions whose gap before changed most, as lines.
+/// The aligned positions whose gap before changed most ([`CellComparison::top_gap_deltas`]), as
+/// lines.
 fn top_gap_deltas(m: &CellComparison, n: usize) -> Vec<String> {
-    let mut v: Vec<_> = m
-        .aligned
-        .iter()
-        .filter_map(|a| Some((a, a.gap_before_delta.filter(|d| d.is_finite())?)))
-        .filter(|(_, d)| d.abs() >= 5.0)
-        .collect();
-    v.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()));
-    v.into_iter()
-        .take(n)
+    m.top_gap_deltas(n)
+        .into_iter()
         .map(|(a, d)| {
             let cause = a
                 .head_gap_cause
@@ -209,18 +192,18 @@ pub fn cautions(c: &Comparison) -> Vec<String> {
         .collect()
 }
 
-/// A caution when slower cells grew mostly in host launch-bound gaps: the host launched later
-/// in HEAD, either because the launch itself costs more there (a first launch setting up new
-/// node types) or because the run's host was slower (load, a process of the host's slower
-/// speed, whose launches under CUPTI outgrow the GPU period). `None` when no slower cell is like that.
+/// A caution when slower cells grew mostly in host launch-bound gaps
+/// ([`Comparison::host_bound_slowdowns`]): the host launched later in HEAD, either because the
+/// launch itself costs more there (a first launch setting up new node types) or because the
+/// run's host was slower (load, a process of the host's slower speed, whose launches under
+/// CUPTI outgrow the GPU period). `None` when no slower cell is like that.
 pub fn host_bound_caution(c: &Comparison) -> Option<String> {
     let cells: Vec<String> = c
-        .cells
+        .host_bound_slowdowns
         .iter()
-        .filter(|m| m.host_bound_slowdown())
-        .map(|m| {
-            let share = m.host_launch_share().unwrap_or(0.0);
-            format!("{} ({:.0} %)", pair_name(m), share * 100.0)
+        .filter_map(|h| {
+            let m = c.cells.get(h.cell)?;
+            Some(format!("{} ({:.0} %)", pair_name(m), h.share * 100.0))
         })
         .collect();
     (!cells.is_empty()).then(|| {

@@ -10,7 +10,7 @@
 
 use super::{md_cell, ratio, stat_us, us2, us2_signed};
 use crate::analysis::stats::{Change, Geomean, Stat};
-use crate::analysis::{Analysis, CellAnalysis, CellComparison, OpKind, Regime};
+use crate::analysis::{Analysis, CellAnalysis, CellComparison, Regime};
 use crate::trace::Source;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -56,134 +56,8 @@ pub fn analysis_markdown(a: &Analysis) -> String {
     }
     for (key, cells) in &groups {
         let _ = writeln!(s, "### Workload {}\n", key_label(key));
-        let _ = writeln!(
-            s,
-            "| cell | regime observed | graph usage mode observed | n | median µs | p10–p90 µs | first launches µs | CUDA-event period µs | graphed/eager | change | in graphs (device time / ops) | replayed ops with a provenance |"
-        );
-        let _ = writeln!(s, "|---|---|---|--:|--:|--:|--:|--:|--:|---|--:|--:|");
-        // With several eager cells in one table, name the one each ratio is against.
-        let bases: std::collections::BTreeSet<usize> = a
-            .regime_pairs
-            .iter()
-            .filter(|p| cells.contains(&p.head))
-            .map(|p| p.base)
-            .collect();
-        for &ci in cells {
-            let c = &a.cells[ci];
-            let pair = a.regime_pairs.iter().find(|p| p.head == ci);
-            let is_base = a.regime_pairs.iter().any(|p| p.base == ci);
-            let (r, change) = match pair {
-                Some(p) => {
-                    let mut r = p.ratio.map_or("—".to_owned(), ratio);
-                    if bases.len() > 1 {
-                        r += &format!(" vs {}", md_cell(&p.base_label));
-                    }
-                    (r, comparison_change_label(p))
-                }
-                None if is_base => ("base".to_owned(), "—".to_owned()),
-                None => ("—".to_owned(), "—".to_owned()),
-            };
-            let (n, median, spread) = match &c.period {
-                Some(p) => (p.n.to_string(), us2(p.median), spread_cell(p)),
-                None => ("0".to_owned(), "—".to_owned(), "—".to_owned()),
-            };
-            let o = &c.observed;
-            let share = |v: Option<f64>| v.map_or("—".to_owned(), super::percent);
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {n} | {median} | {spread} | {} | {} | {r} | {change} | {} / {} | {} |",
-                md_cell(&c.label),
-                super::regime_label(o.regime),
-                md_cell(o.graph_usage_mode.as_deref().unwrap_or("—")),
-                opt_stat_cell(c.first_launch_period.as_ref()),
-                opt_stat_cell(c.event_period.as_ref()),
-                share(o.graph_coverage),
-                share(o.graph_coverage_ops),
-                share(o.replayed_with_provenance),
-            );
-        }
-        let _ = writeln!(s);
-        for &ci in cells {
-            let c = &a.cells[ci];
-            if let Some(why) = c.why_no_period() {
-                let _ = writeln!(
-                    s,
-                    "> {}: no period ({}).\n",
-                    md_cell(&c.label),
-                    md_cell(&why)
-                );
-            }
-            if let Some(e) = &c.observed.eager_in_graphed {
-                let _ = writeln!(
-                    s,
-                    "> ⚠️ {}: {} (torch.compile falls back to eager this way when it skips cudagraphs).\n",
-                    md_cell(&c.label),
-                    super::eager_in_graphed_label(e)
-                );
-            }
-            if c.observed.compiled_without_graphs {
-                let _ = writeln!(
-                    s,
-                    "> ⚠️ {}: {}.\n",
-                    md_cell(&c.label),
-                    md_cell(&super::compiled_without_graphs_label(c))
-                );
-            }
-            if let Some(l) = &c.observed.left_out {
-                let _ = writeln!(
-                    s,
-                    "> ⚠️ {}: {}.\n",
-                    md_cell(&c.label),
-                    md_cell(&super::left_out_label(l))
-                );
-            }
-        }
-        let sampled: Vec<String> = cells
-            .iter()
-            .filter_map(|&ci| {
-                let c = &a.cells[ci];
-                c.sampled
-                    .map(|x| format!("{}: {}", md_cell(&c.label), x.describe()))
-            })
-            .collect();
-        if !sampled.is_empty() {
-            let _ = writeln!(
-                s,
-                "> Trace budget: {}; the rest ran untraced (`gapscope record --trace-budget 0` traces everything).\n",
-                sampled.join("; ")
-            );
-        }
-        for &ci in cells {
-            let c = &a.cells[ci];
-            if let Some(t) = &c.tracer_share {
-                // Where the device measured the untraced steps, verdicts are judged on them
-                // (`analysis::align`); host shares only bound what tracing can explain.
-                let meaning = match t.clock {
-                    crate::analysis::tracer_share::ShareClock::Device => {
-                        "the untraced period measured on the device's clock in this run; differences between cells are judged on it"
-                    }
-                    crate::analysis::tracer_share::ShareClock::Host => {
-                        "measured on this run's untraced steps; differences smaller than it are not findings"
-                    }
-                };
-                let _ = writeln!(
-                    s,
-                    "> Tracer's share, {}: {} — {meaning}.\n",
-                    md_cell(&c.label),
-                    t.describe()
-                );
-            }
-        }
-        let traced_first_launches = cells.iter().any(|&ci| {
-            let c = &a.cells[ci];
-            c.first_launch_period.is_some() && recorded_by_cupti(a, c)
-        });
-        if traced_first_launches {
-            let _ = writeln!(s, "{FIRST_LAUNCH_INFLATION}\n");
-        }
-        if let Some(note) = cupti_launch_cost_note(a, cells) {
-            let _ = writeln!(s, "{note}\n");
-        }
+        workload_table(&mut s, a, cells);
+        workload_notes(&mut s, a, cells);
         for p in a.regime_pairs.iter().filter(|p| cells.contains(&p.head)) {
             let (Some(base), Some(head)) = (a.cells.get(p.base), a.cells.get(p.head)) else {
                 continue;
@@ -204,6 +78,142 @@ pub fn analysis_markdown(a: &Analysis) -> String {
     idle_section(&mut s, a);
     inputs_section(&mut s, a, None);
     crate::report::printable_report(s)
+}
+
+/// A workload's period table: one row per cell, with its ratio to its eager cell.
+fn workload_table(s: &mut String, a: &Analysis, cells: &[usize]) {
+    let _ = writeln!(
+        s,
+        "| cell | regime observed | graph usage mode observed | n | median µs | p10–p90 µs | first launches µs | CUDA-event period µs | graphed/eager | change | in graphs (device time / ops) | replayed ops with a provenance |"
+    );
+    let _ = writeln!(s, "|---|---|---|--:|--:|--:|--:|--:|--:|---|--:|--:|");
+    // With several eager cells in one table, name the one each ratio is against.
+    let bases: std::collections::BTreeSet<usize> = a
+        .regime_pairs
+        .iter()
+        .filter(|p| cells.contains(&p.head))
+        .map(|p| p.base)
+        .collect();
+    for &ci in cells {
+        let c = &a.cells[ci];
+        let pair = a.regime_pairs.iter().find(|p| p.head == ci);
+        let is_base = a.regime_pairs.iter().any(|p| p.base == ci);
+        let (r, change) = match pair {
+            Some(p) => {
+                let mut r = p.ratio.map_or("—".to_owned(), ratio);
+                if bases.len() > 1 {
+                    r += &format!(" vs {}", md_cell(&p.base_label));
+                }
+                (r, comparison_change_label(p))
+            }
+            None if is_base => ("base".to_owned(), "—".to_owned()),
+            None => ("—".to_owned(), "—".to_owned()),
+        };
+        let (n, median, spread) = match &c.period {
+            Some(p) => (p.n.to_string(), us2(p.median), spread_cell(p)),
+            None => ("0".to_owned(), "—".to_owned(), "—".to_owned()),
+        };
+        let o = &c.observed;
+        let share = |v: Option<f64>| v.map_or("—".to_owned(), super::percent);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {n} | {median} | {spread} | {} | {} | {r} | {change} | {} / {} | {} |",
+            md_cell(&c.label),
+            super::regime_label(o.regime),
+            md_cell(o.graph_usage_mode.as_deref().unwrap_or("—")),
+            opt_stat_cell(c.first_launch_period.as_ref()),
+            opt_stat_cell(c.event_period.as_ref()),
+            share(o.graph_coverage),
+            share(o.graph_coverage_ops),
+            share(o.replayed_with_provenance),
+        );
+    }
+    let _ = writeln!(s);
+}
+
+/// The notes under a workload's table: cells without a period, eager work in graphed cells,
+/// the trace budget, the tracer's share, and what CUPTI added (as the analysis decided).
+fn workload_notes(s: &mut String, a: &Analysis, cells: &[usize]) {
+    for &ci in cells {
+        let c = &a.cells[ci];
+        if let Some(why) = c.why_no_period() {
+            let _ = writeln!(
+                s,
+                "> {}: no period ({}).\n",
+                md_cell(&c.label),
+                md_cell(&why)
+            );
+        }
+        if let Some(e) = &c.observed.eager_in_graphed {
+            let _ = writeln!(
+                s,
+                "> ⚠️ {}: {} (torch.compile falls back to eager this way when it skips cudagraphs).\n",
+                md_cell(&c.label),
+                super::eager_in_graphed_label(e)
+            );
+        }
+        if c.observed.compiled_without_graphs {
+            let _ = writeln!(
+                s,
+                "> ⚠️ {}: {}.\n",
+                md_cell(&c.label),
+                md_cell(&super::compiled_without_graphs_label(c))
+            );
+        }
+        if let Some(l) = &c.observed.left_out {
+            let _ = writeln!(
+                s,
+                "> ⚠️ {}: {}.\n",
+                md_cell(&c.label),
+                md_cell(&super::left_out_label(l))
+            );
+        }
+    }
+    let sampled: Vec<String> = cells
+        .iter()
+        .filter_map(|&ci| {
+            let c = &a.cells[ci];
+            c.sampled
+                .map(|x| format!("{}: {}", md_cell(&c.label), x.describe()))
+        })
+        .collect();
+    if !sampled.is_empty() {
+        let _ = writeln!(
+            s,
+            "> Trace budget: {}; the rest ran untraced (`gapscope record --trace-budget 0` traces everything).\n",
+            sampled.join("; ")
+        );
+    }
+    for &ci in cells {
+        let c = &a.cells[ci];
+        if let Some(t) = &c.tracer_share {
+            // Where the device measured the untraced steps, verdicts are judged on them
+            // (`analysis::compare`); host shares only bound what tracing can explain.
+            let meaning = match t.clock {
+                crate::analysis::tracer_share::ShareClock::Device => {
+                    "the untraced period measured on the device's clock in this run; differences between cells are judged on it"
+                }
+                crate::analysis::tracer_share::ShareClock::Host => {
+                    "measured on this run's untraced steps; differences smaller than it are not findings"
+                }
+            };
+            let _ = writeln!(
+                s,
+                "> Tracer's share, {}: {} — {meaning}.\n",
+                md_cell(&c.label),
+                t.describe()
+            );
+        }
+    }
+    let traced_first_launches = cells
+        .iter()
+        .any(|&ci| a.cells[ci].first_launches_inflated_by_cupti);
+    if traced_first_launches {
+        let _ = writeln!(s, "{FIRST_LAUNCH_INFLATION}\n");
+    }
+    if let Some(note) = cupti_launch_cost_note(a, cells) {
+        let _ = writeln!(s, "{note}\n");
+    }
 }
 
 /// The analysis's headline as a PR reads it first: the worst cell, its largest cause, its fix.
@@ -353,31 +363,19 @@ fn spread_cell(s: &Stat) -> String {
 /// What CUPTI's kernel tracing adds to first launches, as measured (see the README).
 const FIRST_LAUNCH_INFLATION: &str = "> First launches recorded by CUPTI are inflated by its kernel tracing, which sets up each new executable graph inside its first launch: by more than a traced replay of the same graph pays (measured in benches/README.md, \"Recording: what the recorder enables and what it costs\"). Every first launch outside a step range is traced, whatever `--trace-budget`. Compare first launches with first launches recorded the same way, not with untraced timings.";
 
-/// Whether cell `c` comes from a trace CUPTI recorded (not a Kineto import or synthetic).
-fn recorded_by_cupti(a: &Analysis, c: &CellAnalysis) -> bool {
-    a.inputs.get(c.trace).map(|i| i.source) == Some(Source::Cupti)
-}
-
-/// For CUPTI-recorded graph cells whose steps lose time to host-bound graph launches: how much
-/// of that CUPTI itself may have added, from the graph's node count.
+/// For CUPTI-recorded graph cells whose steps lose time to host-bound graph launches
+/// ([`CellAnalysis::cupti_launch_cost`]): how much of that CUPTI itself may have added.
 fn cupti_launch_cost_note(a: &Analysis, cells: &[usize]) -> Option<String> {
     let parts: Vec<String> = cells
         .iter()
         .filter_map(|&ci| {
             let c = &a.cells[ci];
-            let group = c.graph_group.as_ref().filter(|_| recorded_by_cupti(a, c))?;
-            let host_bound = c
-                .idle_by_cause
-                .iter()
-                .find(|t| t.cause == crate::analysis::CauseKind::GraphLaunchHostBound)?;
-            let nodes = match group.identity.node_counts.values().sum::<usize>() {
-                0 => group.identity.op_names.len(),
-                n => n,
-            };
+            let cost = c.cupti_launch_cost?;
             Some(format!(
-                "{}: {nodes} nodes, host-bound launch gaps of {} µs per step",
+                "{}: {} nodes, host-bound launch gaps of {} µs per step",
                 md_cell(&c.label),
-                us2(host_bound.per_step.median),
+                cost.nodes,
+                us2(cost.host_bound_per_step),
             ))
         })
         .collect();
@@ -526,7 +524,7 @@ fn pair_section(s: &mut String, p: &CellComparison, base: &CellAnalysis, head: &
     if let Some(pairing) = &p.pairing {
         let _ = writeln!(s, "- {}", md_cell(&pairing.text));
     }
-    let _ = writeln!(s, "- {}", duration_check(p, base, head));
+    let _ = writeln!(s, "- {}", duration_check(p));
     let _ = writeln!(s, "- {}", explain(p));
     let only_head: Vec<String> = p
         .aligned
@@ -611,75 +609,31 @@ fn regime_name(c: &CellAnalysis, fallback: &'static str) -> &'static str {
 }
 
 /// "kernel durations identical within 0.40 % (max |Δ| over 12 aligned kernels)", or the kernels
-/// whose durations differ beyond their spread.
-fn duration_check(p: &CellComparison, base: &CellAnalysis, head: &CellAnalysis) -> String {
-    struct K<'a> {
-        name: &'a str,
-        b: Stat,
-        h: Stat,
-        delta: f64,
-    }
-    let kernels: Vec<K> = p
-        .aligned
-        .iter()
-        .filter_map(|a| {
-            let b = base.sequence.get(a.base?)?;
-            let h = head.sequence.get(a.head?)?;
-            if b.kind != OpKind::Kernel {
-                return None;
-            }
-            Some(K {
-                name: &a.name,
-                b: b.duration,
-                h: h.duration,
-                delta: a
-                    .duration_delta
-                    .unwrap_or(h.duration.median - b.duration.median),
-            })
-        })
-        .collect();
-    if kernels.is_empty() {
+/// whose durations differ beyond their spread ([`CellComparison::kernel_durations`]).
+fn duration_check(p: &CellComparison) -> String {
+    let Some(k) = &p.kernel_durations else {
         return "kernel durations: no aligned kernels to compare".to_owned();
-    }
-    let n = kernels.len();
-    let pct = p.max_duration_delta_pct.map_or_else(
-        || {
-            kernels
-                .iter()
-                .filter(|k| k.b.median > 0.0)
-                .map(|k| (k.delta / k.b.median * 100.0).abs())
-                .fold(0.0, f64::max)
-        },
-        f64::abs,
-    );
+    };
+    let (n, pct) = (k.aligned, k.max_delta_pct);
     if p.durations_within_spread {
         return format!(
             "kernel durations identical within {pct:.2} % (max |Δ| over {n} aligned kernels)"
         );
     }
-    let mut differ: Vec<&K> = kernels
+    let list: Vec<String> = k
+        .differing
         .iter()
-        .filter(|k| k.delta.abs() > k.b.spread().max(k.h.spread()))
-        .collect();
-    if differ.is_empty() {
-        // The analysis judged otherwise: show the largest deltas.
-        differ = kernels.iter().collect();
-    }
-    differ.sort_by(|x, y| y.delta.abs().total_cmp(&x.delta.abs()));
-    let list: Vec<String> = differ
-        .iter()
-        .take(5)
         .map(|k| {
-            let rel = if k.b.median > 0.0 {
-                format!(", {:+.1} %", k.delta / k.b.median * 100.0)
+            let rel = if k.base.median > 0.0 {
+                format!(", {:+.1} %", k.delta / k.base.median * 100.0)
             } else {
                 String::new()
             };
             format!(
                 "`{}` {} → {} ({} µs{rel})",
-                md_cell(&super::short_op_name(k.name)).replace('`', "'"),
-                stat_us(&k.b),
-                stat_us(&k.h),
+                md_cell(&super::short_op_name(&k.name)).replace('`', "'"),
+                stat_us(&k.base),
+                stat_us(&k.head),
                 us2_signed(k.delta)
             )
         })
@@ -687,8 +641,8 @@ fn duration_check(p: &CellComparison, base: &CellAnalysis, head: &CellAnalysis) 
     format!(
         "kernel durations differ beyond spread (max |Δ| {pct:.2} % over {n} aligned kernels): {}{}",
         list.join("; "),
-        if differ.len() > 5 {
-            format!("; and {} more", differ.len() - 5)
+        if k.differing_count > k.differing.len() {
+            format!("; and {} more", k.differing_count - k.differing.len())
         } else {
             String::new()
         }
@@ -798,51 +752,7 @@ fn sweep_section(s: &mut String, a: &Analysis) {
                 (Some(d), _) => us2_signed(d),
                 _ => "—".to_owned(),
             };
-            let external = p.gap_growth_of(crate::analysis::CauseKind::ExternalEventWait);
-            let others: f64 = p
-                .gap_growth_by_cause
-                .iter()
-                .filter(|g| g.0 != crate::analysis::CauseKind::ExternalEventWait)
-                .map(|g| g.2)
-                .sum();
-            let explained = match (p.period_delta, p.change) {
-                (_, Some(Change::NoChange)) => format!(
-                    "no change (inside run-to-run spread); external event wait {}",
-                    us2_signed(external)
-                ),
-                (Some(d), _) => {
-                    let who = p
-                        .gap_growth_by_cause
-                        .iter()
-                        .find(|g| g.0 == crate::analysis::CauseKind::ExternalEventWait)
-                        .map_or("no external event node".to_owned(), |g| g.1.clone());
-                    // A part larger than Δ (other parts shrank) is said so, not as a share
-                    // over 100 %.
-                    let share = crate::report::share_of(external, d)
-                        .map(|x| format!(" = {}", x.replace(" of it", " of Δ")))
-                        .unwrap_or_default();
-                    let only_external = p
-                        .graph_difference
-                        .as_deref()
-                        .is_some_and(|d| d.split(", ").all(|part| part.ends_with("(external)")));
-                    let verdict = if only_external {
-                        format!(
-                            "; the graphs differ only by {}, so all of Δ follows from them",
-                            md_cell(p.graph_difference.as_deref().unwrap_or_default())
-                        )
-                    } else {
-                        String::new()
-                    };
-                    format!(
-                        "external event wait {}{share} — {}; other gaps {}, op durations {}{verdict}",
-                        us2_signed(external),
-                        md_cell(&who),
-                        us2_signed(others),
-                        us2_signed(p.duration_delta_total)
-                    )
-                }
-                _ => "—".to_owned(),
-            };
+            let explained = mode_explanation(p);
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {} | {} | {} | {delta} | {} / {} / {} | {explained} |",
@@ -869,6 +779,59 @@ fn sweep_section(s: &mut String, a: &Analysis) {
             }
         }
         let _ = writeln!(s);
+    }
+}
+
+/// The mode table's last column: how much of mode 2 − mode 1 the external event nodes explain,
+/// as the analysis judged it ([`CellComparison::external_event_share`],
+/// [`CellComparison::graphs_differ_only_by_external`]).
+fn mode_explanation(p: &CellComparison) -> String {
+    let external = p.gap_growth_of(crate::analysis::CauseKind::ExternalEventWait);
+    let others: f64 = p
+        .gap_growth_by_cause
+        .iter()
+        .filter(|g| g.0 != crate::analysis::CauseKind::ExternalEventWait)
+        .map(|g| g.2)
+        .sum();
+    match (p.period_delta, p.change) {
+        (_, Some(Change::NoChange)) => format!(
+            "no change (inside run-to-run spread); external event wait {}",
+            us2_signed(external)
+        ),
+        (Some(_), _) => {
+            let who = p
+                .gap_growth_by_cause
+                .iter()
+                .find(|g| g.0 == crate::analysis::CauseKind::ExternalEventWait)
+                .map_or("no external event node".to_owned(), |g| g.1.clone());
+            // A part larger than Δ (other parts shrank) is said so, not as a share
+            // over 100 %.
+            let share = p
+                .external_event_share
+                .map(|x| {
+                    format!(
+                        " = {}",
+                        crate::report::share_label(x).replace(" of it", " of Δ")
+                    )
+                })
+                .unwrap_or_default();
+            let verdict = if p.graphs_differ_only_by_external {
+                format!(
+                    "; the graphs differ only by {}, so all of Δ follows from them",
+                    md_cell(p.graph_difference.as_deref().unwrap_or_default())
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "external event wait {}{share} — {}; other gaps {}, op durations {}{verdict}",
+                us2_signed(external),
+                md_cell(&who),
+                us2_signed(others),
+                us2_signed(p.duration_delta_total)
+            )
+        }
+        _ => "—".to_owned(),
     }
 }
 
@@ -969,6 +932,16 @@ mod tests {
         p.max_duration_delta_pct = Some(5.0);
         p.aligned[3].duration_delta = Some(480.0);
         a.cells[1].sequence[3].duration = Stat::of(&mut [9_980.0, 9_980.0, 9_980.0]).unwrap();
+        // The analysis decides which kernels differ; the report prints them.
+        let p = &a.regime_pairs[0];
+        let check = crate::analysis::compare::kernel_durations(
+            &p.aligned,
+            &a.cells[p.base],
+            &a.cells[p.head],
+            p.max_duration_delta_pct,
+            p.durations_within_spread,
+        );
+        a.regime_pairs[0].kernel_durations = check;
         let md = analysis_markdown(&a);
         assert!(md.contains("kernel durations differ beyond spread (max |Δ| 5.00 % over 4 aligned kernels): `dispatch` 9.50 µs [9.50–9.50] n=4 → 9.98 µs [9.98–9.98] n=3 (+0.48 µs, +5.1 %)"), "{md}");
     }
@@ -1046,6 +1019,7 @@ mod tests {
             ),
         ];
         assert!(c.cells[1].host_bound_slowdown());
+        c.host_bound_slowdowns = crate::analysis::compare::host_bound_slowdowns(&c.cells);
         let line = host_bound_caution(&c).expect("a caution");
         assert!(line.contains("(71 %)"), "{line}");
         assert!(comparison_markdown(&c).contains(&format!("> {line}")));
@@ -1055,6 +1029,7 @@ mod tests {
         // Mostly the graph: no caution.
         c.cells[1].gap_growth_by_cause[0].2 = 2_000.0;
         assert!(!c.cells[1].host_bound_slowdown());
+        c.host_bound_slowdowns = crate::analysis::compare::host_bound_slowdowns(&c.cells);
         assert_eq!(host_bound_caution(&c), None);
     }
 }

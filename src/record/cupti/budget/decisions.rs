@@ -890,7 +890,7 @@ mod tests {
             .untraced_period
             .expect("measured windows give the loop its period");
         assert!(
-            untraced.n >= crate::analysis::untraced::MIN_PERIODS,
+            untraced.n >= crate::analysis::thresholds::UNTRACED_MIN_PERIODS,
             "{untraced:?}"
         );
         let share = cell.tracer_share.as_ref().expect("a tracer's share");
