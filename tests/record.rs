@@ -463,3 +463,51 @@ fn a_program_killed_with_sigkill_leaves_the_records_it_delivered() {
     let a = gapscope::analysis::analyze(&[t], &["killed".into()], &Default::default());
     assert_eq!(a.cells.len(), 1);
 }
+
+/// Issue 45 a: a program that is not Python gets one note saying it was not sampled, and is
+/// otherwise recorded as without; `--host-samples off` says nothing; a Python program is
+/// sampled without a note.
+#[test]
+fn host_samples_refused_in_one_note_and_off_says_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = dir.path().join("out");
+    let o = o.to_str().unwrap();
+    let note = "no host samples: ";
+    let out = record(dir.path(), &["-o", o, "--", "sleep", "0.5"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(err.lines().filter(|l| l.contains(note)).count(), 1, "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.contains(NO_TRACE)).count(),
+        1,
+        "{err}"
+    );
+    let out = record(
+        dir.path(),
+        &["-o", o, "--host-samples", "off", "--", "sleep", "0.2"],
+    );
+    assert!(!stderr(&out).contains(note), "{}", stderr(&out));
+    let python = "import time\nend = time.time() + 0.5\nwhile time.time() < end:\n    pass\n";
+    let out = record(dir.path(), &["-o", o, "--", "python3", "-c", python]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains(note), "{}", stderr(&out));
+    let out = record(
+        dir.path(),
+        &[
+            "-o",
+            o,
+            "--host-samples",
+            "native",
+            "--",
+            "python3",
+            "-c",
+            python,
+        ],
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("--host-samples native: native frames need py-spy's unwind feature"),
+        "{err}"
+    );
+    assert!(!err.contains(note), "{err}");
+}
