@@ -486,3 +486,80 @@ fn cells_of_several_inputs_with_one_label_say_whose_they_are() {
         ["graphed mode=2 T=1 emu", "graphed mode=1 T=1 emu"]
     );
 }
+
+/// Issue 45 b on a real recording (an eager PyTorch step on the H200, host launch-bound gaps):
+/// without host samples no gap names host code; with samples on the launching thread (the
+/// main thread, whose id is the process's) each host-bound gap names it with the samples that
+/// fell inside its gaps, and samples of another thread at the same times count for nothing.
+#[test]
+fn host_bound_gaps_of_a_real_trace_name_the_code_sampled_on_the_launching_thread() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/traces/torch-step-record-h200.json"
+    );
+    let mut t = trace::read_trace(std::path::Path::new(path)).unwrap();
+    let bare = analyze(&t);
+    let host_bound = |a: &analysis::Analysis| -> Vec<analysis::SequenceEntry> {
+        a.cells
+            .iter()
+            .flat_map(|c| c.sequence.iter())
+            .filter(|e| analysis::host_samples::is_host_bound(e.gap_cause))
+            .cloned()
+            .collect()
+    };
+    assert!(
+        !host_bound(&bare).is_empty(),
+        "the recording has host-bound gaps"
+    );
+    assert!(host_bound(&bare).iter().all(|e| e.host_time.is_none()));
+    let frame = |file: &str, function: &str, line: u32| trace::HostFrame {
+        file: file.into(),
+        function: function.into(),
+        line,
+    };
+    let torch = "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py";
+    let main = (
+        462,
+        vec![
+            frame(torch, "forward", 125),
+            frame("/work/torch_step.py", "step", 30),
+        ],
+    );
+    let other = (9999, vec![frame("/work/loader.py", "prefetch", 7)]);
+    t.host_samples = Some(synthetic::host_samples_over(&t, 1_000, &[main, other]));
+    let sampled = analyze(&t);
+    let entries = host_bound(&sampled);
+    assert_eq!(entries.len(), host_bound(&bare).len(), "the same gaps");
+    for e in &entries {
+        let h = e
+            .host_time
+            .as_ref()
+            .expect("host time on every host-bound gap");
+        // One sample per µs of gap, give or take one per gap at its ends.
+        let expected = h.gap_ns as f64 / 1_000.0;
+        assert!(
+            (h.samples as f64 - expected).abs() <= h.gaps as f64 + 1.0,
+            "{} samples for {} ns in {} gaps",
+            h.samples,
+            h.gap_ns,
+            h.gaps
+        );
+        if h.samples >= analysis::host_samples::MIN_SAMPLES {
+            assert_eq!(h.top.len(), 1, "{h:?}");
+            assert_eq!(h.top[0].code, "work/torch_step.py:30 step");
+            assert_eq!(
+                h.top[0].calls.as_deref(),
+                Some("torch/nn/modules/linear.py:forward")
+            );
+            assert_eq!(h.top[0].share, 1.0);
+        } else {
+            assert!(h.describe().ends_with("too few to name the code"), "{h:?}");
+        }
+    }
+    assert!(
+        entries
+            .iter()
+            .any(|e| e.host_time.as_ref().unwrap().top.len() == 1),
+        "some gap named"
+    );
+}

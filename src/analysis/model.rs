@@ -375,6 +375,11 @@ pub struct SequenceEntry {
     /// Where the op came from in the program (of the op at this position in a representative
     /// step); `None` when the trace holds nothing.
     pub provenance: Option<super::provenance::Provenance>,
+    /// For a host-bound gap: the host code sampled in it, over the steps
+    /// ([`super::host_samples`]); `None` when the gap is not host-bound or the trace has no
+    /// host samples.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_time: Option<super::host_samples::HostTime>,
 }
 
 /// Idle time of one cause, per step.

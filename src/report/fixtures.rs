@@ -319,6 +319,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
                 SequenceEntry {
                     library_call: None,
                     provenance: None,
+                    host_time: None,
                     name: name.to_owned(),
                     kind,
                     duration: Stat::of_ns(steps.iter().map(|s| {

@@ -161,6 +161,9 @@ fn largest_gaps(a: &Analysis, s: &mut String) {
             op_with_provenance(e),
             e.gap_cause_label
         );
+        if let Some(h) = &e.host_time {
+            let _ = writeln!(s, "      host: {}", h.describe());
+        }
     }
 }
 

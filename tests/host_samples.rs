@@ -1,0 +1,160 @@
+//! Issue 45 c: where users look. A real eager recording (host launch-bound gaps) with host
+//! samples on its launching thread: the summary's gap lines, report.md's "Host time in the
+//! gaps", the JSON and the Perfetto trace name the host code; without samples, none of them
+//! says anything of host code (the bundled report fixtures check the bytes).
+
+use gapscope::analysis::{self, AnalysisOptions};
+use gapscope::report;
+use gapscope::trace::{self, HostFrame, Trace, synthetic};
+
+const MAIN_THREAD: u32 = 462;
+
+fn frame(file: &str, function: &str, line: u32) -> HostFrame {
+    HostFrame {
+        file: file.into(),
+        function: function.into(),
+        line,
+    }
+}
+
+/// `traces/torch-step-record-h200.json` with a sample every µs on its main thread (the
+/// program's `step` calling torch's `Linear.forward`) and on another thread.
+fn sampled() -> Trace {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/traces/torch-step-record-h200.json"
+    );
+    let mut t = trace::read_trace(std::path::Path::new(path)).unwrap();
+    let torch = "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py";
+    let main = (
+        MAIN_THREAD,
+        vec![
+            frame(torch, "forward", 125),
+            frame("/work/torch_step.py", "step", 30),
+        ],
+    );
+    let other = (9999, vec![frame("/work/loader.py", "prefetch", 7)]);
+    t.host_samples = Some(synthetic::host_samples_over(&t, 1_000, &[main, other]));
+    t
+}
+
+const CODE: &str = "100 % work/torch_step.py:30 step → torch/nn/modules/linear.py:forward";
+
+fn analyze(t: &Trace) -> analysis::Analysis {
+    analysis::analyze(
+        std::slice::from_ref(t),
+        &["torch-step".into()],
+        &AnalysisOptions::default(),
+    )
+}
+
+#[test]
+fn the_summary_and_the_markdown_report_name_the_host_code() {
+    let a = analyze(&sampled());
+    let summary = report::summary::analysis_summary(&a, None);
+    let host_lines: Vec<&str> = summary.lines().filter(|l| l.contains("host: ")).collect();
+    assert!(!host_lines.is_empty(), "{summary}");
+    assert!(
+        host_lines
+            .iter()
+            .any(|l| l.contains(CODE) && l.contains("(n = ")),
+        "{summary}"
+    );
+    assert!(
+        !summary.contains("loader.py"),
+        "another thread's code: {summary}"
+    );
+    let md = report::analysis_markdown(&a);
+    let at = md
+        .find("### Host time in the gaps of ")
+        .expect("the section");
+    let section = &md[at..];
+    assert!(section.contains("| gap before | gap µs | cause | host code sampled in the gap (share of its time) | innermost frame | n |"), "{section}");
+    assert!(section.contains(CODE), "{section}");
+    assert!(section.contains("host launch-bound"), "{section}");
+    assert!(
+        section.contains("torch/nn/modules/linear.py:forward"),
+        "{section}"
+    );
+}
+
+#[test]
+fn the_json_report_carries_host_time_only_with_samples() {
+    let with = report::analysis_json(&analyze(&sampled()));
+    let v: serde_json::Value = serde_json::from_str(&with).unwrap();
+    let entries: Vec<&serde_json::Value> = v["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["sequence"].as_array().unwrap())
+        .filter(|e| e.get("host_time").is_some())
+        .collect();
+    assert!(!entries.is_empty());
+    let named = entries
+        .iter()
+        .find(|e| !e["host_time"]["top"].as_array().unwrap().is_empty())
+        .expect("a named gap");
+    let top = &named["host_time"]["top"][0];
+    assert_eq!(top["code"], "work/torch_step.py:30 step");
+    assert_eq!(top["calls"], "torch/nn/modules/linear.py:forward");
+    assert_eq!(top["share"], 1.0);
+    assert!(named["host_time"]["samples"].as_u64().unwrap() >= 10);
+    let mut bare = sampled();
+    bare.host_samples = None;
+    let without = report::analysis_json(&analyze(&bare));
+    assert!(!without.contains("host_time"));
+}
+
+#[test]
+fn perfetto_shows_the_samples_under_the_thread_and_the_code_on_gap_slices() {
+    let t = sampled();
+    let a = analyze(&t);
+    let json = report::chrome_trace(std::slice::from_ref(&t), &a, &Default::default());
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let track = events
+        .iter()
+        .find(|e| {
+            e["ph"] == "M" && e["args"]["name"] == format!("host samples, thread {MAIN_THREAD}")
+        })
+        .expect("a host samples track for the launching thread");
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["args"]["name"] == "host samples, thread 9999"),
+        "only launching threads"
+    );
+    let samples: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["cat"] == "host_sample")
+        .collect();
+    assert!(samples.len() > 100, "{}", samples.len());
+    assert!(
+        samples
+            .iter()
+            .all(|e| e["tid"] == track["tid"] && e["pid"] == track["pid"]
+                || e["pid"] != track["pid"])
+    );
+    assert_eq!(samples[0]["name"], "torch/nn/modules/linear.py:forward");
+    assert_eq!(
+        samples[0]["args"]["stack"],
+        "torch/nn/modules/linear.py:forward ← work/torch_step.py:30 step"
+    );
+    let named_gaps: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["cat"] == "gap" && e["args"]["host_code"].is_string())
+        .collect();
+    assert!(!named_gaps.is_empty());
+    assert!(
+        named_gaps
+            .iter()
+            .all(|g| g["args"]["cause"] == "host_launch_bound"
+                || g["args"]["cause"] == "graph_launch_host_bound"
+                || g["args"]["cause"] == "synchronization")
+    );
+    assert!(
+        named_gaps
+            .iter()
+            .any(|g| g["args"]["host_code"].as_str().unwrap().starts_with(CODE))
+    );
+}
