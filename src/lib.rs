@@ -7,9 +7,9 @@
 //! | folder | stage | holds |
 //! |---|---|---|
 //! | `workload/` | make work on the GPU | the HT-decode step (NVRTC kernels from `kernels/`, CPU reference), the emu step, the collectives (emulated, NCCL with its FFI leaf), graph capture, the sweep over cells, rank processes |
-//! | `record/` | trace it | `cupti/` (bindgen `sys` → `loader` → `decode`/`graph`/`budget`/`callbacks` → `recorder`; `budget` decides which launches and steps are traced), `inject` (the CUDA injection entry of `libgapscope.so`), `launch` (`gapscope record -- CMD`) |
-//! | `trace/` | the file between recording and analysis | the versioned schema, reading and atomic writing, the Kineto importer (`kineto/`), synthetic traces for tests and the bundled H200 traces (`bundled`) |
-//! | `analysis/` | answer the question | `steps` (markers and graph launches → steps and cells), `timeline`, `align` (graphed ↔ eager kernels), `cause` (each gap's cause from the DAG and API records), `stats`, `remedy`, `merge` (ranks) |
+//! | `record/` | trace it | `cupti/` (bindgen `sys` → `loader` → `decode`/`graph`/`budget`/`callbacks` → `recorder`; `budget` decides which launches and steps are traced), `inject` (the CUDA injection entry of `libgapscope.so`), `launch` (`gapscope record -- CMD`), `host_sampler` (the program's Python stacks, sampled from `record` with py-spy) |
+//! | `trace/` | the file between recording and analysis | the versioned schema (with its optional `host_samples`), reading and atomic writing, the Kineto importer (`kineto/`), synthetic traces for tests and the bundled H200 traces (`bundled`) |
+//! | `analysis/` | answer the question | `steps` (markers and graph launches → steps and cells), `timeline`, `align` (graphed ↔ eager kernels), `cause` (each gap's cause from the DAG and API records), `host_samples` (the host code sampled in host-bound gaps), `stats`, `remedy`, `merge` (ranks) |
 //! | `report/` | say it | Markdown, JSON, Perfetto, SVG, the terminal summary, and `output` (the one writer of every output set) |
 //! | `cuda.rs` | | the one libcuda loader and "is CUDA here" check |
 //! | `exit.rs` | | every exit code, by name |
