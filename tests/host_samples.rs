@@ -48,6 +48,55 @@ fn analyze(t: &Trace) -> analysis::Analysis {
     )
 }
 
+/// Issue 45 b: without host samples no gap names host code; with them each host-bound gap
+/// names the code sampled on its launching thread (the main thread, whose id is the
+/// process's), one sample per µs of its gaps, and the other thread's samples at the same times
+/// count for nothing.
+#[test]
+fn host_bound_gaps_of_a_real_trace_name_the_code_sampled_on_the_launching_thread() {
+    let t = sampled();
+    let mut bare = t.clone();
+    bare.host_samples = None;
+    let host_bound = |a: &analysis::Analysis| -> Vec<analysis::SequenceEntry> {
+        let cells = a.cells.iter().flat_map(|c| c.sequence.iter());
+        cells
+            .filter(|e| analysis::host_samples::is_host_bound(e.gap_cause))
+            .cloned()
+            .collect()
+    };
+    let without = host_bound(&analyze(&bare));
+    assert!(!without.is_empty(), "the recording has host-bound gaps");
+    assert!(without.iter().all(|e| e.host_time.is_none()));
+    let entries = host_bound(&analyze(&t));
+    assert_eq!(entries.len(), without.len(), "the same gaps");
+    for e in &entries {
+        let h = e
+            .host_time
+            .as_ref()
+            .expect("host time on every host-bound gap");
+        // One sample per µs of gap, give or take one per gap at its ends.
+        let expected = h.gap_ns as f64 / 1_000.0;
+        assert!(
+            (h.samples as f64 - expected).abs() <= h.gaps as f64 + 1.0,
+            "{} samples for {} ns in {} gaps",
+            h.samples,
+            h.gap_ns,
+            h.gaps
+        );
+        if h.samples >= analysis::host_samples::MIN_SAMPLES {
+            assert_eq!(h.top.len(), 1, "{h:?}");
+            assert_eq!(h.top[0].describe(), CODE);
+        } else {
+            assert!(h.describe().ends_with("too few to name the code"), "{h:?}");
+        }
+    }
+    assert!(
+        entries
+            .iter()
+            .any(|e| e.host_time.as_ref().unwrap().top.len() == 1)
+    );
+}
+
 #[test]
 fn the_summary_and_the_markdown_report_name_the_host_code() {
     let a = analyze(&sampled());

@@ -30,15 +30,11 @@ pub struct HostSamples {
     pub samples: Vec<HostSample>,
     /// Reads of the process's stacks that failed (a thread changing under the non-blocking
     /// read, the process exiting): no sample for them.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "super::schema::is_zero_u64")]
     pub failed_reads: u64,
     /// Samples not kept past the sampler's limit on samples per process.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "super::schema::is_zero_u64")]
     pub left_out: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 /// One Python frame. In the file: `[file, function, line]`.

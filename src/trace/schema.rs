@@ -137,7 +137,7 @@ pub struct Sampling {
     pub paced_pauses: u64,
 }
 
-fn is_zero_u64(n: &u64) -> bool {
+pub(super) fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 
