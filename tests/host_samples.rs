@@ -20,11 +20,6 @@ fn frame(file: &str, function: &str, line: u32) -> HostFrame {
 /// `traces/torch-step-record-h200.json` with a sample every µs on its main thread (the
 /// program's `step` calling torch's `Linear.forward`) and on another thread.
 fn sampled() -> Trace {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/traces/torch-step-record-h200.json"
-    );
-    let mut t = trace::read_trace(std::path::Path::new(path)).unwrap();
     let torch = "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py";
     let main = (
         MAIN_THREAD,
@@ -34,7 +29,17 @@ fn sampled() -> Trace {
         ],
     );
     let other = (9999, vec![frame("/work/loader.py", "prefetch", 7)]);
-    t.host_samples = Some(synthetic::host_samples_over(&t, 1_000, &[main, other]));
+    sampled_with(&[main, other])
+}
+
+/// The same recording with a sample every µs of each `(thread, stack)` given.
+fn sampled_with(threads: &[(u32, Vec<HostFrame>)]) -> Trace {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/traces/torch-step-record-h200.json"
+    );
+    let mut t = trace::read_trace(std::path::Path::new(path)).unwrap();
+    t.host_samples = Some(synthetic::host_samples_over(&t, 1_000, threads));
     t
 }
 
@@ -206,4 +211,43 @@ fn perfetto_shows_the_samples_under_the_thread_and_the_code_on_gap_slices() {
             .iter()
             .any(|g| g["args"]["host_code"].as_str().unwrap().starts_with(CODE))
     );
+}
+
+/// `compare`: the head samples `.item()` where the base sampled `Linear.forward`: the code whose
+/// share changed most is named, in the summary, compare.md and the JSON.
+#[test]
+fn compare_names_the_host_code_whose_share_changed_most() {
+    let base = analyze(&sampled());
+    let item = "/venv/lib/python3.12/site-packages/torch/_tensor.py";
+    let head = sampled_with(&[(
+        MAIN_THREAD,
+        vec![
+            frame(item, "item", 40),
+            frame("/work/torch_step.py", "step", 31),
+        ],
+    )]);
+    let c = analysis::align::compare(base, analyze(&head), 0.05);
+    let changes: Vec<&analysis::host_samples::HostCodeChange> = c
+        .cells
+        .iter()
+        .filter_map(|m| m.host_code_change.as_ref())
+        .collect();
+    assert!(!changes.is_empty());
+    let h = changes[0];
+    assert_eq!((h.base_share - h.head_share).abs(), 1.0, "{h:?}");
+    let summary = report::summary::comparison_summary(&c, None);
+    assert!(
+        summary.contains("host code changed most: work/torch_step.py:"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("of the host-bound gaps' time"),
+        "{summary}"
+    );
+    let md = report::comparison_markdown(&c);
+    assert!(
+        md.contains("  - host code changed most: work/torch_step.py:"),
+        "{md}"
+    );
+    assert!(report::comparison_json(&c).contains("\"host_code_change\""));
 }

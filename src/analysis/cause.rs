@@ -639,7 +639,7 @@ pub fn analyze_cell(
         })
     }));
     let mut sequence = canonical_sequence(ctx, timeline, &with_period);
-    if let Some(index) = &ctx.host_samples {
+    let host_time = ctx.host_samples.as_ref().and_then(|index| {
         super::host_samples::add_to_sequence(
             index,
             trace,
@@ -647,8 +647,8 @@ pub fn analyze_cell(
             &timeline.ops,
             &with_period,
             &mut sequence,
-        );
-    }
+        )
+    });
     let mut observed = observe(ctx, &steps);
     observed.compiled_without_graphs = cell.compiled_without_graphs;
     let mut requested = meta_cell.map(|c| c.requested.clone()).unwrap_or_default();
@@ -688,6 +688,7 @@ pub fn analyze_cell(
         idle,
         idle_by_cause,
         host_bound_launch_calls,
+        host_time,
         sequence,
         reference: meta_cell.map(|c| c.reference.clone()).unwrap_or_default(),
         sampled: super::Sampled::of_cell(

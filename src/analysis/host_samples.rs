@@ -22,6 +22,12 @@ pub const MIN_SAMPLES: usize = 10;
 /// Codes listed per gap, largest share first.
 pub const TOP_CODES: usize = 3;
 
+/// Codes listed for a cell's host-bound gaps together ([`CellAnalysis::host_time`]), what
+/// `compare` compares.
+///
+/// [`CellAnalysis::host_time`]: super::CellAnalysis::host_time
+pub const CELL_TOP_CODES: usize = 20;
+
 /// Whether the host's own work held a gap of this kind: the causes whose gaps host samples
 /// explain.
 pub fn is_host_bound(kind: CauseKind) -> bool {
@@ -122,8 +128,14 @@ impl<'a> SampleIndex<'a> {
         &v[from..to.max(from)]
     }
 
-    /// The code sampled in `gaps` (`(start, end, launching thread)`), aggregated.
+    /// The code sampled in `gaps` (`(start, end, launching thread)`), aggregated: the
+    /// [`TOP_CODES`] largest.
     pub fn attribute(&self, gaps: &[(u64, u64, u32)]) -> HostTime {
+        self.attribute_top(gaps, TOP_CODES)
+    }
+
+    /// [`SampleIndex::attribute`], listing `most` codes.
+    fn attribute_top(&self, gaps: &[(u64, u64, u32)], most: usize) -> HostTime {
         let stacks: Vec<u32> = gaps
             .iter()
             .flat_map(|&(s, e, thread)| self.stacks_in(thread, s, e))
@@ -136,12 +148,12 @@ impl<'a> SampleIndex<'a> {
             top: if stacks.len() < MIN_SAMPLES {
                 Vec::new()
             } else {
-                self.top_codes(&stacks)
+                self.top_codes(&stacks, most)
             },
         }
     }
 
-    fn top_codes(&self, stacks: &[u32]) -> Vec<HostCode> {
+    fn top_codes(&self, stacks: &[u32], most: usize) -> Vec<HostCode> {
         // Per (code, calls): samples, and samples per innermost frame.
         type Group = (usize, FxHashMap<String, usize>);
         let mut groups: FxHashMap<(String, Option<String>), Group> = FxHashMap::default();
@@ -174,7 +186,7 @@ impl<'a> SampleIndex<'a> {
                 .then_with(|| a.code.cmp(&b.code))
                 .then_with(|| a.calls.cmp(&b.calls))
         });
-        codes.truncate(TOP_CODES);
+        codes.truncate(most);
         codes
     }
 }
@@ -220,7 +232,8 @@ impl<'s> Positions<'s> {
 
 /// Sets [`SequenceEntry::host_time`] of each position of `sequence` whose gap is host-bound:
 /// the host-bound gaps before the op at that position in `steps` ([`Positions`]), each on the
-/// thread of its op's launch call.
+/// thread of its op's launch call. Returns the host time of every host-bound gap of the steps
+/// together ([`CELL_TOP_CODES`] codes), `None` when they have none.
 pub fn add_to_sequence(
     index: &SampleIndex,
     trace: &Trace,
@@ -228,7 +241,7 @@ pub fn add_to_sequence(
     ops: &[Op],
     steps: &[&Step],
     sequence: &mut [SequenceEntry],
-) {
+) -> Option<HostTime> {
     let mut gaps: Vec<Vec<(u64, u64, u32)>> = vec![Vec::new(); sequence.len()];
     let positions = Positions::new(sequence);
     for step in steps {
@@ -243,6 +256,71 @@ pub fn add_to_sequence(
         if is_host_bound(entry.gap_cause) {
             entry.host_time = Some(index.attribute(gaps));
         }
+    }
+    let all = gaps.concat();
+    (!all.is_empty()).then(|| index.attribute_top(&all, CELL_TOP_CODES))
+}
+
+/// The host code whose share of a cell's host-bound gaps changed most between two cells.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostCodeChange {
+    pub code: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls: Option<String>,
+    /// Its share (0…1) of the base's and the head's host-bound gaps' samples: 0 where it is
+    /// not among that side's [`CELL_TOP_CODES`] largest.
+    pub base_share: f64,
+    pub head_share: f64,
+    /// The samples of each side's host-bound gaps.
+    pub base_samples: usize,
+    pub head_samples: usize,
+}
+
+impl HostCodeChange {
+    /// The code whose share changed most from `base` to `head` (largest |Δ share|, ties by
+    /// name); `None` unless both sides name code ([`MIN_SAMPLES`] samples or more).
+    pub fn between(base: &HostTime, head: &HostTime) -> Option<HostCodeChange> {
+        if base.top.is_empty() || head.top.is_empty() {
+            return None;
+        }
+        let share = |t: &HostTime, c: &HostCode| {
+            t.top
+                .iter()
+                .find(|o| o.code == c.code && o.calls == c.calls)
+                .map_or(0.0, |o| o.share)
+        };
+        base.top
+            .iter()
+            .chain(&head.top)
+            .map(|c| HostCodeChange {
+                code: c.code.clone(),
+                calls: c.calls.clone(),
+                base_share: share(base, c),
+                head_share: share(head, c),
+                base_samples: base.samples,
+                head_samples: head.samples,
+            })
+            .max_by(|a, b| {
+                let d = |x: &HostCodeChange| (x.head_share - x.base_share).abs();
+                d(a).total_cmp(&d(b))
+                    .then_with(|| (&b.code, &b.calls).cmp(&(&a.code, &a.calls)))
+            })
+    }
+
+    /// "work/step.py:30 step → torch/…:forward: 20 % (n = 400) → 65 % (n = 900) of the
+    /// host-bound gaps' time".
+    pub fn describe(&self) -> String {
+        let code = match &self.calls {
+            Some(lib) => format!("{} → {lib}", self.code),
+            None => self.code.clone(),
+        };
+        format!(
+            "{code}: {:.0} % (n = {}) → {:.0} % (n = {}) of the host-bound gaps' time",
+            self.base_share * 100.0,
+            self.base_samples,
+            self.head_share * 100.0,
+            self.head_samples
+        )
     }
 }
 
@@ -440,6 +518,38 @@ mod tests {
         let unshifted = samples(0, &on);
         let index = SampleIndex::new(Some(&unshifted)).unwrap();
         assert_eq!(index.attribute(&[(1_000_000, 1_001_000, 7)]).samples, 0);
+    }
+
+    #[test]
+    fn the_code_whose_share_changed_most_is_named_between_two_cells() {
+        let code = |name: &str, samples: usize, share: f64| HostCode {
+            code: name.into(),
+            calls: None,
+            innermost: name.into(),
+            samples,
+            share,
+        };
+        let time = |top: Vec<HostCode>| HostTime {
+            gaps: 1,
+            gap_ns: 1,
+            samples: top.iter().map(|c| c.samples).sum(),
+            top,
+        };
+        let base = time(vec![code("a.py:1 f", 60, 0.6), code("a.py:2 g", 40, 0.4)]);
+        let head = time(vec![code("a.py:2 g", 90, 0.9), code("a.py:3 h", 10, 0.1)]);
+        let c = HostCodeChange::between(&base, &head).unwrap();
+        assert_eq!(c.code, "a.py:1 f", "60 % → 0 %, the largest change");
+        assert_eq!((c.base_share, c.head_share), (0.6, 0.0));
+        assert_eq!(
+            c.describe(),
+            "a.py:1 f: 60 % (n = 100) → 0 % (n = 100) of the host-bound gaps' time"
+        );
+        let few = time(Vec::new());
+        assert_eq!(
+            HostCodeChange::between(&base, &few),
+            None,
+            "too few: no claim"
+        );
     }
 
     #[test]

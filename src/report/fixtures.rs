@@ -335,6 +335,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             .collect();
         cells.push(CellAnalysis {
             reference: Default::default(),
+            host_time: None,
             graph_group: None,
             found: None,
             sampled: None,
@@ -434,6 +435,7 @@ pub fn compare_between(
     CellComparison {
         pairing: None,
         graph_difference: None,
+        host_code_change: None,
         judged_untraced: false,
         traced_host_bound: false,
         duration_delta_total: 0.0,
