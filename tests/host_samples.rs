@@ -251,3 +251,62 @@ fn compare_names_the_host_code_whose_share_changed_most() {
     );
     assert!(report::comparison_json(&c).contains("\"host_code_change\""));
 }
+
+/// A torch.profiler trace recorded `with_stack=True`: ten eager steps, each with a host
+/// launch-bound gap of 30 µs in which the program's `step` (`/app/train.py:10`) ran
+/// `Tensor.item` for 20 µs and itself for 10 µs.
+fn kineto_with_stack() -> String {
+    let mut events = Vec::new();
+    let x = |cat: &str, name: &str, ts: f64, dur: f64, args: &str| {
+        format!(
+            r#"{{"ph": "X", "cat": "{cat}", "name": "{name}", "pid": 7, "tid": 7, "ts": {ts:.3}, "dur": {dur:.3}, "args": {{{args}}}}}"#
+        )
+    };
+    let item = "/venv/lib/python3.12/site-packages/torch/_tensor.py(40): item";
+    for i in 0..10u32 {
+        let t = 1000.0 + 100.0 * f64::from(i);
+        let kernel = |corr: u32| {
+            format!(r#""device": 0, "stream": 7, "correlation": {corr}"#)
+        };
+        let launch = |corr: u32| format!(r#""correlation": {corr}"#);
+        events.push(x("user_annotation", &format!("ProfilerStep#{i}"), t, 90.0, ""));
+        events.push(x("python_function", "/app/train.py(10): step", t, 90.0, ""));
+        events.push(x("python_function", item, t + 12.0, 20.0, ""));
+        events.push(x("cuda_runtime", "cudaLaunchKernel", t + 1.0, 2.0, &launch(2 * i + 1)));
+        events.push(x("kernel", "k_first", t + 5.0, 5.0, &kernel(2 * i + 1)));
+        events.push(x("cuda_runtime", "cudaLaunchKernel", t + 35.0, 2.0, &launch(2 * i + 2)));
+        events.push(x("kernel", "k_second", t + 40.0, 5.0, &kernel(2 * i + 2)));
+    }
+    format!(r#"{{"schemaVersion": 1, "traceEvents": [{}]}}"#, events.join(",\n"))
+}
+
+/// Issue 45 e: the import turns `python_function` events into exact host spans, and the host
+/// launch-bound gap names the code by its share of the gap's time.
+#[test]
+fn a_kineto_trace_with_stack_names_the_code_in_its_host_bound_gaps() {
+    let json = kineto_with_stack();
+    let t = trace::import_kineto(json.as_bytes(), std::path::Path::new("with_stack.json")).unwrap();
+    let samples = t.host_samples.as_ref().expect("python_function events imported");
+    assert!(samples.exact);
+    // Per step: step alone, item inside step, step alone again.
+    assert_eq!(samples.samples.len(), 30);
+    assert_eq!(samples.stacks.len(), 2);
+    let a = analyze(&t);
+    let entry = a
+        .cells
+        .iter()
+        .flat_map(|c| &c.sequence)
+        .find(|e| e.name == "k_second")
+        .expect("the second kernel");
+    assert_eq!(entry.gap_cause, analysis::CauseKind::HostLaunchBound);
+    let h = entry.host_time.as_ref().expect("host time");
+    assert!(h.exact);
+    assert_eq!(
+        h.describe(),
+        "67 % app/train.py:10 step → torch/_tensor.py:item; 33 % app/train.py:10 step (27 traced spans)"
+    );
+    // Without the stacks: nothing of host code.
+    let bare = json.replace("python_function", "python_function_not");
+    let t = trace::import_kineto(bare.as_bytes(), std::path::Path::new("bare.json")).unwrap();
+    assert!(t.host_samples.is_none());
+}

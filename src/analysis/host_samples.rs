@@ -44,9 +44,14 @@ pub struct HostTime {
     pub gaps: usize,
     /// Their total length, ns.
     pub gap_ns: u64,
-    /// Samples of the launching thread inside them.
+    /// Samples of the launching thread inside them (exact: the traced calls' spans).
     pub samples: usize,
-    /// The codes, largest share first (at most [`TOP_CODES`]); empty below [`MIN_SAMPLES`].
+    /// From exact spans of traced calls (a torch.profiler import), not samples
+    /// ([`HostSamples::exact`]): shares are of the time they cover.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub exact: bool,
+    /// The codes, largest share first (at most [`TOP_CODES`]); empty below [`MIN_SAMPLES`]
+    /// samples (exact: when no span falls in the gaps).
     pub top: Vec<HostCode>,
 }
 
@@ -74,11 +79,17 @@ impl HostTime {
             return self.too_few();
         }
         let codes: Vec<String> = self.top.iter().map(HostCode::describe).collect();
+        if self.exact {
+            return format!("{} ({} traced spans)", codes.join("; "), self.samples);
+        }
         format!("{} (n = {})", codes.join("; "), self.samples)
     }
 
-    /// "N samples: too few to name the code".
+    /// "N samples: too few to name the code"; exact: "no Python call traced in the gaps".
     pub fn too_few(&self) -> String {
+        if self.exact {
+            return "no Python call traced in the gaps".to_owned();
+        }
         let s = if self.samples == 1 { "" } else { "s" };
         format!("{} sample{s}: too few to name the code", self.samples)
     }
@@ -98,19 +109,25 @@ impl HostCode {
 /// A trace's host samples per thread, in time order: `(time on the trace's clock, stack)`.
 pub struct SampleIndex<'a> {
     samples: &'a HostSamples,
-    by_thread: FxHashMap<u32, Vec<(u64, u32)>>,
+    /// `(start, end, stack)` on the trace's clock: a sample's `start == end` (its read's
+    /// middle); an exact span's, its span ([`HostSamples::exact`]).
+    by_thread: FxHashMap<u32, Vec<(u64, u64, u32)>>,
 }
 
 impl<'a> SampleIndex<'a> {
     /// `None` for a trace without host samples.
     pub fn new(samples: Option<&'a HostSamples>) -> Option<SampleIndex<'a>> {
         let samples = samples?;
-        let mut by_thread: FxHashMap<u32, Vec<(u64, u32)>> = FxHashMap::default();
+        let mut by_thread: FxHashMap<u32, Vec<(u64, u64, u32)>> = FxHashMap::default();
         for s in &samples.samples {
-            by_thread
-                .entry(s.thread)
-                .or_default()
-                .push((samples.trace_time(s), s.stack));
+            let span = if samples.exact {
+                let start = s.time.saturating_add_signed(samples.offset_ns);
+                (start, start.saturating_add(u64::from(s.read_ns)), s.stack)
+            } else {
+                let at = samples.trace_time(s);
+                (at, at, s.stack)
+            };
+            by_thread.entry(s.thread).or_default().push(span);
         }
         for v in by_thread.values_mut() {
             v.sort_unstable();
@@ -118,14 +135,24 @@ impl<'a> SampleIndex<'a> {
         Some(SampleIndex { samples, by_thread })
     }
 
-    /// The stacks sampled on `thread` in `[start, end]` (the trace's clock).
-    fn stacks_in(&self, thread: u32, start: u64, end: u64) -> &[(u64, u32)] {
+    /// The stacks of `thread` in `[start, end]` (the trace's clock), each with its weight: 1
+    /// per sample, the ns of overlap per exact span (spans of one thread do not overlap).
+    fn stacks_in(&self, thread: u32, start: u64, end: u64) -> Vec<(u32, u64)> {
         let Some(v) = self.by_thread.get(&thread) else {
-            return &[];
+            return Vec::new();
         };
-        let from = v.partition_point(|&(t, _)| t < start);
-        let to = v.partition_point(|&(t, _)| t <= end);
-        &v[from..to.max(from)]
+        if !self.samples.exact {
+            let from = v.partition_point(|&(t, _, _)| t < start);
+            let to = v.partition_point(|&(t, _, _)| t <= end).max(from);
+            return v[from..to].iter().map(|&(_, _, stack)| (stack, 1)).collect();
+        }
+        let from = v.partition_point(|&(_, e, _)| e <= start);
+        v[from..]
+            .iter()
+            .take_while(|&&(s, _, _)| s < end)
+            .map(|&(s, e, stack)| (stack, e.min(end) - s.max(start)))
+            .filter(|&(_, w)| w > 0)
+            .collect()
     }
 
     /// The code sampled in `gaps` (`(start, end, launching thread)`), aggregated: the
@@ -136,58 +163,68 @@ impl<'a> SampleIndex<'a> {
 
     /// [`SampleIndex::attribute`], listing `most` codes.
     fn attribute_top(&self, gaps: &[(u64, u64, u32)], most: usize) -> HostTime {
-        let stacks: Vec<u32> = gaps
+        let stacks: Vec<(u32, u64)> = gaps
             .iter()
             .flat_map(|&(s, e, thread)| self.stacks_in(thread, s, e))
-            .map(|&(_, stack)| stack)
             .collect();
+        // Exact spans have no sampling error: any time covered names its code.
+        let enough = if self.samples.exact {
+            !stacks.is_empty()
+        } else {
+            stacks.len() >= MIN_SAMPLES
+        };
         HostTime {
             gaps: gaps.len(),
             gap_ns: gaps.iter().map(|&(s, e, _)| e.saturating_sub(s)).sum(),
             samples: stacks.len(),
-            top: if stacks.len() < MIN_SAMPLES {
-                Vec::new()
-            } else {
+            exact: self.samples.exact,
+            top: if enough {
                 self.top_codes(&stacks, most)
+            } else {
+                Vec::new()
             },
         }
     }
 
-    fn top_codes(&self, stacks: &[u32], most: usize) -> Vec<HostCode> {
-        // Per (code, calls): samples, and samples per innermost frame.
-        type Group = (usize, FxHashMap<String, usize>);
+    fn top_codes(&self, stacks: &[(u32, u64)], most: usize) -> Vec<HostCode> {
+        // Per (code, calls): samples, weight, and weight per innermost frame.
+        type Group = (usize, u64, FxHashMap<String, u64>);
         let mut groups: FxHashMap<(String, Option<String>), Group> = FxHashMap::default();
-        for &stack in stacks {
+        for &(stack, weight) in stacks {
             let frames: Vec<&HostFrame> = self.samples.stack(stack).collect();
             let (code, calls) = own_code(&frames);
             let innermost = frames.first().map_or_else(String::new, |f| short_frame(f));
             let group = groups.entry((code, calls)).or_default();
             group.0 += 1;
-            *group.1.entry(innermost).or_default() += 1;
+            group.1 += weight;
+            *group.2.entry(innermost).or_default() += weight;
         }
-        let total = stacks.len() as f64;
-        let mut codes: Vec<HostCode> = groups
+        let total = stacks.iter().map(|s| s.1).sum::<u64>().max(1) as f64;
+        let mut codes: Vec<(u64, HostCode)> = groups
             .into_iter()
-            .map(|((code, calls), (samples, inner))| HostCode {
-                code,
-                calls,
-                innermost: inner
+            .map(|((code, calls), (samples, weight, inner))| {
+                let innermost = inner
                     .into_iter()
                     .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
                     .map(|(f, _)| f)
-                    .unwrap_or_default(),
-                samples,
-                share: samples as f64 / total,
+                    .unwrap_or_default();
+                let share = weight as f64 / total;
+                let code = HostCode {
+                    code,
+                    calls,
+                    innermost,
+                    samples,
+                    share,
+                };
+                (weight, code)
             })
             .collect();
-        codes.sort_by(|a, b| {
-            b.samples
-                .cmp(&a.samples)
+        codes.sort_by(|(wa, a), (wb, b)| {
+            wb.cmp(wa)
                 .then_with(|| a.code.cmp(&b.code))
                 .then_with(|| a.calls.cmp(&b.calls))
         });
-        codes.truncate(most);
-        codes
+        codes.into_iter().take(most).map(|(_, c)| c).collect()
     }
 }
 
@@ -337,10 +374,11 @@ fn own_code(frames: &[&HostFrame]) -> (String, Option<String>) {
 }
 
 /// Whether a file is a library's rather than the program's: an installed package
-/// (`site-packages`, `dist-packages`), the standard library (`lib/pythonX.Y/`), or frozen
-/// modules.
+/// (`site-packages`, `dist-packages`), the standard library (`lib/pythonX.Y/`), frozen
+/// modules, or no file at all (a built-in function traced by torch.profiler).
 pub fn is_library_file(file: &str) -> bool {
-    file.contains("/site-packages/")
+    file.is_empty()
+        || file.contains("/site-packages/")
         || file.contains("/dist-packages/")
         || file.starts_with("<frozen")
         || stdlib_tail(file).is_some()
@@ -367,6 +405,9 @@ pub fn frame_label(f: &HostFrame) -> String {
 /// standard library).
 fn short_frame(f: &HostFrame) -> String {
     let file = &f.file;
+    if file.is_empty() {
+        return f.function.clone();
+    }
     let tail = ["/site-packages/", "/dist-packages/"]
         .iter()
         .find_map(|m| file.rfind(m).map(|i| &file[i + m.len()..]))
@@ -532,6 +573,7 @@ mod tests {
         let time = |top: Vec<HostCode>| HostTime {
             gaps: 1,
             gap_ns: 1,
+            exact: false,
             samples: top.iter().map(|c| c.samples).sum(),
             top,
         };

@@ -35,6 +35,11 @@ pub struct HostSamples {
     /// Samples not kept past the sampler's limit on samples per process.
     #[serde(default, skip_serializing_if = "super::schema::is_zero_u64")]
     pub left_out: u64,
+    /// Each sample's stack held *throughout* `[time, time + read_ns]`: spans of traced calls
+    /// (torch.profiler's `python_function` events), not samples of a moment; the attribution
+    /// weighs them by time.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exact: bool,
 }
 
 /// One Python frame. In the file: `[file, function, line]`.
@@ -163,6 +168,7 @@ mod tests {
             }],
             failed_reads: 0,
             left_out: 0,
+            exact: false,
         };
         let json = serde_json::to_value(&samples).unwrap();
         assert_eq!(
