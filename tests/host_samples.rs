@@ -265,19 +265,38 @@ fn kineto_with_stack() -> String {
     let item = "/venv/lib/python3.12/site-packages/torch/_tensor.py(40): item";
     for i in 0..10u32 {
         let t = 1000.0 + 100.0 * f64::from(i);
-        let kernel = |corr: u32| {
-            format!(r#""device": 0, "stream": 7, "correlation": {corr}"#)
-        };
+        let kernel = |corr: u32| format!(r#""device": 0, "stream": 7, "correlation": {corr}"#);
         let launch = |corr: u32| format!(r#""correlation": {corr}"#);
-        events.push(x("user_annotation", &format!("ProfilerStep#{i}"), t, 90.0, ""));
+        events.push(x(
+            "user_annotation",
+            &format!("ProfilerStep#{i}"),
+            t,
+            90.0,
+            "",
+        ));
         events.push(x("python_function", "/app/train.py(10): step", t, 90.0, ""));
         events.push(x("python_function", item, t + 12.0, 20.0, ""));
-        events.push(x("cuda_runtime", "cudaLaunchKernel", t + 1.0, 2.0, &launch(2 * i + 1)));
+        events.push(x(
+            "cuda_runtime",
+            "cudaLaunchKernel",
+            t + 1.0,
+            2.0,
+            &launch(2 * i + 1),
+        ));
         events.push(x("kernel", "k_first", t + 5.0, 5.0, &kernel(2 * i + 1)));
-        events.push(x("cuda_runtime", "cudaLaunchKernel", t + 35.0, 2.0, &launch(2 * i + 2)));
+        events.push(x(
+            "cuda_runtime",
+            "cudaLaunchKernel",
+            t + 35.0,
+            2.0,
+            &launch(2 * i + 2),
+        ));
         events.push(x("kernel", "k_second", t + 40.0, 5.0, &kernel(2 * i + 2)));
     }
-    format!(r#"{{"schemaVersion": 1, "traceEvents": [{}]}}"#, events.join(",\n"))
+    format!(
+        r#"{{"schemaVersion": 1, "traceEvents": [{}]}}"#,
+        events.join(",\n")
+    )
 }
 
 /// Issue 45 e: the import turns `python_function` events into exact host spans, and the host
@@ -286,7 +305,10 @@ fn kineto_with_stack() -> String {
 fn a_kineto_trace_with_stack_names_the_code_in_its_host_bound_gaps() {
     let json = kineto_with_stack();
     let t = trace::import_kineto(json.as_bytes(), std::path::Path::new("with_stack.json")).unwrap();
-    let samples = t.host_samples.as_ref().expect("python_function events imported");
+    let samples = t
+        .host_samples
+        .as_ref()
+        .expect("python_function events imported");
     assert!(samples.exact);
     // Per step: step alone, item inside step, step alone again.
     assert_eq!(samples.samples.len(), 30);

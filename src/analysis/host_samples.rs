@@ -144,7 +144,10 @@ impl<'a> SampleIndex<'a> {
         if !self.samples.exact {
             let from = v.partition_point(|&(t, _, _)| t < start);
             let to = v.partition_point(|&(t, _, _)| t <= end).max(from);
-            return v[from..to].iter().map(|&(_, _, stack)| (stack, 1)).collect();
+            return v[from..to]
+                .iter()
+                .map(|&(_, _, stack)| (stack, 1))
+                .collect();
         }
         let from = v.partition_point(|&(_, e, _)| e <= start);
         v[from..]

@@ -158,7 +158,12 @@ fn sample(root: u32, rate_hz: u32, stop: &AtomicBool) -> Sampled {
             next_discovery = Instant::now() + DISCOVER_PERIOD;
         }
         tree.read_all();
-        next += period;
+        if tree.live.is_empty() {
+            // Nothing to read: wait for the next look at the tree, not for the next read.
+            next = next_discovery.max(Instant::now());
+        } else {
+            next += period;
+        }
         let now = Instant::now();
         match next.checked_duration_since(now) {
             Some(wait) => std::thread::sleep(wait),
@@ -403,11 +408,45 @@ pub fn add_to_trace(
     else {
         return Ok(None);
     };
-    let Some(samples) = sampled.processes.remove(&pid) else {
+    let Some(mut samples) = sampled.processes.remove(&pid) else {
         return Ok(None);
     };
+    keep_near_records(&mut samples, trace);
     crate::trace::add_host_samples(path, &samples)?;
     Ok(Some(samples.samples.len()))
+}
+
+/// Samples farther than this from every API record of their trace are not kept (counted in
+/// [`HostSamples::away_from_records`]): no gap can hold them. A second, so that a long host
+/// stall between two traced calls keeps its samples, while the program's start (before
+/// CUDA), its end and the long stretches the trace budget leaves untraced drop theirs.
+pub const RECORD_MARGIN_NS: u64 = 1_000_000_000;
+
+/// Keeps the samples within [`RECORD_MARGIN_NS`] of an API record's start or end (all of them
+/// for a trace without API records).
+fn keep_near_records(samples: &mut HostSamples, trace: &Trace) {
+    let mut times: Vec<u64> = trace
+        .api_calls
+        .iter()
+        .flat_map(|a| [a.start, a.end])
+        .collect();
+    if times.is_empty() {
+        return;
+    }
+    times.sort_unstable();
+    let offset = samples.offset_ns;
+    let before = samples.samples.len();
+    samples.samples.retain(|s| {
+        let t = s.time.saturating_add_signed(offset);
+        let i = times.partition_point(|&c| c < t);
+        let after = times.get(i).map(|&c| c - t);
+        let before = i.checked_sub(1).map(|j| t - times[j]);
+        after
+            .into_iter()
+            .chain(before)
+            .any(|d| d <= RECORD_MARGIN_NS)
+    });
+    samples.away_from_records = (before - samples.samples.len()) as u64;
 }
 
 /// The py-spy this build samples with (for the trace's [`HostSamples::sampler`]).
@@ -485,6 +524,45 @@ mod tests {
             root_refused: Some("x".into()),
         };
         assert_eq!(sampled.note(), None, "a process sampled: nothing to say");
+    }
+
+    #[test]
+    fn samples_far_from_every_api_record_are_not_kept() {
+        let mut trace = Trace::new(crate::trace::Metadata::default());
+        let second = RECORD_MARGIN_NS;
+        for start in [10 * second, 11 * second] {
+            trace.api_calls.push(crate::trace::ApiCall {
+                start,
+                end: start + 1_000,
+                ..Default::default()
+            });
+        }
+        let at = |time: u64| HostSample {
+            time,
+            ..HostSample::default()
+        };
+        let mut samples = HostSamples {
+            stacks: vec![Vec::new()],
+            samples: [
+                0,
+                9 * second - 1,
+                9 * second,
+                10 * second + 500_000_000,
+                12 * second + 1_000,
+                13 * second,
+            ]
+            .into_iter()
+            .map(at)
+            .collect(),
+            ..HostSamples::default()
+        };
+        keep_near_records(&mut samples, &trace);
+        let kept: Vec<u64> = samples.samples.iter().map(|s| s.time).collect();
+        assert_eq!(
+            kept,
+            [9 * second, 10 * second + 500_000_000, 12 * second + 1_000]
+        );
+        assert_eq!(samples.away_from_records, 3);
     }
 
     /// A real CPython process, sampled from outside: its named function is in the samples, on

@@ -35,6 +35,10 @@ pub struct HostSamples {
     /// Samples not kept past the sampler's limit on samples per process.
     #[serde(default, skip_serializing_if = "super::schema::is_zero_u64")]
     pub left_out: u64,
+    /// Samples not kept as too far from every API record of the trace to fall in a gap
+    /// (before CUDA started, after the last record, stretches the trace budget left untraced).
+    #[serde(default, skip_serializing_if = "super::schema::is_zero_u64")]
+    pub away_from_records: u64,
     /// Each sample's stack held *throughout* `[time, time + read_ns]`: spans of traced calls
     /// (torch.profiler's `python_function` events), not samples of a moment; the attribution
     /// weighs them by time.
@@ -168,6 +172,7 @@ mod tests {
             }],
             failed_reads: 0,
             left_out: 0,
+            away_from_records: 0,
             exact: false,
         };
         let json = serde_json::to_value(&samples).unwrap();
