@@ -487,6 +487,16 @@ fn host_samples_refused_in_one_note_and_off_says_nothing() {
         &["-o", o, "--host-samples", "off", "--", "sleep", "0.2"],
     );
     assert!(!stderr(&out).contains(note), "{}", stderr(&out));
+    // The same from the environment (an overhead bench's variant).
+    let lib = dir.path().join("libgapscope.so");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gapscope"))
+        .args(["record", "-o", o, "--", "sleep", "0.2"])
+        .env("GAPSCOPE_INJECTION_LIB", &lib)
+        .env("GAPSCOPE_HOST_SAMPLES", "off")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains(note), "{}", stderr(&out));
     let python = "import time\nend = time.time() + 0.5\nwhile time.time() < end:\n    pass\n";
     let out = record(dir.path(), &["-o", o, "--", "python3", "-c", python]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

@@ -280,7 +280,8 @@ pub struct RecordArgs {
     /// `off`. `native` is accepted, but this build samples Python frames only. A program that
     /// cannot be read (not Python, no ptrace permission) gets one note and is recorded as
     /// without.
-    #[arg(long, value_name = "WHAT", default_value = "python")]
+    #[arg(long, value_name = "WHAT", default_value = "python",
+          env = gapscope::record::host_sampler::HOST_SAMPLES_VAR)]
     pub host_samples: HostSamplesArg,
     /// The program to trace and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]

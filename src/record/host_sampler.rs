@@ -47,6 +47,9 @@ pub const DISCOVER_PERIOD: Duration = Duration::from_millis(200);
 /// process is readable once its interpreter has started, about 0.1 s after exec).
 pub const ATTACH_PATIENCE: Duration = Duration::from_secs(3);
 
+/// The variable that `--host-samples` may be given as (`off` for an overhead bench's variant).
+pub const HOST_SAMPLES_VAR: &str = "GAPSCOPE_HOST_SAMPLES";
+
 /// `--host-samples`: which host stacks `record` samples.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HostSampling {
@@ -117,7 +120,8 @@ impl Sampler {
         Sampler { stop, thread }
     }
 
-    /// Stops sampling (at once: a read in progress ends first) and returns the samples.
+    /// Stops sampling and returns the samples: after the read in progress, or at the next
+    /// look at the process tree (at most [`DISCOVER_PERIOD`]) when nothing was readable.
     pub fn finish(mut self) -> Sampled {
         self.stop.store(true, Ordering::Release);
         match self.thread.take().map(std::thread::JoinHandle::join) {
