@@ -276,22 +276,22 @@ fn kineto_with_stack() -> String {
         ));
         events.push(x("python_function", "/app/train.py(10): step", t, 90.0, ""));
         events.push(x("python_function", item, t + 12.0, 20.0, ""));
-        events.push(x(
-            "cuda_runtime",
-            "cudaLaunchKernel",
-            t + 1.0,
-            2.0,
-            &launch(2 * i + 1),
-        ));
-        events.push(x("kernel", "k_first", t + 5.0, 5.0, &kernel(2 * i + 1)));
-        events.push(x(
-            "cuda_runtime",
-            "cudaLaunchKernel",
-            t + 35.0,
-            2.0,
-            &launch(2 * i + 2),
-        ));
-        events.push(x("kernel", "k_second", t + 40.0, 5.0, &kernel(2 * i + 2)));
+        // Each kernel launched 4 µs before it starts; the second's launch comes 25 µs after
+        // the first kernel ended: a host launch-bound gap of 30 µs.
+        for (corr, name, start) in [
+            (2 * i + 1, "k_first", t + 5.0),
+            (2 * i + 2, "k_second", t + 40.0),
+        ] {
+            let launch = x(
+                "cuda_runtime",
+                "cudaLaunchKernel",
+                start - 4.0,
+                2.0,
+                &launch(corr),
+            );
+            events.push(launch);
+            events.push(x("kernel", name, start, 5.0, &kernel(corr)));
+        }
     }
     format!(
         r#"{{"schemaVersion": 1, "traceEvents": [{}]}}"#,
