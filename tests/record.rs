@@ -521,3 +521,65 @@ fn host_samples_refused_in_one_note_and_off_says_nothing() {
     );
     assert!(!err.contains(note), "{err}");
 }
+
+/// Issue 45 a end to end: a Python program that writes a trace (as the injected recorder
+/// would, with its pid) gets the samples of its own process added to that trace, named by its
+/// function, on its main thread, between its API records; the `wrote` line counts them.
+#[test]
+fn host_samples_go_into_the_trace_of_the_process_they_were_read_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = dir.path().join("out");
+    let script = r#"
+import json, os, threading, time
+def gapscope_busy_step():
+    end = time.time() + 0.6
+    while time.time() < end:
+        pass
+t0 = time.time_ns()
+gapscope_busy_step()
+t1 = time.time_ns()
+tid = threading.get_native_id()
+trace = {"schema_version": 1,
+         "metadata": {"tool": "test", "source": "synthetic", "workload": {"pid": os.getpid()}},
+         "strings": ["cudaLaunchKernel"],
+         "api_calls": [[t0, t0 + 1000, 1, tid, 0, "runtime"], [t1, t1 + 1000, 2, tid, 0, "runtime"]]}
+with open(os.path.join(os.environ["GAPSCOPE_OUT"], "trace-0.json"), "w") as f:
+    json.dump(trace, f)
+"#;
+    let out = record(
+        dir.path(),
+        &["-o", o.to_str().unwrap(), "--", "python3", "-c", script],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let t = gapscope::trace::read_trace(&o.join("trace-0.json")).expect("a valid trace");
+    let samples = t.host_samples.as_ref().expect("host samples added");
+    let pid = t.metadata.workload["pid"].as_u64().unwrap() as u32;
+    let named = samples
+        .samples
+        .iter()
+        .filter(|s| {
+            samples
+                .stack(s.stack)
+                .any(|f| f.function == "gapscope_busy_step")
+        })
+        .count();
+    assert!(named >= 100, "{named} of {} samples", samples.samples.len());
+    assert!(
+        samples.samples.iter().all(|s| s.thread == pid),
+        "the main thread"
+    );
+    let (first, last) = (t.api_calls[0].start, t.api_calls[1].end);
+    let margin = gapscope::record::host_sampler::RECORD_MARGIN_NS;
+    assert!(
+        samples
+            .samples
+            .iter()
+            .all(|s| s.time + margin >= first && s.time <= last + margin)
+    );
+    assert!(
+        err.contains(&format!("{} host samples", samples.samples.len())),
+        "{err}"
+    );
+    assert!(!err.contains("no host samples"), "{err}");
+}
