@@ -86,11 +86,10 @@ impl Sampled {
         if !self.processes.is_empty() {
             return None;
         }
-        let why = match self.root_refused.as_deref() {
-            Some("") => "the program ended before it could be read",
-            Some(why) => why,
-            None => "no Python process found",
-        };
+        let why = self
+            .root_refused
+            .as_deref()
+            .unwrap_or("no Python process found");
         let hint = if is_permission_error(why) {
             " (reading another process's memory needs ptrace permission: kernel.yama.ptrace_scope ≤ 1, or CAP_SYS_PTRACE in a container)"
         } else {
@@ -149,6 +148,25 @@ struct Process {
 struct Pending {
     since: Instant,
     error: String,
+    /// Its command (`/proc/PID/comm`) when last tried.
+    command: String,
+}
+
+impl Pending {
+    /// Why it was not read: for a process that ended while still tried, that (py-spy's reason
+    /// is then no more than "not Python yet"); else py-spy's reason, after its command.
+    fn reason(self, ended: bool) -> String {
+        if ended || self.error.is_empty() {
+            return format!(
+                "the program ended before it could be read (a process is tried for {} s, until its Python interpreter has started)",
+                ATTACH_PATIENCE.as_secs()
+            );
+        }
+        match self.command.as_str() {
+            "" => self.error,
+            command => format!("{command}: {}", self.error),
+        }
+    }
 }
 
 /// The sampler's loop: until `stop`, find processes, attach, read each at `rate_hz`.
@@ -224,8 +242,13 @@ impl Tree {
         for pid in process_tree(self.root) {
             if !self.known(pid) {
                 let since = Instant::now();
-                let error = String::new();
-                self.pending.insert(pid, Pending { since, error });
+                let (error, command) = (String::new(), String::new());
+                let p = Pending {
+                    since,
+                    error,
+                    command,
+                };
+                self.pending.insert(pid, p);
             }
         }
         let pids: Vec<u32> = self.pending.keys().copied().collect();
@@ -243,9 +266,13 @@ impl Tree {
                     self.live.insert(pid, Process { spy, samples });
                 }
                 Err(e) => {
-                    p.error = format!("{e:#}").replace('\n', " ");
-                    if !is_alive(pid) || p.since.elapsed() >= ATTACH_PATIENCE {
-                        self.refused.insert(pid, p.error);
+                    let alive = is_alive(pid);
+                    if let Ok(command) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+                        p.command = command.trim().to_owned();
+                    }
+                    p.error = one_line(&e);
+                    if !alive || p.since.elapsed() >= ATTACH_PATIENCE {
+                        self.refused.insert(pid, p.reason(!alive));
                     } else {
                         self.pending.insert(pid, p);
                     }
@@ -276,12 +303,24 @@ impl Tree {
         let root = self.root;
         Sampled {
             processes: self.done,
-            root_refused: self
-                .refused
-                .remove(&root)
-                .or_else(|| self.pending.remove(&root).map(|p| p.error)),
+            root_refused: self.refused.remove(&root).or_else(|| {
+                let ended = !is_alive(root);
+                self.pending.remove(&root).map(|p| p.reason(ended))
+            }),
         }
     }
+}
+
+/// py-spy's error as one line: its message, and its root cause where that says more
+/// ("Failed to open process - check if it is running.: Permission denied (os error 13)").
+fn one_line(e: &anyhow::Error) -> String {
+    let (top, root) = (e.to_string(), e.root_cause().to_string());
+    let line = if top.contains(&root) {
+        top
+    } else {
+        format!("{top}: {root}")
+    };
+    line.replace('\n', " ")
 }
 
 /// Whether `pid` runs (exists and is no zombie waiting for its parent).
