@@ -522,22 +522,21 @@ fn host_samples_refused_in_one_note_and_off_says_nothing() {
     assert!(!err.contains(note), "{err}");
 }
 
-/// Issue 45 a end to end: a Python program that writes a trace (as the injected recorder
-/// would, with its pid) gets the samples of its own process added to that trace, named by its
-/// function, on its main thread, between its API records; the `wrote` line counts them.
-#[test]
-fn host_samples_go_into_the_trace_of_the_process_they_were_read_from() {
-    let dir = tempfile::tempdir().unwrap();
-    let o = dir.path().join("out");
+/// `record` of a Python program that writes a trace as the injected recorder would (its pid
+/// in the workload), after 0.6 s in `gapscope_busy_step`, its two API records `shift_ns` before
+/// the real times (`python3 -c SCRIPT SHIFT`).
+fn record_python_writing_its_trace(dir: &Path, shift_ns: u64) -> (Output, PathBuf) {
+    let o = dir.join("out");
     let script = r#"
-import json, os, threading, time
+import json, os, sys, threading, time
 def gapscope_busy_step():
     end = time.time() + 0.6
     while time.time() < end:
         pass
-t0 = time.time_ns()
+shift = int(sys.argv[1])
+t0 = time.time_ns() - shift
 gapscope_busy_step()
-t1 = time.time_ns()
+t1 = time.time_ns() - shift
 tid = threading.get_native_id()
 trace = {"schema_version": 1,
          "metadata": {"tool": "test", "source": "synthetic", "workload": {"pid": os.getpid()}},
@@ -546,13 +545,30 @@ trace = {"schema_version": 1,
 with open(os.path.join(os.environ["GAPSCOPE_OUT"], "trace-0.json"), "w") as f:
     json.dump(trace, f)
 "#;
-    let out = record(
-        dir.path(),
-        &["-o", o.to_str().unwrap(), "--", "python3", "-c", script],
-    );
+    let shift = shift_ns.to_string();
+    let args = [
+        "-o",
+        o.to_str().unwrap(),
+        "--",
+        "python3",
+        "-c",
+        script,
+        &shift,
+    ];
+    (record(dir, &args), o.join("trace-0.json"))
+}
+
+/// Issue 45 a end to end: the samples of the Python program's own process go into the trace
+/// it wrote, named by its function, on its main thread, near its API records; the `wrote` line
+/// counts them. With its records 1000 s in the past (clocks apart), none is kept, and the
+/// `wrote` line says why.
+#[test]
+fn host_samples_go_into_the_trace_of_the_process_they_were_read_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, path) = record_python_writing_its_trace(dir.path(), 0);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    let t = gapscope::trace::read_trace(&o.join("trace-0.json")).expect("a valid trace");
+    let t = gapscope::trace::read_trace(&path).expect("a valid trace");
     let samples = t.host_samples.as_ref().expect("host samples added");
     let pid = t.metadata.workload["pid"].as_u64().unwrap() as u32;
     let named = samples
@@ -582,4 +598,25 @@ with open(os.path.join(os.environ["GAPSCOPE_OUT"], "trace-0.json"), "w") as f:
         "{err}"
     );
     assert!(!err.contains("no host samples"), "{err}");
+
+    let (out, path) = record_python_writing_its_trace(dir.path(), 1_000_000_000_000);
+    let err = stderr(&out);
+    let t = gapscope::trace::read_trace(&path).expect("a valid trace");
+    let samples = t
+        .host_samples
+        .as_ref()
+        .expect("the field, with what was left out");
+    assert!(samples.samples.is_empty());
+    assert!(
+        samples.away_from_records > 100,
+        "{}",
+        samples.away_from_records
+    );
+    assert!(
+        err.contains(&format!(
+            "no host samples kept: all {} were more than 1 s from every API record",
+            samples.away_from_records
+        )),
+        "{err}"
+    );
 }

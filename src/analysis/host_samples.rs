@@ -115,9 +115,9 @@ pub struct SampleIndex<'a> {
 }
 
 impl<'a> SampleIndex<'a> {
-    /// `None` for a trace without host samples.
+    /// `None` for a trace without host samples (or whose samples were all left out).
     pub fn new(samples: Option<&'a HostSamples>) -> Option<SampleIndex<'a>> {
-        let samples = samples?;
+        let samples = samples.filter(|s| !s.samples.is_empty())?;
         let mut by_thread: FxHashMap<u32, Vec<(u64, u64, u32)>> = FxHashMap::default();
         for s in &samples.samples {
             let span = if samples.exact {
@@ -549,6 +549,15 @@ mod tests {
         assert!(few.top.is_empty(), "below MIN_SAMPLES: no guess");
         assert_eq!(few.describe(), "3 samples: too few to name the code");
         assert!(SampleIndex::new(None).is_none(), "no samples, no index");
+        let none_kept = HostSamples {
+            away_from_records: 3,
+            ..samples.clone()
+        };
+        let none_kept = HostSamples {
+            samples: Vec::new(),
+            ..none_kept
+        };
+        assert!(SampleIndex::new(Some(&none_kept)).is_none(), "all left out");
     }
 
     /// Sample times plus the offset are the trace's: samples taken 1 ms "early" on the

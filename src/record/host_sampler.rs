@@ -437,12 +437,13 @@ impl Interned {
 
 /// Puts the samples of the process that wrote `trace` (the process id in its workload, as the
 /// recorder writes it) into its file at `path` ([`crate::trace::add_host_samples`]); returns
-/// how many, `None` when that process was not sampled.
+/// what the `wrote` line says of them ("1234 host samples"), `None` when that process was not
+/// sampled.
 pub fn add_to_trace(
     sampled: &mut Sampled,
     path: &std::path::Path,
     trace: &Trace,
-) -> Result<Option<usize>, TraceError> {
+) -> Result<Option<String>, TraceError> {
     let Some(pid) = trace
         .metadata
         .workload
@@ -457,7 +458,16 @@ pub fn add_to_trace(
     };
     keep_near_records(&mut samples, trace);
     crate::trace::add_host_samples(path, &samples)?;
-    Ok(Some(samples.samples.len()))
+    let kept = samples.samples.len();
+    Ok(Some(match samples.away_from_records {
+        // None near the trace's records: the two clocks disagree, or the program sampled
+        // only outside what was traced.
+        away if kept == 0 && away > 0 => format!(
+            "no host samples kept: all {away} were more than {} s from every API record (clocks apart, or nothing traced while it was sampled)",
+            RECORD_MARGIN_NS / 1_000_000_000
+        ),
+        _ => format!("{kept} host samples"),
+    }))
 }
 
 /// Samples farther than this from every API record of their trace are not kept (counted in

@@ -261,7 +261,7 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
                     .as_mut()
                     .map_or(Ok(None), |s| host_sampler::add_to_trace(s, p, &t));
                 let host = match host {
-                    Ok(n) => n.map_or(String::new(), |n| format!(", {n} host samples")),
+                    Ok(said) => said.map_or(String::new(), |said| format!(", {said}")),
                     Err(e) => {
                         stderr::warning(&e.to_string());
                         String::new()
