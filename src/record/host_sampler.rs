@@ -377,7 +377,7 @@ impl Interned {
                     PY_SPY_VERSION
                 ),
                 rate_hz,
-                clock: "CLOCK_REALTIME read by gapscope record just before each read, the clock of CUPTI's records on Linux: offset 0 by construction; each sample's read_ns is its uncertainty".into(),
+                clock: "CLOCK_REALTIME read by gapscope record just before each read, the clock of CUPTI's records on Linux: offset 0 by construction; each sample's read_ns is its uncertainty; samples more than 1 s from every API record of the trace are not kept (away_from_records)".into(),
                 ..HostSamples::default()
             },
             frames: FxHashMap::default(),
