@@ -66,6 +66,8 @@ settings! {
         "Folder the injection library writes `trace-<rank>.json` into (`record -o`).";
     Spill = "GAPSCOPE_SPILL", Child,
         "`1`: the injection library hands completed buffers to `record` as they complete, so a killed process still leaves a trace.";
+    HostSamples = "GAPSCOPE_HOST_SAMPLES", User,
+        "Which host stacks `record` samples: `python` (default), `native` (not built) or `off` (`record --host-samples`).";
     Threads = "GAPSCOPE_THREADS", User,
         "Worker threads for imports and analysis (default: the cores available, at most 8; capped at the cores).";
     SignalBacktrace = "GAPSCOPE_SIGNAL_BACKTRACE", User,

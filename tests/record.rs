@@ -463,3 +463,160 @@ fn a_program_killed_with_sigkill_leaves_the_records_it_delivered() {
     let a = gapscope::analysis::analyze(&[t], &["killed".into()], &Default::default());
     assert_eq!(a.cells.len(), 1);
 }
+
+/// Issue 45 a: a program that is not Python gets one note saying it was not sampled, and is
+/// otherwise recorded as without; `--host-samples off` says nothing; a Python program is
+/// sampled without a note.
+#[test]
+fn host_samples_refused_in_one_note_and_off_says_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = dir.path().join("out");
+    let o = o.to_str().unwrap();
+    let note = "no host samples: ";
+    let out = record(dir.path(), &["-o", o, "--", "sleep", "0.5"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(err.lines().filter(|l| l.contains(note)).count(), 1, "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.contains(NO_TRACE)).count(),
+        1,
+        "{err}"
+    );
+    let out = record(
+        dir.path(),
+        &["-o", o, "--host-samples", "off", "--", "sleep", "0.2"],
+    );
+    assert!(!stderr(&out).contains(note), "{}", stderr(&out));
+    // The same from the environment (an overhead bench's variant).
+    let lib = dir.path().join("libgapscope.so");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gapscope"))
+        .args(["record", "-o", o, "--", "sleep", "0.2"])
+        .env("GAPSCOPE_INJECTION_LIB", &lib)
+        .env("GAPSCOPE_HOST_SAMPLES", "off")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains(note), "{}", stderr(&out));
+    let python = "import time\nend = time.time() + 0.5\nwhile time.time() < end:\n    pass\n";
+    let out = record(dir.path(), &["-o", o, "--", "python3", "-c", python]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains(note), "{}", stderr(&out));
+    let out = record(
+        dir.path(),
+        &[
+            "-o",
+            o,
+            "--host-samples",
+            "native",
+            "--",
+            "python3",
+            "-c",
+            python,
+        ],
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("--host-samples native: native frames need py-spy's unwind feature"),
+        "{err}"
+    );
+    assert!(!err.contains(note), "{err}");
+}
+
+/// `record` of a Python program that writes a trace as the injected recorder would (its pid
+/// in the workload), after 0.6 s in `gapscope_busy_step`, its two API records `shift_ns` before
+/// the real times (`python3 -c SCRIPT SHIFT`).
+fn record_python_writing_its_trace(dir: &Path, shift_ns: u64) -> (Output, PathBuf) {
+    let o = dir.join("out");
+    let script = r#"
+import json, os, sys, threading, time
+def gapscope_busy_step():
+    end = time.time() + 0.6
+    while time.time() < end:
+        pass
+shift = int(sys.argv[1])
+t0 = time.time_ns() - shift
+gapscope_busy_step()
+t1 = time.time_ns() - shift
+tid = threading.get_native_id()
+trace = {"schema_version": 1,
+         "metadata": {"tool": "test", "source": "synthetic", "workload": {"pid": os.getpid()}},
+         "strings": ["cudaLaunchKernel"],
+         "api_calls": [[t0, t0 + 1000, 1, tid, 0, "runtime"], [t1, t1 + 1000, 2, tid, 0, "runtime"]]}
+with open(os.path.join(os.environ["GAPSCOPE_OUT"], "trace-0.json"), "w") as f:
+    json.dump(trace, f)
+"#;
+    let shift = shift_ns.to_string();
+    let args = [
+        "-o",
+        o.to_str().unwrap(),
+        "--",
+        "python3",
+        "-c",
+        script,
+        &shift,
+    ];
+    (record(dir, &args), o.join("trace-0.json"))
+}
+
+/// Issue 45 a end to end: the samples of the Python program's own process go into the trace
+/// it wrote, named by its function, on its main thread, near its API records; the `wrote` line
+/// counts them. With its records 1000 s in the past (clocks apart), none is kept, and the
+/// `wrote` line says why.
+#[test]
+fn host_samples_go_into_the_trace_of_the_process_they_were_read_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, path) = record_python_writing_its_trace(dir.path(), 0);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let t = gapscope::trace::read_trace(&path).expect("a valid trace");
+    let samples = t.host_samples.as_ref().expect("host samples added");
+    let pid = t.metadata.workload["pid"].as_u64().unwrap() as u32;
+    let named = samples
+        .samples
+        .iter()
+        .filter(|s| {
+            samples
+                .stack(s.stack)
+                .any(|f| f.function == "gapscope_busy_step")
+        })
+        .count();
+    assert!(named >= 100, "{named} of {} samples", samples.samples.len());
+    assert!(
+        samples.samples.iter().all(|s| s.thread == pid),
+        "the main thread"
+    );
+    let (first, last) = (t.api_calls[0].start, t.api_calls[1].end);
+    let margin = gapscope::record::host_sampler::RECORD_MARGIN_NS;
+    assert!(
+        samples
+            .samples
+            .iter()
+            .all(|s| s.time + margin >= first && s.time <= last + margin)
+    );
+    assert!(
+        err.contains(&format!("{} host samples", samples.samples.len())),
+        "{err}"
+    );
+    assert!(!err.contains("no host samples"), "{err}");
+
+    let (out, path) = record_python_writing_its_trace(dir.path(), 1_000_000_000_000);
+    let err = stderr(&out);
+    let t = gapscope::trace::read_trace(&path).expect("a valid trace");
+    let samples = t
+        .host_samples
+        .as_ref()
+        .expect("the field, with what was left out");
+    assert!(samples.samples.is_empty());
+    assert!(
+        samples.away_from_records > 100,
+        "{}",
+        samples.away_from_records
+    );
+    assert!(
+        err.contains(&format!(
+            "no host samples kept: all {} were more than 1 s from every API record",
+            samples.away_from_records
+        )),
+        "{err}"
+    );
+}

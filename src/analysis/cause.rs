@@ -40,6 +40,8 @@ pub struct TraceContext<'a> {
     /// API-call starts per thread, for the tracer's share of marked cells: built the first time
     /// a cell needs it (traces with a trace budget), then shared by the trace's cells.
     call_starts: std::sync::OnceLock<super::tracer_share::CallStarts>,
+    /// The trace's host samples per thread; `None` without them.
+    host_samples: Option<super::host_samples::SampleIndex<'a>>,
 }
 
 impl<'a> TraceContext<'a> {
@@ -81,6 +83,7 @@ impl<'a> TraceContext<'a> {
             call_starts: Default::default(),
             library_calls: crate::trace::HostRanges::library_calls(trace, true),
             provenance: super::provenance::ProvenanceIndex::new(trace),
+            host_samples: super::host_samples::SampleIndex::new(trace.host_samples.as_ref()),
         }
     }
 
@@ -635,7 +638,17 @@ pub fn analyze_cell(
             _ => None,
         })
     }));
-    let sequence = canonical_sequence(ctx, timeline, &with_period);
+    let mut sequence = canonical_sequence(ctx, timeline, &with_period);
+    let host_time = ctx.host_samples.as_ref().and_then(|index| {
+        super::host_samples::add_to_sequence(
+            index,
+            trace,
+            &ctx.launches,
+            &timeline.ops,
+            &with_period,
+            &mut sequence,
+        )
+    });
     let mut observed = observe(ctx, &steps);
     observed.compiled_without_graphs = cell.compiled_without_graphs;
     let mut requested = meta_cell.map(|c| c.requested.clone()).unwrap_or_default();
@@ -675,6 +688,7 @@ pub fn analyze_cell(
         idle,
         idle_by_cause,
         host_bound_launch_calls,
+        host_time,
         sequence,
         reference: meta_cell.map(|c| c.reference.clone()).unwrap_or_default(),
         sampled: super::Sampled::of_cell(
@@ -806,6 +820,7 @@ fn canonical_sequence(
             gap_cause_label,
             library_call: ctx.library_call_of(representative),
             provenance: ctx.provenance.of(trace, &ctx.launches, representative),
+            host_time: None,
         })
     };
     let block = |rows: std::ops::Range<usize>| {

@@ -82,6 +82,11 @@ pub fn compare_cells(
         one_sided_ops_total: ops.one_sided_ops_total,
         pairing: None,
         graph_difference,
+        host_code_change: base
+            .host_time
+            .as_ref()
+            .zip(head.host_time.as_ref())
+            .and_then(|(b, h)| super::host_samples::HostCodeChange::between(b, h)),
     }
 }
 

@@ -13,6 +13,7 @@ mod corr_set;
 pub mod coverage;
 pub mod discover;
 pub mod headline;
+pub mod host_samples;
 pub mod left_out;
 pub mod merge;
 mod model;

@@ -375,6 +375,11 @@ pub struct SequenceEntry {
     /// Where the op came from in the program (of the op at this position in a representative
     /// step); `None` when the trace holds nothing.
     pub provenance: Option<super::provenance::Provenance>,
+    /// For a host-bound gap: the host code sampled in it, over the steps
+    /// ([`super::host_samples`]); `None` when the gap is not host-bound or the trace has no
+    /// host samples.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_time: Option<super::host_samples::HostTime>,
 }
 
 /// Idle time of one cause, per step.
@@ -418,6 +423,10 @@ pub struct CellAnalysis {
     /// here because the steps' gaps may be dropped ([`super::Detail::Figures`]).
     #[serde(skip)]
     pub host_bound_launch_calls: Option<Stat>,
+    /// The host code sampled in all the cell's host-bound gaps together
+    /// ([`super::host_samples`]); `None` without host samples or host-bound gaps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_time: Option<super::host_samples::HostTime>,
     pub sequence: Vec<SequenceEntry>,
     /// Figures the workload measured itself (see [`crate::trace::Cell::reference`]).
     pub reference: BTreeMap<String, f64>,
@@ -728,6 +737,10 @@ pub struct CellComparison {
     pub one_sided_ops_total: f64,
     /// For an eager ↔ graphed pair: how it was made and how sure it is.
     pub pairing: Option<Pairing>,
+    /// The host code whose share of the host-bound gaps changed most, when both cells have
+    /// host samples that name code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_code_change: Option<super::host_samples::HostCodeChange>,
     /// For two graphed cells: how the head's graph differs from the base's, by node type
     /// (e.g. "+1 EventWait (external), +1 EventRecord (external)"); `None` when either has no
     /// DAG or they are the same.

@@ -8,6 +8,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gapscope::analysis::merge::ClockAlignment;
 use gapscope::experiment::SweepOptions;
+use gapscope::record::host_sampler::HostSampling;
 use gapscope::record::launch::RecordOptions;
 use gapscope::report::PerfettoFormat;
 use std::ffi::OsString;
@@ -325,6 +326,14 @@ pub struct RecordArgs {
           default_value_t = gapscope::record::cupti::TraceBudget::DEFAULT_LIMIT,
           value_parser = gapscope::record::cupti::TraceBudget::parse_limit)]
     pub trace_budget: u32,
+    /// Host stacks sampled while the program runs, to name the code behind host-bound gaps:
+    /// `python` (py-spy from outside the process, never stopping it; 1 kHz per process) or
+    /// `off`. `native` is accepted, but this build samples Python frames only. A program that
+    /// cannot be read (not Python, no ptrace permission) gets one note and is recorded as
+    /// without.
+    #[arg(long, value_name = "WHAT", default_value = "python",
+          env = gapscope::record::host_sampler::HOST_SAMPLES_VAR)]
+    pub host_samples: HostSamplesArg,
     /// The program to trace and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -336,9 +345,25 @@ impl From<RecordArgs> for RecordOptions {
             output: a.output,
             step_range: a.step_range,
             trace_budget: a.trace_budget,
+            host_samples: match a.host_samples {
+                HostSamplesArg::Off => HostSampling::Off,
+                HostSamplesArg::Python => HostSampling::Python,
+                HostSamplesArg::Native => HostSampling::Native,
+            },
             command: a.command,
         }
     }
+}
+
+/// `record --host-samples`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HostSamplesArg {
+    /// No host samples.
+    Off,
+    /// Python frames of every Python process of the program (py-spy, non-blocking).
+    Python,
+    /// Python and native frames: not built here (py-spy's unwind feature); samples Python.
+    Native,
 }
 
 /// `merge --clock`: how rank clocks are put on one time base.

@@ -17,6 +17,7 @@
 use crate::exit;
 use crate::record::cupti::CuptiError;
 use crate::record::env::OUT_VAR;
+use crate::record::host_sampler::{self, HostSampling, Sampler};
 use crate::record::inject::{STEP_RANGE_VAR, TRACE_BUDGET_VAR};
 use crate::report::stderr;
 use crate::settings::Setting;
@@ -46,6 +47,8 @@ pub struct RecordOptions {
     /// Launches traced per executable graph and steps traced (0: all); see
     /// [`crate::record::cupti::TraceBudget`].
     pub trace_budget: u32,
+    /// Which host stacks to sample while the program runs ([`crate::record::host_sampler`]).
+    pub host_samples: HostSampling,
     /// The program to trace and its arguments.
     pub command: Vec<OsString>,
 }
@@ -198,9 +201,17 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     }
     // Registered before the program starts, so that no signal in between ends gapscope alone.
     let signals = signal_hook::iterator::Signals::new(FORWARDED_SIGNALS).ok();
+    if args.host_samples == HostSampling::Native {
+        stderr::note(host_sampler::NATIVE_NOT_BUILT);
+    }
+    let mut sampled = None;
     let child = cmd.spawn().and_then(|mut child| {
         let forwarding = signals.and_then(|s| forward_signals(s, child.id()));
+        let sampler = (args.host_samples != HostSampling::Off)
+            .then(|| Sampler::start(child.id(), host_sampler::SAMPLE_RATE_HZ));
         let waited = child.wait();
+        // The program has ended: sampling stops before its traces are read.
+        sampled = sampler.map(Sampler::finish);
         if let Some(handle) = forwarding {
             handle.close();
         }
@@ -238,12 +249,26 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     }
     written.extend(recovered.iter().cloned());
     let note = stderr::note;
+    if let Some(why) = sampled.as_ref().and_then(host_sampler::Sampled::note) {
+        note(&why);
+    }
+    // Last, so that it is the line a wrapper (`try`) quotes for a run that wrote nothing.
     if written.is_empty() {
         note(NO_TRACE);
     }
     for p in &written {
         match crate::trace::read_trace(p) {
             Ok(t) => {
+                let host = sampled
+                    .as_mut()
+                    .map_or(Ok(None), |s| host_sampler::add_to_trace(s, p, &t));
+                let host = match host {
+                    Ok(said) => said.map_or(String::new(), |said| format!(", {said}")),
+                    Err(e) => {
+                        stderr::warning(&e.to_string());
+                        String::new()
+                    }
+                };
                 let lost = crate::analysis::completeness::check(&t);
                 let summarised: u64 = t
                     .metadata
@@ -253,7 +278,7 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
                     .map_or(0, |m| m.left_out.iter().map(|r| r.count).sum());
                 note(
                     &(format!(
-                        "wrote {} ({} kernels, {} markers{}, {} dropped records{})",
+                        "wrote {} ({} kernels, {} markers{host}{}, {} dropped records{})",
                         p.display(),
                         t.kernels.len(),
                         t.markers.len(),

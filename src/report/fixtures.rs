@@ -319,6 +319,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
                 SequenceEntry {
                     library_call: None,
                     provenance: None,
+                    host_time: None,
                     name: name.to_owned(),
                     kind,
                     duration: Stat::of_ns(steps.iter().map(|s| {
@@ -334,6 +335,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             .collect();
         cells.push(CellAnalysis {
             reference: Default::default(),
+            host_time: None,
             graph_group: None,
             found: None,
             sampled: None,
@@ -446,6 +448,7 @@ pub fn compare_between(
         graphs_differ_only_by_external: false,
         pairing: None,
         graph_difference: None,
+        host_code_change: None,
         judged_untraced: false,
         traced_host_bound: false,
         duration_delta_total: 0.0,

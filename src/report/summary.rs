@@ -161,6 +161,9 @@ fn largest_gaps(a: &Analysis, s: &mut String) {
             op_with_provenance(e),
             e.gap_cause_label
         );
+        if let Some(h) = &e.host_time {
+            let _ = writeln!(s, "      host: {}", h.describe());
+        }
     }
 }
 
@@ -512,6 +515,9 @@ pub fn comparison_summary(c: &Comparison, full_report: Option<&str>) -> String {
             super::markdown::comparison_change_label(m),
             tracer_effect_note(m),
         );
+        if let Some(h) = &m.host_code_change {
+            let _ = writeln!(s, "      host code changed most: {}", h.describe());
+        }
     }
     if c.cells.len() > MAX_CELLS {
         let _ = writeln!(s, "  … and {} more cells", c.cells.len() - MAX_CELLS);

@@ -4,6 +4,7 @@
 
 pub mod bundled;
 mod durations;
+mod host_samples;
 pub mod input;
 pub mod kineto;
 pub mod nsys;
@@ -13,6 +14,7 @@ pub mod synthetic;
 mod upgrade;
 
 pub use durations::{DurationHistogram, bucket_bounds, duration_bucket};
+pub use host_samples::{HostFrame, HostSample, HostSamples};
 pub use ranges::{
     HostRanges, RangeNameMatch, last_containing, outermost, range_name_match, range_name_parts,
     step_range_rule,
@@ -358,6 +360,38 @@ impl From<crate::output::WriteError> for TraceError {
     }
 }
 
+/// Adds host samples to a trace file written without them (as `gapscope record` does once the
+/// program has ended), atomically: the samples go in as the object's last field, the rest of
+/// the file is copied as it is (a trace of millions of records is not parsed again). A file
+/// that already holds host samples, or that is not a plain JSON object, is refused.
+pub fn add_host_samples(path: &Path, samples: &HostSamples) -> Result<(), TraceError> {
+    let bytes = std::fs::read(path).map_err(|e| TraceError::reading(path, e))?;
+    let malformed = |message: &str| TraceError::Malformed {
+        path: path.to_owned(),
+        message: message.to_owned(),
+    };
+    let end = bytes
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .filter(|&i| bytes[i] == b'}' && bytes.first() == Some(&b'{'))
+        .ok_or_else(|| malformed("not a plain JSON object: host samples not added"))?;
+    if memchr::memmem::find(&bytes, b"\"host_samples\":").is_some() {
+        return Err(malformed("it already holds host samples"));
+    }
+    let empty = bytes[1..end].iter().all(u8::is_ascii_whitespace);
+    crate::output::write_atomically_with(path, |w| {
+        w.write_all(&bytes[..end])?;
+        w.write_all(if empty {
+            b"\"host_samples\":"
+        } else {
+            b",\"host_samples\":"
+        })?;
+        serde_json::to_writer(&mut *w, samples).map_err(std::io::Error::other)?;
+        w.write_all(b"}\n")
+    })?;
+    Ok(())
+}
+
 impl Trace {
     /// An empty trace of the current schema version.
     pub fn new(metadata: Metadata) -> Trace {
@@ -374,6 +408,7 @@ impl Trace {
             markers: Vec::new(),
             graph: GraphDag::default(),
             dropped_records: 0,
+            host_samples: None,
         }
     }
 
@@ -631,6 +666,9 @@ impl Trace {
             {
                 check_str("graph node", i, id)?;
             }
+        }
+        if let Some(samples) = &self.host_samples {
+            samples.validate()?;
         }
         Ok(())
     }

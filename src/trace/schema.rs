@@ -59,6 +59,10 @@ pub struct Trace {
     /// every report shows it.
     #[serde(default)]
     pub dropped_records: u64,
+    /// Python stacks of the program's threads sampled while it ran (`gapscope record
+    /// --host-samples python`); absent without them, and in traces written before they existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_samples: Option<super::HostSamples>,
 }
 
 /// Where the trace came from and what ran.
@@ -133,7 +137,7 @@ pub struct Sampling {
     pub paced_pauses: u64,
 }
 
-fn is_zero_u64(n: &u64) -> bool {
+pub(super) fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 

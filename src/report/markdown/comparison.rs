@@ -57,6 +57,9 @@ pub fn comparison_markdown(c: &Comparison) -> String {
         for op in top_gap_deltas(m, 3) {
             let _ = writeln!(s, "  - {op}");
         }
+        if let Some(h) = &m.host_code_change {
+            let _ = writeln!(s, "  - host code changed most: {}", md_cell(&h.describe()));
+        }
     }
     let _ = writeln!(s);
     let _ = writeln!(s, "### Kernel durations, base → head\n");

@@ -76,6 +76,7 @@ pub fn analysis_markdown(a: &Analysis) -> String {
     }
     unpaired_gaps_section(&mut s, a);
     idle_section(&mut s, a);
+    host_time_section(&mut s, a);
     inputs_section(&mut s, a, None);
     crate::report::printable_report(s)
 }
@@ -689,6 +690,59 @@ fn idle_section(s: &mut String, a: &Analysis) {
         }
     }
     let _ = writeln!(s);
+}
+
+/// "Host time in the gaps": per cell with host samples, its host-bound gaps (largest first)
+/// with the host code sampled in them. Nothing for a trace without host samples.
+fn host_time_section(s: &mut String, a: &Analysis) {
+    let cells: Vec<(&CellAnalysis, Vec<&crate::analysis::SequenceEntry>)> = a
+        .cells
+        .iter()
+        .map(|c| {
+            let gaps = c.largest_gaps().into_iter().map(|i| &c.sequence[i]);
+            (
+                c,
+                gaps.filter(|e| e.host_time.is_some()).collect::<Vec<_>>(),
+            )
+        })
+        .filter(|(_, gaps)| !gaps.is_empty())
+        .collect();
+    for (c, gaps) in cells {
+        let _ = writeln!(
+            s,
+            "### Host time in the gaps of {}
+",
+            md_cell(&c.label)
+        );
+        let _ = writeln!(
+            s,
+            "| gap before | gap µs | cause | host code sampled in the gap (share of its time) | innermost frame | n |"
+        );
+        let _ = writeln!(s, "|---|--:|---|---|---|--:|");
+        for e in gaps.into_iter().take(TOP_GAPS) {
+            let Some(h) = &e.host_time else {
+                continue;
+            };
+            let (code, innermost) = if h.top.is_empty() {
+                (h.too_few(), String::new())
+            } else {
+                let codes: Vec<String> = h.top.iter().map(|c| c.describe()).collect();
+                let inner: Vec<&str> = h.top.iter().map(|c| c.innermost.as_str()).collect();
+                (codes.join("; "), inner.join("; "))
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} |",
+                op_cell(e),
+                stat_us(&e.gap_before),
+                md_cell(&e.gap_cause_label),
+                md_cell(&code),
+                md_cell(&innermost),
+                h.samples
+            );
+        }
+        let _ = writeln!(s);
+    }
 }
 
 /// The sweep at a glance, per launch pattern: one row per T with eager, graphed mode 2 and

@@ -266,7 +266,9 @@ impl<'a> Plan<'a> {
         let shift = self.shifts[ci]?;
         let ops = &self.analysis.timelines.get(cell.trace)?.ops;
         let apis = self.apis(cell.trace);
+        let trace = self.traces.get(cell.trace);
         let mut evs = collect_cell(cell, ops, apis);
+        evs.extend(host_sample_events(cell, &evs, trace));
         let (lanes, counts) = assign_lanes(&mut evs);
         let one_device = evs
             .iter()
@@ -286,6 +288,7 @@ impl<'a> Plan<'a> {
                 let base = match track {
                     Track::Steps => "steps".to_owned(),
                     Track::Host(t) => format!("host thread {t}"),
+                    Track::HostSamples(t) => format!("host samples, thread {t}"),
                     Track::Stream(_, s) if one_device => format!("stream {s}"),
                     Track::Stream(d, s) => format!("device {d} stream {s}"),
                     Track::Gaps => "gaps".to_owned(),
@@ -316,10 +319,11 @@ impl<'a> Plan<'a> {
             (e.start, std::cmp::Reverse(e.end), i)
         });
         Some(CellLayout {
+            gap_host: trace.map_or_else(FxHashMap::default, |t| gap_host_time(cell, ops, t)),
             shift,
             cell,
             ops,
-            trace: self.traces.get(cell.trace),
+            trace,
             apis,
             tracks,
             evs,
@@ -343,6 +347,8 @@ struct CellLayout<'a> {
     tids: Vec<u64>,
     /// Event indices in time order (start, longer first).
     order: Vec<u32>,
+    /// The host code sampled in the gaps of each (step, gap) that has some (host samples).
+    gap_host: FxHashMap<(usize, usize), &'a crate::analysis::host_samples::HostTime>,
 }
 
 /// A slice's name: made for it, or a string of the cell's trace.
@@ -390,7 +396,24 @@ impl CellLayout<'_> {
                 SliceName::Text(self.cell.steps[si].gaps[gi].cause.label()),
                 "gap",
             ),
+            Payload::Sample(i) => {
+                let innermost = self.sample_stack(i).next();
+                let name = innermost.map_or_else(
+                    || "(no Python frame)".to_owned(),
+                    crate::analysis::host_samples::frame_label,
+                );
+                (SliceName::Text(name), "host_sample")
+            }
         }
+    }
+
+    /// The frames of host sample `i`, innermost first.
+    fn sample_stack(&self, i: usize) -> impl Iterator<Item = &crate::trace::HostFrame> {
+        let samples = self.trace.and_then(|t| t.host_samples.as_ref());
+        samples
+            .and_then(|h| Some((h, h.samples.get(i)?)))
+            .into_iter()
+            .flat_map(|(h, s)| h.stack(s.stack))
     }
 
     /// The arguments both encodings write for event `e`.
@@ -434,6 +457,17 @@ impl CellLayout<'_> {
                     None => a.str("after", "?"),
                 }
                 a.num("step", self.cell.steps[si].index as u64);
+                if let Some(h) = self.gap_host.get(&(si, gi)) {
+                    a.str("host_code", &h.describe());
+                    a.num("host_samples", h.samples as u64);
+                }
+            }
+            Payload::Sample(i) => {
+                let stack: Vec<String> = self
+                    .sample_stack(i)
+                    .map(crate::analysis::host_samples::frame_label)
+                    .collect();
+                a.str("stack", &stack.join(" ← "));
             }
         }
     }
@@ -543,6 +577,8 @@ fn process_name(cell: &CellAnalysis, analysis: &Analysis, trace: Option<&Trace>)
 enum Track {
     Steps,
     Host(u32),
+    /// The host samples of a launching thread (`--host-samples`).
+    HostSamples(u32),
     Stream(u32, u32), // (device, stream)
     Gaps,
 }
@@ -557,6 +593,8 @@ enum Payload {
     Api(u32, u32),
     /// (step, gap) indices.
     Gap(usize, usize),
+    /// Index into the trace's host samples.
+    Sample(usize),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -608,6 +646,65 @@ fn collect_cell(cell: &CellAnalysis, ops: &[Op], apis: &FxHashMap<u32, &ApiCall>
         }
     }
     evs
+}
+
+/// The host samples of the threads that launched the cell's ops, inside its steps: one slice
+/// per sample, as long as its read, on the thread's "host samples" track.
+fn host_sample_events(cell: &CellAnalysis, evs: &[Ev], trace: Option<&Trace>) -> Vec<Ev> {
+    let Some(samples) = trace.and_then(|t| t.host_samples.as_ref()) else {
+        return Vec::new();
+    };
+    let threads: rustc_hash::FxHashSet<u32> = evs
+        .iter()
+        .filter_map(|e| match e.track {
+            Track::Host(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    let from = cell.steps.iter().map(|s| s.window_start.min(s.start)).min();
+    let to = cell.steps.iter().map(|s| s.end).max();
+    let (Some(from), Some(to)) = (from, to) else {
+        return Vec::new();
+    };
+    samples
+        .samples
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| threads.contains(&s.thread))
+        .filter_map(|(i, s)| {
+            let start = s.time.saturating_add_signed(samples.offset_ns);
+            (start >= from && start <= to).then(|| Ev {
+                track: Track::HostSamples(s.thread),
+                start,
+                end: start + u64::from(s.read_ns),
+                payload: Payload::Sample(i),
+            })
+        })
+        .collect()
+}
+
+/// The host time of each gap of the cell whose position in its sequence has one.
+fn gap_host_time<'a>(
+    cell: &'a CellAnalysis,
+    ops: &[Op],
+    trace: &Trace,
+) -> FxHashMap<(usize, usize), &'a crate::analysis::host_samples::HostTime> {
+    let mut out = FxHashMap::default();
+    if cell.sequence.iter().all(|e| e.host_time.is_none()) {
+        return out;
+    }
+    use crate::analysis::host_samples::{Positions, is_host_bound};
+    let positions = Positions::new(&cell.sequence);
+    for (si, step) in cell.steps.iter().enumerate() {
+        for (gi, p) in positions.of_gaps(trace, ops, step).into_iter().enumerate() {
+            let host_bound = is_host_bound(step.gaps[gi].cause.kind());
+            let host = p.and_then(|p| cell.sequence[p].host_time.as_ref());
+            if let Some(h) = host.filter(|_| host_bound) {
+                out.insert((si, gi), h);
+            }
+        }
+    }
+    out
 }
 
 /// Assigns each event a lane of its track so no two slices of one lane overlap: first fit, in

@@ -466,7 +466,7 @@ fn provenance(
                 a.trace_str("library_call", lib);
             }
         }
-        Payload::Step(_) | Payload::Gap(..) => {}
+        Payload::Step(_) | Payload::Gap(..) | Payload::Sample(_) => {}
     }
 }
 

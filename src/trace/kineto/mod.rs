@@ -19,8 +19,9 @@
 //! | `cuda_runtime`, `cuda_driver` | [`ApiCall`] (`args.correlation`, thread from `tid`) |
 //! | `user_annotation` (or `cpu_op`) named `ProfilerStep#N` | [`Marker`] of kind [`MarkerKind::Step`] |
 //! | other `user_annotation` | [`Marker`] of kind [`MarkerKind::Range`] |
+//! | `python_function` (`with_stack=True`) | [`Trace::host_samples`], exact: each thread's calls nested into spans of one innermost stack |
 //!
-//! Everything else (`cpu_op`, `python_function`, `gpu_user_annotation`, `ac2g` flow events —
+//! Everything else (`cpu_op`, `gpu_user_annotation`, `ac2g` flow events —
 //! redundant with correlation ids —, metadata events) is checked and skipped. Timestamps are
 //! microseconds with fractional nanoseconds; they become nanoseconds (rounded to the nearest)
 //! as they are, without `baseTimeNanoseconds` (torch 2.x on CUDA 13 writes absolute `ts` and a
@@ -229,6 +230,8 @@ struct Sink {
     mtia_events: u64,
     /// For a thread's sink: its string ids → the ids of the sink it is appended to.
     to_global: Vec<StrId>,
+    /// `python_function` events: (start, end, thread, name).
+    python: Vec<(u64, u64, u32, StrId)>,
 }
 
 impl Sink {
@@ -241,6 +244,7 @@ impl Sink {
             events: 0,
             mtia_events: 0,
             to_global: Vec::new(),
+            python: Vec::new(),
         }
     }
 
@@ -371,6 +375,10 @@ impl Sink {
                 };
                 self.b.trace.markers.push(marker);
             }
+            Cat::PythonFunction => {
+                let name = self.name(ev.name, what)?;
+                self.python.push((start, end, ev.tid.unwrap_or(0), name));
+            }
             Cat::Mtia | Cat::Other => {}
         }
         Ok(())
@@ -384,6 +392,7 @@ impl Sink {
         t.memsets.clear();
         t.api_calls.clear();
         t.markers.clear();
+        self.python.clear();
         self.events = 0;
         self.mtia_events = 0;
     }
@@ -421,6 +430,12 @@ impl Sink {
             name: id(m.name),
             ..m
         }));
+        self.python.extend(
+            later
+                .python
+                .drain(..)
+                .map(|(s, e, thread, name)| (s, e, thread, id(name))),
+        );
         self.events += std::mem::take(&mut later.events);
         self.mtia_events += std::mem::take(&mut later.mtia_events);
     }
@@ -489,11 +504,13 @@ impl Importer {
     }
 
     /// After the document: time base, device, cells, checks.
-    fn finish(self) -> Result<Trace, String> {
+    fn finish(mut self) -> Result<Trace, String> {
         if !self.saw_events {
             return Err("no \"traceEvents\" array".into());
         }
+        let python = std::mem::take(&mut self.sink.python);
         let mut trace = self.sink.b.finish();
+        trace.host_samples = python_stacks(&trace, python);
         if trace.kernels.is_empty() && trace.memcpys.is_empty() && trace.memsets.is_empty() {
             if self.sink.mtia_events > 0 {
                 return Err(format!(
@@ -550,6 +567,117 @@ impl Importer {
             });
         }
     }
+}
+
+/// torch.profiler's Python calls (`with_stack=True`) as exact host samples: per thread, the
+/// calls nested by time (a call that outlives its caller is cut at the caller's end), each
+/// span of one innermost stack one sample, as long as the span (see
+/// [`crate::trace::HostSamples::exact`]). `None` without `python_function` events.
+fn python_stacks(
+    trace: &Trace,
+    mut calls: Vec<(u64, u64, u32, StrId)>,
+) -> Option<crate::trace::HostSamples> {
+    if calls.is_empty() {
+        return None;
+    }
+    calls.sort_unstable_by_key(|&(s, e, thread, _)| (thread, s, std::cmp::Reverse(e)));
+    let mut out = PythonStacks::default();
+    for thread_calls in calls.chunk_by(|a, b| a.2 == b.2) {
+        out.thread(trace, thread_calls);
+    }
+    Some(crate::trace::HostSamples {
+        sampler: "torch.profiler with_stack=True (python_function events)".into(),
+        rate_hz: 0,
+        clock: "the trace's own (Kineto's timestamps)".into(),
+        exact: true,
+        ..out.samples
+    })
+}
+
+/// [`python_stacks`] as it goes: frames and stacks interned.
+#[derive(Default)]
+struct PythonStacks {
+    samples: crate::trace::HostSamples,
+    frames: FxHashMap<StrId, u32>,
+    stacks: FxHashMap<Vec<u32>, u32>,
+}
+
+impl PythonStacks {
+    /// One thread's calls, sorted by start (longer first).
+    fn thread(&mut self, trace: &Trace, calls: &[(u64, u64, u32, StrId)]) {
+        // Open calls: (end, frame), outermost first.
+        let mut open: Vec<(u64, u32)> = Vec::new();
+        let mut at = 0;
+        for &(start, end, thread, name) in calls {
+            while let Some(&(top_end, _)) = open.last().filter(|c| c.0 <= start) {
+                self.span(at, top_end, thread, &open);
+                at = at.max(top_end);
+                open.pop();
+            }
+            self.span(at, start, thread, &open);
+            at = start;
+            let end = open.last().map_or(end, |c| end.min(c.0));
+            let frame = self.frame(trace, name);
+            open.push((end, frame));
+        }
+        let thread = calls.first().map_or(0, |c| c.2);
+        while let Some(&(top_end, _)) = open.last() {
+            self.span(at, top_end, thread, &open);
+            at = at.max(top_end);
+            open.pop();
+        }
+    }
+
+    /// The span `[from, to)` of the stack `open` (outermost first), split where longer than a
+    /// sample's `read_ns` holds.
+    fn span(&mut self, from: u64, to: u64, thread: u32, open: &[(u64, u32)]) {
+        if open.is_empty() || to <= from {
+            return;
+        }
+        let stack: Vec<u32> = open.iter().rev().map(|&(_, f)| f).collect();
+        let next = self.stacks.len() as u32;
+        let stack = *self.stacks.entry(stack).or_insert_with_key(|s| {
+            self.samples.stacks.push(s.clone());
+            next
+        });
+        let mut time = from;
+        while time < to {
+            let read_ns = u32::try_from(to - time).unwrap_or(u32::MAX);
+            self.samples.samples.push(crate::trace::HostSample {
+                time,
+                read_ns,
+                thread,
+                stack,
+            });
+            time += u64::from(read_ns);
+        }
+    }
+
+    fn frame(&mut self, trace: &Trace, name: StrId) -> u32 {
+        let next = self.frames.len() as u32;
+        *self.frames.entry(name).or_insert_with(|| {
+            self.samples.frames.push(python_frame(trace.str(name)));
+            next
+        })
+    }
+}
+
+/// A `python_function` event's name as a frame: `FILE(LINE): FUNCTION`, else the name as the
+/// function of no file (`<built-in method …>`, `nn.Module: Linear_0`), an object address cut.
+fn python_frame(name: &str) -> crate::trace::HostFrame {
+    let parsed = name.split_once("): ").and_then(|(head, function)| {
+        let (file, line) = head.rsplit_once('(')?;
+        Some(crate::trace::HostFrame {
+            file: file.to_owned(),
+            function: function.to_owned(),
+            line: line.parse().ok()?,
+        })
+    });
+    parsed.unwrap_or_else(|| crate::trace::HostFrame {
+        file: String::new(),
+        function: name.split(" at 0x").next().unwrap_or(name).to_owned(),
+        line: 0,
+    })
 }
 
 /// Graph id given to device ops launched by a graph launch call when the trace names no graph

@@ -49,6 +49,8 @@ pub(super) enum Cat {
     Driver,
     UserAnnotation,
     CpuOp,
+    /// A Python call traced by `with_stack=True` (`python_function`).
+    PythonFunction,
     /// Meta's MTIA accelerator: its runtime calls and device activity (`mtia_runtime`,
     /// `mtia_ccp_events`), counted so a trace of nothing else is named for what it is.
     Mtia,
@@ -66,6 +68,7 @@ impl Cat {
             b"cuda_driver" | b"Driver" => Cat::Driver,
             b"user_annotation" => Cat::UserAnnotation,
             b"cpu_op" | b"Operator" => Cat::CpuOp,
+            b"python_function" => Cat::PythonFunction,
             b"mtia_runtime" | b"mtia_ccp_events" => Cat::Mtia,
             _ => Cat::Other,
         }
@@ -80,6 +83,7 @@ impl Cat {
             Cat::Driver => "cuda_driver",
             Cat::UserAnnotation => "user_annotation",
             Cat::CpuOp => "cpu_op",
+            Cat::PythonFunction => "python_function",
             Cat::Mtia => "mtia",
             Cat::Other => "other",
         }

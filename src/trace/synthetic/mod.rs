@@ -440,3 +440,40 @@ impl KernelStream {
         self.b.finish()
     }
 }
+
+/// Host samples every `every_ns` over the span of `trace`'s API calls, on each `(thread,
+/// stack)` given (stacks innermost first): what `gapscope record --host-samples python`
+/// would add to a program that ran one code throughout, for tests of the attribution.
+pub fn host_samples_over(
+    trace: &Trace,
+    every_ns: u64,
+    threads: &[(u32, Vec<crate::trace::HostFrame>)],
+) -> crate::trace::HostSamples {
+    let start = trace.api_calls.iter().map(|a| a.start).min().unwrap_or(0);
+    let end = trace.api_calls.iter().map(|a| a.end).max().unwrap_or(0);
+    let mut out = crate::trace::HostSamples {
+        sampler: "synthetic".into(),
+        rate_hz: u32::try_from(1_000_000_000 / every_ns.max(1)).unwrap_or(u32::MAX),
+        clock: "synthetic: the trace's clock".into(),
+        ..Default::default()
+    };
+    for (_, stack) in threads {
+        let first = out.frames.len() as u32;
+        out.frames.extend(stack.iter().cloned());
+        out.stacks
+            .push((first..first + stack.len() as u32).collect());
+    }
+    let mut time = start;
+    while time <= end {
+        for (k, (thread, _)) in threads.iter().enumerate() {
+            out.samples.push(crate::trace::HostSample {
+                time,
+                read_ns: 0,
+                thread: *thread,
+                stack: k as u32,
+            });
+        }
+        time += every_ns.max(1);
+    }
+    out
+}

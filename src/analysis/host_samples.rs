@@ -1,0 +1,631 @@
+//! Host time in the gaps: what the launching thread ran while the device waited on it.
+//!
+//! For a host-bound gap ([`is_host_bound`]: graph launch host-bound, host launch-bound, host
+//! synchronisation), the host samples ([`crate::trace::HostSamples`]) of the thread that made
+//! the op's launch call, taken inside the gap, aggregated over the cell's steps (one position
+//! of its op sequence), name the code: each sample's innermost frame of the program's own
+//! code ([`is_library_file`] tells it from installed packages and the standard library) and
+//! the library frame that frame called. Samples are uniform in time, so a code's share of the
+//! samples is its share of the gaps' time. Fewer than [`MIN_SAMPLES`] samples name nothing.
+#![forbid(unsafe_code)]
+
+use super::timeline::LaunchIndex;
+use super::{CauseKind, Op, SequenceEntry, Step};
+use crate::trace::{HostFrame, HostSamples, Trace};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+/// Fewer samples than this in a position's gaps name no code: at 10, one code's share is
+/// known to about ±15 points (a binomial's spread at 50 %), enough to rank the first.
+pub const MIN_SAMPLES: usize = 10;
+
+/// Codes listed per gap, largest share first.
+pub const TOP_CODES: usize = 3;
+
+/// Codes listed for a cell's host-bound gaps together ([`CellAnalysis::host_time`]), what
+/// `compare` compares.
+///
+/// [`CellAnalysis::host_time`]: super::CellAnalysis::host_time
+pub const CELL_TOP_CODES: usize = 20;
+
+/// Whether the host's own work held a gap of this kind: the causes whose gaps host samples
+/// explain.
+pub fn is_host_bound(kind: CauseKind) -> bool {
+    matches!(
+        kind,
+        CauseKind::GraphLaunchHostBound | CauseKind::HostLaunchBound | CauseKind::Synchronization
+    )
+}
+
+/// The host code sampled in the gaps before one op of a cell's sequence, over its steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostTime {
+    /// Host-bound gaps looked at (one per step that had one here).
+    pub gaps: usize,
+    /// Their total length, ns.
+    pub gap_ns: u64,
+    /// Samples of the launching thread inside them (exact: the traced calls' spans).
+    pub samples: usize,
+    /// From exact spans of traced calls (a torch.profiler import), not samples
+    /// ([`HostSamples::exact`]): shares are of the time they cover.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub exact: bool,
+    /// The codes, largest share first (at most [`TOP_CODES`]); empty below [`MIN_SAMPLES`]
+    /// samples (exact: when no span falls in the gaps).
+    pub top: Vec<HostCode>,
+}
+
+/// One code the launching thread ran in the gaps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostCode {
+    /// The innermost frame of the program's own code ("decode.py:41 decode_step"), or, when
+    /// the stack holds none, its outermost frame.
+    pub code: String,
+    /// The library frame that code called ("transformers/generation/utils.py:_sample"), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls: Option<String>,
+    /// The innermost frame where most of these samples were ("torch/_dynamo/guards.py:check").
+    pub innermost: String,
+    /// Samples, and their share of the gaps' samples (0…1).
+    pub samples: usize,
+    pub share: f64,
+}
+
+impl HostTime {
+    /// "74 % decode.py:41 decode_step → transformers/…/utils.py:_sample; 12 % … (n = 120)", or
+    /// "3 samples: too few to name the code".
+    pub fn describe(&self) -> String {
+        if self.top.is_empty() {
+            return self.too_few();
+        }
+        let codes: Vec<String> = self.top.iter().map(HostCode::describe).collect();
+        if self.exact {
+            return format!("{} ({} traced spans)", codes.join("; "), self.samples);
+        }
+        format!("{} (n = {})", codes.join("; "), self.samples)
+    }
+
+    /// "N samples: too few to name the code"; exact: "no Python call traced in the gaps".
+    pub fn too_few(&self) -> String {
+        if self.exact {
+            return "no Python call traced in the gaps".to_owned();
+        }
+        let s = if self.samples == 1 { "" } else { "s" };
+        format!("{} sample{s}: too few to name the code", self.samples)
+    }
+}
+
+impl HostCode {
+    /// "74 % decode.py:41 decode_step → transformers/generation/utils.py:_sample".
+    pub fn describe(&self) -> String {
+        let share = format!("{:.0} %", self.share * 100.0);
+        match &self.calls {
+            Some(lib) => format!("{share} {} → {lib}", self.code),
+            None => format!("{share} {}", self.code),
+        }
+    }
+}
+
+/// A trace's host samples per thread, in time order: `(time on the trace's clock, stack)`.
+pub struct SampleIndex<'a> {
+    samples: &'a HostSamples,
+    /// `(start, end, stack)` on the trace's clock: a sample's `start == end` (its read's
+    /// middle); an exact span's, its span ([`HostSamples::exact`]).
+    by_thread: FxHashMap<u32, Vec<(u64, u64, u32)>>,
+}
+
+impl<'a> SampleIndex<'a> {
+    /// `None` for a trace without host samples (or whose samples were all left out).
+    pub fn new(samples: Option<&'a HostSamples>) -> Option<SampleIndex<'a>> {
+        let samples = samples.filter(|s| !s.samples.is_empty())?;
+        let mut by_thread: FxHashMap<u32, Vec<(u64, u64, u32)>> = FxHashMap::default();
+        for s in &samples.samples {
+            let span = if samples.exact {
+                let start = s.time.saturating_add_signed(samples.offset_ns);
+                (start, start.saturating_add(u64::from(s.read_ns)), s.stack)
+            } else {
+                let at = samples.trace_time(s);
+                (at, at, s.stack)
+            };
+            by_thread.entry(s.thread).or_default().push(span);
+        }
+        for v in by_thread.values_mut() {
+            v.sort_unstable();
+        }
+        Some(SampleIndex { samples, by_thread })
+    }
+
+    /// The stacks of `thread` in `[start, end]` (the trace's clock), each with its weight: 1
+    /// per sample, the ns of overlap per exact span (spans of one thread do not overlap).
+    fn stacks_in(&self, thread: u32, start: u64, end: u64) -> Vec<(u32, u64)> {
+        let Some(v) = self.by_thread.get(&thread) else {
+            return Vec::new();
+        };
+        if !self.samples.exact {
+            let from = v.partition_point(|&(t, _, _)| t < start);
+            let to = v.partition_point(|&(t, _, _)| t <= end).max(from);
+            return v[from..to]
+                .iter()
+                .map(|&(_, _, stack)| (stack, 1))
+                .collect();
+        }
+        let from = v.partition_point(|&(_, e, _)| e <= start);
+        v[from..]
+            .iter()
+            .take_while(|&&(s, _, _)| s < end)
+            .map(|&(s, e, stack)| (stack, e.min(end) - s.max(start)))
+            .filter(|&(_, w)| w > 0)
+            .collect()
+    }
+
+    /// The code sampled in `gaps` (`(start, end, launching thread)`), aggregated: the
+    /// [`TOP_CODES`] largest.
+    pub fn attribute(&self, gaps: &[(u64, u64, u32)]) -> HostTime {
+        self.attribute_top(gaps, TOP_CODES)
+    }
+
+    /// [`SampleIndex::attribute`], listing `most` codes.
+    fn attribute_top(&self, gaps: &[(u64, u64, u32)], most: usize) -> HostTime {
+        let stacks: Vec<(u32, u64)> = gaps
+            .iter()
+            .flat_map(|&(s, e, thread)| self.stacks_in(thread, s, e))
+            .collect();
+        // Exact spans have no sampling error: any time covered names its code.
+        let enough = if self.samples.exact {
+            !stacks.is_empty()
+        } else {
+            stacks.len() >= MIN_SAMPLES
+        };
+        HostTime {
+            gaps: gaps.len(),
+            gap_ns: gaps.iter().map(|&(s, e, _)| e.saturating_sub(s)).sum(),
+            samples: stacks.len(),
+            exact: self.samples.exact,
+            top: if enough {
+                self.top_codes(&stacks, most)
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    fn top_codes(&self, stacks: &[(u32, u64)], most: usize) -> Vec<HostCode> {
+        // Per (code, calls): samples, weight, and weight per innermost frame.
+        type Group = (usize, u64, FxHashMap<String, u64>);
+        let mut groups: FxHashMap<(String, Option<String>), Group> = FxHashMap::default();
+        for &(stack, weight) in stacks {
+            let frames: Vec<&HostFrame> = self.samples.stack(stack).collect();
+            let (code, calls) = own_code(&frames);
+            let innermost = frames.first().map_or_else(String::new, |f| short_frame(f));
+            let group = groups.entry((code, calls)).or_default();
+            group.0 += 1;
+            group.1 += weight;
+            *group.2.entry(innermost).or_default() += weight;
+        }
+        let total = stacks.iter().map(|s| s.1).sum::<u64>().max(1) as f64;
+        let mut codes: Vec<(u64, HostCode)> = groups
+            .into_iter()
+            .map(|((code, calls), (samples, weight, inner))| {
+                let innermost = inner
+                    .into_iter()
+                    .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+                    .map(|(f, _)| f)
+                    .unwrap_or_default();
+                let share = weight as f64 / total;
+                let code = HostCode {
+                    code,
+                    calls,
+                    innermost,
+                    samples,
+                    share,
+                };
+                (weight, code)
+            })
+            .collect();
+        codes.sort_by(|(wa, a), (wb, b)| {
+            wb.cmp(wa)
+                .then_with(|| a.code.cmp(&b.code))
+                .then_with(|| a.calls.cmp(&b.calls))
+        });
+        codes.into_iter().take(most).map(|(_, c)| c).collect()
+    }
+}
+
+/// Where a step's gaps sit in a cell's op sequence: the position of each gap's op (matched by
+/// name and occurrence: the k-th op of that name in the step is the sequence's k-th of it),
+/// `None` for an op the sequence does not have.
+pub struct Positions<'s> {
+    position: FxHashMap<(&'s str, usize), usize>,
+}
+
+impl<'s> Positions<'s> {
+    pub fn new(sequence: &'s [SequenceEntry]) -> Positions<'s> {
+        let mut position = FxHashMap::default();
+        let mut seen: FxHashMap<&str, usize> = FxHashMap::default();
+        for (p, e) in sequence.iter().enumerate() {
+            let k = seen.entry(e.name.as_str()).or_default();
+            position.insert((e.name.as_str(), *k), p);
+            *k += 1;
+        }
+        Positions { position }
+    }
+
+    /// The position of each of `step`'s gaps.
+    pub fn of_gaps(&self, trace: &Trace, ops: &[Op], step: &Step) -> Vec<Option<usize>> {
+        let mut seen: FxHashMap<u32, usize> = FxHashMap::default();
+        let mut occurrence: FxHashMap<usize, usize> = FxHashMap::default();
+        for &i in &step.ops {
+            let k = seen.entry(ops[i].name).or_default();
+            occurrence.insert(i, *k);
+            *k += 1;
+        }
+        step.gaps
+            .iter()
+            .map(|g| {
+                let k = *occurrence.get(&g.after)?;
+                let name = trace.str(ops.get(g.after)?.name);
+                self.position.get(&(name, k)).copied()
+            })
+            .collect()
+    }
+}
+
+/// Sets [`SequenceEntry::host_time`] of each position of `sequence` whose gap is host-bound:
+/// the host-bound gaps before the op at that position in `steps` ([`Positions`]), each on the
+/// thread of its op's launch call. Returns the host time of every host-bound gap of the steps
+/// together ([`CELL_TOP_CODES`] codes), `None` when they have none.
+pub fn add_to_sequence(
+    index: &SampleIndex,
+    trace: &Trace,
+    launches: &LaunchIndex,
+    ops: &[Op],
+    steps: &[&Step],
+    sequence: &mut [SequenceEntry],
+) -> Option<HostTime> {
+    let mut gaps: Vec<Vec<(u64, u64, u32)>> = vec![Vec::new(); sequence.len()];
+    let positions = Positions::new(sequence);
+    for step in steps {
+        for (g, p) in step.gaps.iter().zip(positions.of_gaps(trace, ops, step)) {
+            let thread = launches.call(ops[g.after].corr).map(|c| c.2);
+            if let (Some(p), Some(thread), true) = (p, thread, is_host_bound(g.cause.kind())) {
+                gaps[p].push((g.start, g.end, thread));
+            }
+        }
+    }
+    for (entry, gaps) in sequence.iter_mut().zip(&gaps) {
+        if is_host_bound(entry.gap_cause) {
+            entry.host_time = Some(index.attribute(gaps));
+        }
+    }
+    let all = gaps.concat();
+    (!all.is_empty()).then(|| index.attribute_top(&all, CELL_TOP_CODES))
+}
+
+/// The host code whose share of a cell's host-bound gaps changed most between two cells.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostCodeChange {
+    pub code: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls: Option<String>,
+    /// Its share (0…1) of the base's and the head's host-bound gaps' samples: 0 where it is
+    /// not among that side's [`CELL_TOP_CODES`] largest.
+    pub base_share: f64,
+    pub head_share: f64,
+    /// The samples of each side's host-bound gaps.
+    pub base_samples: usize,
+    pub head_samples: usize,
+}
+
+impl HostCodeChange {
+    /// The code whose share changed most from `base` to `head` (largest |Δ share|, ties by
+    /// name); `None` unless both sides name code ([`MIN_SAMPLES`] samples or more).
+    pub fn between(base: &HostTime, head: &HostTime) -> Option<HostCodeChange> {
+        if base.top.is_empty() || head.top.is_empty() {
+            return None;
+        }
+        let share = |t: &HostTime, c: &HostCode| {
+            t.top
+                .iter()
+                .find(|o| o.code == c.code && o.calls == c.calls)
+                .map_or(0.0, |o| o.share)
+        };
+        base.top
+            .iter()
+            .chain(&head.top)
+            .map(|c| HostCodeChange {
+                code: c.code.clone(),
+                calls: c.calls.clone(),
+                base_share: share(base, c),
+                head_share: share(head, c),
+                base_samples: base.samples,
+                head_samples: head.samples,
+            })
+            .max_by(|a, b| {
+                let d = |x: &HostCodeChange| (x.head_share - x.base_share).abs();
+                d(a).total_cmp(&d(b))
+                    .then_with(|| (&b.code, &b.calls).cmp(&(&a.code, &a.calls)))
+            })
+    }
+
+    /// "work/step.py:30 step → torch/…:forward: 20 % (n = 400) → 65 % (n = 900) of the
+    /// host-bound gaps' time".
+    pub fn describe(&self) -> String {
+        let code = match &self.calls {
+            Some(lib) => format!("{} → {lib}", self.code),
+            None => self.code.clone(),
+        };
+        format!(
+            "{code}: {:.0} % (n = {}) → {:.0} % (n = {}) of the host-bound gaps' time",
+            self.base_share * 100.0,
+            self.base_samples,
+            self.head_share * 100.0,
+            self.head_samples
+        )
+    }
+}
+
+/// A stack's (innermost first) innermost frame of the program's own code, and the library
+/// frame it called; a stack with no own frame: its outermost frame, and the frame it called.
+fn own_code(frames: &[&HostFrame]) -> (String, Option<String>) {
+    let own = frames.iter().position(|f| !is_library_file(&f.file));
+    let at = own.unwrap_or(frames.len().saturating_sub(1));
+    let Some(frame) = frames.get(at) else {
+        return ("(no Python frame)".to_owned(), None);
+    };
+    let calls = at.checked_sub(1).map(|i| short_frame(frames[i]));
+    (own_frame(frame), calls)
+}
+
+/// Whether a file is a library's rather than the program's: an installed package
+/// (`site-packages`, `dist-packages`), the standard library (`lib/pythonX.Y/`), frozen
+/// modules, or no file at all (a built-in function traced by torch.profiler).
+pub fn is_library_file(file: &str) -> bool {
+    file.is_empty()
+        || file.contains("/site-packages/")
+        || file.contains("/dist-packages/")
+        || file.starts_with("<frozen")
+        || stdlib_tail(file).is_some()
+}
+
+/// The path inside the standard library of a file under `…/lib/pythonX.Y/`.
+fn stdlib_tail(file: &str) -> Option<&str> {
+    let at = file.find("/lib/python")?;
+    let rest = &file[at + "/lib/python".len()..];
+    let slash = rest.find('/')?;
+    rest[..slash]
+        .chars()
+        .all(|c| c.is_ascii_digit() || c == '.' || c == 't')
+        .then(|| &rest[slash + 1..])
+}
+
+/// A frame as "package/path.py:function" (a library's: the path inside `site-packages` or the
+/// standard library) or "dir/file.py:LINE function" (the program's own).
+pub fn frame_label(f: &HostFrame) -> String {
+    own_frame(f)
+}
+
+/// A library frame as "package/path.py:function" (the path inside `site-packages` or the
+/// standard library).
+fn short_frame(f: &HostFrame) -> String {
+    let file = &f.file;
+    if file.is_empty() {
+        return f.function.clone();
+    }
+    let tail = ["/site-packages/", "/dist-packages/"]
+        .iter()
+        .find_map(|m| file.rfind(m).map(|i| &file[i + m.len()..]))
+        .or_else(|| stdlib_tail(file))
+        .unwrap_or_else(|| last_parts(file));
+    format!("{tail}:{}", f.function)
+}
+
+/// The program's own frame as "dir/file.py:LINE function".
+fn own_frame(f: &HostFrame) -> String {
+    if is_library_file(&f.file) {
+        return short_frame(f);
+    }
+    format!("{}:{} {}", last_parts(&f.file), f.line, f.function)
+}
+
+/// The last two parts of a path ("models/decode.py").
+fn last_parts(file: &str) -> &str {
+    let mut cut = file.rmatch_indices('/').map(|(i, _)| i);
+    let _ = cut.next();
+    cut.next().map_or(file, |i| &file[i + 1..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::HostSample;
+
+    fn frame(file: &str, function: &str, line: u32) -> HostFrame {
+        HostFrame {
+            file: file.into(),
+            function: function.into(),
+            line,
+        }
+    }
+
+    /// Frames 0..: the program's decode step calling transformers, whose `_sample` called a
+    /// torch guard (stack 0); the program's own loop (stack 1); another thread's stack (2).
+    fn samples(offset_ns: i64, on: &[(u64, u32, u32)]) -> HostSamples {
+        let site = "/venv/lib/python3.11/site-packages";
+        HostSamples {
+            sampler: "test".into(),
+            rate_hz: 1000,
+            clock: "test".into(),
+            offset_ns,
+            frames: vec![
+                frame(&format!("{site}/torch/_dynamo/guards.py"), "check", 10),
+                frame(
+                    &format!("{site}/transformers/generation/utils.py"),
+                    "_sample",
+                    20,
+                ),
+                frame("/home/u/app/decode.py", "decode_step", 41),
+                frame("/home/u/app/decode.py", "main", 90),
+                frame("/usr/lib/python3.11/threading.py", "wait", 300),
+            ],
+            stacks: vec![vec![0, 1, 2, 3], vec![3], vec![4]],
+            samples: on
+                .iter()
+                .map(|&(time, thread, stack)| HostSample {
+                    time,
+                    read_ns: 0,
+                    thread,
+                    stack,
+                })
+                .collect(),
+            ..HostSamples::default()
+        }
+    }
+
+    #[test]
+    fn host_bound_causes_are_the_launch_and_synchronisation_ones() {
+        let bound: Vec<CauseKind> = CauseKind::ALL
+            .into_iter()
+            .filter(|&k| is_host_bound(k))
+            .collect();
+        assert_eq!(
+            bound,
+            [
+                CauseKind::GraphLaunchHostBound,
+                CauseKind::HostLaunchBound,
+                CauseKind::Synchronization
+            ]
+        );
+    }
+
+    /// Two gaps of 10 µs on thread 7: 16 samples in them (12 in the guard, 4 in the program's
+    /// loop) name the code with shares; samples outside the gaps and on thread 8 count for
+    /// nothing.
+    #[test]
+    fn samples_of_the_launching_thread_inside_the_gaps_name_the_code() {
+        let mut on = Vec::new();
+        for k in 0..12 {
+            on.push((1_000 + k * 500, 7, 0));
+        }
+        for k in 0..4 {
+            on.push((20_000 + k * 500, 7, 1));
+        }
+        on.push((500, 7, 1)); // before the first gap
+        on.push((15_000, 7, 1)); // between the gaps
+        for k in 0..20 {
+            on.push((1_000 + k * 100, 8, 2)); // another thread, inside the gap
+        }
+        let samples = samples(0, &on);
+        let index = SampleIndex::new(Some(&samples)).unwrap();
+        let t = index.attribute(&[(1_000, 11_000, 7), (20_000, 30_000, 7)]);
+        assert_eq!((t.gaps, t.gap_ns, t.samples), (2, 20_000, 16));
+        assert_eq!(t.top.len(), 2);
+        let first = &t.top[0];
+        assert_eq!(first.code, "app/decode.py:41 decode_step");
+        assert_eq!(
+            first.calls.as_deref(),
+            Some("transformers/generation/utils.py:_sample")
+        );
+        assert_eq!(first.innermost, "torch/_dynamo/guards.py:check");
+        assert_eq!((first.samples, first.share), (12, 0.75));
+        assert_eq!(t.top[1].code, "app/decode.py:90 main");
+        assert_eq!(t.top[1].calls, None);
+        assert_eq!(
+            t.describe(),
+            "75 % app/decode.py:41 decode_step → transformers/generation/utils.py:_sample; 25 % app/decode.py:90 main (n = 16)"
+        );
+    }
+
+    #[test]
+    fn a_gap_without_samples_and_too_few_samples_name_nothing() {
+        let on: Vec<(u64, u32, u32)> = (0..3).map(|k| (1_000 + k * 1_000, 7, 0)).collect();
+        let samples = samples(0, &on);
+        let index = SampleIndex::new(Some(&samples)).unwrap();
+        let empty = index.attribute(&[(50_000, 60_000, 7)]);
+        assert_eq!((empty.gaps, empty.samples), (1, 0));
+        assert!(empty.top.is_empty());
+        assert_eq!(empty.describe(), "0 samples: too few to name the code");
+        let few = index.attribute(&[(0, 10_000, 7)]);
+        assert_eq!(few.samples, 3);
+        assert!(few.top.is_empty(), "below MIN_SAMPLES: no guess");
+        assert_eq!(few.describe(), "3 samples: too few to name the code");
+        assert!(SampleIndex::new(None).is_none(), "no samples, no index");
+        let none_kept = HostSamples {
+            away_from_records: 3,
+            ..samples.clone()
+        };
+        let none_kept = HostSamples {
+            samples: Vec::new(),
+            ..none_kept
+        };
+        assert!(SampleIndex::new(Some(&none_kept)).is_none(), "all left out");
+    }
+
+    /// Sample times plus the offset are the trace's: samples taken 1 ms "early" on the
+    /// sampler's clock land in the gap once the offset is applied.
+    #[test]
+    fn the_clock_offset_is_applied_before_matching() {
+        let on: Vec<(u64, u32, u32)> = (0..10).map(|k| (k * 100, 7, 1)).collect();
+        let shifted = samples(1_000_000, &on);
+        let index = SampleIndex::new(Some(&shifted)).unwrap();
+        assert_eq!(index.attribute(&[(1_000_000, 1_001_000, 7)]).samples, 10);
+        let unshifted = samples(0, &on);
+        let index = SampleIndex::new(Some(&unshifted)).unwrap();
+        assert_eq!(index.attribute(&[(1_000_000, 1_001_000, 7)]).samples, 0);
+    }
+
+    #[test]
+    fn the_code_whose_share_changed_most_is_named_between_two_cells() {
+        let code = |name: &str, samples: usize, share: f64| HostCode {
+            code: name.into(),
+            calls: None,
+            innermost: name.into(),
+            samples,
+            share,
+        };
+        let time = |top: Vec<HostCode>| HostTime {
+            gaps: 1,
+            gap_ns: 1,
+            exact: false,
+            samples: top.iter().map(|c| c.samples).sum(),
+            top,
+        };
+        let base = time(vec![code("a.py:1 f", 60, 0.6), code("a.py:2 g", 40, 0.4)]);
+        let head = time(vec![code("a.py:2 g", 90, 0.9), code("a.py:3 h", 10, 0.1)]);
+        let c = HostCodeChange::between(&base, &head).unwrap();
+        assert_eq!(c.code, "a.py:1 f", "60 % → 0 %, the largest change");
+        assert_eq!((c.base_share, c.head_share), (0.6, 0.0));
+        assert_eq!(
+            c.describe(),
+            "a.py:1 f: 60 % (n = 100) → 0 % (n = 100) of the host-bound gaps' time"
+        );
+        let few = time(Vec::new());
+        assert_eq!(
+            HostCodeChange::between(&base, &few),
+            None,
+            "too few: no claim"
+        );
+    }
+
+    #[test]
+    fn library_files_are_packages_the_standard_library_and_frozen_modules() {
+        for lib in [
+            "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py",
+            "/usr/lib/python3/dist-packages/numpy/core.py",
+            "/usr/lib/python3.12/threading.py",
+            "/opt/conda/lib/python3.13t/asyncio/events.py",
+            "<frozen importlib._bootstrap>",
+        ] {
+            assert!(is_library_file(lib), "{lib}");
+        }
+        for own in [
+            "/home/u/app/decode.py",
+            "<string>",
+            "train.py",
+            "/srv/lib/pythonic/x.py",
+        ] {
+            assert!(!is_library_file(own), "{own}");
+        }
+        assert_eq!(last_parts("/a/b/c.py"), "b/c.py");
+        assert_eq!(last_parts("c.py"), "c.py");
+    }
+}

@@ -1,0 +1,688 @@
+//! Host samples: the Python stacks of the recorded program's threads, read by `gapscope
+//! record` (the program's parent) while it runs, with the `py-spy` library.
+//!
+//! * **What is sampled**: the program and every process below it (a `torchrun` launcher's
+//!   workers, found through `/proc` every [`DISCOVER_PERIOD`]) that is a CPython process
+//!   py-spy can read; each read takes the stacks of all its Python threads.
+//! * **Cost**: py-spy runs non-blocking ([`LockingStrategy::NonBlocking`]): it reads the
+//!   process's memory (`process_vm_readv`) without stopping it, so the program is never paused;
+//!   the reads cost gapscope's CPU, not the program's (about 6–8 % of a core per process at
+//!   [`SAMPLE_RATE_HZ`], measured with a release build on a 2-core machine without a GPU). A read may then catch a stack
+//!   being changed: it fails (counted in [`HostSamples::failed_reads`]) or, rarely, shows a
+//!   partial stack.
+//! * **Rate**: at most [`SAMPLE_RATE_HZ`] reads per second per process, and at most
+//!   [`MAX_SAMPLES_PER_PROCESS`] samples kept per process.
+//! * **Clock**: sample times are `CLOCK_REALTIME` ns read in this process just before each
+//!   read, the clock CUPTI stamps its records with on Linux (the processes share it: offset 0
+//!   by construction); each sample keeps how long its read took, the window its stack is from.
+//! * **Refusal**: a process that is not Python, or that may not be read (ptrace permission, as
+//!   in some containers), is not sampled; when nothing could be sampled, `record` says why
+//!   in one note ([`Sampled::note`]) and the recording is otherwise unchanged.
+//!
+//! Native frames (`--host-samples native`) need py-spy's `unwind` feature (libunwind), which
+//! this build leaves out: that value samples Python frames and says so.
+#![forbid(unsafe_code)]
+
+use crate::trace::{HostFrame, HostSample, HostSamples, Trace, TraceError};
+use py_spy::config::LockingStrategy;
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Reads per second per process. 1 kHz: a host-bound gap of tens of µs is hit in a few
+/// percent of steps, so a few hundred steps name its code; a non-blocking read of a Python
+/// process takes tens of µs of gapscope's time, so a few processes fit in one sampling
+/// thread. py-spy's own default is 100 Hz.
+pub const SAMPLE_RATE_HZ: u32 = 1000;
+
+/// Samples kept per process: about 35 minutes of one Python thread at [`SAMPLE_RATE_HZ`],
+/// about 80 MB in the trace file. Later ones are counted ([`HostSamples::left_out`]).
+pub const MAX_SAMPLES_PER_PROCESS: usize = 2_000_000;
+
+/// How often the processes below the program are looked for.
+pub const DISCOVER_PERIOD: Duration = Duration::from_millis(200);
+
+/// How long a process is tried before it is taken for one py-spy cannot read (a Python
+/// process is readable once its interpreter has started, about 0.1 s after exec).
+pub const ATTACH_PATIENCE: Duration = Duration::from_secs(3);
+
+/// The variable that `--host-samples` may be given as (`off` for an overhead bench's variant).
+pub const HOST_SAMPLES_VAR: &str = crate::settings::Setting::HostSamples.name();
+
+/// `--host-samples`: which host stacks `record` samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HostSampling {
+    /// None.
+    Off,
+    /// Python frames.
+    #[default]
+    Python,
+    /// Python and native frames: not built (see the module's doc); samples Python frames.
+    Native,
+}
+
+/// Said when `--host-samples native` is asked for.
+pub const NATIVE_NOT_BUILT: &str = "--host-samples native: native frames need py-spy's unwind feature, which this gapscope is built without; sampling Python frames only";
+
+/// A running sampler; [`Sampler::finish`] stops it and hands over what it sampled.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Sampled>>,
+}
+
+/// What a sampler sampled: per process id, its samples; and why processes were not sampled.
+#[derive(Debug, Default)]
+pub struct Sampled {
+    pub processes: BTreeMap<u32, HostSamples>,
+    /// The program's own process could not be read: py-spy's reason.
+    pub root_refused: Option<String>,
+}
+
+impl Sampled {
+    /// The one note `record` prints when no process could be sampled, `None` when one was.
+    pub fn note(&self) -> Option<String> {
+        if !self.processes.is_empty() {
+            return None;
+        }
+        let why = self
+            .root_refused
+            .as_deref()
+            .unwrap_or("no Python process found");
+        let hint = if is_permission_error(why) {
+            " (reading another process's memory needs ptrace permission: kernel.yama.ptrace_scope ≤ 1, or CAP_SYS_PTRACE in a container)"
+        } else {
+            ""
+        };
+        Some(format!(
+            "no host samples: {why}{hint}; the recording is otherwise unchanged (--host-samples off skips sampling)"
+        ))
+    }
+}
+
+fn is_permission_error(why: &str) -> bool {
+    let why = why.to_ascii_lowercase();
+    why.contains("permission") || why.contains("eperm") || why.contains("not permitted")
+}
+
+impl Sampler {
+    /// Starts sampling `root` and the processes below it, at `rate_hz` reads per second per
+    /// process (at most [`SAMPLE_RATE_HZ`]).
+    pub fn start(root: u32, rate_hz: u32) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let rate_hz = rate_hz.clamp(1, SAMPLE_RATE_HZ);
+        let thread = std::thread::Builder::new()
+            .name("gapscope-host-samples".into())
+            .spawn(move || sample(root, rate_hz, &flag))
+            .ok();
+        Sampler { stop, thread }
+    }
+
+    /// Stops sampling and returns the samples: after the read in progress, or at the next
+    /// look at the process tree (at most [`DISCOVER_PERIOD`]) when nothing was readable.
+    pub fn finish(mut self) -> Sampled {
+        self.stop.store(true, Ordering::Release);
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(sampled)) => sampled,
+            Some(Err(_)) => Sampled {
+                root_refused: Some("the sampler failed".into()),
+                ..Sampled::default()
+            },
+            None => Sampled {
+                root_refused: Some("the sampling thread could not be started".into()),
+                ..Sampled::default()
+            },
+        }
+    }
+}
+
+/// One process being read.
+struct Process {
+    spy: py_spy::PythonSpy,
+    samples: Interned,
+}
+
+/// A process not (yet) readable: when it was first seen, and why it failed last.
+struct Pending {
+    since: Instant,
+    error: String,
+    /// Its command (`/proc/PID/comm`) when last tried.
+    command: String,
+}
+
+impl Pending {
+    /// Why it was not read: for a process that ended while still tried, that (py-spy's reason
+    /// is then no more than "not Python yet"); else py-spy's reason, after its command.
+    fn reason(self, ended: bool) -> String {
+        if ended || self.error.is_empty() {
+            return format!(
+                "the program ended before it could be read (a process is tried for {} s, until its Python interpreter has started)",
+                ATTACH_PATIENCE.as_secs()
+            );
+        }
+        match self.command.as_str() {
+            "" => self.error,
+            command => format!("{command}: {}", self.error),
+        }
+    }
+}
+
+/// The sampler's loop: until `stop`, find processes, attach, read each at `rate_hz`.
+fn sample(root: u32, rate_hz: u32, stop: &AtomicBool) -> Sampled {
+    let period = Duration::from_secs(1) / rate_hz;
+    let mut tree = Tree::new(root, rate_hz);
+    let mut next_discovery = Instant::now();
+    let mut next = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        if Instant::now() >= next_discovery {
+            tree.discover();
+            next_discovery = Instant::now() + DISCOVER_PERIOD;
+        }
+        tree.read_all();
+        if tree.live.is_empty() {
+            // Nothing to read: wait for the next look at the tree, not for the next read.
+            next = next_discovery.max(Instant::now());
+        } else {
+            next += period;
+        }
+        let now = Instant::now();
+        match next.checked_duration_since(now) {
+            Some(wait) => std::thread::sleep(wait),
+            // Behind (reads slower than the period): start again from now.
+            None => next = now,
+        }
+    }
+    tree.finish()
+}
+
+/// The processes of the program's tree, by state.
+struct Tree {
+    root: u32,
+    rate_hz: u32,
+    config: py_spy::Config,
+    /// Being read.
+    live: BTreeMap<u32, Process>,
+    /// Not readable yet.
+    pending: BTreeMap<u32, Pending>,
+    /// Read until they ended.
+    done: BTreeMap<u32, HostSamples>,
+    /// Not readable: py-spy's reason.
+    refused: BTreeMap<u32, String>,
+}
+
+impl Tree {
+    fn new(root: u32, rate_hz: u32) -> Tree {
+        Tree {
+            root,
+            rate_hz,
+            config: py_spy::Config {
+                blocking: LockingStrategy::NonBlocking,
+                native: false,
+                ..py_spy::Config::default()
+            },
+            live: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            done: BTreeMap::new(),
+            refused: BTreeMap::new(),
+        }
+    }
+
+    fn known(&self, pid: u32) -> bool {
+        self.live.contains_key(&pid)
+            || self.pending.contains_key(&pid)
+            || self.done.contains_key(&pid)
+            || self.refused.contains_key(&pid)
+    }
+
+    /// Finds new processes below the root and tries every pending one once; gives up on those
+    /// tried for [`ATTACH_PATIENCE`] or gone.
+    fn discover(&mut self) {
+        for pid in process_tree(self.root) {
+            if !self.known(pid) {
+                let since = Instant::now();
+                let (error, command) = (String::new(), String::new());
+                let p = Pending {
+                    since,
+                    error,
+                    command,
+                };
+                self.pending.insert(pid, p);
+            }
+        }
+        let pids: Vec<u32> = self.pending.keys().copied().collect();
+        for pid in pids {
+            let Ok(raw) = i32::try_from(pid) else {
+                continue;
+            };
+            let attached = py_spy::PythonSpy::new(raw, &self.config);
+            let Some(mut p) = self.pending.remove(&pid) else {
+                continue;
+            };
+            match attached {
+                Ok(spy) => {
+                    let samples = Interned::new(self.rate_hz);
+                    self.live.insert(pid, Process { spy, samples });
+                }
+                Err(e) => {
+                    let alive = is_alive(pid);
+                    if let Ok(command) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+                        p.command = command.trim().to_owned();
+                    }
+                    p.error = one_line(&e);
+                    if !alive || p.since.elapsed() >= ATTACH_PATIENCE {
+                        self.refused.insert(pid, p.reason(!alive));
+                    } else {
+                        self.pending.insert(pid, p);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One read of every live process; those that ended are done.
+    fn read_all(&mut self) {
+        let ended: Vec<u32> = self
+            .live
+            .iter_mut()
+            .filter_map(|(&pid, p)| (!p.read()).then_some(pid))
+            .collect();
+        for pid in ended {
+            if let Some(p) = self.live.remove(&pid) {
+                self.done.insert(pid, p.samples.finish());
+            }
+        }
+    }
+
+    fn finish(mut self) -> Sampled {
+        let live = std::mem::take(&mut self.live);
+        self.done
+            .extend(live.into_iter().map(|(pid, p)| (pid, p.samples.finish())));
+        self.done.retain(|_, s| !s.samples.is_empty());
+        let root = self.root;
+        Sampled {
+            processes: self.done,
+            root_refused: self.refused.remove(&root).or_else(|| {
+                let ended = !is_alive(root);
+                self.pending.remove(&root).map(|p| p.reason(ended))
+            }),
+        }
+    }
+}
+
+/// py-spy's error as one line: its message, and its root cause where that says more
+/// ("Failed to open process - check if it is running.: Permission denied (os error 13)").
+fn one_line(e: &anyhow::Error) -> String {
+    let (top, root) = (e.to_string(), e.root_cause().to_string());
+    let line = if top.contains(&root) {
+        top
+    } else {
+        format!("{top}: {root}")
+    };
+    line.replace('\n', " ")
+}
+
+/// Whether `pid` runs (exists and is no zombie waiting for its parent).
+fn is_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+impl Process {
+    /// One read of every Python thread's stack; `false` once the process has ended.
+    fn read(&mut self) -> bool {
+        let began = SystemTime::now();
+        let clock = Instant::now();
+        match self.spy.get_stack_traces() {
+            Ok(traces) => {
+                let read_ns = u32::try_from(clock.elapsed().as_nanos()).unwrap_or(u32::MAX);
+                let time = realtime_ns(began);
+                for t in &traces {
+                    self.samples.add(time, read_ns, t);
+                }
+                true
+            }
+            Err(_) => {
+                self.samples.failed_reads += 1;
+                u32::try_from(self.spy.pid).is_ok_and(is_alive)
+            }
+        }
+    }
+}
+
+/// `CLOCK_REALTIME` in ns (what [`SystemTime`] reads on Linux).
+fn realtime_ns(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Samples of one process as they come, frames and stacks interned.
+struct Interned {
+    out: HostSamples,
+    frames: FxHashMap<HostFrame, u32>,
+    stacks: FxHashMap<Vec<u32>, u32>,
+    failed_reads: u64,
+}
+
+impl Interned {
+    fn new(rate_hz: u32) -> Interned {
+        Interned {
+            out: HostSamples {
+                sampler: format!(
+                    "py-spy {}, non-blocking (the program is never stopped)",
+                    PY_SPY_VERSION
+                ),
+                rate_hz,
+                clock: "CLOCK_REALTIME read by gapscope record just before each read, the clock of CUPTI's records on Linux: offset 0 by construction; each sample's read_ns is its uncertainty; samples more than 1 s from every API record of the trace are not kept (away_from_records)".into(),
+                ..HostSamples::default()
+            },
+            frames: FxHashMap::default(),
+            stacks: FxHashMap::default(),
+            failed_reads: 0,
+        }
+    }
+
+    /// One thread's stack; a thread whose OS id py-spy could not find is left out (nothing
+    /// in the trace could name it).
+    fn add(&mut self, time: u64, read_ns: u32, t: &py_spy::StackTrace) {
+        let Some(thread) = t.os_thread_id.and_then(|id| u32::try_from(id).ok()) else {
+            return;
+        };
+        if self.out.samples.len() >= MAX_SAMPLES_PER_PROCESS {
+            self.out.left_out += 1;
+            return;
+        }
+        let stack: Vec<u32> = t
+            .frames
+            .iter()
+            .map(|f| {
+                let frame = HostFrame {
+                    file: f.filename.clone(),
+                    function: f.name.clone(),
+                    line: u32::try_from(f.line).unwrap_or(0),
+                };
+                let next = self.frames.len() as u32;
+                *self.frames.entry(frame.clone()).or_insert_with(|| {
+                    self.out.frames.push(frame);
+                    next
+                })
+            })
+            .collect();
+        let next = self.stacks.len() as u32;
+        let stack = match self.stacks.get(&stack) {
+            Some(&i) => i,
+            None => {
+                self.out.stacks.push(stack.clone());
+                self.stacks.insert(stack, next);
+                next
+            }
+        };
+        self.out.samples.push(HostSample {
+            time,
+            read_ns,
+            thread,
+            stack,
+        });
+    }
+
+    fn finish(mut self) -> HostSamples {
+        self.out.failed_reads = self.failed_reads;
+        self.out
+    }
+}
+
+/// Puts the samples of the process that wrote `trace` (the process id in its workload, as the
+/// recorder writes it) into its file at `path` ([`crate::trace::add_host_samples`]); returns
+/// what the `wrote` line says of them ("1234 host samples"), `None` when that process was not
+/// sampled.
+pub fn add_to_trace(
+    sampled: &mut Sampled,
+    path: &std::path::Path,
+    trace: &Trace,
+) -> Result<Option<String>, TraceError> {
+    let Some(pid) = trace
+        .metadata
+        .workload
+        .get("pid")
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|p| u32::try_from(p).ok())
+    else {
+        return Ok(None);
+    };
+    let Some(mut samples) = sampled.processes.remove(&pid) else {
+        return Ok(None);
+    };
+    keep_near_records(&mut samples, trace);
+    crate::trace::add_host_samples(path, &samples)?;
+    let kept = samples.samples.len();
+    Ok(Some(match samples.away_from_records {
+        // None near the trace's records: the two clocks disagree, or the program sampled
+        // only outside what was traced.
+        away if kept == 0 && away > 0 => format!(
+            "no host samples kept: all {away} were more than {} s from every API record (clocks apart, or nothing traced while it was sampled)",
+            RECORD_MARGIN_NS / 1_000_000_000
+        ),
+        _ => format!("{kept} host samples"),
+    }))
+}
+
+/// Samples farther than this from every API record of their trace are not kept (counted in
+/// [`HostSamples::away_from_records`]): no gap can hold them. A second, so that a long host
+/// stall between two traced calls keeps its samples, while the program's start (before
+/// CUDA), its end and the long stretches the trace budget leaves untraced drop theirs.
+pub const RECORD_MARGIN_NS: u64 = 1_000_000_000;
+
+/// Keeps the samples within [`RECORD_MARGIN_NS`] of an API record's start or end (all of them
+/// for a trace without API records).
+fn keep_near_records(samples: &mut HostSamples, trace: &Trace) {
+    let mut times: Vec<u64> = trace
+        .api_calls
+        .iter()
+        .flat_map(|a| [a.start, a.end])
+        .collect();
+    if times.is_empty() {
+        return;
+    }
+    times.sort_unstable();
+    let offset = samples.offset_ns;
+    let before = samples.samples.len();
+    samples.samples.retain(|s| {
+        let t = s.time.saturating_add_signed(offset);
+        let i = times.partition_point(|&c| c < t);
+        let after = times.get(i).map(|&c| c - t);
+        let before = i.checked_sub(1).map(|j| t - times[j]);
+        after
+            .into_iter()
+            .chain(before)
+            .any(|d| d <= RECORD_MARGIN_NS)
+    });
+    samples.away_from_records = (before - samples.samples.len()) as u64;
+}
+
+/// The py-spy this build samples with (for the trace's [`HostSamples::sampler`]).
+const PY_SPY_VERSION: &str = "0.4.3";
+
+/// `root` and every live process below it, from each process's parent in `/proc/*/stat`.
+pub fn process_tree(root: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return vec![root];
+    };
+    let parents: Vec<(u32, u32)> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            Some((pid, parent_of(&stat)?))
+        })
+        .collect();
+    let mut tree = vec![root];
+    let mut k = 0;
+    while k < tree.len() {
+        let p = tree[k];
+        tree.extend(parents.iter().filter(|&&(_, pp)| pp == p).map(|&(c, _)| c));
+        k += 1;
+    }
+    tree
+}
+
+/// The parent pid in a `/proc/PID/stat` line (after the command's closing parenthesis, which
+/// the command itself may contain).
+fn parent_of(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parent_is_read_after_the_command_whatever_it_holds() {
+        assert_eq!(parent_of("42 (python3) S 7 42 42 0"), Some(7));
+        assert_eq!(parent_of("42 (a) b) (c) R 9 1 1"), Some(9));
+        assert_eq!(parent_of("garbage"), None);
+    }
+
+    #[test]
+    fn the_process_tree_holds_the_children() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let me = std::process::id();
+        let tree = process_tree(me);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(tree[0], me);
+        assert!(tree.contains(&child.id()), "{tree:?}");
+    }
+
+    #[test]
+    fn the_refusal_note_is_one_line_and_names_ptrace_for_a_permission_error() {
+        let refused = Sampled {
+            root_refused: Some("Permission denied (os error 1)".into()),
+            ..Sampled::default()
+        };
+        let note = refused.note().unwrap();
+        assert!(
+            note.starts_with("no host samples: Permission denied"),
+            "{note}"
+        );
+        assert!(note.contains("ptrace"), "{note}");
+        assert!(!note.contains('\n'));
+        let sampled = Sampled {
+            processes: BTreeMap::from([(1, HostSamples::default())]),
+            root_refused: Some("x".into()),
+        };
+        assert_eq!(sampled.note(), None, "a process sampled: nothing to say");
+    }
+
+    #[test]
+    fn samples_far_from_every_api_record_are_not_kept() {
+        let mut trace = Trace::new(crate::trace::Metadata::default());
+        let second = RECORD_MARGIN_NS;
+        for start in [10 * second, 11 * second] {
+            trace.api_calls.push(crate::trace::ApiCall {
+                start,
+                end: start + 1_000,
+                ..Default::default()
+            });
+        }
+        let at = |time: u64| HostSample {
+            time,
+            ..HostSample::default()
+        };
+        let mut samples = HostSamples {
+            stacks: vec![Vec::new()],
+            samples: [
+                0,
+                9 * second - 1,
+                9 * second,
+                10 * second + 500_000_000,
+                12 * second + 1_000,
+                13 * second,
+            ]
+            .into_iter()
+            .map(at)
+            .collect(),
+            ..HostSamples::default()
+        };
+        keep_near_records(&mut samples, &trace);
+        let kept: Vec<u64> = samples.samples.iter().map(|s| s.time).collect();
+        assert_eq!(
+            kept,
+            [9 * second, 10 * second + 500_000_000, 12 * second + 1_000]
+        );
+        assert_eq!(samples.away_from_records, 3);
+    }
+
+    /// A real CPython process, sampled from outside: its named function is in the samples, on
+    /// its main thread (whose OS id is the process id), at times of this run. Needs `python3`
+    /// and ptrace permission on one's own child (the default `kernel.yama.ptrace_scope` ≤ 1):
+    /// without them this fails with the sampler's note.
+    #[test]
+    fn samples_a_python_busy_loop_by_its_function_name() {
+        let script = "def gapscope_busy_loop():\n    while True:\n        sum(range(100))\n\ngapscope_busy_loop()\n";
+        let before = realtime_ns(SystemTime::now());
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", script])
+            .spawn()
+            .expect("python3 on PATH");
+        let sampler = Sampler::start(child.id(), SAMPLE_RATE_HZ);
+        std::thread::sleep(Duration::from_millis(1500));
+        let sampled = sampler.finish();
+        let after = realtime_ns(SystemTime::now());
+        let _ = child.kill();
+        let _ = child.wait();
+        let Some(samples) = sampled.processes.get(&child.id()) else {
+            panic!("python3 not sampled: {:?}", sampled.note());
+        };
+        let named: Vec<&HostSample> = samples
+            .samples
+            .iter()
+            .filter(|s| {
+                samples
+                    .stack(s.stack)
+                    .any(|f| f.function == "gapscope_busy_loop")
+            })
+            .collect();
+        assert!(
+            named.len() >= 100,
+            "{} of {} samples in gapscope_busy_loop",
+            named.len(),
+            samples.samples.len()
+        );
+        assert!(named.iter().all(|s| s.thread == child.id()), "main thread");
+        assert!(named.iter().all(|s| s.time >= before && s.time <= after));
+        assert_eq!(samples.rate_hz, SAMPLE_RATE_HZ);
+        // At most the rate: 1.5 s at 1 kHz, one Python thread.
+        assert!(samples.samples.len() <= 1600, "{}", samples.samples.len());
+        assert!(samples.validate().is_ok());
+        assert_eq!(sampled.note(), None);
+    }
+
+    /// A process that is not Python: nothing sampled, and one note that says why.
+    #[test]
+    fn a_process_that_is_not_python_is_refused_with_one_note() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let sampler = Sampler::start(child.id(), SAMPLE_RATE_HZ);
+        std::thread::sleep(Duration::from_millis(300));
+        let sampled = sampler.finish();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(sampled.processes.is_empty());
+        let note = sampled.note().expect("a note");
+        assert!(note.starts_with("no host samples: "), "{note}");
+        assert!(
+            note.to_lowercase().contains("python"),
+            "py-spy's reason: {note}"
+        );
+        assert!(!note.contains('\n'), "{note}");
+    }
+}
