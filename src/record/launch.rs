@@ -172,33 +172,17 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         .split_first()
         .context("no command given: gapscope record -- CMD [ARGS...]")?;
     let mut cmd = std::process::Command::new(program);
-    cmd.args(rest)
-        .env("CUDA_INJECTION64_PATH", &lib)
-        .env(OUT_VAR, &out)
-        .env(TRACE_BUDGET_VAR, args.trace_budget.to_string());
-    if let Some(step) = &args.step_range {
-        cmd.env(STEP_RANGE_VAR, step);
-    }
-    // Preloaded, the library's `_exit` stands in for libc's, so a process that ends with
-    // `os._exit` still writes its trace (see `inject`).
-    cmd.env(
-        "LD_PRELOAD",
-        preload_list(&lib, std::env::var_os("LD_PRELOAD")),
+    cmd.args(rest);
+    hand_over_environment(
+        &mut cmd,
+        args,
+        &lib,
+        &out,
+        cupti
+            .as_ref()
+            .map(|c| std::ffi::OsStr::new(c.path.as_str())),
     );
-    if let Some(cupti) = &cupti {
-        cmd.env(crate::library_search::CUPTI.variable, &cupti.path);
-        if std::env::var_os("NVTX_INJECTION64_PATH").is_none_or(|v| v.is_empty()) {
-            // So that NVTX ranges reach CUPTI.
-            cmd.env("NVTX_INJECTION64_PATH", &cupti.path);
-        }
-    }
-
     let before = trace_files(&out);
-    // GAPSCOPE_SPILL=0 in gapscope's environment keeps the records in the program until it
-    // ends (to measure what handing them over costs).
-    if Setting::Spill.read_os().is_none() {
-        cmd.env(crate::record::env::SPILL_VAR, "1");
-    }
     // Registered before the program starts, so that no signal in between ends gapscope alone.
     let signals = signal_hook::iterator::Signals::new(FORWARDED_SIGNALS).ok();
     if args.host_samples == HostSampling::Native {
@@ -256,11 +240,30 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     if written.is_empty() {
         note(NO_TRACE);
     }
-    for p in &written {
+    list_traces(&written, &recovered, sampled.as_mut());
+    // The last line says why gapscope's exit code is not 0: it is the program's.
+    if let Some(how) = ended_how(status) {
+        note(&format!(
+            "{} {how}; gapscope exits with its status",
+            program.to_string_lossy()
+        ));
+    }
+    Ok(exit_code(status))
+}
+
+/// One line per trace written (after adding its process's host samples), then the command
+/// that analyses them.
+fn list_traces(
+    written: &[PathBuf],
+    recovered: &[PathBuf],
+    mut sampled: Option<&mut host_sampler::Sampled>,
+) {
+    let note = stderr::note;
+    for p in written {
         match crate::trace::read_trace(p) {
             Ok(t) => {
                 let host = sampled
-                    .as_mut()
+                    .as_deref_mut()
                     .map_or(Ok(None), |s| host_sampler::add_to_trace(s, p, &t));
                 let host = match host {
                     Ok(said) => said.map_or(String::new(), |said| format!(", {said}")),
@@ -269,36 +272,7 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
                         String::new()
                     }
                 };
-                let lost = crate::analysis::completeness::check(&t);
-                let summarised: u64 = t
-                    .metadata
-                    .sampling
-                    .as_ref()
-                    .and_then(|s| s.markers.as_ref())
-                    .map_or(0, |m| m.left_out.iter().map(|r| r.count).sum());
-                note(
-                    &(format!(
-                        "wrote {} ({} kernels, {} markers{host}{}, {} dropped records{})",
-                        p.display(),
-                        t.kernels.len(),
-                        t.markers.len(),
-                        if summarised > 0 {
-                            format!(" (and {summarised} of untraced work summarised)")
-                        } else {
-                            String::new()
-                        },
-                        t.dropped_records,
-                        if lost.total() > 0 {
-                            format!("; not adding up: {}", lost.describe())
-                        } else {
-                            String::new()
-                        }
-                    ) + if recovered.contains(p) {
-                        "; the process died without writing it: written from the records it handed over as they completed (its notes say what may be missing)"
-                    } else {
-                        ""
-                    }),
-                )
+                note(&wrote_line(p, &t, &host, recovered.contains(p)))
             }
             Err(e) => stderr::warning(&e.to_string()),
         }
@@ -310,14 +284,74 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
             shown.join(" ")
         ));
     }
-    // The last line says why gapscope's exit code is not 0: it is the program's.
-    if let Some(how) = ended_how(status) {
-        note(&format!(
-            "{} {how}; gapscope exits with its status",
-            program.to_string_lossy()
-        ));
+}
+
+/// The environment the program is started with: the injection library (as CUDA's injection
+/// and preloaded: its `_exit` stands in for libc's, so a process that ends with `os._exit`
+/// still writes its trace), where traces go, the budget, the step range, the CUPTI found (and
+/// NVTX's injection, so that NVTX ranges reach CUPTI, unless set) and handing records over
+/// as they complete (unless `GAPSCOPE_SPILL` is set in gapscope's own environment: `0` keeps
+/// the records in the program until it ends, to measure what handing them over costs).
+fn hand_over_environment(
+    cmd: &mut std::process::Command,
+    args: &RecordOptions,
+    lib: &Path,
+    out: &Path,
+    cupti: Option<&std::ffi::OsStr>,
+) {
+    cmd.env("CUDA_INJECTION64_PATH", lib)
+        .env(OUT_VAR, out)
+        .env(TRACE_BUDGET_VAR, args.trace_budget.to_string())
+        .env(
+            "LD_PRELOAD",
+            preload_list(lib, std::env::var_os("LD_PRELOAD")),
+        );
+    if let Some(step) = &args.step_range {
+        cmd.env(STEP_RANGE_VAR, step);
     }
-    Ok(exit_code(status))
+    if let Some(cupti) = cupti {
+        cmd.env(crate::library_search::CUPTI.variable, cupti);
+        if std::env::var_os("NVTX_INJECTION64_PATH").is_none_or(|v| v.is_empty()) {
+            cmd.env("NVTX_INJECTION64_PATH", cupti);
+        }
+    }
+    if Setting::Spill.read_os().is_none() {
+        cmd.env(crate::record::env::SPILL_VAR, "1");
+    }
+}
+
+/// "wrote PATH (N kernels, M markers, …, D dropped records)": one trace a process wrote, with
+/// what it holds (`host`: what its host samples say), what is missing, and whether it was
+/// rebuilt from the records a process that died had handed over.
+fn wrote_line(path: &Path, t: &crate::trace::Trace, host: &str, recovered: bool) -> String {
+    let lost = crate::analysis::completeness::check(t);
+    let summarised: u64 = t
+        .metadata
+        .sampling
+        .as_ref()
+        .and_then(|s| s.markers.as_ref())
+        .map_or(0, |m| m.left_out.iter().map(|r| r.count).sum());
+    format!(
+        "wrote {} ({} kernels, {} markers{host}{}, {} dropped records{})",
+        path.display(),
+        t.kernels.len(),
+        t.markers.len(),
+        if summarised > 0 {
+            format!(" (and {summarised} of untraced work summarised)")
+        } else {
+            String::new()
+        },
+        t.dropped_records,
+        if lost.total() > 0 {
+            format!("; not adding up: {}", lost.describe())
+        } else {
+            String::new()
+        }
+    ) + if recovered {
+        "; the process died without writing it: written from the records it handed over as they completed (its notes say what may be missing)"
+    } else {
+        ""
+    }
 }
 
 /// How a program that did not succeed ended ("exited with status 7", "was killed by signal 15
