@@ -188,19 +188,7 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     if args.host_samples == HostSampling::Native {
         stderr::note(host_sampler::NATIVE_NOT_BUILT);
     }
-    let mut sampled = None;
-    let child = cmd.spawn().and_then(|mut child| {
-        let forwarding = signals.and_then(|s| forward_signals(s, child.id()));
-        let sampler = (args.host_samples != HostSampling::Off)
-            .then(|| Sampler::start(child.id(), host_sampler::SAMPLE_RATE_HZ));
-        let waited = child.wait();
-        // The program has ended: sampling stops before its traces are read.
-        sampled = sampler.map(Sampler::finish);
-        if let Some(handle) = forwarding {
-            handle.close();
-        }
-        Ok((child.id(), waited?))
-    });
+    let (child, mut sampled) = run_program(&mut cmd, signals, args.host_samples);
     let (child_pid, status) = match child {
         Ok(ended) => ended,
         // As shells do: 127 for a program not found, 126 for one that cannot be run.
@@ -215,23 +203,7 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         }
     };
 
-    let mut written: Vec<PathBuf> = trace_files(&out)
-        .into_iter()
-        .filter(|(p, t)| before.get(p) != Some(t))
-        .map(|(p, _)| p)
-        .collect();
-    // Processes that died without writing their trace (SIGKILL) left what they delivered.
-    let (recovered, problems) =
-        crate::record::spill::recover(&out, &written, |pid| {
-            match ended_how(status).filter(|_| pid == child_pid) {
-                Some(how) => how,
-                None => "ended".to_owned(),
-            }
-        });
-    for problem in problems {
-        stderr::warning(&problem);
-    }
-    written.extend(recovered.iter().cloned());
+    let (written, recovered) = traces_written(&out, &before, child_pid, status);
     let note = stderr::note;
     if let Some(why) = sampled.as_ref().and_then(host_sampler::Sampled::note) {
         note(&why);
@@ -249,6 +221,61 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         ));
     }
     Ok(exit_code(status))
+}
+
+/// The traces the program's processes wrote into `out` (new or changed since `before`), and
+/// those rebuilt from what processes that died without writing (SIGKILL) had handed over;
+/// the first list holds both.
+fn traces_written(
+    out: &Path,
+    before: &BTreeMap<PathBuf, Option<SystemTime>>,
+    child_pid: u32,
+    status: std::process::ExitStatus,
+) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let mut written: Vec<PathBuf> = trace_files(out)
+        .into_iter()
+        .filter(|(p, t)| before.get(p) != Some(t))
+        .map(|(p, _)| p)
+        .collect();
+    // Processes that died without writing their trace (SIGKILL) left what they delivered.
+    let (recovered, problems) =
+        crate::record::spill::recover(out, &written, |pid| {
+            match ended_how(status).filter(|_| pid == child_pid) {
+                Some(how) => how,
+                None => "ended".to_owned(),
+            }
+        });
+    for problem in problems {
+        stderr::warning(&problem);
+    }
+    written.extend(recovered.iter().cloned());
+    (written, recovered)
+}
+
+/// Runs the program to its end, passing on the signals sent to gapscope and sampling its host
+/// stacks; returns its pid and status (or why it could not start) and the samples.
+fn run_program(
+    cmd: &mut std::process::Command,
+    signals: Option<signal_hook::iterator::Signals>,
+    host_samples: HostSampling,
+) -> (
+    std::io::Result<(u32, std::process::ExitStatus)>,
+    Option<host_sampler::Sampled>,
+) {
+    let mut sampled = None;
+    let child = cmd.spawn().and_then(|mut child| {
+        let forwarding = signals.and_then(|s| forward_signals(s, child.id()));
+        let sampler = (host_samples != HostSampling::Off)
+            .then(|| Sampler::start(child.id(), host_sampler::SAMPLE_RATE_HZ));
+        let waited = child.wait();
+        // The program has ended: sampling stops before its traces are read.
+        sampled = sampler.map(Sampler::finish);
+        if let Some(handle) = forwarding {
+            handle.close();
+        }
+        Ok((child.id(), waited?))
+    });
+    (child, sampled)
 }
 
 /// One line per trace written (after adding its process's host samples), then the command
