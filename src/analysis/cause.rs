@@ -597,20 +597,20 @@ pub fn analyze_cell(
     trace_index: usize,
     ctx: &mut TraceContext,
     timeline: &TraceTimeline,
-    cell: CellSteps,
+    mut cell: CellSteps,
     options: &AnalysisOptions,
 ) -> CellAnalysis {
     let trace = ctx.trace;
     let meta_cell = cell.cell.and_then(|c| trace.metadata.cells.get(c));
-    let plans = plan_steps(ctx, &timeline.ops, cell.steps, &cell.breaks);
+    let plans = plan_steps(
+        ctx,
+        &timeline.ops,
+        std::mem::take(&mut cell.steps),
+        &cell.breaks,
+    );
     let ctx: &TraceContext = ctx;
     let steps = crate::parallel_map(plans, |plan| build_step(ctx, timeline, plan, options));
-    let steady: Vec<&Step> = steps.iter().filter(|s| !s.first_launch).collect();
-    let figures_from: Vec<&Step> = if steady.is_empty() {
-        steps.iter().collect()
-    } else {
-        steady
-    };
+    let figures_from = figure_steps(&steps);
     let period = Stat::of_ns(figures_from.iter().filter_map(|s| s.period));
     let in_order: Vec<f64> = figures_from
         .iter()
@@ -651,23 +651,8 @@ pub fn analyze_cell(
     });
     let mut observed = observe(ctx, &steps);
     observed.compiled_without_graphs = cell.compiled_without_graphs;
-    let mut requested = meta_cell.map(|c| c.requested.clone()).unwrap_or_default();
-    let mut label = match (&cell.graph_group, &cell.found) {
-        (Some(g), _) => g.label(),
-        (None, Some(f)) => f.label(),
-        (None, None) => meta_cell.map_or_else(
-            || "all steps".to_owned(),
-            |c| recorded_label(trace, &c.label),
-        ),
-    };
-    if let Some(regime) = cell.regime_split {
-        // One marked cell held both regimes; each half is labelled by what was observed.
-        label = format!("{label} ({})", regime.label());
-        requested.insert("regime".into(), regime.label().into());
-    }
-    if cell.compiled_without_graphs {
-        label = format!("{label} (compiled, no graphs)");
-    }
+    let (label, requested) = label_and_request(trace, &cell, meta_cell);
+    let tracer_share = tracer_share(ctx, &cell);
     let mismatches = mismatches(&requested, &observed);
     let mut event_periods = meta_cell
         .map(|c| c.event_periods_ns.clone())
@@ -695,30 +680,77 @@ pub fn analyze_cell(
             trace.metadata.sampling.as_ref(),
             cell.graph_group.as_ref(),
         ),
-        tracer_share: match &cell.graph_group {
-            Some(g) if g.launch == super::steps::GraphLaunch::Replay => g
-                .execs
-                .first()
-                .and_then(|&exec| super::tracer_share::of_graph_replays(trace, exec)),
-            Some(_) => None,
-            None => {
-                use super::tracer_share::StepsOf;
-                // A range split by what its steps ran: each half's share from its own steps.
-                let steps = match cell.regime_split {
-                    Some(super::Regime::Graphed) => StepsOf::Graphed,
-                    Some(super::Regime::Eager) => StepsOf::Ungraphed,
-                    None => StepsOf::All,
-                };
-                cell.cell
-                    .and_then(|c| ctx.tracer_share_of_marked_cell(c, steps))
-            }
-        },
+        tracer_share,
         graph_group: cell.graph_group,
         found: cell.found,
         untraced_period: None,
         untraced_window_medians: Vec::new(),
         first_launches_inflated_by_cupti: false,
         cupti_launch_cost: None,
+    }
+}
+
+/// The steps a cell's figures come from: all but a graph's first launches, unless that leaves
+/// none.
+fn figure_steps(steps: &[Step]) -> Vec<&Step> {
+    let steady: Vec<&Step> = steps.iter().filter(|s| !s.first_launch).collect();
+    if steady.is_empty() {
+        steps.iter().collect()
+    } else {
+        steady
+    }
+}
+
+/// A cell's label and requested values: its graph's or loop's, else the recorded cell's, with
+/// the regime of a marked cell split by what its steps ran and a compiled phase that made no
+/// graphs said.
+fn label_and_request(
+    trace: &Trace,
+    cell: &CellSteps,
+    meta_cell: Option<&crate::trace::Cell>,
+) -> (
+    String,
+    std::collections::BTreeMap<String, serde_json::Value>,
+) {
+    let mut requested = meta_cell.map(|c| c.requested.clone()).unwrap_or_default();
+    let mut label = match (&cell.graph_group, &cell.found) {
+        (Some(g), _) => g.label(),
+        (None, Some(f)) => f.label(),
+        (None, None) => meta_cell.map_or_else(
+            || "all steps".to_owned(),
+            |c| recorded_label(trace, &c.label),
+        ),
+    };
+    if let Some(regime) = cell.regime_split {
+        // One marked cell held both regimes; each half is labelled by what was observed.
+        label = format!("{label} ({})", regime.label());
+        requested.insert("regime".into(), regime.label().into());
+    }
+    if cell.compiled_without_graphs {
+        label = format!("{label} (compiled, no graphs)");
+    }
+    (label, requested)
+}
+
+/// What tracing added to the cell's steps: a replayed graph's from its launches, a marked
+/// cell's from its untraced steps (each half of a split range from its own).
+fn tracer_share(ctx: &TraceContext, cell: &CellSteps) -> Option<super::tracer_share::TracerShare> {
+    match &cell.graph_group {
+        Some(g) if g.launch == super::steps::GraphLaunch::Replay => g
+            .execs
+            .first()
+            .and_then(|&exec| super::tracer_share::of_graph_replays(ctx.trace, exec)),
+        Some(_) => None,
+        None => {
+            use super::tracer_share::StepsOf;
+            let steps = match cell.regime_split {
+                Some(super::Regime::Graphed) => StepsOf::Graphed,
+                Some(super::Regime::Eager) => StepsOf::Ungraphed,
+                None => StepsOf::All,
+            };
+            cell.cell
+                .and_then(|c| ctx.tracer_share_of_marked_cell(c, steps))
+        }
     }
 }
 
