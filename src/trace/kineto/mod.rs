@@ -318,31 +318,7 @@ impl Sink {
                 };
                 self.b.trace.kernels.push(kernel);
             }
-            Cat::Memcpy | Cat::Memset => {
-                let name = self.name(ev.name, what)?;
-                let kind = if ev.cat == Cat::Memcpy {
-                    self.memcpy_kind(name)
-                } else {
-                    self.b.intern("memset")
-                };
-                let d = DeviceArgs::of(a, what)?;
-                let op = MemOp {
-                    start,
-                    end,
-                    device: d.device,
-                    stream: d.stream,
-                    corr: d.corr,
-                    bytes: arg_u64(a.bytes, what, "bytes")?.unwrap_or(0),
-                    kind,
-                    graph: d.graph,
-                    node: d.node,
-                };
-                if ev.cat == Cat::Memcpy {
-                    self.b.trace.memcpys.push(op);
-                } else {
-                    self.b.trace.memsets.push(op);
-                }
-            }
+            Cat::Memcpy | Cat::Memset => self.add_mem_op(ev, start, end)?,
             Cat::Runtime | Cat::Driver => {
                 let call = ApiCall {
                     start,
@@ -380,6 +356,35 @@ impl Sink {
                 self.python.push((start, end, ev.tid.unwrap_or(0), name));
             }
             Cat::Mtia | Cat::Other => {}
+        }
+        Ok(())
+    }
+
+    /// A copy or memset event, `start` to `end` ns.
+    fn add_mem_op(&mut self, ev: &RawEvent, start: u64, end: u64) -> Result<(), String> {
+        let what = ev.cat.label();
+        let name = self.name(ev.name, what)?;
+        let kind = if ev.cat == Cat::Memcpy {
+            self.memcpy_kind(name)
+        } else {
+            self.b.intern("memset")
+        };
+        let d = DeviceArgs::of(&ev.args, what)?;
+        let op = MemOp {
+            start,
+            end,
+            device: d.device,
+            stream: d.stream,
+            corr: d.corr,
+            bytes: arg_u64(ev.args.bytes, what, "bytes")?.unwrap_or(0),
+            kind,
+            graph: d.graph,
+            node: d.node,
+        };
+        if ev.cat == Cat::Memcpy {
+            self.b.trace.memcpys.push(op);
+        } else {
+            self.b.trace.memsets.push(op);
         }
         Ok(())
     }
