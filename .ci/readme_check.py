@@ -5,8 +5,9 @@ command that does not do what the README says.
 
 Without a GPU, `gapscope record -- CMD` still starts CMD (no CUDA: nothing is traced); it passes
 when gapscope's last stderr line is its own note or error about the program (exited with status
-N, command not found), since the program itself needs torch and a GPU. Everything else must exit
-0. README_CHECK_SKIP_TESTS=1 leaves out the README's test command (.ci/run runs it itself first).
+N, command not found), since the program itself needs torch and a GPU. `gapscope try` runs its
+program under record the same way: without a GPU it passes when every BASE run failed (its error
+line says so), as does `try --from` the folder it left. Everything else must exit 0. README_CHECK_SKIP_TESTS=1 leaves out the README's test command (.ci/run runs it itself first).
 """
 import os
 import re
@@ -89,11 +90,15 @@ def main():
         last = err_lines[-1] if err_lines else ""
         words = shlex.split(cmd)
         is_record = len(words) > 1 and words[0] == "gapscope" and words[1] == "record"
+        is_try = len(words) > 1 and words[0] == "gapscope" and words[1] == "try"
         if p.returncode == 0:
             ok, why = True, "exit 0"
         elif is_record and not gpu:
             ok = re.match(r"gapscope: (note: .* exited with status \d+|error: .*command not found)", last) is not None
             why = f"no GPU: the program ran under record and failed as expected ({last})"
+        elif is_try and not gpu:
+            ok = last.startswith("gapscope: error: BASE failed in every round")
+            why = f"no GPU: every run of the program failed under record, as expected ({last})"
         else:
             ok, why = False, f"exit {p.returncode}"
         print(f"README.md:{line}: {cmd}\n  {'ok' if ok else 'FAILED'}: {why} ({took:.1f} s)")

@@ -1,5 +1,6 @@
 //! The environment `gapscope record` hands the program it runs, and that the injected recorder
 //! reads back: the parent and child halves of one contract, in one place.
+#![forbid(unsafe_code)]
 
 /// Environment variable naming the folder the traces are written to.
 pub const OUT_VAR: &str = crate::settings::Setting::Out.name();

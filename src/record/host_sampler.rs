@@ -6,8 +6,8 @@
 //!   py-spy can read; each read takes the stacks of all its Python threads.
 //! * **Cost**: py-spy runs non-blocking ([`LockingStrategy::NonBlocking`]): it reads the
 //!   process's memory (`process_vm_readv`) without stopping it, so the program is never paused;
-//!   the reads cost gapscope's CPU, not the program's (about 6–8 % of a core per process at
-//!   [`SAMPLE_RATE_HZ`], measured with a release build on a 2-core machine without a GPU). A read may then catch a stack
+//!   the reads cost gapscope's CPU, not the program's (measured in benches/README.md, "Host
+//!   samples"). A read may then catch a stack
 //!   being changed: it fails (counted in [`HostSamples::failed_reads`]) or, rarely, shows a
 //!   partial stack.
 //! * **Rate**: at most [`SAMPLE_RATE_HZ`] reads per second per process, and at most
