@@ -10,10 +10,16 @@ any range. Prints each phase's CUDA-event period (µs) and the mode-2 − mode-1
 program measures itself; --json writes every step's period (benches/record_overhead.py reads it).
 Needs torch ≥ 2.4 with a CUDA GPU.
 
+As NCCL does, the program reads NCCL_GRAPH_MIXING_SUPPORT: with 0, NCCL builds no serial event
+(graph usage mode 1), so the eager steps and the "mode 2" graph are built without the wait and
+the record too, which is what `gapscope try` is shown to tell apart (README, Trying fixes).
+
   python examples/serial_event.py
   gapscope record -- python examples/serial_event.py
+  gapscope try --env NCCL_GRAPH_MIXING_SUPPORT=0 --env NCCL_MEM_SYNC_DOMAIN=0 -- python examples/serial_event.py
 """
 import argparse
+import os
 import statistics
 
 import torch
@@ -55,15 +61,17 @@ def main():
     serial = torch.cuda.Event(external=True)
     serial.record(side)  # once, before any capture, as NCCL's strong stream does
     step = make_step(args.tokens, args.hidden, serial)
+    # NCCL_GRAPH_MIXING_SUPPORT=0: no serial event, as NCCL then builds none (mode 1 throughout).
+    serialised = os.environ.get("NCCL_GRAPH_MIXING_SUPPORT", "1").strip() != "0"
     phases = {}
     with profiled(args.profile):
         with torch.cuda.stream(side):  # warm-up, off the capture
             for mode2 in (False, True):
                 step(mode2)
         torch.cuda.synchronize()
-        timed(lambda: step(True), args.eager_steps, "eager", phases, nvtx="decode_step")
+        timed(lambda: step(serialised), args.eager_steps, "eager", phases, nvtx="decode_step")
         graphs = {}
-        for name, mode2 in (("mode1", False), ("mode2", True)):
+        for name, mode2 in (("mode1", False), ("mode2", serialised)):
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, stream=side):
                 step(mode2)
