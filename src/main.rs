@@ -116,7 +116,7 @@ fn run(cli: Cli, given: &[String]) -> Result<ExitCode, Failure> {
             print_stdout(&summary)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Record(args) => Ok(gapscope::record::launch::run(&args.into())?),
+        Command::Record(args) => Ok(cli::record::run(&args.into())?),
         Command::Try(args) => cli::trial::command(&args),
         Command::Merge {
             traces,

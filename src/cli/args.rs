@@ -5,11 +5,11 @@
 //! Renamed flags keep their old spelling as a hidden alias, so scripts do not break:
 //! `--origin-step` (was `--align-step`) and `merge --clock` (was `merge --align`).
 
+use super::record::RecordOptions;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gapscope::analysis::merge::ClockAlignment;
 use gapscope::experiment::SweepOptions;
 use gapscope::record::host_sampler::HostSampling;
-use gapscope::record::launch::RecordOptions;
 use gapscope::report::PerfettoFormat;
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -21,6 +21,7 @@ pub mod args;
 pub mod compare;
 pub mod inputs;
 pub mod merge;
+pub mod record;
 pub mod run;
 pub mod shell;
 pub mod trial;

@@ -176,8 +176,7 @@ impl Stop {
                     let _ = signal.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
                     let pid = child.load(Ordering::SeqCst);
                     // A terminal's Ctrl-C or hang-up reached the run's processes already.
-                    let reached =
-                        sig != SIGTERM && gapscope::record::launch::in_terminal_foreground();
+                    let reached = sig != SIGTERM && super::record::in_terminal_foreground();
                     if let (false, Ok(pid), Ok(s)) = (
                         pid == 0 || reached,
                         i32::try_from(pid),

@@ -1,27 +1,27 @@
 #![forbid(unsafe_code)]
 //! `gapscope record -- CMD [ARGS…]`: runs an unmodified program with gapscope's CUDA injection
-//! library (see [`crate::record::inject`]) and reports the trace each of its processes wrote.
+//! library (see [`gapscope::record::inject`]) and reports the trace each of its processes wrote.
 //!
 //! The child gets `CUDA_INJECTION64_PATH` (libgapscope.so), `CUPTI_LIB` (the libcupti that
-//! [`crate::library_search`] finds for the command, e.g. in its Python environment; `record`
+//! [`gapscope::library_search`] finds for the command, e.g. in its Python environment; `record`
 //! says which), `NVTX_INJECTION64_PATH` (the same libcupti, so NVTX ranges reach CUPTI; an
 //! existing value is kept), `GAPSCOPE_OUT`,
 //! `GAPSCOPE_TRACE_BUDGET`, `GAPSCOPE_SPILL` (records handed over as buffers complete, see
-//! [`crate::record::spill`]) and, with `--step-range`, `GAPSCOPE_STEP_RANGE`. Its exit status
+//! [`gapscope::record::spill`]) and, with `--step-range`, `GAPSCOPE_STEP_RANGE`. Its exit status
 //! is passed on (128 + N when a signal N killed it); a process that died without writing its
 //! trace (SIGKILL) gets one written from what it had handed over. Ctrl-C reaches the child
 //! through the terminal (same process group); SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
 //! gapscope itself (`kill`, Slurm's `scancel`, `timeout`) are passed on to the child. gapscope
 //! waits for the child either way, so its trace is still listed.
 
-use crate::exit;
-use crate::record::cupti::CuptiError;
-use crate::record::env::OUT_VAR;
-use crate::record::host_sampler::{self, HostSampling, Sampler};
-use crate::record::inject::{STEP_RANGE_VAR, TRACE_BUDGET_VAR};
-use crate::report::stderr;
-use crate::settings::Setting;
 use anyhow::{Context, bail};
+use gapscope::exit;
+use gapscope::record::cupti::CuptiError;
+use gapscope::record::env::OUT_VAR;
+use gapscope::record::host_sampler::{self, HostSampling, Sampler};
+use gapscope::record::inject::{STEP_RANGE_VAR, TRACE_BUDGET_VAR};
+use gapscope::report::stderr;
+use gapscope::settings::Setting;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -45,9 +45,9 @@ pub struct RecordOptions {
     /// NVTX range that marks one step (e.g. `step` for `torch.cuda.nvtx.range("step")`).
     pub step_range: Option<String>,
     /// Launches traced per executable graph and steps traced (0: all); see
-    /// [`crate::record::cupti::TraceBudget`].
+    /// [`gapscope::record::cupti::TraceBudget`].
     pub trace_budget: u32,
-    /// Which host stacks to sample while the program runs ([`crate::record::host_sampler`]).
+    /// Which host stacks to sample while the program runs ([`gapscope::record::host_sampler`]).
     pub host_samples: HostSampling,
     /// The program to trace and its arguments.
     pub command: Vec<OsString>,
@@ -147,13 +147,13 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     )?;
     // The child loads the CUPTI resolved here, for the program's own environment, and says
     // which (its processes all see the same `CUPTI_LIB`).
-    let cupti_env = crate::library_search::Environment::current(args.command.clone());
-    let cupti = match crate::record::cupti::cupti_library(&cupti_env) {
+    let cupti_env = gapscope::library_search::Environment::current(args.command.clone());
+    let cupti = match gapscope::record::cupti::cupti_library(&cupti_env) {
         Ok(cupti) => {
             stderr::line(&cupti.note());
             Some(cupti)
         }
-        Err(e) => match cupti_failure(&e, crate::cuda::library().err().as_ref()) {
+        Err(e) => match cupti_failure(&e, gapscope::cuda::library().err().as_ref()) {
             CuptiFailure::Stop => return Err(e.into()),
             CuptiFailure::Note(note) => {
                 stderr::line(&note);
@@ -238,13 +238,12 @@ fn traces_written(
         .map(|(p, _)| p)
         .collect();
     // Processes that died without writing their trace (SIGKILL) left what they delivered.
-    let (recovered, problems) =
-        crate::record::spill::recover(out, &written, |pid| {
-            match ended_how(status).filter(|_| pid == child_pid) {
-                Some(how) => how,
-                None => "ended".to_owned(),
-            }
-        });
+    let (recovered, problems) = gapscope::record::spill::recover(out, &written, |pid| {
+        match ended_how(status).filter(|_| pid == child_pid) {
+            Some(how) => how,
+            None => "ended".to_owned(),
+        }
+    });
     for problem in problems {
         stderr::warning(&problem);
     }
@@ -287,7 +286,7 @@ fn list_traces(
 ) {
     let note = stderr::note;
     for p in written {
-        match crate::trace::read_trace(p) {
+        match gapscope::trace::read_trace(p) {
             Ok(t) => {
                 let host = sampled
                     .as_deref_mut()
@@ -337,21 +336,21 @@ fn hand_over_environment(
         cmd.env(STEP_RANGE_VAR, step);
     }
     if let Some(cupti) = cupti {
-        cmd.env(crate::library_search::CUPTI.variable, cupti);
+        cmd.env(gapscope::library_search::CUPTI.variable, cupti);
         if std::env::var_os("NVTX_INJECTION64_PATH").is_none_or(|v| v.is_empty()) {
             cmd.env("NVTX_INJECTION64_PATH", cupti);
         }
     }
     if Setting::Spill.read_os().is_none() {
-        cmd.env(crate::record::env::SPILL_VAR, "1");
+        cmd.env(gapscope::record::env::SPILL_VAR, "1");
     }
 }
 
 /// "wrote PATH (N kernels, M markers, …, D dropped records)": one trace a process wrote, with
 /// what it holds (`host`: what its host samples say), what is missing, and whether it was
 /// rebuilt from the records a process that died had handed over.
-fn wrote_line(path: &Path, t: &crate::trace::Trace, host: &str, recovered: bool) -> String {
-    let lost = crate::analysis::completeness::check(t);
+fn wrote_line(path: &Path, t: &gapscope::trace::Trace, host: &str, recovered: bool) -> String {
+    let lost = gapscope::analysis::completeness::check(t);
     let summarised: u64 = t
         .metadata
         .sampling
@@ -425,10 +424,10 @@ fn cupti_failure(error: &CuptiError, no_driver: Option<&String>) -> CuptiFailure
         (CuptiError::CuptiLibInvalid { .. }, _) | (_, None) => CuptiFailure::Stop,
         (_, Some(reason)) => {
             let reason = reason.replace('\n', " ");
-            let reason = if reason.contains(crate::cuda::LIBCUDA) {
+            let reason = if reason.contains(gapscope::cuda::LIBCUDA) {
                 reason
             } else {
-                format!("{}: {reason}", crate::cuda::LIBCUDA)
+                format!("{}: {reason}", gapscope::cuda::LIBCUDA)
             };
             CuptiFailure::Note(format!(
                 "gapscope: note: no CUDA driver here ({reason}), so the program runs untraced; and {error}"
