@@ -51,11 +51,11 @@ fn usage_error(e: clap::Error) -> ExitCode {
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
             cli::error("no command given; try gapscope --help");
-            ExitCode::from(gapscope::exit::BAD_INPUT)
+            cli::exit::usage()
         }
         _ => {
             cli::error(&format!("{} (see --help)", usage_line(&e.to_string())));
-            ExitCode::from(gapscope::exit::BAD_INPUT)
+            cli::exit::usage()
         }
     }
 }

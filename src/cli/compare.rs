@@ -53,9 +53,5 @@ pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
         let written = report::output::write_comparison_set(dir, &reports)?;
         note(&wrote_line(dir, &written));
     }
-    Ok(ExitCode::from(if comparison.breached.is_empty() {
-        gapscope::exit::SUCCESS
-    } else {
-        gapscope::exit::THRESHOLD_BREACHED
-    }))
+    Ok(super::exit::of_comparison(!comparison.breached.is_empty()))
 }

@@ -53,18 +53,15 @@ pub fn expand(path: &Path) -> Result<Vec<PathBuf>, Failure> {
         )
     };
     if files.is_empty() {
-        return Err(Failure {
-            code: gapscope::exit::BAD_INPUT,
-            error: anyhow::anyhow!(
-                "{}: no *.json or *.json.gz trace files in this folder{}",
-                path.display(),
-                if outputs.is_empty() {
-                    ""
-                } else {
-                    " (only gapscope's own outputs)"
-                }
-            ),
-        });
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "{}: no *.json or *.json.gz trace files in this folder{}",
+            path.display(),
+            if outputs.is_empty() {
+                ""
+            } else {
+                " (only gapscope's own outputs)"
+            }
+        )));
     }
     if !skipped.is_empty() {
         note(&skipped);

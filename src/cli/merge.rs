@@ -26,10 +26,7 @@ pub fn command(
     let mut ranks = Vec::with_capacity(paths.len());
     for p in &paths {
         ranks.push(if is_summary_file(p) {
-            let s = RankSummary::read(p).map_err(|e| Failure {
-                code: gapscope::exit::BAD_INPUT,
-                error: e.into(),
-            })?;
+            let s = RankSummary::read(p).map_err(Failure::bad_input)?;
             RankInput::Summary(s)
         } else {
             RankInput::Trace(Box::new(load_one(p, None)?))
@@ -41,10 +38,8 @@ pub fn command(
         .count();
     let names = paths.iter().map(|p| p.display().to_string()).collect();
     // A refused merge is bad input (exit 2).
-    let merged = merge::merge_inputs(ranks, names, clock.map(Into::into)).map_err(|e| Failure {
-        code: gapscope::exit::BAD_INPUT,
-        error: e.into(),
-    })?;
+    let merged =
+        merge::merge_inputs(ranks, names, clock.map(Into::into)).map_err(Failure::bad_input)?;
     let reports = report::output::merge_reports(&merged);
     print_stdout(if json {
         reports.json()

@@ -19,6 +19,7 @@
 pub mod analyze;
 pub mod args;
 pub mod compare;
+pub mod exit;
 pub mod inputs;
 pub mod merge;
 pub mod record;
@@ -26,30 +27,10 @@ pub mod run;
 pub mod shell;
 pub mod trial;
 
+pub use exit::Failure;
 use gapscope::trace::TraceError;
 use std::io::Write;
 use std::path::Path;
-
-/// A failure with its exit code; displayed as one line.
-pub struct Failure {
-    pub code: u8,
-    pub error: anyhow::Error,
-}
-
-impl<E: Into<anyhow::Error>> From<E> for Failure {
-    fn from(e: E) -> Self {
-        let error = e.into();
-        let code = if error
-            .downcast_ref::<TraceError>()
-            .is_some_and(|e| !matches!(e, TraceError::Write { .. }))
-        {
-            gapscope::exit::BAD_INPUT
-        } else {
-            gapscope::exit::FAILURE
-        };
-        Failure { code, error }
-    }
-}
 
 /// Notes and the error line: written as [`gapscope::report::stderr`] writes every stderr line
 /// (one line each; a full or closed stderr changes no exit code).
@@ -75,26 +56,21 @@ pub fn failure_line(error: &anyhow::Error) -> String {
 /// above it, and a file can be created there (a read-only folder, a file in the way, a path
 /// under `/proc` fail here, not after a sweep or an analysis). Nothing is left behind.
 pub fn check_output_folder(dir: &Path) -> Result<(), Failure> {
-    let cannot = |path: &Path, source: std::io::Error| Failure {
-        code: gapscope::exit::FAILURE,
-        error: TraceError::Write {
+    let cannot = |path: &Path, source: std::io::Error| {
+        Failure::runtime(TraceError::Write {
             path: path.to_owned(),
             source,
-        }
-        .into(),
+        })
     };
     let mut existing = dir;
     loop {
         match std::fs::metadata(existing) {
             Ok(m) if m.is_dir() => break,
             Ok(_) => {
-                return Err(Failure {
-                    code: gapscope::exit::FAILURE,
-                    error: anyhow::anyhow!(
-                        "{}: not a folder (-o names the folder the outputs go to)",
-                        existing.display()
-                    ),
-                });
+                return Err(Failure::runtime(anyhow::anyhow!(
+                    "{}: not a folder (-o names the folder the outputs go to)",
+                    existing.display()
+                )));
             }
             // Missing, or under a file ("afile/out"): the folder above decides.
             Err(e)
@@ -138,20 +114,14 @@ pub fn check_output_folder(dir: &Path) -> Result<(), Failure> {
                     existing.display()
                 )
             };
-            Err(Failure {
-                code: gapscope::exit::FAILURE,
-                error: anyhow::anyhow!(line),
-            })
+            Err(Failure::runtime(anyhow::anyhow!(line)))
         }
     }
 }
 
 /// Bad input (exit 2) described by `message`.
 pub fn bad_input(message: String) -> Failure {
-    Failure {
-        code: gapscope::exit::BAD_INPUT,
-        error: anyhow::anyhow!(message),
-    }
+    Failure::bad_input(anyhow::anyhow!(message))
 }
 
 /// Writes `text` and a newline to stdout. A closed pipe (`| head`) ends the output quietly;
@@ -169,10 +139,9 @@ pub fn print_stdout_with(
         .and_then(|()| out.write_all(b"\n"))
         .and_then(|()| out.flush())
     {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Failure {
-            code: gapscope::exit::FAILURE,
-            error: anyhow::anyhow!("cannot write to standard output: {e}"),
-        }),
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Failure::runtime(
+            anyhow::anyhow!("cannot write to standard output: {e}"),
+        )),
         _ => Ok(()),
     }
 }
@@ -188,7 +157,7 @@ pub fn remove_temporaries_on_signal() {
     };
     std::thread::spawn(move || {
         if let Some(signal) = signals.forever().next() {
-            gapscope::output::exit_removing_temporaries(gapscope::exit::killed_by(signal).into());
+            gapscope::output::exit_removing_temporaries(exit::of_signal(signal).into());
         }
     });
 }

@@ -14,8 +14,8 @@
 //! gapscope itself (`kill`, Slurm's `scancel`, `timeout`) are passed on to the child. gapscope
 //! waits for the child either way, so its trace is still listed.
 
+use super::exit;
 use anyhow::{Context, bail};
-use gapscope::exit;
 use gapscope::record::cupti::CuptiError;
 use gapscope::record::env::OUT_VAR;
 use gapscope::record::host_sampler::{self, HostSampling, Sampler};
@@ -193,13 +193,9 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         Ok(ended) => ended,
         // As shells do: 127 for a program not found, 126 for one that cannot be run.
         Err(e) => {
-            let (code, what) = match e.kind() {
-                std::io::ErrorKind::NotFound => (exit::NOT_FOUND, "command not found"),
-                std::io::ErrorKind::PermissionDenied => (exit::CANNOT_RUN, "not executable"),
-                _ => (exit::CANNOT_RUN, "cannot be run"),
-            };
+            let (code, what) = exit::not_started(e.kind());
             stderr::error(&format!("{}: {what} ({e})", program.to_string_lossy()));
-            return Ok(ExitCode::from(code));
+            return Ok(code);
         }
     };
 
@@ -220,7 +216,7 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
             program.to_string_lossy()
         ));
     }
-    Ok(exit_code(status))
+    Ok(exit::of_program(status))
 }
 
 /// The traces the program's processes wrote into `out` (new or changed since `before`), and
@@ -474,21 +470,6 @@ pub fn in_terminal_foreground() -> bool {
     nix::unistd::tcgetpgrp(std::io::stdin()).is_ok_and(|fg| fg == nix::unistd::getpgrp())
 }
 
-/// The child's exit code, or 128 + N when signal N ended it.
-fn exit_code(status: std::process::ExitStatus) -> ExitCode {
-    if let Some(code) = status.code() {
-        return ExitCode::from(exit::passed_through(code));
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(sig) = status.signal() {
-            return ExitCode::from(exit::killed_by(sig));
-        }
-    }
-    ExitCode::from(exit::FAILURE)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -604,14 +585,5 @@ mod tests {
             cupti_failure(&invalid, Some(&no_driver)),
             CuptiFailure::Stop
         );
-    }
-
-    #[test]
-    fn exit_codes_pass_through() {
-        use std::os::unix::process::ExitStatusExt;
-        let st = std::process::ExitStatus::from_raw(3 << 8);
-        assert_eq!(exit_code(st), ExitCode::from(3));
-        let killed = std::process::ExitStatus::from_raw(15);
-        assert_eq!(exit_code(killed), ExitCode::from(143));
     }
 }

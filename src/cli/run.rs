@@ -92,10 +92,7 @@ fn merge_ranks(
     }
     for (dir, (traces, names)) in by_set {
         // Our own recordings failing to merge is a runtime failure (exit 1), not bad input.
-        let merged = merge::merge(traces, names, None).map_err(|e| Failure {
-            code: gapscope::exit::FAILURE,
-            error: e.into(),
-        })?;
+        let merged = merge::merge(traces, names, None).map_err(Failure::runtime)?;
         let out = dir.join("merged");
         let written = report::output::write_merge_set(
             &out,

@@ -257,10 +257,8 @@ fn run_once(
             let status = child.wait();
             stop.child.store(0, Ordering::SeqCst);
             record.exit_code = status.ok().map(|s| {
-                use std::os::unix::process::ExitStatusExt;
-                s.code().unwrap_or_else(|| {
-                    i32::from(gapscope::exit::killed_by(s.signal().unwrap_or(0)))
-                })
+                s.code()
+                    .unwrap_or_else(|| i32::from(super::exit::program_code(s)))
             });
             let stderr = std::fs::read(out.join("stderr.log")).unwrap_or_default();
             record.last_stderr = last_line(&String::from_utf8_lossy(&stderr));
@@ -316,7 +314,7 @@ fn run(a: &TryArgs) -> Result<ExitCode, Failure> {
     }
     let code = finish(&dir, &plan, a.expect_fix.as_deref(), Some(&dir))?;
     Ok(match stopped {
-        Some(sig) => ExitCode::from(gapscope::exit::killed_by(sig)),
+        Some(sig) => ExitCode::from(super::exit::of_signal(sig)),
         None => code,
     })
 }
@@ -468,15 +466,11 @@ fn finish(
     }
     if !report.rounds_judged.is_empty() && report.base_failures.len() == report.rounds_judged.len()
     {
-        return Err(Failure {
-            code: gapscope::exit::FAILURE,
-            error: anyhow::anyhow!(report.headline.clone()),
-        });
+        return Err(Failure::runtime(anyhow::anyhow!(report.headline.clone())));
     }
-    Ok(ExitCode::from(match &report.expect_fix {
-        Some(e) if !e.met => gapscope::exit::FIX_NOT_CONFIRMED,
-        _ => gapscope::exit::SUCCESS,
-    }))
+    Ok(super::exit::of_expected_fix(
+        report.expect_fix.as_ref().map(|e| e.met),
+    ))
 }
 
 #[cfg(test)]
