@@ -34,6 +34,7 @@
 #![forbid(unsafe_code)]
 
 mod bytes;
+mod numbers;
 mod scan;
 mod stream;
 
