@@ -4,7 +4,7 @@
 //! `decode` stores without touching CUPTI's memory again.
 
 use super::sys;
-use crate::trace::{ApiDomain, EventRecord};
+use crate::trace::{ApiDomain, EventRecord, MemOp};
 use std::ffi::CStr;
 
 /// One runtime or driver API call as CUPTI reported it (from its activity record, or from its
@@ -19,19 +19,6 @@ pub(crate) struct ApiCallSeen {
     pub thread: u32,
     /// Its `cudaError_t`/`CUresult`.
     pub returned: u32,
-}
-
-/// The fields a MEMCPY and a MEMSET record share.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct MemRecord {
-    pub start: u64,
-    pub end: u64,
-    pub device: u32,
-    pub stream: u32,
-    pub corr: u32,
-    pub bytes: u64,
-    pub graph: u32,
-    pub node: u64,
 }
 
 /// A KERNEL or CONCURRENT_KERNEL record; its name borrows CUPTI's buffer.
@@ -74,10 +61,12 @@ pub(crate) struct MarkerHalf<'a> {
 pub(crate) enum Activity<'a> {
     Kernel(KernelRecord<'a>),
     Memcpy {
-        op: MemRecord,
+        /// Its `kind` is left 0: the store names it from `copy_kind`.
+        op: MemOp,
         copy_kind: u32,
     },
-    Memset(MemRecord),
+    /// Its `kind` is left 0: the store names it.
+    Memset(MemOp),
     Api(ApiCallSeen),
     Sync(SyncRecord),
     Event(EventRecord),
@@ -93,16 +82,17 @@ macro_rules! field {
     };
 }
 
-/// A [`MemRecord`] from a MEMCPY or MEMSET record at `$m`.
+/// The trace's [`MemOp`] of a MEMCPY or MEMSET record at `$m`, its kind not yet named.
 macro_rules! mem_record {
     ($m:expr) => {
-        MemRecord {
+        MemOp {
             start: field!($m, start),
             end: field!($m, end),
             device: field!($m, deviceId),
             stream: field!($m, streamId),
             corr: field!($m, correlationId),
             bytes: field!($m, bytes),
+            kind: 0,
             graph: field!($m, graphId),
             node: field!($m, graphNodeId),
         }

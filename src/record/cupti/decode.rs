@@ -4,12 +4,10 @@
 //! [`super::activity::read`] read it.
 #![forbid(unsafe_code)]
 
-use super::activity::{Activity, ApiCallSeen, KernelRecord, MemRecord};
+use super::activity::{Activity, ApiCallSeen, KernelRecord};
 use super::budget::markers::MarkerKeeping;
 use super::sys;
-use crate::trace::{
-    ApiCall, ApiDomain, Kernel, Marker, MarkerKind, MemOp, StrId, Sync, TraceBuilder,
-};
+use crate::trace::{ApiCall, ApiDomain, Kernel, Marker, MarkerKind, StrId, Sync, TraceBuilder};
 use std::collections::HashMap;
 use std::ffi::CStr;
 
@@ -311,28 +309,17 @@ impl RecordStore {
         record: Activity<'_>,
         resolve: &dyn Fn(ApiDomain, u32) -> Option<String>,
     ) {
-        let mem_op = |op: MemRecord, kind: StrId| MemOp {
-            start: op.start,
-            end: op.end,
-            device: op.device,
-            stream: op.stream,
-            corr: op.corr,
-            bytes: op.bytes,
-            kind,
-            graph: op.graph,
-            node: op.node,
-        };
         match record {
             Activity::Kernel(k) => self.add_kernel(k),
-            Activity::Memcpy { op, copy_kind } => {
-                let kind = self
+            Activity::Memcpy { mut op, copy_kind } => {
+                op.kind = self
                     .builder
                     .intern(crate::trace::memcpy_kind_name(copy_kind));
-                self.builder.trace.memcpys.push(mem_op(op, kind));
+                self.builder.trace.memcpys.push(op);
             }
-            Activity::Memset(op) => {
-                let kind = self.builder.intern("memset");
-                self.builder.trace.memsets.push(mem_op(op, kind));
+            Activity::Memset(mut op) => {
+                op.kind = self.builder.intern("memset");
+                self.builder.trace.memsets.push(op);
             }
             Activity::Api(call) => self.add_api_call(call, resolve),
             Activity::Sync(s) => {
