@@ -988,12 +988,18 @@ impl RangeHint {
     /// `--step-range NAME`, NAME quoted for a POSIX shell where it needs it, so the flag works
     /// as written.
     pub fn flag(&self) -> String {
-        let plain = |c: char| c.is_ascii_alphanumeric() || "_-.,:/=@%+".contains(c);
-        if !self.name.is_empty() && self.name.chars().all(plain) {
-            format!("--step-range {}", self.name)
-        } else {
-            format!("--step-range '{}'", self.name.replace('\'', "'\\''"))
-        }
+        format!("--step-range {}", shell_word(&self.name))
+    }
+}
+
+/// `word` as a POSIX shell reads it back: as it is when it holds only characters no shell
+/// treats specially, else in single quotes (a quote inside closed, escaped and reopened).
+pub fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-.,:/=@%+".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 

@@ -396,20 +396,9 @@ pub fn judge(plan: &Plan, results: &[RunResult], expect_fix: Option<&str>) -> Tr
 /// `args` as a shell would take them back: each argument with characters other than
 /// letters, digits and `-_=./:,@%+` in single quotes.
 pub fn shell_line(args: &[String]) -> String {
-    let plain = |a: &str| {
-        !a.is_empty()
-            && a.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_=./:,@%+".contains(c))
-    };
     let quoted: Vec<String> = args
         .iter()
-        .map(|a| {
-            if plain(a) {
-                a.clone()
-            } else {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            }
-        })
+        .map(|a| super::discover::shell_word(a))
         .collect();
     quoted.join(" ")
 }
