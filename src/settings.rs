@@ -89,7 +89,7 @@ settings! {
     CuptiHostPinned = "GAPSCOPE_CUPTI_HOST_PINNED", Diagnostic,
         "`0` or `1`: device records in pinned host memory (default 1, so records survive a sticky CUDA error).";
     CuptiNodeFrames = "GAPSCOPE_CUPTI_NODE_FRAMES", Diagnostic,
-        "`0`: graph nodes are made without walking the creating thread's frames for their library function.";
+        "`0`: graph nodes are made without reading the creating thread's frames (native, for their library function; Python, for the program's code that made them).";
     CuptiApiFrom = "GAPSCOPE_CUPTI_API_FROM", Diagnostic,
         "`callbacks`: the API calls kept are recorded from their enter and exit callbacks instead of the RUNTIME and DRIVER kinds.";
     CuptiGraphTrace = "GAPSCOPE_CUPTI_GRAPH_TRACE", Diagnostic,

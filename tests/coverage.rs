@@ -4,8 +4,8 @@
 use gapscope::analysis::{self, Analysis, AnalysisOptions, CellAnalysis, Regime};
 use gapscope::report::{analysis_json, analysis_markdown, summary::analysis_summary};
 use gapscope::trace::{
-    self, ApiCall, Cell, GraphNode, Kernel, Marker, MarkerKind, Metadata, NodeType, Source, StrId,
-    Trace, TraceBuilder,
+    self, ApiCall, Cell, GraphNode, HostFrame, Kernel, Marker, MarkerKind, Metadata, NodeType,
+    Source, StrId, Trace, TraceBuilder,
 };
 
 /// A trace under construction: kernels launched by API calls, with step markers and ranges.
@@ -428,6 +428,47 @@ fn replayed_kernels_inherit_the_ranges_and_library_of_their_nodes_creation() {
 }
 
 #[test]
+fn replayed_kernels_name_the_programs_python_code_that_created_their_nodes() {
+    let mut t = provenance_trace([Some(30 * US), Some(85 * US)]);
+    // The first node was made from the program's own `forward`, under torch's `linear`; the
+    // second by a thread that ran no Python code.
+    let site = "/venv/lib/python3.12/site-packages";
+    let stack = [
+        HostFrame::stack_line(&format!("{site}/torch/nn/functional.py"), 2380, "linear"),
+        HostFrame::stack_line("/home/u/app/models/mlp.py", 118, "forward"),
+        HostFrame::stack_line("/home/u/app/decode.py", 40, "decode_step"),
+    ]
+    .join("\n");
+    t.strings.push(stack);
+    let id = (t.strings.len() - 1) as u32;
+    t.graph.nodes[0].python_stack = Some(id);
+    t.validate().expect("a valid trace");
+    let a = analyze(&t);
+    let c = cell_of(&a, Regime::Graphed);
+    let p = c.sequence[0].provenance.clone().expect("a provenance");
+    assert_eq!(p.code.as_deref(), Some("models/mlp.py:118 forward"));
+    assert_eq!(
+        p.label(),
+        "decode_step/layer 3/mlp ← models/mlp.py:118 forward ← cublasLtMatmul"
+    );
+    assert_eq!(c.sequence[1].provenance.clone().unwrap().code, None);
+    assert_eq!(c.observed.replayed_with_code, Some(0.5));
+    assert_eq!(graphed_cell_json(&a)["observed"]["replayed_with_code"], 0.5);
+    let md = analysis_markdown(&a);
+    assert!(md.contains("| 100 % (50 % name their code) |"), "{md}");
+
+    // A recording that read no stack says nothing of code, in the JSON too.
+    let a = analyze(&provenance_trace([Some(30 * US), Some(85 * US)]));
+    let c = cell_of(&a, Regime::Graphed);
+    assert_eq!(c.observed.replayed_with_code, None);
+    assert!(
+        graphed_cell_json(&a)["observed"]
+            .get("replayed_with_code")
+            .is_none()
+    );
+}
+
+#[test]
 fn nodes_without_creation_records_share_only_what_the_trace_holds() {
     // As traces recorded before nodes carried their creation: the GEMM's library only.
     let t = provenance_trace([None, None]);
@@ -437,6 +478,7 @@ fn nodes_without_creation_records_share_only_what_the_trace_holds() {
         c.sequence[0].provenance,
         Some(analysis::provenance::Provenance {
             ranges: vec![],
+            code: None,
             library: Some("cublasLtMatmul".into())
         })
     );

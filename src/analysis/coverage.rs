@@ -34,6 +34,7 @@ struct Tally {
     eager_ops: usize,
     eager_ns: u64,
     graph_ops_with_provenance: usize,
+    graph_ops_with_code: usize,
     in_graphed: EagerInGraphed,
 }
 
@@ -63,6 +64,7 @@ pub fn measure(
                     t.graph_ns += ns;
                     t.graph_ops_with_provenance +=
                         usize::from(provenance.node_has_provenance(op.node));
+                    t.graph_ops_with_code += usize::from(provenance.node_has_code(op.node));
                 } else {
                     eager.0 += 1;
                     eager.1 += ns;
@@ -86,6 +88,8 @@ pub fn measure(
         o.graph_coverage_ops = share(t.graph_ops as f64, (t.graph_ops + t.eager_ops) as f64);
         o.eager_in_graphed = (t.in_graphed.steps > 0).then_some(t.in_graphed);
         o.replayed_with_provenance = share(t.graph_ops_with_provenance as f64, t.graph_ops as f64);
+        o.replayed_with_code = share(t.graph_ops_with_code as f64, t.graph_ops as f64)
+            .filter(|_| provenance.any_code());
     }
 }
 

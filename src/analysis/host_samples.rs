@@ -3,9 +3,10 @@
 //! For a host-bound gap ([`is_host_bound`]: graph launch host-bound, host launch-bound, host
 //! synchronisation), the host samples ([`crate::trace::HostSamples`]) of the thread that made
 //! the op's launch call, taken inside the gap, aggregated over the cell's steps (one position
-//! of its op sequence), name the code: each sample's innermost frame of the program's own
-//! code ([`is_library_file`] tells it from installed packages and the standard library) and
-//! the library frame that frame called. Samples are uniform in time, so a code's share of the
+//! of its op sequence), name the code: each sample's innermost frame of the program's code —
+//! its own files and the model libraries it is written in (transformers' `generate()`), told
+//! from the runtime they call by [`is_runtime_file`] — and the runtime frame that frame
+//! called (torch, Triton, the standard library). Samples are uniform in time, so a code's share of the
 //! samples is its share of the gaps' time. Fewer than [`MIN_SAMPLES`] samples name nothing.
 #![forbid(unsafe_code)]
 
@@ -58,10 +59,11 @@ pub struct HostTime {
 /// One code the launching thread ran in the gaps.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HostCode {
-    /// The innermost frame of the program's own code ("decode.py:41 decode_step"), or, when
+    /// The innermost frame of the program's code, its own or a model library's
+    /// ("transformers/generation/utils.py:3310 _sample"), or, when
     /// the stack holds none, its outermost frame.
     pub code: String,
-    /// The library frame that code called ("transformers/generation/utils.py:_sample"), if any.
+    /// The runtime frame that code called ("torch/_dynamo/eval_frame.py:_fn"), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calls: Option<String>,
     /// The innermost frame where most of these samples were ("torch/_dynamo/guards.py:check").
@@ -72,7 +74,8 @@ pub struct HostCode {
 }
 
 impl HostTime {
-    /// "74 % decode.py:41 decode_step → transformers/…/utils.py:_sample; 12 % … (n = 120)", or
+    /// "74 % transformers/generation/utils.py:3310 _sample → torch/_dynamo/eval_frame.py:_fn;
+    /// 12 % … (n = 120)", or
     /// "3 samples: too few to name the code".
     pub fn describe(&self) -> String {
         if self.top.is_empty() {
@@ -96,7 +99,7 @@ impl HostTime {
 }
 
 impl HostCode {
-    /// "74 % decode.py:41 decode_step → transformers/generation/utils.py:_sample".
+    /// "74 % transformers/generation/utils.py:3310 _sample → torch/_dynamo/eval_frame.py:_fn".
     pub fn describe(&self) -> String {
         let share = format!("{:.0} %", self.share * 100.0);
         match &self.calls {
@@ -190,27 +193,33 @@ impl<'a> SampleIndex<'a> {
     }
 
     fn top_codes(&self, stacks: &[(u32, u64)], most: usize) -> Vec<HostCode> {
-        // Per (code, calls): samples, weight, and weight per innermost frame.
-        type Group = (usize, u64, FxHashMap<String, u64>);
+        // Per (function, calls): samples, weight, weight per line (the code is named by its
+        // heaviest line, so one function's lines add up) and per innermost frame.
+        type Group = (usize, u64, FxHashMap<String, u64>, FxHashMap<String, u64>);
         let mut groups: FxHashMap<(String, Option<String>), Group> = FxHashMap::default();
         for &(stack, weight) in stacks {
             let frames: Vec<&HostFrame> = self.samples.stack(stack).collect();
             let (code, calls) = own_code(&frames);
+            let function = code_function(&frames);
             let innermost = frames.first().map_or_else(String::new, |f| short_frame(f));
-            let group = groups.entry((code, calls)).or_default();
+            let group = groups.entry((function, calls)).or_default();
             group.0 += 1;
             group.1 += weight;
-            *group.2.entry(innermost).or_default() += weight;
+            *group.2.entry(code).or_default() += weight;
+            *group.3.entry(innermost).or_default() += weight;
         }
         let total = stacks.iter().map(|s| s.1).sum::<u64>().max(1) as f64;
         let mut codes: Vec<(u64, HostCode)> = groups
             .into_iter()
-            .map(|((code, calls), (samples, weight, inner))| {
-                let innermost = inner
-                    .into_iter()
-                    .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
-                    .map(|(f, _)| f)
-                    .unwrap_or_default();
+            .map(|((_, calls), (samples, weight, lines, inner))| {
+                let heaviest = |m: FxHashMap<String, u64>| {
+                    m.into_iter()
+                        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+                        .map(|(f, _)| f)
+                        .unwrap_or_default()
+                };
+                let code = heaviest(lines);
+                let innermost = heaviest(inner);
                 let share = weight as f64 / total;
                 let code = HostCode {
                     code,
@@ -364,11 +373,11 @@ impl HostCodeChange {
     }
 }
 
-/// A stack's (innermost first) innermost frame of the program's own code, and the library
-/// frame it called; a stack with no own frame: its outermost frame, and the frame it called.
-fn own_code(frames: &[&HostFrame]) -> (String, Option<String>) {
-    let own = frames.iter().position(|f| !is_library_file(&f.file));
-    let at = own.unwrap_or(frames.len().saturating_sub(1));
+/// A stack's (innermost first) innermost frame of the program's code, and the runtime frame
+/// it called; a stack with no frame of the program's: its outermost frame, and the frame it
+/// called.
+pub fn own_code(frames: &[&HostFrame]) -> (String, Option<String>) {
+    let at = own_index(frames);
     let Some(frame) = frames.get(at) else {
         return ("(no Python frame)".to_owned(), None);
     };
@@ -376,15 +385,54 @@ fn own_code(frames: &[&HostFrame]) -> (String, Option<String>) {
     (own_frame(frame), calls)
 }
 
-/// Whether a file is a library's rather than the program's: an installed package
-/// (`site-packages`, `dist-packages`), the standard library (`lib/pythonX.Y/`), frozen
-/// modules, or no file at all (a built-in function traced by torch.profiler).
-pub fn is_library_file(file: &str) -> bool {
+/// The function [`own_code`] names, without its line: what one code's samples share.
+fn code_function(frames: &[&HostFrame]) -> String {
+    frames
+        .get(own_index(frames))
+        .map_or_else(String::new, |f| short_frame(f))
+}
+
+/// The position of the code [`own_code`] names: the innermost frame of the program's, else
+/// the outermost.
+fn own_index(frames: &[&HostFrame]) -> usize {
+    let own = frames.iter().position(|f| !is_runtime_file(&f.file));
+    own.unwrap_or(frames.len().saturating_sub(1))
+}
+
+/// Packages that programs call into rather than write their code in: torch and what it
+/// compiles and runs with. A model library (transformers, accelerate, …) is the program's code:
+/// its `generate()` and `forward` are where a user looks for what the host did.
+const RUNTIME_PACKAGES: [&str; 8] = [
+    "torch",
+    "triton",
+    "functorch",
+    "torchgen",
+    "numpy",
+    "nvidia",
+    "sympy",
+    "typing_extensions",
+];
+
+/// Whether a file is the runtime's rather than the program's: a [`RUNTIME_PACKAGES`]
+/// package, the standard library (`lib/pythonX.Y/`), frozen modules, code torch.compile
+/// generated (inductor's `/tmp/torchinductor_USER/…`), or no file at all (a built-in function
+/// traced by torch.profiler).
+pub fn is_runtime_file(file: &str) -> bool {
+    if let Some(path) = package_path(file) {
+        let package = path.split(['/', '.']).next().unwrap_or("");
+        return RUNTIME_PACKAGES.contains(&package);
+    }
     file.is_empty()
-        || file.contains("/site-packages/")
-        || file.contains("/dist-packages/")
         || file.starts_with("<frozen")
+        || file.contains("/torchinductor_")
         || stdlib_tail(file).is_some()
+}
+
+/// The path inside `site-packages` or `dist-packages` of an installed package's file.
+fn package_path(file: &str) -> Option<&str> {
+    ["/site-packages/", "/dist-packages/"]
+        .iter()
+        .find_map(|m| file.rfind(m).map(|i| &file[i + m.len()..]))
 }
 
 /// The path inside the standard library of a file under `…/lib/pythonX.Y/`.
@@ -398,33 +446,35 @@ fn stdlib_tail(file: &str) -> Option<&str> {
         .then(|| &rest[slash + 1..])
 }
 
-/// A frame as "package/path.py:function" (a library's: the path inside `site-packages` or the
-/// standard library) or "dir/file.py:LINE function" (the program's own).
+/// A frame as "package/path.py:function" (the runtime's) or "path.py:LINE function" (the
+/// program's: an installed package's path inside `site-packages`, else the file's last two
+/// parts).
 pub fn frame_label(f: &HostFrame) -> String {
     own_frame(f)
 }
 
-/// A library frame as "package/path.py:function" (the path inside `site-packages` or the
-/// standard library).
-fn short_frame(f: &HostFrame) -> String {
-    let file = &f.file;
-    if file.is_empty() {
-        return f.function.clone();
-    }
-    let tail = ["/site-packages/", "/dist-packages/"]
-        .iter()
-        .find_map(|m| file.rfind(m).map(|i| &file[i + m.len()..]))
+/// The file's short path: inside `site-packages` or the standard library, else its last two
+/// parts ("models/decode.py").
+fn short_path(file: &str) -> &str {
+    package_path(file)
         .or_else(|| stdlib_tail(file))
-        .unwrap_or_else(|| last_parts(file));
-    format!("{tail}:{}", f.function)
+        .unwrap_or_else(|| last_parts(file))
 }
 
-/// The program's own frame as "dir/file.py:LINE function".
+/// A runtime frame as "package/path.py:function".
+fn short_frame(f: &HostFrame) -> String {
+    if f.file.is_empty() {
+        return f.function.clone();
+    }
+    format!("{}:{}", short_path(&f.file), f.function)
+}
+
+/// The program's frame as "path.py:LINE function".
 fn own_frame(f: &HostFrame) -> String {
-    if is_library_file(&f.file) {
+    if is_runtime_file(&f.file) {
         return short_frame(f);
     }
-    format!("{}:{} {}", last_parts(&f.file), f.line, f.function)
+    format!("{}:{} {}", short_path(&f.file), f.line, f.function)
 }
 
 /// The last two parts of a path ("models/decode.py").
@@ -520,10 +570,10 @@ mod tests {
         assert_eq!((t.gaps, t.gap_ns, t.samples), (2, 20_000, 16));
         assert_eq!(t.top.len(), 2);
         let first = &t.top[0];
-        assert_eq!(first.code, "app/decode.py:41 decode_step");
+        assert_eq!(first.code, "transformers/generation/utils.py:20 _sample");
         assert_eq!(
             first.calls.as_deref(),
-            Some("transformers/generation/utils.py:_sample")
+            Some("torch/_dynamo/guards.py:check")
         );
         assert_eq!(first.innermost, "torch/_dynamo/guards.py:check");
         assert_eq!((first.samples, first.share), (12, 0.75));
@@ -531,8 +581,25 @@ mod tests {
         assert_eq!(t.top[1].calls, None);
         assert_eq!(
             t.describe(),
-            "75 % app/decode.py:41 decode_step → transformers/generation/utils.py:_sample; 25 % app/decode.py:90 main (n = 16)"
+            "75 % transformers/generation/utils.py:20 _sample → torch/_dynamo/guards.py:check; 25 % app/decode.py:90 main (n = 16)"
         );
+    }
+
+    /// 6 samples on line 65 and 5 on line 66 of one function are one code of 11, named by
+    /// its heaviest line.
+    #[test]
+    fn the_lines_of_one_function_add_up_to_one_code() {
+        let on: Vec<(u64, u32, u32)> = (0..11u64)
+            .map(|k| (1_000 + k * 100, 7, if k < 6 { 3 } else { 4 }))
+            .collect();
+        let mut samples = samples(0, &on);
+        samples.frames.push(frame("/home/u/app/norm.py", "forward", 65));
+        samples.frames.push(frame("/home/u/app/norm.py", "forward", 66));
+        samples.stacks.push(vec![5, 3]);
+        samples.stacks.push(vec![6, 3]);
+        let index = SampleIndex::new(Some(&samples)).unwrap();
+        let t = index.attribute(&[(0, 10_000, 7)]);
+        assert_eq!(t.describe(), "100 % app/norm.py:65 forward (n = 11)");
     }
 
     #[test]
@@ -607,24 +674,38 @@ mod tests {
     }
 
     #[test]
-    fn library_files_are_packages_the_standard_library_and_frozen_modules() {
+    fn the_runtime_is_torch_its_kin_the_standard_library_and_generated_code() {
         for lib in [
             "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py",
+            "/venv/lib/python3.12/site-packages/triton/runtime/jit.py",
+            "/venv/lib/python3.12/site-packages/typing_extensions.py",
             "/usr/lib/python3/dist-packages/numpy/core.py",
             "/usr/lib/python3.12/threading.py",
             "/opt/conda/lib/python3.13t/asyncio/events.py",
             "<frozen importlib._bootstrap>",
+            "/tmp/torchinductor_root/q3/cq3abc.py",
         ] {
-            assert!(is_library_file(lib), "{lib}");
+            assert!(is_runtime_file(lib), "{lib}");
         }
         for own in [
             "/home/u/app/decode.py",
+            "/venv/lib/python3.12/site-packages/transformers/generation/utils.py",
+            "/venv/lib/python3.12/site-packages/torchvision_like/x.py",
             "<string>",
             "train.py",
             "/srv/lib/pythonic/x.py",
         ] {
-            assert!(!is_library_file(own), "{own}");
+            assert!(!is_runtime_file(own), "{own}");
         }
+        let sample = frame(
+            "/venv/lib/python3.12/site-packages/transformers/generation/utils.py",
+            "_sample",
+            3310,
+        );
+        assert_eq!(
+            frame_label(&sample),
+            "transformers/generation/utils.py:3310 _sample"
+        );
         assert_eq!(last_parts("/a/b/c.py"), "b/c.py");
         assert_eq!(last_parts("c.py"), "c.py");
     }

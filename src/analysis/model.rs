@@ -355,6 +355,11 @@ pub struct Observed {
     /// Share (0…1) of the cell's replayed ops whose graph node carries a provenance (NVTX
     /// ranges at its creation, or a library); `None` without replayed ops.
     pub replayed_with_provenance: Option<f64>,
+    /// Share (0…1) of the cell's replayed ops whose graph node names the program's Python
+    /// code that created it; `None` without replayed ops, or when the recording read no
+    /// node's Python frames.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replayed_with_code: Option<f64>,
 }
 
 /// Per position of a cell's canonical op sequence: durations and the gap before, over steps.

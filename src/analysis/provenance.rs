@@ -13,8 +13,9 @@
 #![forbid(unsafe_code)]
 
 use super::Op;
+use super::host_samples::own_code;
 use super::timeline::LaunchIndex;
-use crate::trace::{GraphNode, HostRanges, StrId, Trace};
+use crate::trace::{GraphNode, HostFrame, HostRanges, StrId, Trace};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -25,20 +26,25 @@ can name where its replayed kernels came from; graph coverage, the eager ops' pr
 the imported ranges) and the launch ↔ device record check are read as for a recording, NVTX \
 ranges never ended cannot be counted";
 
-/// Where an op came from: `ranges` outermost first; `library` the library function that
-/// launched it (e.g. `ncclAllGather`, `cublasLtMatmul`), when the trace holds it.
+/// Where an op came from: `ranges` outermost first; `code` the program's own Python frame that
+/// created its graph node (a replayed op of a recording that read Python frames); `library`
+/// the library function that launched it (e.g. `ncclAllGather`, `cublasLtMatmul`), when the
+/// trace holds it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct Provenance {
     pub ranges: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
     pub library: Option<String>,
 }
 
 impl Provenance {
     pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty() && self.library.is_none()
+        self.ranges.is_empty() && self.code.is_none() && self.library.is_none()
     }
 
-    /// "decode_step/layer 3/mlp ← cublasLtMatmul"; a library's own NVTX range (NCCL's
+    /// "decode_step/layer 3/mlp ← model.py:118 forward ← cublasLtMatmul" (ranges, code,
+    /// library, each when known); a library's own NVTX range (NCCL's
     /// `ncclAllGather`) is not repeated before its name, and a long template argument list
     /// of a torch function is elided (`at::native::gpu_kernel_impl<…>`; `library` keeps it).
     pub fn label(&self) -> String {
@@ -50,10 +56,14 @@ impl Provenance {
         }
         let path = ranges.join("/");
         let library = self.library.as_deref().map(elide_long_templates);
-        match (&library, path.is_empty()) {
-            (Some(lib), true) => format!("← {lib}"),
-            (Some(lib), false) => format!("{path} ← {lib}"),
-            (None, _) => path,
+        let after: Vec<&str> = [self.code.as_deref(), library.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect();
+        match (after.is_empty(), path.is_empty()) {
+            (true, _) => path,
+            (false, true) => format!("← {}", after.join(" ← ")),
+            (false, false) => format!("{path} ← {}", after.join(" ← ")),
         }
     }
 }
@@ -138,9 +148,15 @@ impl ProvenanceIndex {
                     .flatten()
                     .find_map(|c| c.library_frame.or(c.library_call))
                     .map(|s| trace.str(s).to_owned());
+                let code = [origin, Some(n)]
+                    .into_iter()
+                    .flatten()
+                    .find_map(|c| c.python_stack)
+                    .and_then(|s| creating_code(trace.str(s)));
                 let p = Provenance {
                     ranges: creation
                         .map_or_else(Vec::new, |(thread, at)| names(ranges.enclosing(thread, at))),
+                    code,
                     library,
                 };
                 (!p.is_empty()).then_some((n.id, p))
@@ -167,6 +183,7 @@ impl ProvenanceIndex {
                 .into_iter()
                 .map(|s| trace.str(s).to_owned())
                 .collect(),
+            code: None,
             library: self
                 .library_calls
                 .innermost(thread, launched)
@@ -179,6 +196,25 @@ impl ProvenanceIndex {
     pub fn node_has_provenance(&self, node: u64) -> bool {
         self.nodes.contains_key(&node)
     }
+
+    /// Whether the replayed op of graph node `node` names the program's Python code that
+    /// created it.
+    pub fn node_has_code(&self, node: u64) -> bool {
+        self.nodes.get(&node).is_some_and(|p| p.code.is_some())
+    }
+
+    /// Whether any node of the trace names its Python code (the recording read them).
+    pub fn any_code(&self) -> bool {
+        self.nodes.values().any(|p| p.code.is_some())
+    }
+}
+
+/// The program's own frame that created a node, from its Python stack: the innermost frame
+/// outside libraries, or the outermost frame when every frame is a library's.
+pub fn creating_code(stack: &str) -> Option<String> {
+    let frames = HostFrame::parse_stack(stack);
+    let refs: Vec<&HostFrame> = frames.iter().collect();
+    (!refs.is_empty()).then(|| own_code(&refs).0)
 }
 
 #[cfg(test)]
@@ -189,6 +225,7 @@ mod tests {
     fn a_label_is_the_range_path_then_the_library() {
         let p = |ranges: &[&str], library: Option<&str>| Provenance {
             ranges: ranges.iter().map(|s| s.to_string()).collect(),
+            code: None,
             library: library.map(str::to_owned),
         };
         assert_eq!(
@@ -226,5 +263,53 @@ mod tests {
             "an unbalanced name is kept as it is"
         );
         assert!(p(&[], None).is_empty());
+    }
+
+    #[test]
+    fn a_node_names_the_programs_innermost_own_frame_between_its_ranges_and_library() {
+        let site = "/venv/lib/python3.12/site-packages";
+        let stack = [
+            HostFrame::stack_line(&format!("{site}/torch/nn/functional.py"), 2380, "linear"),
+            HostFrame::stack_line("/home/u/app/models/mlp.py", 118, "forward"),
+            HostFrame::stack_line(
+                &format!("{site}/torch/nn/modules/module.py"),
+                1750,
+                "_call_impl",
+            ),
+            HostFrame::stack_line("/home/u/app/decode.py", 40, "decode_step"),
+        ]
+        .join("\n");
+        let code = creating_code(&stack);
+        assert_eq!(code.as_deref(), Some("models/mlp.py:118 forward"));
+        let p = Provenance {
+            ranges: vec!["decode_step".into()],
+            code,
+            library: Some("cublasLtMatmul".into()),
+        };
+        assert_eq!(
+            p.label(),
+            "decode_step ← models/mlp.py:118 forward ← cublasLtMatmul"
+        );
+        let only_code = Provenance {
+            code: Some("decode.py:40 decode_step".into()),
+            ..Provenance::default()
+        };
+        assert_eq!(only_code.label(), "← decode.py:40 decode_step");
+        // Inductor's generated code is a library's: the program's frame outside it names the node.
+        let compiled = [
+            HostFrame::stack_line("/tmp/torchinductor_root/q3/cq3abc.py", 212, "call"),
+            HostFrame::stack_line(
+                &format!("{site}/torch/_inductor/cudagraph_trees.py"),
+                900,
+                "run",
+            ),
+            HostFrame::stack_line("/home/u/app/decode.py", 52, "main"),
+        ]
+        .join("\n");
+        assert_eq!(
+            creating_code(&compiled).as_deref(),
+            Some("app/decode.py:52 main")
+        );
+        assert_eq!(creating_code(""), None);
     }
 }

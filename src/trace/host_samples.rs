@@ -57,6 +57,36 @@ pub struct HostFrame {
     pub line: u32,
 }
 
+impl HostFrame {
+    /// The frame as one line of a graph node's Python stack
+    /// ([`crate::trace::GraphNode::python_stack`]): `file<TAB>line<TAB>function`.
+    pub fn stack_line(file: &str, line: u32, function: &str) -> String {
+        format!("{file}\t{line}\t{function}")
+    }
+
+    /// A graph node's Python stack, innermost first, as [`Self::stack_line`] wrote it; a line
+    /// of another shape is a frame with no file.
+    pub fn parse_stack(stack: &str) -> Vec<HostFrame> {
+        stack
+            .lines()
+            .map(|l| {
+                let mut parts = l.splitn(3, '\t');
+                match (parts.next(), parts.next(), parts.next()) {
+                    (Some(file), Some(line), Some(function)) => HostFrame {
+                        file: file.to_owned(),
+                        function: function.to_owned(),
+                        line: line.parse().unwrap_or(0),
+                    },
+                    _ => HostFrame {
+                        function: l.to_owned(),
+                        ..HostFrame::default()
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
 type HostFrameRow = (String, String, u32);
 
 impl From<HostFrame> for HostFrameRow {

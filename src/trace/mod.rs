@@ -660,9 +660,14 @@ impl Trace {
             }
         }
         for (i, node) in self.graph.nodes.iter().enumerate() {
-            for id in [node.created_by, node.library_call, node.library_frame]
-                .into_iter()
-                .flatten()
+            for id in [
+                node.created_by,
+                node.library_call,
+                node.library_frame,
+                node.python_stack,
+            ]
+            .into_iter()
+            .flatten()
             {
                 check_str("graph node", i, id)?;
             }

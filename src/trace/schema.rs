@@ -542,6 +542,12 @@ pub struct GraphNode {
     /// found, and in traces recorded before the recorder looked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub library_frame: Option<StrId>,
+    /// The creating thread's Python frames when the node was created, innermost first, one
+    /// per line as `file<TAB>line<TAB>function` (line 0 when unknown): where in the program's
+    /// code the node came from. Absent when the thread ran no Python code, and in traces
+    /// recorded before the recorder read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_stack: Option<StrId>,
 }
 
 /// `to` depends on `from` (`from` must finish before `to` starts).

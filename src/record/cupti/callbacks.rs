@@ -21,6 +21,7 @@ use super::params::{
     ApiCallback, FunctionName, GraphEvent, Handler, NVTX_RANGE_POP, NVTX_RANGE_PUSH_A,
     NVTX_RANGE_PUSH_EX, NVTX_RANGE_PUSH_W, NvtxCallback, ResourceCallback,
 };
+use super::python_stack::CreatingStack;
 use super::result::SubscriberHandle;
 use super::state::{
     API_FROM_CALLBACKS, BUDGET_ON, NODE_FRAMES, PANICS, PAUSE_FILTER, Shared, State, WATCH_ARMED,
@@ -644,6 +645,7 @@ fn intern_creation(state: &mut State, raw: &RawCreation) -> Creation {
         created_by,
         library_call: raw.library_call,
         library_frame: None,
+        python_stack: None,
         wait_external: raw.wait_external,
         record_external: raw.record_external,
         explicit_add: raw.explicit_add,
@@ -758,10 +760,16 @@ fn node_created(cupti: &Cupti, shared: &Shared, gd: &GraphEvent<'_>) -> Result<(
     // The library calls on the stack (node creation is not a hot path). Without a
     // library-call marker of ours, the program's own NCCL call tags the node (its NVTX ranges,
     // when it emits them, are joined when the recording ends).
-    let libraries = if NODE_FRAMES.load(Ordering::Relaxed) {
+    let with_frames = NODE_FRAMES.load(Ordering::Relaxed);
+    let libraries = if with_frames {
         super::frames::calling_libraries()
     } else {
         super::frames::LibraryFrames::default()
+    };
+    let python = if with_frames {
+        super::python_stack::creating_stack()
+    } else {
+        CreatingStack::None
     };
     let mut state = lock(&shared.state);
     state.self_corr.extend(corr);
@@ -773,6 +781,11 @@ fn node_created(cupti: &Cupti, shared: &Shared, gd: &GraphEvent<'_>) -> Result<(
         how.library_call = Some(state.records.intern(&name));
     }
     how.library_frame = libraries.frame.map(|name| state.records.intern(&name));
+    match python {
+        CreatingStack::Frames(frames) => how.python_stack = Some(state.records.intern(&frames)),
+        CreatingStack::RefusedFirst(note) => state.problem(note),
+        CreatingStack::None => {}
+    }
     state.graph.node_created(id, graph, node_type, how);
     Ok(())
 }

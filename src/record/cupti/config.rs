@@ -390,8 +390,9 @@ pub(super) struct Diagnostics {
     /// `GAPSCOPE_CUPTI_HOST_PINNED=0|1`: CUPTI's device-record buffers in pinned host memory
     /// (`CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED`) rather than device memory.
     pub host_pinned: Option<bool>,
-    /// `GAPSCOPE_CUPTI_NODE_FRAMES=0`: graph nodes are made without walking the creating
-    /// thread's frames (no library function in their provenance), to measure its cost.
+    /// `GAPSCOPE_CUPTI_NODE_FRAMES=0`: graph nodes are made without reading the creating
+    /// thread's frames (no library function, no Python code in their provenance), to measure
+    /// their cost.
     pub skip_node_frames: bool,
     /// `GAPSCOPE_BUDGET_PAUSE_FILTER=0`: a budget's pause leaves the per-call API record filter
     /// as it is (by default it switches off the calls the filter keeps: see

@@ -15,6 +15,8 @@ pub(crate) struct Creation {
     /// The outermost frame of a known library on the thread's stack (see
     /// [`crate::trace::GraphNode::library_frame`]).
     pub library_frame: Option<StrId>,
+    /// The creating thread's Python frames (see [`crate::trace::GraphNode::python_stack`]).
+    pub python_stack: Option<StrId>,
     /// An active `cudaStreamWaitEvent`/`cuStreamWaitEvent` was called with the external flag.
     pub wait_external: bool,
     /// An active `cudaEventRecordWithFlags`/`cuEventRecordWithFlags` had the external flag.
@@ -71,6 +73,7 @@ impl GraphTable {
             library_call: how.library_call,
             cloned_from: None,
             library_frame: how.library_frame,
+            python_stack: how.python_stack,
             ..how.when()
         });
     }
@@ -102,6 +105,7 @@ impl GraphTable {
                 library_call: t.library_call,
                 cloned_from: Some(template),
                 library_frame: t.library_frame,
+                python_stack: t.python_stack,
                 ..how.when()
             },
             None => GraphNode {
@@ -113,6 +117,7 @@ impl GraphTable {
                 library_call: how.library_call,
                 cloned_from: Some(template),
                 library_frame: how.library_frame,
+                python_stack: how.python_stack,
                 ..how.when()
             },
         };

@@ -31,6 +31,7 @@ mod loaded;
 mod loader;
 mod local_symbols;
 mod params;
+mod python_stack;
 mod recorder;
 mod result;
 mod state;

@@ -184,7 +184,7 @@ impl Recorder {
         }
         if diagnostics.skip_node_frames {
             notes.push(
-                "graph nodes made without their library function (GAPSCOPE_CUPTI_NODE_FRAMES=0)"
+                "graph nodes made without their library function and Python code (GAPSCOPE_CUPTI_NODE_FRAMES=0)"
                     .to_owned(),
             );
         }

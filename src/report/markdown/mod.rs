@@ -126,10 +126,24 @@ fn workload_table(s: &mut String, a: &Analysis, cells: &[usize]) {
             opt_stat_cell(c.event_period.as_ref()),
             share(o.graph_coverage),
             share(o.graph_coverage_ops),
-            share(o.replayed_with_provenance),
+            provenance_cell(o.replayed_with_provenance, o.replayed_with_code),
         );
     }
     let _ = writeln!(s);
+}
+
+/// The share of replayed ops with a provenance, and of those naming their Python code when the
+/// recording read it: "100 % (96 % name their code)".
+fn provenance_cell(with_provenance: Option<f64>, with_code: Option<f64>) -> String {
+    let share = |v: Option<f64>| v.map_or("—".to_owned(), super::percent);
+    match with_code {
+        Some(code) => format!(
+            "{} ({} name their code)",
+            share(with_provenance),
+            share(Some(code))
+        ),
+        None => share(with_provenance),
+    }
 }
 
 /// The notes under a workload's table: cells without a period, eager work in graphed cells,

@@ -130,6 +130,7 @@ impl Interner {
 /// What a trace says about where an op came from: its graph node, and the library-call ranges
 /// around eager launches.
 pub(super) struct Provenance<'t> {
+    trace: Option<&'t Trace>,
     nodes: FxHashMap<u64, &'t GraphNode>,
     library_calls: Option<HostRanges>,
 }
@@ -137,11 +138,18 @@ pub(super) struct Provenance<'t> {
 impl<'t> Provenance<'t> {
     pub(super) fn new(trace: Option<&'t Trace>) -> Provenance<'t> {
         Provenance {
+            trace,
             nodes: trace
                 .map(|t| t.graph.nodes.iter().map(|n| (n.id, n)).collect())
                 .unwrap_or_default(),
             library_calls: trace.map(|t| HostRanges::library_calls(t, true)),
         }
+    }
+
+    /// The program's own Python frame that created `node`, when the recording read its stack.
+    fn created_in(&self, node: &GraphNode) -> Option<String> {
+        let stack = self.trace?.str(node.python_stack?);
+        crate::analysis::provenance::creating_code(stack)
     }
 
     /// The library call open on `thread` at `at` (an eager launch's).
@@ -443,6 +451,9 @@ fn provenance(
                     }
                     if let Some(lib) = node.library_call {
                         a.trace_str("library_call", lib);
+                    }
+                    if let Some(code) = prov.created_in(node) {
+                        a.str("created_in", &code);
                     }
                     if let Some(template) = node.cloned_from {
                         a.hex("cloned_from", template);
