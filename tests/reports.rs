@@ -39,7 +39,10 @@ fn trace_files(dir: &str, out: &mut Vec<String>) {
     for p in entries {
         let rel = format!("{dir}/{}", p.file_name().unwrap().to_string_lossy());
         if p.is_dir() {
-            trace_files(&rel, out);
+            // A `gapscope try` folder is judged whole by tests/try_cmd.rs.
+            if !p.file_name().unwrap().to_string_lossy().starts_with("try-") {
+                trace_files(&rel, out);
+            }
         } else if rel.ends_with(".json") || rel.ends_with(".json.gz") {
             out.push(rel);
         }

@@ -411,3 +411,46 @@ fn a_signal_stops_the_try_after_the_run_under_way_and_the_partial_report_says_so
     assert_eq!(plan["runs"][0]["interrupted"], true);
     assert!(plan["interrupted"].is_string());
 }
+
+/// The H200 try of `examples/serial_event.py` (traces/try-serial-event-h200, 3 rounds, BASE
+/// and 3 variants, default `record`), judged again without a GPU: the setting that makes the
+/// program build no serial event removes the external event wait of the mode-2 graph; the
+/// two NCCL settings, which this one-GPU program does not read, are ruled out with no effect.
+/// The report is the committed one, byte for byte.
+#[test]
+fn the_h200_try_of_the_serial_event_program_is_judged_again_the_same_without_a_gpu() {
+    let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/try-serial-event-h200");
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("report");
+    let out = gapscope(&[
+        "try",
+        "--from",
+        folder.to_str().unwrap(),
+        "-o",
+        out_dir.to_str().unwrap(),
+        "--expect-fix",
+        "NCCL_GRAPH_MIXING_SUPPORT=0",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out_dir.join("try.json"));
+    let fix = variant_doc(&doc, "NCCL_GRAPH_MIXING_SUPPORT=0");
+    assert_eq!(fix["word"], "removes", "{fix}");
+    let removed: Vec<&serde_json::Value> = fix["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["word"] == "removes")
+        .collect();
+    assert_eq!(removed.len(), 1, "{fix}");
+    assert_eq!(removed[0]["removed"], "external event wait");
+    assert!(
+        removed[0]["cell"].as_str().unwrap().starts_with("graph G2"),
+        "{fix}"
+    );
+    for label in ["NCCL_MEM_SYNC_DOMAIN=0", "NCCL_CGA_CLUSTER_SIZE=0"] {
+        assert_eq!(variant_doc(&doc, label)["word"], "no_effect", "{label}");
+    }
+    let committed = std::fs::read_to_string(folder.join("try.md")).unwrap();
+    let again = std::fs::read_to_string(out_dir.join("try.md")).unwrap();
+    assert_eq!(again, committed);
+}

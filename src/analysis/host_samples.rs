@@ -593,8 +593,12 @@ mod tests {
             .map(|k| (1_000 + k * 100, 7, if k < 6 { 3 } else { 4 }))
             .collect();
         let mut samples = samples(0, &on);
-        samples.frames.push(frame("/home/u/app/norm.py", "forward", 65));
-        samples.frames.push(frame("/home/u/app/norm.py", "forward", 66));
+        samples
+            .frames
+            .push(frame("/home/u/app/norm.py", "forward", 65));
+        samples
+            .frames
+            .push(frame("/home/u/app/norm.py", "forward", 66));
         samples.stacks.push(vec![5, 3]);
         samples.stacks.push(vec![6, 3]);
         let index = SampleIndex::new(Some(&samples)).unwrap();
