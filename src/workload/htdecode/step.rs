@@ -122,6 +122,86 @@ fn alloc<T: cuda::PlainNumber>(
     cuda::alloc_uninit::<T>(stream, len).map_err(drv(what))
 }
 
+/// Compiles the kernels for the context's device (the newest NVRTC target that loads) and
+/// loads them: the module and the target it was built for.
+fn load_module(ctx: &Arc<CudaContext>) -> Result<(Arc<CudaModule>, String), HtDecodeError> {
+    let (major, minor) = ctx
+        .compute_capability()
+        .map_err(drv("compute capability"))?;
+    let mut failures = Vec::new();
+    for target in nvrtc_targets(major, minor) {
+        let module = compile_kernels(&target)
+            .and_then(|code| ctx.load_module(code).map_err(drv("cuModuleLoadData")));
+        match module {
+            Ok(m) => return Ok((m, target)),
+            Err(HtDecodeError::Unavailable(why)) => return Err(HtDecodeError::Unavailable(why)),
+            Err(e) => failures.push(format!("{target}: {e}")),
+        }
+    }
+    Err(HtDecodeError::Nvrtc(failures.join("; ")))
+}
+
+/// The step's buffers: topk, weights, tokens, routing map, gathered, preprocessing block,
+/// sparse-to-dense, recv, out.
+type Buffers = (
+    CudaSlice<i32>,
+    CudaSlice<f32>,
+    CudaSlice<u16>,
+    CudaSlice<u8>,
+    CudaSlice<u8>,
+    CudaSlice<i32>,
+    CudaSlice<i32>,
+    CudaSlice<u16>,
+    CudaSlice<u16>,
+);
+
+/// Allocates every buffer on `stream` and uploads this rank's inputs and the gathered
+/// buffer's `remote` maps.
+fn upload_buffers(
+    stream: &Arc<CudaStream>,
+    cfg: &HtDecodeConfig,
+    layout: &BlockLayout,
+    inputs: &RankInputs,
+    remote: &[u8],
+) -> Result<Buffers, HtDecodeError> {
+    let mut topk = alloc::<i32>(stream, inputs.topk.len(), "alloc topk")?;
+    let mut weights = alloc::<f32>(stream, inputs.weights.len(), "alloc weights")?;
+    let mut tokens = alloc::<u16>(stream, inputs.tokens.len(), "alloc tokens")?;
+    let routing_map = alloc::<u8>(stream, cfg.routing_map_bytes(), "alloc routing map")?;
+    let mut gathered = alloc::<u8>(stream, cfg.gathered_bytes(), "alloc gathered")?;
+    let block = alloc::<i32>(stream, layout.len, "alloc preprocessing block")?;
+    let s2d = alloc::<i32>(
+        stream,
+        cfg.max_tokens * cfg.experts,
+        "alloc sparse-to-dense",
+    )?;
+    let recv = alloc::<u16>(stream, cfg.recv_rows() * cfg.hidden, "alloc recv")?;
+    let out = alloc::<u16>(stream, cfg.tokens * cfg.hidden, "alloc out")?;
+    stream
+        .memcpy_htod(&inputs.topk, &mut topk)
+        .map_err(drv("upload topk"))?;
+    stream
+        .memcpy_htod(&inputs.weights, &mut weights)
+        .map_err(drv("upload weights"))?;
+    stream
+        .memcpy_htod(&inputs.tokens, &mut tokens)
+        .map_err(drv("upload tokens"))?;
+    stream
+        .memcpy_htod(remote, &mut gathered)
+        .map_err(drv("upload gathered"))?;
+    Ok((
+        topk,
+        weights,
+        tokens,
+        routing_map,
+        gathered,
+        block,
+        s2d,
+        recv,
+        out,
+    ))
+}
+
 impl HtDecode {
     /// Compiles the kernels for the stream's device, generates this rank's inputs from
     /// `cfg.seed`, allocates and uploads every buffer, and fills the gathered buffer's other
@@ -130,26 +210,7 @@ impl HtDecode {
         cfg.validate()?;
         let ctx = stream.context().clone();
         ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(drv("compute capability"))?;
-        let mut failures = Vec::new();
-        let mut loaded = None;
-        for target in nvrtc_targets(major, minor) {
-            let module = compile_kernels(&target)
-                .and_then(|code| ctx.load_module(code).map_err(drv("cuModuleLoadData")));
-            match module {
-                Ok(m) => {
-                    loaded = Some((m, target));
-                    break;
-                }
-                Err(HtDecodeError::Unavailable(why)) => {
-                    return Err(HtDecodeError::Unavailable(why));
-                }
-                Err(e) => failures.push(format!("{target}: {e}")),
-            }
-        }
-        let (module, target) = loaded.ok_or_else(|| HtDecodeError::Nvrtc(failures.join("; ")))?;
+        let (module, target) = load_module(&ctx)?;
         let load = |name: &'static str| cuda::Kernel::load(&module, name).map_err(drv(name));
         let (f_convert, f_preprocess, f_dispatch, f_standin, f_combine) = (
             load(KERNEL_NAMES[0])?,
@@ -170,44 +231,7 @@ impl HtDecode {
         // Only buffers created in this window are untracked; all their uses are ordered on the
         // caller's streams, and `new` synchronises before returning.
         cuda::set_event_tracking(&ctx, false);
-        let buffers = (|| -> Result<_, HtDecodeError> {
-            let mut topk = alloc::<i32>(stream, inputs.topk.len(), "alloc topk")?;
-            let mut weights = alloc::<f32>(stream, inputs.weights.len(), "alloc weights")?;
-            let mut tokens = alloc::<u16>(stream, inputs.tokens.len(), "alloc tokens")?;
-            let routing_map = alloc::<u8>(stream, cfg.routing_map_bytes(), "alloc routing map")?;
-            let mut gathered = alloc::<u8>(stream, cfg.gathered_bytes(), "alloc gathered")?;
-            let block = alloc::<i32>(stream, layout.len, "alloc preprocessing block")?;
-            let s2d = alloc::<i32>(
-                stream,
-                cfg.max_tokens * cfg.experts,
-                "alloc sparse-to-dense",
-            )?;
-            let recv = alloc::<u16>(stream, cfg.recv_rows() * cfg.hidden, "alloc recv")?;
-            let out = alloc::<u16>(stream, cfg.tokens * cfg.hidden, "alloc out")?;
-            stream
-                .memcpy_htod(&inputs.topk, &mut topk)
-                .map_err(drv("upload topk"))?;
-            stream
-                .memcpy_htod(&inputs.weights, &mut weights)
-                .map_err(drv("upload weights"))?;
-            stream
-                .memcpy_htod(&inputs.tokens, &mut tokens)
-                .map_err(drv("upload tokens"))?;
-            stream
-                .memcpy_htod(&remote, &mut gathered)
-                .map_err(drv("upload gathered"))?;
-            Ok((
-                topk,
-                weights,
-                tokens,
-                routing_map,
-                gathered,
-                block,
-                s2d,
-                recv,
-                out,
-            ))
-        })();
+        let buffers = upload_buffers(stream, &cfg, &layout, &inputs, &remote);
         if tracking {
             // Restores the caller's setting; buffers created from here on are tracked.
             cuda::set_event_tracking(&ctx, true);
@@ -409,13 +433,20 @@ impl HtDecode {
     /// `expert_standin` (if enabled), `combine`. Capturable.
     pub fn after_gather(&mut self, stream: &Arc<CudaStream>) -> Result<(), HtDecodeError> {
         self.bind(stream)?;
-        let c = &self.cfg;
-        if self.gathered.len() < c.gathered_bytes() {
+        if self.gathered.len() < self.cfg.gathered_bytes() {
             return Err(HtDecodeError::Config(
                 "gathered buffer was replaced by a smaller one".into(),
             ));
         }
-        let (t, k, e, r, rank, m, b, h) = (
+        self.launch_preprocess(stream)?;
+        self.launch_dispatch_and_combine(stream)
+    }
+
+    /// The step's scalar arguments as the kernels take them: tokens, top-k, experts, ranks,
+    /// this rank, max tokens, bytes per row, hidden.
+    fn int_args(&self) -> (i32, i32, i32, i32, i32, i32, i32, i32) {
+        let c = &self.cfg;
+        (
             as_i32(c.tokens),
             as_i32(c.top_k),
             as_i32(c.experts),
@@ -424,31 +455,23 @@ impl HtDecode {
             as_i32(c.max_tokens),
             as_i32(c.bytes_per_row()),
             as_i32(c.hidden),
-        );
-        let gathered = Self::ptr(&self.gathered, stream);
-        let topk = Self::ptr(&self.topk, stream);
-        let weights = Self::ptr(&self.weights, stream);
-        let tokens = Self::ptr(&self.tokens, stream);
-        let s2d = Self::ptr(&self.sparse_to_dense, stream);
-        let recv = Self::ptr(&self.recv, stream);
-        let out = Self::ptr(&self.out, stream);
-        let base = Self::ptr(&self.block, stream);
-        let l = &self.layout;
-        let at = |ints: usize| base + (ints * 4) as u64;
-        let (header, counts, offsets, local_counts, local_offsets, rank_counts, rank_prefix) = (
-            base,
-            at(l.counts),
-            at(l.offsets),
-            at(l.local_counts),
-            at(l.local_offsets),
-            at(l.rank_counts),
-            at(l.rank_prefix),
-        );
+        )
+    }
 
+    /// The address of `ints` 32-bit words into the preprocessing block.
+    fn block_at(&self, stream: &Arc<CudaStream>, ints: usize) -> u64 {
+        Self::ptr(&self.block, stream) + (ints * 4) as u64
+    }
+
+    /// `preprocess_metadata`: the routing maps gathered → counts, offsets, sparse-to-dense.
+    fn launch_preprocess(&self, stream: &Arc<CudaStream>) -> Result<(), HtDecodeError> {
+        let (t, k, e, r, rank, m, b, _) = self.int_args();
+        let l = &self.layout;
+        let at = |ints: usize| self.block_at(stream, ints);
         let warps = (PREPROCESS_THREADS / 32) as usize;
         let args = [
-            KernelArg::U64(gathered),
-            KernelArg::U64(topk),
+            KernelArg::U64(Self::ptr(&self.gathered, stream)),
+            KernelArg::U64(Self::ptr(&self.topk, stream)),
             KernelArg::I32(t),
             KernelArg::I32(k),
             KernelArg::I32(e),
@@ -456,16 +479,16 @@ impl HtDecode {
             KernelArg::I32(rank),
             KernelArg::I32(m),
             KernelArg::I32(b),
-            KernelArg::U64(header),
-            KernelArg::U64(counts),
-            KernelArg::U64(offsets),
-            KernelArg::U64(local_counts),
-            KernelArg::U64(local_offsets),
-            KernelArg::U64(rank_counts),
-            KernelArg::U64(rank_prefix),
-            KernelArg::U64(s2d),
+            KernelArg::U64(at(0)),
+            KernelArg::U64(at(l.counts)),
+            KernelArg::U64(at(l.offsets)),
+            KernelArg::U64(at(l.local_counts)),
+            KernelArg::U64(at(l.local_offsets)),
+            KernelArg::U64(at(l.rank_counts)),
+            KernelArg::U64(at(l.rank_prefix)),
+            KernelArg::U64(Self::ptr(&self.sparse_to_dense, stream)),
         ];
-        let grid = c.experts.div_ceil(warps);
+        let grid = self.cfg.experts.div_ceil(warps);
         self.launch(
             &self.f_preprocess,
             grid,
@@ -473,10 +496,18 @@ impl HtDecode {
             stream,
             &args,
             KERNEL_NAMES[1],
-        )?;
+        )
+    }
 
+    /// `dispatch`, `expert_standin` (if enabled) and `combine`.
+    fn launch_dispatch_and_combine(&self, stream: &Arc<CudaStream>) -> Result<(), HtDecodeError> {
+        let c = &self.cfg;
+        let (t, k, e, _, _, _, _, h) = self.int_args();
+        let topk = Self::ptr(&self.topk, stream);
+        let s2d = Self::ptr(&self.sparse_to_dense, stream);
+        let recv = Self::ptr(&self.recv, stream);
         let args = [
-            KernelArg::U64(tokens),
+            KernelArg::U64(Self::ptr(&self.tokens, stream)),
             KernelArg::U64(topk),
             KernelArg::U64(s2d),
             KernelArg::I32(t),
@@ -498,7 +529,7 @@ impl HtDecode {
         if c.expert_standin {
             let args = [
                 KernelArg::U64(recv),
-                KernelArg::U64(local_offsets),
+                KernelArg::U64(self.block_at(stream, self.layout.local_offsets)),
                 KernelArg::I32(e),
                 KernelArg::I32(h),
             ];
@@ -515,13 +546,13 @@ impl HtDecode {
         let args = [
             KernelArg::U64(recv),
             KernelArg::U64(topk),
-            KernelArg::U64(weights),
+            KernelArg::U64(Self::ptr(&self.weights, stream)),
             KernelArg::U64(s2d),
             KernelArg::I32(t),
             KernelArg::I32(k),
             KernelArg::I32(e),
             KernelArg::I32(h),
-            KernelArg::U64(out),
+            KernelArg::U64(Self::ptr(&self.out, stream)),
         ];
         self.launch(
             &self.f_combine,
