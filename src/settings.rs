@@ -68,6 +68,8 @@ settings! {
         "`1`: the injection library hands completed buffers to `record` as they complete, so a killed process still leaves a trace.";
     HostSamples = "GAPSCOPE_HOST_SAMPLES", User,
         "Which host stacks `record` samples: `python` (default), `native` (not built) or `off` (`record --host-samples`).";
+    TracingFlag = "GAPSCOPE_TRACING_FLAG", Child,
+        "`1`: the injection library keeps `.gapscope-tracing-<pid>` in the trace folder saying whether it is tracing, so that `record` samples host stacks only while it is.";
     Threads = "GAPSCOPE_THREADS", User,
         "Worker threads for imports and analysis (default: the cores available, at most 8; capped at the cores).";
     SignalBacktrace = "GAPSCOPE_SIGNAL_BACKTRACE", User,

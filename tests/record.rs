@@ -534,6 +534,10 @@ def gapscope_busy_step():
     while time.time() < end:
         pass
 shift = int(sys.argv[1])
+# As the injected recorder does under `record` sampling host stacks: "tracing" from the start.
+if os.environ.get("GAPSCOPE_TRACING_FLAG") == "1":
+    with open(os.path.join(os.environ["GAPSCOPE_OUT"], f".gapscope-tracing-{os.getpid()}"), "w") as f:
+        f.write("1")
 t0 = time.time_ns() - shift
 gapscope_busy_step()
 t1 = time.time_ns() - shift
@@ -598,6 +602,16 @@ fn host_samples_go_into_the_trace_of_the_process_they_were_read_from() {
         "{err}"
     );
     assert!(!err.contains("no host samples"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".gapscope-tracing-")
+        })
+        .collect();
+    assert!(left.is_empty(), "the tracing flag is removed: {left:?}");
 
     let (out, path) = record_python_writing_its_trace(dir.path(), 1_000_000_000_000);
     let err = stderr(&out);

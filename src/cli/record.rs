@@ -188,7 +188,12 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     if args.host_samples == HostSampling::Native {
         stderr::note(host_sampler::NATIVE_NOT_BUILT);
     }
-    let (child, mut sampled) = run_program(&mut cmd, signals, args.host_samples);
+    let sampling = args.host_samples != HostSampling::Off;
+    if sampling {
+        cmd.env(gapscope::record::env::TRACING_FLAG_VAR, "1");
+    }
+    let (child, mut sampled) = run_program(&mut cmd, signals, sampling.then_some(&out));
+    remove_tracing_flags(&out);
     let (child_pid, status) = match child {
         Ok(ended) => ended,
         // As shells do: 127 for a program not found, 126 for one that cannot be run.
@@ -247,12 +252,27 @@ fn traces_written(
     (written, recovered)
 }
 
-/// Runs the program to its end, passing on the signals sent to gapscope and sampling its host
-/// stacks; returns its pid and status (or why it could not start) and the samples.
+/// Removes the tracing flags the program's recorders left in `out` (see
+/// [`gapscope::record::env::TracingFlag`]).
+fn remove_tracing_flags(out: &Path) {
+    let Ok(entries) = std::fs::read_dir(out) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if gapscope::record::env::is_tracing_flag(&e.file_name().to_string_lossy()) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Runs the program to its end, passing on the signals sent to gapscope and, with
+/// `sample_into` (the trace folder, where the recorders keep their tracing flags), sampling its
+/// host stacks while they trace; returns its pid and status (or why it could not start) and
+/// the samples.
 fn run_program(
     cmd: &mut std::process::Command,
     signals: Option<signal_hook::iterator::Signals>,
-    host_samples: HostSampling,
+    sample_into: Option<&Path>,
 ) -> (
     std::io::Result<(u32, std::process::ExitStatus)>,
     Option<host_sampler::Sampled>,
@@ -260,8 +280,13 @@ fn run_program(
     let mut sampled = None;
     let child = cmd.spawn().and_then(|mut child| {
         let forwarding = signals.and_then(|s| forward_signals(s, child.id()));
-        let sampler = (host_samples != HostSampling::Off)
-            .then(|| Sampler::start(child.id(), host_sampler::SAMPLE_RATE_HZ));
+        let sampler = sample_into.map(|out| {
+            Sampler::start(
+                child.id(),
+                host_sampler::SAMPLE_RATE_HZ,
+                Some(out.to_path_buf()),
+            )
+        });
         let waited = child.wait();
         // The program has ended: sampling stops before its traces are read.
         sampled = sampler.map(Sampler::finish);

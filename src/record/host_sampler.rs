@@ -27,6 +27,7 @@ use crate::trace::{HostFrame, HostSample, HostSamples, Trace, TraceError};
 use py_spy::config::LockingStrategy;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -78,12 +79,15 @@ pub struct Sampled {
     pub processes: BTreeMap<u32, HostSamples>,
     /// The program's own process could not be read: py-spy's reason.
     pub root_refused: Option<String>,
+    /// Processes py-spy could read (sampled or not: one whose recorder never traced has no
+    /// samples, and nothing for them to name).
+    pub attached: usize,
 }
 
 impl Sampled {
     /// The one note `record` prints when no process could be sampled, `None` when one was.
     pub fn note(&self) -> Option<String> {
-        if !self.processes.is_empty() {
+        if !self.processes.is_empty() || self.attached > 0 {
             return None;
         }
         let why = self
@@ -108,14 +112,16 @@ fn is_permission_error(why: &str) -> bool {
 
 impl Sampler {
     /// Starts sampling `root` and the processes below it, at `rate_hz` reads per second per
-    /// process (at most [`SAMPLE_RATE_HZ`]).
-    pub fn start(root: u32, rate_hz: u32) -> Sampler {
+    /// process (at most [`SAMPLE_RATE_HZ`]). With `flags` (the trace folder), a process is read
+    /// only while its recorder's tracing flag says it traces ([`crate::record::env::TracingFlag`]);
+    /// without, throughout.
+    pub fn start(root: u32, rate_hz: u32, flags: Option<PathBuf>) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let rate_hz = rate_hz.clamp(1, SAMPLE_RATE_HZ);
         let thread = std::thread::Builder::new()
             .name("gapscope-host-samples".into())
-            .spawn(move || sample(root, rate_hz, &flag))
+            .spawn(move || sample(root, rate_hz, flags, &flag))
             .ok();
         Sampler { stop, thread }
     }
@@ -142,6 +148,8 @@ impl Sampler {
 struct Process {
     spy: py_spy::PythonSpy,
     samples: Interned,
+    /// Its recorder's tracing flag, once it has written one.
+    flag: Option<std::fs::File>,
 }
 
 /// A process not (yet) readable: when it was first seen, and why it failed last.
@@ -170,9 +178,9 @@ impl Pending {
 }
 
 /// The sampler's loop: until `stop`, find processes, attach, read each at `rate_hz`.
-fn sample(root: u32, rate_hz: u32, stop: &AtomicBool) -> Sampled {
+fn sample(root: u32, rate_hz: u32, flags: Option<PathBuf>, stop: &AtomicBool) -> Sampled {
     let period = Duration::from_secs(1) / rate_hz;
-    let mut tree = Tree::new(root, rate_hz);
+    let mut tree = Tree::new(root, rate_hz, flags);
     let mut next_discovery = Instant::now();
     let mut next = Instant::now();
     while !stop.load(Ordering::Acquire) {
@@ -201,6 +209,8 @@ fn sample(root: u32, rate_hz: u32, stop: &AtomicBool) -> Sampled {
 struct Tree {
     root: u32,
     rate_hz: u32,
+    /// The trace folder holding the recorders' tracing flags (see [`Sampler::start`]).
+    flags: Option<PathBuf>,
     config: py_spy::Config,
     /// Being read.
     live: BTreeMap<u32, Process>,
@@ -213,10 +223,11 @@ struct Tree {
 }
 
 impl Tree {
-    fn new(root: u32, rate_hz: u32) -> Tree {
+    fn new(root: u32, rate_hz: u32, flags: Option<PathBuf>) -> Tree {
         Tree {
             root,
             rate_hz,
+            flags,
             config: py_spy::Config {
                 blocking: LockingStrategy::NonBlocking,
                 native: false,
@@ -263,7 +274,8 @@ impl Tree {
             match attached {
                 Ok(spy) => {
                     let samples = Interned::new(self.rate_hz);
-                    self.live.insert(pid, Process { spy, samples });
+                    let flag = None;
+                    self.live.insert(pid, Process { spy, samples, flag });
                 }
                 Err(e) => {
                     let alive = is_alive(pid);
@@ -281,12 +293,13 @@ impl Tree {
         }
     }
 
-    /// One read of every live process; those that ended are done.
+    /// One read of every live process that traces now; those that ended are done.
     fn read_all(&mut self) {
+        let flags = self.flags.as_deref();
         let ended: Vec<u32> = self
             .live
             .iter_mut()
-            .filter_map(|(&pid, p)| (!p.read()).then_some(pid))
+            .filter_map(|(&pid, p)| (p.traces(flags, pid) && !p.read()).then_some(pid))
             .collect();
         for pid in ended {
             if let Some(p) = self.live.remove(&pid) {
@@ -299,9 +312,11 @@ impl Tree {
         let live = std::mem::take(&mut self.live);
         self.done
             .extend(live.into_iter().map(|(pid, p)| (pid, p.samples.finish())));
+        let attached = self.done.len();
         self.done.retain(|_, s| !s.samples.is_empty());
         let root = self.root;
         Sampled {
+            attached,
             processes: self.done,
             root_refused: self.refused.remove(&root).or_else(|| {
                 let ended = !is_alive(root);
@@ -333,6 +348,21 @@ fn is_alive(pid: u32) -> bool {
 }
 
 impl Process {
+    /// Whether its recorder traces now (always, without tracing flags); a process that has
+    /// not written its flag yet (its CUDA not initialised) does not.
+    fn traces(&mut self, flags: Option<&Path>, pid: u32) -> bool {
+        let Some(dir) = flags else {
+            return true;
+        };
+        if self.flag.is_none() {
+            self.flag = std::fs::File::open(crate::record::env::tracing_flag_path(dir, pid)).ok();
+        }
+        self.flag
+            .as_ref()
+            .and_then(crate::record::env::reads_tracing)
+            .unwrap_or(false)
+    }
+
     /// One read of every Python thread's stack; `false` once the process has ended.
     fn read(&mut self) -> bool {
         let began = SystemTime::now();
@@ -576,8 +606,14 @@ mod tests {
         let sampled = Sampled {
             processes: BTreeMap::from([(1, HostSamples::default())]),
             root_refused: Some("x".into()),
+            attached: 1,
         };
         assert_eq!(sampled.note(), None, "a process sampled: nothing to say");
+        let never_traced = Sampled {
+            attached: 1,
+            ..Sampled::default()
+        };
+        assert_eq!(never_traced.note(), None, "read, but it never traced");
     }
 
     #[test]
@@ -631,7 +667,7 @@ mod tests {
             .args(["-c", script])
             .spawn()
             .expect("python3 on PATH");
-        let sampler = Sampler::start(child.id(), SAMPLE_RATE_HZ);
+        let sampler = Sampler::start(child.id(), SAMPLE_RATE_HZ, None);
         std::thread::sleep(Duration::from_millis(1500));
         let sampled = sampler.finish();
         let after = realtime_ns(SystemTime::now());
@@ -664,6 +700,37 @@ mod tests {
         assert_eq!(sampled.note(), None);
     }
 
+    /// With tracing flags, a process is read only while its flag says it traces: none before
+    /// it writes one, none while it says `0`, samples once it says `1`.
+    #[test]
+    fn samples_follow_the_recorders_tracing_flag() {
+        let script = "def gapscope_busy_loop():\n    while True:\n        sum(range(100))\n\ngapscope_busy_loop()\n";
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", script])
+            .spawn()
+            .expect("python3 on PATH");
+        let pid = child.id();
+        let sampler = Sampler::start(pid, SAMPLE_RATE_HZ, Some(dir.path().to_path_buf()));
+        std::thread::sleep(Duration::from_millis(700)); // no flag yet
+        let flag = crate::record::env::TracingFlag::create(dir.path(), pid, false).unwrap();
+        std::thread::sleep(Duration::from_millis(500)); // not tracing
+        let switched = realtime_ns(SystemTime::now());
+        flag.set(true);
+        std::thread::sleep(Duration::from_millis(800));
+        let sampled = sampler.finish();
+        let _ = child.kill();
+        let _ = child.wait();
+        let Some(samples) = sampled.processes.get(&pid) else {
+            panic!("python3 not sampled: {:?}", sampled.note());
+        };
+        assert!(samples.samples.len() >= 100, "{}", samples.samples.len());
+        assert!(
+            samples.samples.iter().all(|s| s.time >= switched),
+            "no sample before the flag said tracing"
+        );
+    }
+
     /// A process that is not Python: nothing sampled, and one note that says why.
     #[test]
     fn a_process_that_is_not_python_is_refused_with_one_note() {
@@ -671,7 +738,7 @@ mod tests {
             .arg("5")
             .spawn()
             .unwrap();
-        let sampler = Sampler::start(child.id(), SAMPLE_RATE_HZ);
+        let sampler = Sampler::start(child.id(), SAMPLE_RATE_HZ, None);
         std::thread::sleep(Duration::from_millis(300));
         let sampled = sampler.finish();
         let _ = child.kill();

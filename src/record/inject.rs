@@ -292,6 +292,9 @@ fn initialize() -> Result<(), String> {
     let mut recorder = Recorder::start(recorder_config).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&config.out)
         .map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;
+    if env(Setting::TracingFlag).is_some_and(|v| v == "1") {
+        recorder.say_tracing_in(&config.out, config.pid);
+    }
     if spilling {
         let mut metadata = metadata(&config, &recorder, None);
         metadata.cells = vec![Cell {

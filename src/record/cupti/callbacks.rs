@@ -372,6 +372,7 @@ pub(super) fn apply_budget(shared: &Shared, budget: &Budget, cupti: Option<&Cupt
         match switch_kinds(budget, cupti, from, target) {
             Ok(()) => {
                 *applied = Some(target);
+                shared.say_tracing(target == Level::Traced);
                 if target == Level::Traced
                     && let Some(cupti) = cupti
                 {
@@ -958,6 +959,7 @@ mod tests {
                 step_range: step_range.map(str::to_owned),
             })),
             loaded: Default::default(),
+            tracing_flag: Default::default(),
         }
     }
 

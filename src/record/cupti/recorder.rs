@@ -120,6 +120,7 @@ impl Recorder {
                 .is_limited()
                 .then(|| Budget::new(&config.trace_budget)),
             loaded: Default::default(),
+            tracing_flag: Default::default(),
         });
         // From here on, dropping `rec` (on any error) undoes what was done.
         let mut rec = Recorder {
@@ -733,6 +734,19 @@ impl Recorder {
         buffers::start_delivering(writer);
     }
 
+    /// From now on, keeps process `pid`'s tracing flag in `out` (see
+    /// [`crate::record::env::TracingFlag`]), saying whether API calls are traced now.
+    pub fn say_tracing_in(&self, out: &std::path::Path, pid: u32) {
+        let tracing = self
+            .shared
+            .budget
+            .as_ref()
+            .is_none_or(|b| matches!(*lock(&b.applied), Some(super::budget::Level::Traced)));
+        if let Some(flag) = crate::record::env::TracingFlag::create(out, pid, tracing) {
+            let _ = self.shared.tracing_flag.set(flag);
+        }
+    }
+
     /// Records lost so far: reported dropped by CUPTI plus kernels with zero timestamps.
     pub fn dropped_records(&self) -> u64 {
         let zero = lock(&self.shared.state).records.zero_timestamp_kernels;
@@ -870,8 +884,9 @@ impl Recorder {
     }
 
     fn finish_walking(mut self, mut metadata: Metadata, walk: bool) -> Result<Trace, CuptiError> {
-        // The whole trace is written now: no more deliveries.
+        // The whole trace is written now: no more deliveries, and no more gaps to sample.
         buffers::stop_delivering();
+        self.shared.say_tracing(false);
         self.teardown()?;
         if walk {
             // Recording has stopped: the runtime may be asked its version.

@@ -98,6 +98,19 @@ pub(crate) struct Shared {
     /// The CUDA libraries loaded, as last walked (at context creation and graph
     /// instantiation: a trace written from a signal handler cannot walk).
     pub loaded: Mutex<LoadedSnapshot>,
+    /// Under `gapscope record` sampling host stacks: where the recorder says whether it traces
+    /// (set at each budget switch, see [`crate::record::env::TracingFlag`]).
+    pub tracing_flag: std::sync::OnceLock<crate::record::env::TracingFlag>,
+}
+
+impl Shared {
+    /// Tells `record` (through the tracing flag, when there is one) whether API calls are
+    /// traced now.
+    pub fn say_tracing(&self, tracing: bool) {
+        if let Some(flag) = self.tracing_flag.get() {
+            flag.set(tracing);
+        }
+    }
 }
 
 impl Shared {
