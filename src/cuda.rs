@@ -5,20 +5,26 @@
 //! asks [`library`] / [`device_count`] before touching cudarc, whose dynamic loader panics when
 //! the library or a symbol is missing.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// The file opened.
 pub const LIBCUDA: &str = "libcuda.so.1";
 
-/// `libcuda.so.1`, opened on first use; `Err` holds the loader's message (kept for every later
+/// Why `libcuda.so.1` did not open: the loader's error, shared (it is kept for every later
+/// caller, and is not `Clone` itself). Displays as the loader's message.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(transparent)]
+pub struct LibraryError(Arc<libloading::Error>);
+
+/// `libcuda.so.1`, opened on first use; `Err` holds the loader's error (kept for every later
 /// caller: a library that failed to open once is not retried).
-pub fn library() -> Result<&'static libloading::Library, String> {
-    static LIB: OnceLock<Result<libloading::Library, String>> = OnceLock::new();
+pub fn library() -> Result<&'static libloading::Library, LibraryError> {
+    static LIB: OnceLock<Result<libloading::Library, LibraryError>> = OnceLock::new();
     LIB.get_or_init(|| {
         // SAFETY: loading the NVIDIA driver library runs only its initialisers, as linking
         // against it would; the handle lives in a static, so it is never unloaded while a
         // function pointer taken from it may still be called.
-        unsafe { libloading::Library::new(LIBCUDA) }.map_err(|e| e.to_string())
+        unsafe { libloading::Library::new(LIBCUDA) }.map_err(|e| LibraryError(Arc::new(e)))
     })
     .as_ref()
     .map_err(Clone::clone)
@@ -36,8 +42,8 @@ pub fn missing_symbol<'a>(names: &[&'a str]) -> Option<&'a str> {
 /// Why [`device_count`] has no answer.
 #[derive(Debug)]
 pub enum NoDevices {
-    /// `libcuda.so.1` cannot be loaded (the loader's message).
-    Library(String),
+    /// `libcuda.so.1` cannot be loaded.
+    Library(LibraryError),
     /// `cuInit` or `cuDeviceGetCount` failed.
     Driver(cudarc::driver::DriverError),
 }

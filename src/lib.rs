@@ -86,7 +86,7 @@ pub fn threads_capped_note() -> Option<String> {
 
 /// `GAPSCOPE_THREADS`: `None` when unset or empty, else the positive count it names; anything
 /// else (`0`, `-1`, `abc`) is an error, as one line.
-pub fn threads_setting() -> Result<Option<usize>, String> {
+pub fn threads_setting() -> Result<Option<usize>, BadThreadsSetting> {
     let Some(value) = settings::Setting::Threads.read_os() else {
         return Ok(None);
     };
@@ -97,11 +97,21 @@ pub fn threads_setting() -> Result<Option<usize>, String> {
     }
     match text.parse::<usize>() {
         Ok(n) if n > 0 => Ok(Some(n)),
-        _ => Err(format!(
-            "{}={text:?}: expected a positive number of threads (or unset it for the cores available, at most 8)",
-            settings::Setting::Threads
-        )),
+        _ => Err(BadThreadsSetting {
+            text: text.to_owned(),
+        }),
     }
+}
+
+/// A `GAPSCOPE_THREADS` that [`threads_setting`] refuses (its trimmed text): typed for the
+/// command line, which refuses it before any work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{}={text:?}: expected a positive number of threads (or unset it for the cores available, at most 8)",
+    settings::Setting::Threads
+)]
+pub struct BadThreadsSetting {
+    pub text: String,
 }
 
 /// `items` mapped through `f` on up to [`worker_threads`] threads, in order: the result is the

@@ -6,7 +6,7 @@ mod cli;
 
 use clap::{CommandFactory, FromArgMatches};
 use cli::args::{Cli, Command};
-use cli::{Failure, bad_input, print_stdout};
+use cli::{Failure, print_stdout};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -19,8 +19,8 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(e),
     };
     // Read by the import and the analysis deep down: refused here, before any work.
-    if let Err(message) = gapscope::threads_setting() {
-        return fail(bad_input(message));
+    if let Err(e) = gapscope::threads_setting() {
+        return fail(Failure::bad_input(e));
     }
     if let Some(line) = gapscope::threads_capped_note() {
         cli::note(&line);
@@ -111,8 +111,7 @@ fn run(cli: Cli, given: &[String]) -> Result<ExitCode, Failure> {
         Command::Run(args) => cli::run::command(args, given),
         Command::CheckKernels { tokens } => {
             gapscope::record::cupti::ensure_cuda_driver()?;
-            let summary = gapscope::workload::htdecode::run_correctness_check(&tokens)
-                .map_err(|e| anyhow::anyhow!(e))?;
+            let summary = gapscope::workload::htdecode::run_correctness_check(&tokens)?;
             print_stdout(&summary)?;
             Ok(ExitCode::SUCCESS)
         }

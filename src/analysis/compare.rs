@@ -388,14 +388,21 @@ pub fn unjudged_note(cells: &[CellComparison]) -> Option<String> {
 /// slowdown beyond the spread). Below 1 it would say "no cell slower than 0.50×" of cells that
 /// are slower: a cell breaches only when it is slower beyond the spread, so its ratio is above
 /// 1 whatever the threshold below that. The error is one line naming the value.
-pub fn check_threshold(threshold: f64) -> Result<(), String> {
+pub fn check_threshold(threshold: f64) -> Result<(), BadThreshold> {
     if threshold.is_finite() && threshold >= 1.0 {
         Ok(())
     } else {
-        Err(format!(
-            "--threshold {threshold:?}: expected the largest head/base period ratio allowed, at least 1 (1.02 allows 2 % slower; 1 allows no slowdown beyond the spread)"
-        ))
+        Err(BadThreshold { threshold })
     }
+}
+
+/// A `--threshold` that [`check_threshold`] refuses: typed for the command line (bad input).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "--threshold {threshold:?}: expected the largest head/base period ratio allowed, at least 1 (1.02 allows 2 % slower; 1 allows no slowdown beyond the spread)"
+)]
+pub struct BadThreshold {
+    pub threshold: f64,
 }
 
 /// The devices BASE and HEAD ran on, when both name theirs and they differ: one line saying so.

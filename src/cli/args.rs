@@ -8,7 +8,7 @@
 use super::record::RecordOptions;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gapscope::analysis::merge::ClockAlignment;
-use gapscope::experiment::SweepOptions;
+use gapscope::experiment::{RankSweepError, SweepOptions};
 use gapscope::record::host_sampler::HostSampling;
 use gapscope::report::PerfettoFormat;
 use std::ffi::OsString;
@@ -232,7 +232,7 @@ pub struct RunArgs {
 
 impl RunArgs {
     /// The sweep to run: the flags', or the one a parent handed this rank process.
-    pub fn sweep_options(&self) -> Result<SweepOptions, String> {
+    pub fn sweep_options(&self) -> Result<SweepOptions, RankSweepError> {
         match &self.rank_sweep {
             Some(json) => SweepOptions::from_rank_sweep(json),
             None => Ok(self.sweep.clone()),

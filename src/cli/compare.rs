@@ -10,7 +10,7 @@ use gapscope::report;
 use std::process::ExitCode;
 
 pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
-    analysis::compare::check_threshold(a.threshold).map_err(bad_input)?;
+    analysis::compare::check_threshold(a.threshold).map_err(Failure::bad_input)?;
     if let Some(dir) = &a.output {
         check_output_folder(dir)?;
     }

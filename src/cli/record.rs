@@ -153,7 +153,13 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
             stderr::line(&cupti.note());
             Some(cupti)
         }
-        Err(e) => match cupti_failure(&e, gapscope::cuda::library().err().as_ref()) {
+        Err(e) => match cupti_failure(
+            &e,
+            gapscope::cuda::library()
+                .err()
+                .map(|e| e.to_string())
+                .as_ref(),
+        ) {
             CuptiFailure::Stop => return Err(e.into()),
             CuptiFailure::Note(note) => {
                 stderr::line(&note);

@@ -5,7 +5,7 @@
 use super::analyze::{note_damage, print_summary, write_outputs, wrote_line};
 use super::args::{OutputArgs, RunArgs};
 use super::inputs::analyze;
-use super::{Failure, bad_input, check_output_folder, note, remove_temporaries_on_signal};
+use super::{Failure, check_output_folder, note, remove_temporaries_on_signal};
 use gapscope::analysis::merge;
 use gapscope::report;
 use gapscope::trace::Trace;
@@ -14,8 +14,8 @@ use std::process::ExitCode;
 
 /// `given`: the sweep flags given on the command line ([`super::args::run_sweep_flags_given`]).
 pub fn command(args: RunArgs, given: &[String]) -> Result<ExitCode, Failure> {
-    let sweep = args.sweep_options().map_err(bad_input)?;
-    sweep.validate().map_err(bad_input)?;
+    let sweep = args.sweep_options().map_err(Failure::bad_input)?;
+    sweep.validate().map_err(Failure::bad_input)?;
     check_output_folder(&args.output)?;
     let gpu = !args.bundled && gapscope::workload::gpu_available();
     if !gpu {

@@ -14,7 +14,7 @@ mod cells;
 mod plan;
 pub mod ranks;
 
-pub use plan::{SweepError, SweepOptions, Workload};
+pub use plan::{InvalidSweep, RankSweepError, SweepError, SweepOptions, Workload};
 
 use crate::record::cupti::{Recorder, RecorderConfig};
 use crate::report::stderr;

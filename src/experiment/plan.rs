@@ -118,44 +118,64 @@ pub const MAX_SIMULATED_RANKS: usize = 1024;
 /// CUDA device ordinals are small.
 pub const MAX_DEVICE: usize = 63;
 
+/// A value of [`SweepOptions`] refused by [`SweepOptions::validate`]: typed for its callers;
+/// each displays as the one line the user sees.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidSweep {
+    #[error("--tokens {0}: T must be 1…{MAX_TOKENS}")]
+    Tokens(usize),
+    #[error("--modes {0}: graph usage modes are 0, 1 and 2")]
+    Mode(u8),
+    #[error("--tokens, --modes and --launch need at least one value each")]
+    NoValues,
+    #[error("--steps {0}: at least 2 steps are needed for a period")]
+    Steps(usize),
+    #[error("--ranks {0}: the emulated all-gather takes 1…{MAX_SIMULATED_RANKS} simulated ranks")]
+    Ranks(usize),
+    #[error("--device {0}: CUDA device ordinals are 0…{MAX_DEVICE}")]
+    Device(usize),
+    #[error("--gpus 0: at least one rank is needed")]
+    NoGpus,
+    #[error("--cupti-buffer-kib 0: the buffer needs at least 1 KiB")]
+    NoBuffer,
+    #[error("--rank-timeout 0: give the ranks at least a second")]
+    NoRankTimeout,
+}
+
+/// The `--rank-sweep` value is not what [`SweepOptions::rank_command_line`] writes.
+#[derive(Debug, thiserror::Error)]
+#[error("{RANK_SWEEP_FLAG}: not the sweep of a gapscope run parent: {0}")]
+pub struct RankSweepError(#[source] serde_json::Error);
+
 impl SweepOptions {
     /// Refuses bad values before any work starts (GPU or not), one line each.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidSweep> {
         if let Some(&t) = self.tokens.iter().find(|&&t| t == 0 || t > MAX_TOKENS) {
-            return Err(format!("--tokens {t}: T must be 1…{MAX_TOKENS}"));
+            return Err(InvalidSweep::Tokens(t));
         }
         if let Some(&m) = self.modes.iter().find(|&&m| m > 2) {
-            return Err(format!("--modes {m}: graph usage modes are 0, 1 and 2"));
+            return Err(InvalidSweep::Mode(m));
         }
         if self.tokens.is_empty() || self.modes.is_empty() || self.launch.is_empty() {
-            return Err("--tokens, --modes and --launch need at least one value each".into());
+            return Err(InvalidSweep::NoValues);
         }
         if self.steps < 2 {
-            return Err(format!(
-                "--steps {}: at least 2 steps are needed for a period",
-                self.steps
-            ));
+            return Err(InvalidSweep::Steps(self.steps));
         }
         if self.ranks == 0 || self.ranks > MAX_SIMULATED_RANKS {
-            return Err(format!(
-                "--ranks {}: the emulated all-gather takes 1…{MAX_SIMULATED_RANKS} simulated ranks",
-                self.ranks
-            ));
+            return Err(InvalidSweep::Ranks(self.ranks));
         }
         if self.device > MAX_DEVICE {
-            return Err(format!(
-                "--device {}: CUDA device ordinals are 0…{MAX_DEVICE}",
-                self.device
-            ));
+            return Err(InvalidSweep::Device(self.device));
         }
         if self.gpus == Some(0) {
-            return Err("--gpus 0: at least one rank is needed".into());
+            return Err(InvalidSweep::NoGpus);
         }
         if self.cupti_buffer_kib == 0 {
-            return Err("--cupti-buffer-kib 0: the buffer needs at least 1 KiB".into());
+            return Err(InvalidSweep::NoBuffer);
         }
         if self.rank_timeout == 0 {
-            return Err("--rank-timeout 0: give the ranks at least a second".into());
+            return Err(InvalidSweep::NoRankTimeout);
         }
         Ok(())
     }
@@ -180,10 +200,8 @@ impl SweepOptions {
     }
 
     /// The options a rank process was handed by [`SweepOptions::rank_command_line`].
-    pub fn from_rank_sweep(json: &str) -> Result<SweepOptions, String> {
-        let mut options: SweepOptions = serde_json::from_str(json).map_err(|e| {
-            format!("{RANK_SWEEP_FLAG}: not the sweep of a gapscope run parent: {e}")
-        })?;
+    pub fn from_rank_sweep(json: &str) -> Result<SweepOptions, RankSweepError> {
+        let mut options: SweepOptions = serde_json::from_str(json).map_err(RankSweepError)?;
         options.rank_process = true;
         Ok(options)
     }

@@ -198,35 +198,75 @@ pub struct Recovered {
     pub cut_short: usize,
 }
 
+/// Why a spill file cannot be rebuilt ([`rebuild`]): typed for its callers; each displays as
+/// one line naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum SpillError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a gapscope spill file: empty")]
+    Empty { path: PathBuf },
+    #[error("{path}: not a gapscope spill file: header: {source}")]
+    Header {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error(
+        "{path}: not a gapscope spill file: delivery {delivery} starts at string {strings_from}, {delivered} delivered before"
+    )]
+    StringsOutOfStep {
+        path: PathBuf,
+        delivery: usize,
+        strings_from: usize,
+        delivered: usize,
+    },
+    #[error("{path}: not a gapscope spill file: inconsistent records: {problem}")]
+    Inconsistent {
+        path: PathBuf,
+        problem: crate::trace::InvalidTrace,
+    },
+}
+
 /// Rebuilds the trace of a spill file (`why`: how its process ended, for the note).
-pub fn rebuild(path: &Path, why: &str) -> Result<Recovered, String> {
-    let file = File::open(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+pub fn rebuild(path: &Path, why: &str) -> Result<Recovered, SpillError> {
+    let read = |source| SpillError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let file = File::open(path).map_err(read)?;
     let mut lines = std::io::BufReader::new(file).split(b'\n');
-    let bad = |what: String| format!("{}: not a gapscope spill file: {what}", path.display());
     let header = lines
         .next()
-        .ok_or_else(|| bad("empty".into()))?
-        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        .ok_or_else(|| SpillError::Empty {
+            path: path.to_owned(),
+        })?
+        .map_err(read)?;
     let header: SpillHeader =
-        serde_json::from_slice(&header).map_err(|e| bad(format!("header: {e}")))?;
+        serde_json::from_slice(&header).map_err(|source| SpillError::Header {
+            path: path.to_owned(),
+            source,
+        })?;
     let mut trace = Trace::new(header.metadata.clone());
     let (mut deliveries, mut cut_short) = (0, 0);
     let mut graph = None;
     let mut chosen_step_range = None;
     for line in lines {
-        let line = line.map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        let line = line.map_err(read)?;
         // Only the last line can be cut short (a kill during its write): it does not parse.
         let Ok(d) = serde_json::from_slice::<Delivery<Trace>>(&line) else {
             cut_short = line.len();
             break;
         };
         if d.strings_from != trace.strings.len() {
-            return Err(bad(format!(
-                "delivery {} starts at string {}, {} delivered before",
-                deliveries + 1,
-                d.strings_from,
-                trace.strings.len()
-            )));
+            return Err(SpillError::StringsOutOfStep {
+                path: path.to_owned(),
+                delivery: deliveries + 1,
+                strings_from: d.strings_from,
+                delivered: trace.strings.len(),
+            });
         }
         if d.chosen_step_range.is_some() {
             chosen_step_range = d.chosen_step_range;
@@ -273,7 +313,10 @@ pub fn rebuild(path: &Path, why: &str) -> Result<Recovered, String> {
     ));
     trace
         .validate()
-        .map_err(|e| bad(format!("inconsistent records: {e}")))?;
+        .map_err(|problem| SpillError::Inconsistent {
+            path: path.to_owned(),
+            problem,
+        })?;
     Ok(Recovered {
         header,
         trace,
@@ -313,7 +356,7 @@ pub fn recover(
         let recovered = match rebuild(&spill, &why(pid)) {
             Ok(r) => r,
             Err(e) => {
-                problems.push(e);
+                problems.push(e.to_string());
                 continue;
             }
         };

@@ -5,6 +5,7 @@
 //! without them and in every trace written before they existed, which read unchanged.
 #![forbid(unsafe_code)]
 
+use super::InvalidTrace;
 use serde::{Deserialize, Serialize};
 
 /// Stacks sampled on the host, interned: each sample names a stack, each stack its frames.
@@ -157,21 +158,24 @@ impl HostSamples {
     }
 
     /// Checks every index; the first problem, as one line.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidTrace> {
         let frames = self.frames.len();
         for (i, stack) in self.stacks.iter().enumerate() {
-            if let Some(f) = stack.iter().find(|&&f| f as usize >= frames) {
-                return Err(format!(
-                    "host stack #{i} names frame {f}, but there are only {frames}"
-                ));
+            if let Some(&f) = stack.iter().find(|&&f| f as usize >= frames) {
+                return Err(InvalidTrace::FrameOutOfRange {
+                    stack: i,
+                    frame: f,
+                    count: frames,
+                });
             }
         }
         let stacks = self.stacks.len();
         match self.samples.iter().position(|s| s.stack as usize >= stacks) {
-            Some(i) => Err(format!(
-                "host sample #{i} names stack {}, but there are only {stacks}",
-                self.samples[i].stack
-            )),
+            Some(i) => Err(InvalidTrace::StackOutOfRange {
+                sample: i,
+                stack: self.samples[i].stack,
+                count: stacks,
+            }),
             None => Ok(()),
         }
     }
@@ -225,7 +229,7 @@ mod tests {
             ..samples
         };
         assert_eq!(
-            bad.validate().unwrap_err(),
+            bad.validate().unwrap_err().to_string(),
             "host stack #0 names frame 3, but there are only 1"
         );
     }

@@ -51,8 +51,11 @@ pub enum TraceError {
         found: u64,
         supported: u32,
     },
-    #[error("{path}: inconsistent trace: {message}")]
-    Inconsistent { path: PathBuf, message: String },
+    #[error("{path}: inconsistent trace: {problem}")]
+    Inconsistent {
+        path: PathBuf,
+        problem: InvalidTrace,
+    },
     /// Another kind of file that PyTorch writes (see [`other_pytorch_file`]).
     #[error("{path}: {message}")]
     OtherPytorchFile { path: PathBuf, message: String },
@@ -89,6 +92,44 @@ impl TraceError {
     }
 }
 
+/// The first problem [`Trace::validate`] (or [`HostSamples::validate`]) finds: typed so that
+/// callers can carry it; each displays as one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidTrace {
+    #[error("{what} #{index} names string {id}, but there are only {count}")]
+    StringOutOfRange {
+        what: &'static str,
+        index: usize,
+        id: StrId,
+        count: u64,
+    },
+    #[error("{what} #{index} ends ({end}) before it starts ({start})")]
+    EndsBeforeStart {
+        what: &'static str,
+        index: usize,
+        start: u64,
+        end: u64,
+    },
+    #[error("marker #{index} refers to cell {cell}, but there are only {count}")]
+    CellOutOfRange {
+        index: usize,
+        cell: u32,
+        count: usize,
+    },
+    #[error("host stack #{stack} names frame {frame}, but there are only {count}")]
+    FrameOutOfRange {
+        stack: usize,
+        frame: u32,
+        count: usize,
+    },
+    #[error("host sample #{sample} names stack {stack}, but there are only {count}")]
+    StackOutOfRange {
+        sample: usize,
+        stack: u32,
+        count: usize,
+    },
+}
+
 /// Parses a trace from bytes. `path` is only used in error messages.
 pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
     refuse_other_pytorch_file(bytes, path)?;
@@ -115,9 +156,9 @@ pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
     })?;
     trace
         .validate()
-        .map_err(|message| TraceError::Inconsistent {
+        .map_err(|problem| TraceError::Inconsistent {
             path: path.to_owned(),
-            message,
+            problem,
         })?;
     let mut trace = trace;
     // Recordings made before the recorder demangled names align with torch.profiler's too.
@@ -609,24 +650,30 @@ impl Trace {
     }
 
     /// Checks every string reference and every interval; the first problem found, as one line.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidTrace> {
         let n = self.strings.len() as u64;
-        let check_str = |what: &str, i: usize, id: StrId| {
+        let check_str = |what: &'static str, index: usize, id: StrId| {
             if u64::from(id) < n {
                 Ok(())
             } else {
-                Err(format!(
-                    "{what} #{i} names string {id}, but there are only {n}"
-                ))
+                Err(InvalidTrace::StringOutOfRange {
+                    what,
+                    index,
+                    id,
+                    count: n,
+                })
             }
         };
-        let check_span = |what: &str, i: usize, start: u64, end: u64| {
+        let check_span = |what: &'static str, index: usize, start: u64, end: u64| {
             if start <= end {
                 Ok(())
             } else {
-                Err(format!(
-                    "{what} #{i} ends ({end}) before it starts ({start})"
-                ))
+                Err(InvalidTrace::EndsBeforeStart {
+                    what,
+                    index,
+                    start,
+                    end,
+                })
             }
         };
         for (i, k) in self.kernels.iter().enumerate() {
@@ -653,10 +700,11 @@ impl Trace {
             if let Some(c) = m.cell
                 && c as usize >= self.metadata.cells.len()
             {
-                return Err(format!(
-                    "marker #{i} refers to cell {c}, but there are only {}",
-                    self.metadata.cells.len()
-                ));
+                return Err(InvalidTrace::CellOutOfRange {
+                    index: i,
+                    cell: c,
+                    count: self.metadata.cells.len(),
+                });
             }
         }
         for (i, node) in self.graph.nodes.iter().enumerate() {

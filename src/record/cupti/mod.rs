@@ -37,7 +37,7 @@ mod result;
 mod state;
 pub(crate) mod sys;
 
-pub use budget::TraceBudget;
+pub use budget::{NotALimit, TraceBudget};
 pub use config::{ApiCallbacks, RecorderConfig, api_record_wanted};
 pub use error::CuptiError;
 pub use loader::{MIN_CUPTI_API_VERSION, cupti_cuda_major, device_info, ensure_cuda_driver};

@@ -552,7 +552,7 @@ impl Importer {
         trace.kernels.shrink_to_fit();
         trace.api_calls.shrink_to_fit();
         trace.markers.shrink_to_fit();
-        trace.validate()?;
+        trace.validate().map_err(|e| e.to_string())?;
         Ok(trace)
     }
 

@@ -332,7 +332,7 @@ pub(super) fn import(file: &Path, path: &Path) -> Result<Trace, NsysError> {
     trace.demangle_kernel_names();
     trace.cap_long_names();
     trace.sort_records();
-    trace.validate().map_err(|m| e.malformed(m))?;
+    trace.validate().map_err(|m| e.malformed(m.to_string()))?;
     Ok(trace)
 }
 

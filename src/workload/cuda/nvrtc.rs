@@ -23,12 +23,43 @@ fn c_text(chars: &[std::ffi::c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// Compiles `source` (named `name` in messages) for `arch`. `Err`: the one-line message of the
-/// failing step, or for a failed compile the message, a newline and NVRTC's log.
-pub fn compile(source: &str, name: &str, arch: &str) -> Result<Ptx, String> {
-    let err = |what: &str, e: nv::NvrtcError| format!("{what} ({arch}): {e:?}");
-    let src = CString::new(source).map_err(|_| format!("{name} contains a NUL byte"))?;
-    let cname = CString::new(name).map_err(|_| format!("{name:?} contains a NUL byte"))?;
+/// Why [`compile`] failed: typed for the workload's error. Each displays as the one-line
+/// message of the failing step, or for a failed compile the message, a newline and NVRTC's log.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error("{name} contains a NUL byte")]
+    NulInSource { name: String },
+    #[error("{name:?} contains a NUL byte")]
+    NulInName { name: String },
+    /// An NVRTC call other than the compile itself.
+    #[error("{step} ({arch}): {error:?}")]
+    Step {
+        step: &'static str,
+        arch: String,
+        error: nv::NvrtcError,
+    },
+    #[error("compile ({arch}, options {options:?}): {error:?}\n{log}")]
+    Compile {
+        arch: String,
+        options: Vec<String>,
+        error: nv::NvrtcError,
+        log: String,
+    },
+}
+
+/// Compiles `source` (named `name` in messages) for `arch`.
+pub fn compile(source: &str, name: &str, arch: &str) -> Result<Ptx, CompileError> {
+    let err = |step: &'static str, error: nv::NvrtcError| CompileError::Step {
+        step,
+        arch: arch.to_owned(),
+        error,
+    };
+    let src = CString::new(source).map_err(|_| CompileError::NulInSource {
+        name: name.to_owned(),
+    })?;
+    let cname = CString::new(name).map_err(|_| CompileError::NulInName {
+        name: name.to_owned(),
+    })?;
     let prog = Program(nv::create_program(&src, Some(&cname)).map_err(|e| err("create", e))?);
     let options = [format!("--gpu-architecture={arch}")];
     // SAFETY: `prog` is a live program; `src` and `cname` outlive it.
@@ -37,9 +68,12 @@ pub fn compile(source: &str, name: &str, arch: &str) -> Result<Ptx, String> {
         let log = unsafe { nv::get_program_log(prog.0) }
             .map(|l| c_text(&l))
             .unwrap_or_default();
-        return Err(format!(
-            "compile ({arch}, options {options:?}): {e:?}\n{log}"
-        ));
+        return Err(CompileError::Compile {
+            arch: arch.to_owned(),
+            options: options.to_vec(),
+            error: e,
+            log,
+        });
     }
     if arch.starts_with("sm_") {
         let mut size = 0usize;

@@ -4,35 +4,65 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaStream, sys};
+use cudarc::driver::{CudaContext, CudaStream, DriverError, sys};
 
 use super::config::{HtDecodeConfig, HtDecodeError, drv};
 use super::reference::CheckReport;
 use super::step::HtDecode;
 
+/// Why [`cuda_available`] found no device: typed for its callers; each displays as one line.
+#[derive(Debug, thiserror::Error)]
+pub enum NoCuda {
+    #[error("no CUDA device")]
+    NoDevice,
+    #[error("cannot load libcuda.so.1: {0}")]
+    Library(crate::cuda::LibraryError),
+    #[error("cuInit/cuDeviceGetCount: {0}")]
+    Driver(DriverError),
+}
+
 /// Whether a CUDA driver and at least one device are present, checked without letting
 /// cudarc's loader panic (see [`crate::cuda::device_count`]); `Ok`: the number of devices.
-pub fn cuda_available() -> Result<usize, String> {
+pub fn cuda_available() -> Result<usize, NoCuda> {
     match crate::cuda::device_count() {
         Ok(n) if n > 0 => Ok(n),
-        Ok(_) => Err("no CUDA device".into()),
-        Err(crate::cuda::NoDevices::Library(e)) => Err(format!("cannot load libcuda.so.1: {e}")),
-        Err(crate::cuda::NoDevices::Driver(e)) => Err(format!("cuInit/cuDeviceGetCount: {e}")),
+        Ok(_) => Err(NoCuda::NoDevice),
+        Err(crate::cuda::NoDevices::Library(e)) => Err(NoCuda::Library(e)),
+        Err(crate::cuda::NoDevices::Driver(e)) => Err(NoCuda::Driver(e)),
     }
+}
+
+/// Why [`run_correctness_check`] failed: no CUDA, a driver call before the checks, or a check
+/// that failed (its report). Typed for the command line; each displays as before.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error(transparent)]
+    NoCuda(#[from] NoCuda),
+    #[error("CudaContext::new(0): {0}")]
+    Context(DriverError),
+    #[error("{0}")]
+    ComputeCapability(DriverError),
+    #[error("new stream: {0}")]
+    Stream(DriverError),
+    /// The report, one line per T, when any check fails.
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// Runs the step for each T in `tokens` on GPU 0 (default shape: H 7168, K 8, E 256, R 8,
 /// M = T; the rank varies with T) with the single-GPU all-gather stand-in, eagerly (two
 /// steps back to back, so the memsets' reset is exercised) and as a captured CUDA graph
 /// launched twice, checking each against the CPU reference. Returns one line per T; `Err`
-/// holds the same lines when any check fails or CUDA is missing.
-pub fn run_correctness_check(tokens: &[usize]) -> Result<String, String> {
+/// holds the same lines when any check fails ([`CheckError::Failed`]) or CUDA is missing.
+pub fn run_correctness_check(tokens: &[usize]) -> Result<String, CheckError> {
     let n = cuda_available()?;
-    let ctx = CudaContext::new(0).map_err(|e| format!("CudaContext::new(0): {e}"))?;
+    let ctx = CudaContext::new(0).map_err(CheckError::Context)?;
     let name = ctx.name().unwrap_or_else(|_| "?".into());
-    let cc = ctx.compute_capability().map_err(|e| e.to_string())?;
+    let cc = ctx
+        .compute_capability()
+        .map_err(CheckError::ComputeCapability)?;
     // a created stream: the legacy default stream cannot be captured
-    let stream = ctx.new_stream().map_err(|e| format!("new stream: {e}"))?;
+    let stream = ctx.new_stream().map_err(CheckError::Stream)?;
     let mut lines = vec![format!(
         "ht_decode correctness on {name} (cc {}.{}, {n} device(s))",
         cc.0, cc.1
@@ -63,7 +93,11 @@ pub fn run_correctness_check(tokens: &[usize]) -> Result<String, String> {
         lines.push(line);
     }
     let text = lines.join("\n");
-    if all_ok { Ok(text) } else { Err(text) }
+    if all_ok {
+        Ok(text)
+    } else {
+        Err(CheckError::Failed(text))
+    }
 }
 
 fn check_one(

@@ -61,6 +61,9 @@ pub enum HtDecodeError {
     },
     #[error("NVRTC: {0}")]
     Nvrtc(String),
+    /// The kernels did not compile.
+    #[error("NVRTC: {0}")]
+    Compile(#[from] crate::workload::cuda::nvrtc::CompileError),
     #[error("CUDA unavailable: {0}")]
     Unavailable(String),
     #[error("the stream belongs to another CUDA context than this HtDecode's")]

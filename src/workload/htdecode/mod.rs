@@ -34,7 +34,7 @@ mod config;
 pub mod reference;
 mod step;
 
-pub use check::{cuda_available, run_correctness_check};
+pub use check::{CheckError, NoCuda, cuda_available, run_correctness_check};
 pub use config::{BlockLayout, HtDecodeConfig, HtDecodeError, MAX_TOP_K};
 pub use step::{
     HtDecode, KERNEL_SOURCE, POISON_BYTE, compile_kernels, kernel_names, nvrtc_available,

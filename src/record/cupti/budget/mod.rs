@@ -46,6 +46,14 @@ pub struct TraceBudget {
     pub step_range: Option<String>,
 }
 
+/// A budget's value that [`TraceBudget::parse_limit`] refuses (the text as given): typed for
+/// its callers, the command line's value parser and the recorder's setting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a whole number of launches and steps (0: trace everything)")]
+pub struct NotALimit {
+    pub text: String,
+}
+
 impl TraceBudget {
     /// The trace budget when none is given: enough steps per cell for a median and its spread,
     /// and few enough that at the length of a short benchmark (a few hundred steps) most steps
@@ -54,9 +62,9 @@ impl TraceBudget {
 
     /// The one reader of a budget's value (`--trace-budget N`, `GAPSCOPE_TRACE_BUDGET`): a
     /// whole number, 0 for no limit.
-    pub fn parse_limit(text: &str) -> Result<u32, String> {
-        text.trim().parse::<u32>().map_err(|_| {
-            format!("{text:?} is not a whole number of launches and steps (0: trace everything)")
+    pub fn parse_limit(text: &str) -> Result<u32, NotALimit> {
+        text.trim().parse::<u32>().map_err(|_| NotALimit {
+            text: text.to_owned(),
         })
     }
 
