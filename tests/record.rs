@@ -497,7 +497,7 @@ fn host_samples_refused_in_one_note_and_off_says_nothing() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(!stderr(&out).contains(note), "{}", stderr(&out));
-    let python = "import time\nend = time.time() + 0.5\nwhile time.time() < end:\n    pass\n";
+    let python = "import time\nend = time.time() + 1.5\nwhile time.time() < end:\n    pass\n";
     let out = record(dir.path(), &["-o", o, "--", "python3", "-c", python]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(!stderr(&out).contains(note), "{}", stderr(&out));
