@@ -413,8 +413,8 @@ const RUNTIME_PACKAGES: [&str; 8] = [
     "typing_extensions",
 ];
 
-/// Whether a file is the runtime's rather than the program's: a [`RUNTIME_PACKAGES`]
-/// package, the standard library (`lib/pythonX.Y/`), frozen modules, code torch.compile
+/// Whether a file is the runtime's rather than the program's: a runtime package (torch,
+/// Triton, numpy, …), the standard library (`lib/pythonX.Y/`), frozen modules, code torch.compile
 /// generated (inductor's `/tmp/torchinductor_USER/…`), or no file at all (a built-in function
 /// traced by torch.profiler).
 pub fn is_runtime_file(file: &str) -> bool {
