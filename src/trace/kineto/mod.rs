@@ -2,12 +2,13 @@
 //!
 //! The document is never built in memory. The input is read in blocks; the elements of the
 //! top-level `traceEvents` array are parsed straight from the block's bytes by a small reader
-//! that knows the keys the import uses (`scan`), on several threads at once (`stream`), and
-//! become compact records at once (names interned, looked up by their bytes before anything is
-//! allocated). The rest of the document (metadata, a few KiB) is parsed by serde after, with
-//! `traceEvents` left empty. Memory is bounded by the imported records plus a block or two,
-//! not by the size of the JSON, and the result does not depend on the block size or the
-//! number of threads. Gzip-compressed files (torch's `.json.gz`) are decompressed as they stream.
+//! that knows the keys the import uses (`scan`; templates of torch's layouts are tried first,
+//! `templates`), on several threads at once (`stream`), and become compact records at once
+//! (names interned, looked up by their bytes before anything is allocated). The rest of the
+//! document (metadata, a few KiB) is parsed by serde after, with `traceEvents` left empty.
+//! Memory is bounded by the imported records plus a block or two, not by the size of the JSON,
+//! and the result does not depend on the block size or the number of threads. Gzip-compressed
+//! files (torch's `.json.gz`) are decompressed as they stream.
 //!
 //! Mapping (complete events, `"ph": "X"`, by `cat`):
 //!
@@ -37,6 +38,10 @@ mod bytes;
 mod numbers;
 mod scan;
 mod stream;
+mod templates;
+
+#[cfg(test)]
+mod fixtures;
 
 pub use stream::ImportOptions;
 
