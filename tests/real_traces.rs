@@ -1889,3 +1889,36 @@ fn measured_windows_give_every_cell_its_untraced_period_and_the_mode_verdict() {
     );
     assert!(screen.contains("external event wait +0.70 µs"), "{screen}");
 }
+
+/// Issue 45 d on the H200 (traces/torch-compile-chosen-step-node-code-record-h200.json.gz,
+/// default `record` of examples/torch_compile_decode.py, build b49819d): every replayed op of
+/// the reduce-overhead graph names the program's line that created its node (the compiled
+/// step's call; inductor's generated code and torch are the runtime's), between the step range
+/// and the library, and the recording carries host samples of traced windows.
+#[test]
+fn a_torch_compile_recording_names_the_python_line_that_created_each_node() {
+    let t = read("torch-compile-chosen-step-node-code-record-h200.json.gz");
+    assert!(t.graph.nodes.iter().any(|n| n.python_stack.is_some()));
+    assert!(
+        t.host_samples
+            .as_ref()
+            .is_some_and(|h| !h.samples.is_empty())
+    );
+    let a = analyze_one(&t);
+    let graphed = a
+        .cells
+        .iter()
+        .find(|c| c.observed.replayed_with_provenance.is_some())
+        .expect("a cell of replayed ops");
+    assert_eq!(graphed.observed.replayed_with_code, Some(1.0));
+    let labels: Vec<String> = graphed
+        .sequence
+        .iter()
+        .filter_map(|e| e.provenance.as_ref().map(|p| p.label()))
+        .collect();
+    assert!(
+        labels.iter().any(|l| l
+            == "decode_step ← examples/torch_compile_decode.py:80 main.<locals>.compiled_step ← cublasLtMatmul"),
+        "{labels:?}"
+    );
+}
