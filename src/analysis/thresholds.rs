@@ -69,9 +69,10 @@ pub const MATERIAL_SHARE_OF_STEP: f64 = 0.01;
 /// round's median varies far less than: conservative, and said on every such verdict.
 pub const MIN_ROUNDS_FOR_SPREAD: usize = 3;
 
-/// A BASE cause counts as removed by a variant when the variant keeps at most this share of
-/// its idle time per step (a removed external event-wait node leaves 0; a gap that merely
-/// shrank keeps more) and BASE had at least [`RESOLUTION_NS`] of it.
+/// A BASE cause counts as removed by a variant when every round of the variant keeps at most
+/// this share of BASE's least idle time per step (a removed external event-wait node leaves 0;
+/// a gap that merely shrank keeps more) and every round of BASE had at least
+/// [`RESOLUTION_NS`] of it.
 pub const REMOVED_SHARE: f64 = 0.1;
 
 // ---- Inputs ----
