@@ -327,7 +327,7 @@ pub struct RecordArgs {
           value_parser = gapscope::record::cupti::TraceBudget::parse_limit)]
     pub trace_budget: u32,
     /// Host stacks sampled while the program runs, to name the code behind host-bound gaps:
-    /// `python` (py-spy from outside the process, never stopping it; 1 kHz per process) or
+    /// `python` (py-spy from outside the process, never stopping it; up to 4 kHz per process while it traces) or
     /// `off`. `native` is accepted, but this build samples Python frames only. A program that
     /// cannot be read (not Python, no ptrace permission) gets one note and is recorded as
     /// without.

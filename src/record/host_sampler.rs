@@ -10,8 +10,10 @@
 //!   samples"). A read may then catch a stack
 //!   being changed: it fails (counted in [`HostSamples::failed_reads`]) or, rarely, shows a
 //!   partial stack.
-//! * **Rate**: at most [`SAMPLE_RATE_HZ`] reads per second per process, and at most
-//!   [`MAX_SAMPLES_PER_PROCESS`] samples kept per process.
+//! * **Rate**: at most [`SAMPLE_RATE_HZ`] reads per second per process while its recorder
+//!   traces, by [`READERS_PER_PROCESS`] threads taking turns (a read of a deep torch stack
+//!   takes longer than one period), and at most [`MAX_SAMPLES_PER_PROCESS`] samples kept per
+//!   process.
 //! * **Clock**: sample times are `CLOCK_REALTIME` ns read in this process just before each
 //!   read, the clock CUPTI stamps its records with on Linux (the processes share it: offset 0
 //!   by construction); each sample keeps how long its read took, the window its stack is from.
@@ -27,16 +29,22 @@ use crate::trace::{HostFrame, HostSample, HostSamples, Trace, TraceError};
 use py_spy::config::LockingStrategy;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-/// Reads per second per process. 1 kHz: a host-bound gap of tens of µs is hit in a few
-/// percent of steps, so a few hundred steps name its code; a non-blocking read of a Python
-/// process takes tens of µs of gapscope's time, so a few processes fit in one sampling
-/// thread. py-spy's own default is 100 Hz.
-pub const SAMPLE_RATE_HZ: u32 = 1000;
+/// Reads per second per process while its recorder traces. A py-spy read of a torch program
+/// (stacks 50 frames deep, ~11 µs a frame) takes about 0.5 ms, and the host-bound gap that
+/// matters may be one 200 µs gap in each of ~30 traced steps: 4 kHz puts ~20 reads in it,
+/// enough to name its code ([`crate::analysis::host_samples::MIN_SAMPLES`]). Reached by
+/// [`READERS_PER_PROCESS`] readers taking turns; py-spy's own default is 100 Hz.
+pub const SAMPLE_RATE_HZ: u32 = 4000;
+
+/// Threads reading one process, staggered: each reads every `READERS / rate`, so a read may
+/// take that long (0.75 ms at 4 kHz) without the rate falling. Outside the recorder's traced
+/// windows they only look at its tracing flag.
+pub const READERS_PER_PROCESS: u32 = 3;
 
 /// Samples kept per process: about 35 minutes of one Python thread at [`SAMPLE_RATE_HZ`],
 /// about 80 MB in the trace file. Later ones are counted ([`HostSamples::left_out`]).
@@ -112,7 +120,7 @@ fn is_permission_error(why: &str) -> bool {
 
 impl Sampler {
     /// Starts sampling `root` and the processes below it, at `rate_hz` reads per second per
-    /// process (at most [`SAMPLE_RATE_HZ`]). With `flags` (the trace folder), a process is read
+    /// process (at most [`SAMPLE_RATE_HZ`]), by [`READERS_PER_PROCESS`] threads each. With `flags` (the trace folder), a process is read
     /// only while its recorder's tracing flag says it traces ([`crate::record::env::TracingFlag`]);
     /// without, throughout.
     pub fn start(root: u32, rate_hz: u32, flags: Option<PathBuf>) -> Sampler {
@@ -126,8 +134,7 @@ impl Sampler {
         Sampler { stop, thread }
     }
 
-    /// Stops sampling and returns the samples: after the read in progress, or at the next
-    /// look at the process tree (at most [`DISCOVER_PERIOD`]) when nothing was readable.
+    /// Stops sampling and returns the samples, after the reads in progress.
     pub fn finish(mut self) -> Sampled {
         self.stop.store(true, Ordering::Release);
         match self.thread.take().map(std::thread::JoinHandle::join) {
@@ -144,12 +151,145 @@ impl Sampler {
     }
 }
 
-/// One process being read.
+/// One process being read: its readers, and the samples they share.
 struct Process {
-    spy: py_spy::PythonSpy,
-    samples: Interned,
+    samples: Arc<Mutex<Interned>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+    /// Set by a reader that found the process ended.
+    ended: Arc<AtomicBool>,
+}
+
+impl Process {
+    /// Starts its readers: `first` (the spy that attached) and [`READERS_PER_PROCESS`] − 1
+    /// more, which attach in their own thread; one that cannot is left out.
+    fn start(first: py_spy::PythonSpy, pid: u32, tree: &Tree, stop: &Arc<AtomicBool>) -> Process {
+        let samples = Arc::new(Mutex::new(Interned::new(tree.rate_hz)));
+        let ended = Arc::new(AtomicBool::new(false));
+        let period = Duration::from_secs(1) * READERS_PER_PROCESS / tree.rate_hz;
+        let mut first = Some(first);
+        let readers = (0..READERS_PER_PROCESS)
+            .filter_map(|i| {
+                let spy = first.take();
+                let config = tree.config.clone();
+                let reader = Reader {
+                    pid,
+                    flags: tree.flags.clone(),
+                    flag: None,
+                    samples: Arc::clone(&samples),
+                };
+                let (stop, ended) = (Arc::clone(stop), Arc::clone(&ended));
+                let offset = period * i / READERS_PER_PROCESS;
+                std::thread::Builder::new()
+                    .name(format!("gapscope-host-samples-{pid}-{i}"))
+                    .spawn(move || {
+                        let spy = spy.or_else(|| {
+                            py_spy::PythonSpy::new(i32::try_from(pid).ok()?, &config).ok()
+                        });
+                        if let Some(spy) = spy {
+                            reader.run(spy, offset, period, &stop, &ended);
+                        }
+                    })
+                    .ok()
+            })
+            .collect();
+        Process {
+            samples,
+            readers,
+            ended,
+        }
+    }
+
+    /// Waits for its readers (stopped, or the process ended) and hands over their samples.
+    fn finish(self) -> HostSamples {
+        for r in self.readers {
+            let _ = r.join();
+        }
+        // Every reader has ended: the samples are this process's alone.
+        let mut shared = self
+            .samples
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let rate_hz = shared.out.rate_hz;
+        let samples = std::mem::replace(&mut *shared, Interned::new(rate_hz));
+        samples.finish()
+    }
+}
+
+/// One reader of a process.
+struct Reader {
+    pid: u32,
+    /// The trace folder holding the recorders' tracing flags.
+    flags: Option<PathBuf>,
     /// Its recorder's tracing flag, once it has written one.
     flag: Option<std::fs::File>,
+    samples: Arc<Mutex<Interned>>,
+}
+
+impl Reader {
+    /// Reads every `period` from `offset` on while its recorder traces, until `stop` or the
+    /// process ended (then sets `ended`).
+    fn run(
+        mut self,
+        mut spy: py_spy::PythonSpy,
+        offset: Duration,
+        period: Duration,
+        stop: &AtomicBool,
+        ended: &AtomicBool,
+    ) {
+        let mut next = Instant::now() + offset;
+        while !stop.load(Ordering::Acquire) && !ended.load(Ordering::Acquire) {
+            if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            if self.traces() && !self.read(&mut spy) {
+                ended.store(true, Ordering::Release);
+            }
+            next += period;
+            // Behind (a read slower than the period): start again from now.
+            next = next.max(Instant::now());
+        }
+    }
+
+    /// Whether its recorder traces now (always, without tracing flags); a process that has
+    /// not written its flag yet (its CUDA not initialised) does not.
+    fn traces(&mut self) -> bool {
+        let Some(dir) = self.flags.as_deref() else {
+            return true;
+        };
+        if self.flag.is_none() {
+            let path = crate::record::env::tracing_flag_path(dir, self.pid);
+            self.flag = std::fs::File::open(path).ok();
+        }
+        self.flag
+            .as_ref()
+            .and_then(crate::record::env::reads_tracing)
+            .unwrap_or(false)
+    }
+
+    /// One read of every Python thread's stack; `false` once the process has ended.
+    fn read(&mut self, spy: &mut py_spy::PythonSpy) -> bool {
+        let began = SystemTime::now();
+        let clock = Instant::now();
+        let traces = spy.get_stack_traces();
+        let read_ns = u32::try_from(clock.elapsed().as_nanos()).unwrap_or(u32::MAX);
+        let mut samples = self
+            .samples
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match traces {
+            Ok(traces) => {
+                let time = realtime_ns(began);
+                for t in &traces {
+                    samples.add(time, read_ns, t);
+                }
+                true
+            }
+            Err(_) => {
+                samples.failed_reads += 1;
+                is_alive(self.pid)
+            }
+        }
+    }
 }
 
 /// A process not (yet) readable: when it was first seen, and why it failed last.
@@ -177,33 +317,24 @@ impl Pending {
     }
 }
 
-/// The sampler's loop: until `stop`, find processes, attach, read each at `rate_hz`.
-fn sample(root: u32, rate_hz: u32, flags: Option<PathBuf>, stop: &AtomicBool) -> Sampled {
-    let period = Duration::from_secs(1) / rate_hz;
+/// The sampler's loop: until `stop`, find processes and start their readers; collect those
+/// that ended.
+fn sample(root: u32, rate_hz: u32, flags: Option<PathBuf>, stop: &Arc<AtomicBool>) -> Sampled {
     let mut tree = Tree::new(root, rate_hz, flags);
-    let mut next_discovery = Instant::now();
-    let mut next = Instant::now();
     while !stop.load(Ordering::Acquire) {
-        if Instant::now() >= next_discovery {
-            tree.discover();
-            next_discovery = Instant::now() + DISCOVER_PERIOD;
-        }
-        tree.read_all();
-        if tree.live.is_empty() {
-            // Nothing to read: wait for the next look at the tree, not for the next read.
-            next = next_discovery.max(Instant::now());
-        } else {
-            next += period;
-        }
-        let now = Instant::now();
-        match next.checked_duration_since(now) {
-            Some(wait) => std::thread::sleep(wait),
-            // Behind (reads slower than the period): start again from now.
-            None => next = now,
+        tree.discover(stop);
+        tree.collect_ended();
+        let next_discovery = Instant::now() + DISCOVER_PERIOD;
+        // Look at `stop` often: `finish` waits for this loop.
+        while !stop.load(Ordering::Acquire) && Instant::now() < next_discovery {
+            std::thread::sleep(STOP_POLL);
         }
     }
     tree.finish()
 }
+
+/// How often the sampler's loop looks whether it should stop.
+const STOP_POLL: Duration = Duration::from_millis(10);
 
 /// The processes of the program's tree, by state.
 struct Tree {
@@ -249,7 +380,7 @@ impl Tree {
 
     /// Finds new processes below the root and tries every pending one once; gives up on those
     /// tried for [`ATTACH_PATIENCE`] or gone.
-    fn discover(&mut self) {
+    fn discover(&mut self, stop: &Arc<AtomicBool>) {
         for pid in process_tree(self.root) {
             if !self.known(pid) {
                 let since = Instant::now();
@@ -273,9 +404,8 @@ impl Tree {
             };
             match attached {
                 Ok(spy) => {
-                    let samples = Interned::new(self.rate_hz);
-                    let flag = None;
-                    self.live.insert(pid, Process { spy, samples, flag });
+                    let process = Process::start(spy, pid, self, stop);
+                    self.live.insert(pid, process);
                 }
                 Err(e) => {
                     let alive = is_alive(pid);
@@ -293,17 +423,16 @@ impl Tree {
         }
     }
 
-    /// One read of every live process that traces now; those that ended are done.
-    fn read_all(&mut self) {
-        let flags = self.flags.as_deref();
+    /// Moves the processes whose readers found them ended to `done`.
+    fn collect_ended(&mut self) {
         let ended: Vec<u32> = self
             .live
-            .iter_mut()
-            .filter_map(|(&pid, p)| (p.traces(flags, pid) && !p.read()).then_some(pid))
+            .iter()
+            .filter_map(|(&pid, p)| p.ended.load(Ordering::Acquire).then_some(pid))
             .collect();
         for pid in ended {
             if let Some(p) = self.live.remove(&pid) {
-                self.done.insert(pid, p.samples.finish());
+                self.done.insert(pid, p.finish());
             }
         }
     }
@@ -311,7 +440,7 @@ impl Tree {
     fn finish(mut self) -> Sampled {
         let live = std::mem::take(&mut self.live);
         self.done
-            .extend(live.into_iter().map(|(pid, p)| (pid, p.samples.finish())));
+            .extend(live.into_iter().map(|(pid, p)| (pid, p.finish())));
         let attached = self.done.len();
         self.done.retain(|_, s| !s.samples.is_empty());
         let root = self.root;
@@ -345,43 +474,6 @@ fn is_alive(pid: u32) -> bool {
             .and_then(|i| stat[i + 1..].split_whitespace().next())
             .is_some_and(|state| state != "Z" && state != "X")
     })
-}
-
-impl Process {
-    /// Whether its recorder traces now (always, without tracing flags); a process that has
-    /// not written its flag yet (its CUDA not initialised) does not.
-    fn traces(&mut self, flags: Option<&Path>, pid: u32) -> bool {
-        let Some(dir) = flags else {
-            return true;
-        };
-        if self.flag.is_none() {
-            self.flag = std::fs::File::open(crate::record::env::tracing_flag_path(dir, pid)).ok();
-        }
-        self.flag
-            .as_ref()
-            .and_then(crate::record::env::reads_tracing)
-            .unwrap_or(false)
-    }
-
-    /// One read of every Python thread's stack; `false` once the process has ended.
-    fn read(&mut self) -> bool {
-        let began = SystemTime::now();
-        let clock = Instant::now();
-        match self.spy.get_stack_traces() {
-            Ok(traces) => {
-                let read_ns = u32::try_from(clock.elapsed().as_nanos()).unwrap_or(u32::MAX);
-                let time = realtime_ns(began);
-                for t in &traces {
-                    self.samples.add(time, read_ns, t);
-                }
-                true
-            }
-            Err(_) => {
-                self.samples.failed_reads += 1;
-                u32::try_from(self.spy.pid).is_ok_and(is_alive)
-            }
-        }
-    }
 }
 
 /// `CLOCK_REALTIME` in ns (what [`SystemTime`] reads on Linux).
@@ -694,8 +786,14 @@ mod tests {
         assert!(named.iter().all(|s| s.thread == child.id()), "main thread");
         assert!(named.iter().all(|s| s.time >= before && s.time <= after));
         assert_eq!(samples.rate_hz, SAMPLE_RATE_HZ);
-        // At most the rate: 1.5 s at 1 kHz, one Python thread.
-        assert!(samples.samples.len() <= 1600, "{}", samples.samples.len());
+        // At most the rate: 1.5 s at 4 kHz, one Python thread; and the readers take turns:
+        // more than one reader could read at its period (0.75 ms: 2000 in 1.5 s).
+        let n = samples.samples.len();
+        assert!(n <= 6100, "{n} samples in 1.5 s");
+        assert!(
+            n > 2100,
+            "{n} samples in 1.5 s: the readers did not take turns"
+        );
         assert!(samples.validate().is_ok());
         assert_eq!(sampled.note(), None);
     }
