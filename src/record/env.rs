@@ -46,11 +46,11 @@ pub struct TracingFlag {
 impl TracingFlag {
     /// Creates process `pid`'s flag in `out`, saying `tracing`; `None` when it cannot (the
     /// recording goes on; `record` then takes no host samples of that process).
-    pub fn create(out: &Path, pid: u32, tracing: bool) -> Option<TracingFlag> {
-        let file = File::create(tracing_flag_path(out, pid)).ok()?;
+    pub fn create(out: &Path, pid: u32, tracing: bool) -> std::io::Result<TracingFlag> {
+        let file = File::create(tracing_flag_path(out, pid))?;
         let flag = TracingFlag { file };
         flag.set(tracing);
-        Some(flag)
+        Ok(flag)
     }
 
     /// One write of one byte: called at each switch of the trace budget (rare).
@@ -89,6 +89,6 @@ mod tests {
         assert_eq!(reads_tracing(&read), Some(true));
         let empty = File::create(dir.path().join("empty")).unwrap();
         assert_eq!(reads_tracing(&empty), None);
-        assert!(TracingFlag::create(&dir.path().join("missing"), 1, true).is_none());
+        assert!(TracingFlag::create(&dir.path().join("missing"), 1, true).is_err());
     }
 }

@@ -175,6 +175,7 @@ impl Process {
                     pid,
                     flags: tree.flags.clone(),
                     flag: None,
+                    flag_looked: None,
                     samples: Arc::clone(&samples),
                 };
                 let (stop, ended) = (Arc::clone(stop), Arc::clone(&ended));
@@ -222,6 +223,8 @@ struct Reader {
     flags: Option<PathBuf>,
     /// Its recorder's tracing flag, once it has written one.
     flag: Option<std::fs::File>,
+    /// When the flag was last looked for.
+    flag_looked: Option<Instant>,
     samples: Arc<Mutex<Interned>>,
 }
 
@@ -256,7 +259,14 @@ impl Reader {
         let Some(dir) = self.flags.as_deref() else {
             return true;
         };
-        if self.flag.is_none() {
+        // Until the recorder has written its flag, look for it at the discovery period, not at
+        // every read.
+        if self.flag.is_none()
+            && self
+                .flag_looked
+                .is_none_or(|t| t.elapsed() >= DISCOVER_PERIOD)
+        {
+            self.flag_looked = Some(Instant::now());
             let path = crate::record::env::tracing_flag_path(dir, self.pid);
             self.flag = std::fs::File::open(path).ok();
         }

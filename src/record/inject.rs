@@ -292,8 +292,14 @@ fn initialize() -> Result<(), String> {
     let mut recorder = Recorder::start(recorder_config).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&config.out)
         .map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;
-    if env(Setting::TracingFlag).is_some_and(|v| v == "1") {
-        recorder.say_tracing_in(&config.out, config.pid);
+    if env(Setting::TracingFlag).is_some_and(|v| v == "1")
+        && let Err(e) = recorder.say_tracing_in(&config.out, config.pid)
+    {
+        say_note(&format!(
+            "no host samples of process {}: its tracing flag could not be written in {}: {e}",
+            config.pid,
+            config.out.display()
+        ));
     }
     if spilling {
         let mut metadata = metadata(&config, &recorder, None);

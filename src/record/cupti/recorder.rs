@@ -735,16 +735,17 @@ impl Recorder {
     }
 
     /// From now on, keeps process `pid`'s tracing flag in `out` (see
-    /// [`crate::record::env::TracingFlag`]), saying whether API calls are traced now.
-    pub fn say_tracing_in(&self, out: &std::path::Path, pid: u32) {
+    /// [`crate::record::env::TracingFlag`]), saying whether API calls are traced now; the
+    /// error when it cannot be written (then `record` reads no host samples of this process).
+    pub fn say_tracing_in(&self, out: &std::path::Path, pid: u32) -> std::io::Result<()> {
         let tracing = self
             .shared
             .budget
             .as_ref()
             .is_none_or(|b| matches!(*lock(&b.applied), Some(super::budget::Level::Traced)));
-        if let Some(flag) = crate::record::env::TracingFlag::create(out, pid, tracing) {
-            let _ = self.shared.tracing_flag.set(flag);
-        }
+        let flag = crate::record::env::TracingFlag::create(out, pid, tracing)?;
+        let _ = self.shared.tracing_flag.set(flag);
+        Ok(())
     }
 
     /// Records lost so far: reported dropped by CUPTI plus kernels with zero timestamps.
