@@ -395,9 +395,31 @@ fn code_function(frames: &[&HostFrame]) -> String {
 /// The position of the code [`own_code`] names: the innermost frame of the program's, else
 /// the outermost.
 fn own_index(frames: &[&HostFrame]) -> usize {
-    let own = frames.iter().position(|f| !is_runtime_file(&f.file));
+    let runtime = runtime_frames(frames);
+    let own = runtime.iter().position(|&r| !r);
     own.unwrap_or(frames.len().saturating_sub(1))
 }
+
+/// Whether each frame of a stack (innermost first) is the runtime's ([`is_runtime_file`]).
+/// Code run from a string (`<string>`: Triton's kernel launcher, a dataclass's `__init__`, or
+/// a `python -c` program) belongs to whoever ran it: the runtime's when a runtime frame called
+/// it, the program's when the program did or nothing did.
+fn runtime_frames(frames: &[&HostFrame]) -> Vec<bool> {
+    let mut runtime = vec![false; frames.len()];
+    let mut caller_is_runtime = false;
+    for (i, f) in frames.iter().enumerate().rev() {
+        runtime[i] = if f.file == EXEC_STRING_FILE {
+            caller_is_runtime
+        } else {
+            is_runtime_file(&f.file)
+        };
+        caller_is_runtime = runtime[i];
+    }
+    runtime
+}
+
+/// The file name CPython gives code compiled from a string (`exec`, `python -c`).
+const EXEC_STRING_FILE: &str = "<string>";
 
 /// Packages that programs call into rather than write their code in: torch and what it
 /// compiles and runs with. A model library (transformers, accelerate, …) is the program's code:
@@ -701,6 +723,31 @@ mod tests {
         ] {
             assert!(!is_runtime_file(own), "{own}");
         }
+        // Code run from a string is its caller's: Triton's launcher is the runtime's, a
+        // `python -c` program's own code is the program's.
+        let launcher = frame("<string>", "launcher", 5);
+        let triton = frame(
+            "/venv/lib/python3.12/site-packages/triton/backends/nvidia/driver.py",
+            "__call__",
+            500,
+        );
+        let inductor = frame("/tmp/torchinductor_root/q3/cq3abc.py", "call", 80);
+        let model = frame(
+            "/venv/lib/python3.12/site-packages/transformers/utils/generic.py",
+            "wrapper",
+            933,
+        );
+        assert_eq!(
+            own_code(&[&launcher, &triton, &inductor, &model]).0,
+            "transformers/utils/generic.py:933 wrapper"
+        );
+        let inline = frame("<string>", "busy", 2);
+        let module = frame("<string>", "<module>", 4);
+        assert_eq!(
+            own_code(&[&launcher, &inline, &module]).0,
+            "<string>:5 launcher"
+        );
+        assert_eq!(own_code(&[&inline, &module]).0, "<string>:2 busy");
         let sample = frame(
             "/venv/lib/python3.12/site-packages/transformers/generation/utils.py",
             "_sample",
