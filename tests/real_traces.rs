@@ -1890,7 +1890,7 @@ fn measured_windows_give_every_cell_its_untraced_period_and_the_mode_verdict() {
     assert!(screen.contains("external event wait +0.70 µs"), "{screen}");
 }
 
-/// Issue 45 on an H100 (traces/torch-compile-host-code-record-h100.json.gz, default `record`
+/// Issue 45 on an H100 (traces/torch-compile-chosen-step-host-code-record-h100.json.gz, default `record`
 /// of examples/torch_compile_decode.py, build f6414fe: host samples at 4 kHz in traced
 /// windows): every replayed op of the reduce-overhead graph names the program's line that
 /// created its node (the compiled step's call; inductor's generated code and torch are the
@@ -1898,7 +1898,7 @@ fn measured_windows_give_every_cell_its_untraced_period_and_the_mode_verdict() {
 /// host-bound gap names the host code that ran in it, two codes or more, with shares and n.
 #[test]
 fn a_torch_compile_recording_names_the_python_line_that_created_each_node() {
-    let t = read("torch-compile-host-code-record-h100.json.gz");
+    let t = read("torch-compile-chosen-step-host-code-record-h100.json.gz");
     assert!(t.graph.nodes.iter().any(|n| n.python_stack.is_some()));
     let a = analyze_one(&t);
     let graphed = a
@@ -1936,4 +1936,23 @@ fn a_torch_compile_recording_names_the_python_line_that_created_each_node() {
         "{}",
         host.describe()
     );
+    // The eager cell's host launch-bound gaps, each too short to name alone, name the eager
+    // step's Python together (the Markdown's "all host-bound gaps" row).
+    let eager = a
+        .cells
+        .iter()
+        .find(|c| c.label.contains("(eager)"))
+        .expect("the eager cell");
+    let all = eager
+        .host_time
+        .as_ref()
+        .expect("host time of the eager cell");
+    assert!(all.samples >= gapscope::analysis::host_samples::MIN_SAMPLES);
+    assert_eq!(
+        all.top[0].code,
+        "examples/torch_compile_decode.py:73 main.<locals>.eager_step",
+        "{}",
+        all.describe()
+    );
+    assert!(all.top[0].share > 0.5, "{}", all.describe());
 }

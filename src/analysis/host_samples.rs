@@ -81,11 +81,17 @@ impl HostTime {
         if self.top.is_empty() {
             return self.too_few();
         }
-        let codes: Vec<String> = self.top.iter().map(HostCode::describe).collect();
+        let codes: Vec<String> = self.named().iter().map(HostCode::describe).collect();
         if self.exact {
             return format!("{} ({} traced spans)", codes.join("; "), self.samples);
         }
         format!("{} (n = {})", codes.join("; "), self.samples)
+    }
+
+    /// The codes reports name: the first [`TOP_CODES`] (a cell's all-gaps host time keeps up
+    /// to [`CELL_TOP_CODES`] for `compare`).
+    pub fn named(&self) -> &[HostCode] {
+        &self.top[..self.top.len().min(TOP_CODES)]
     }
 
     /// "N samples: too few to name the code"; exact: "no Python call traced in the gaps".

@@ -447,15 +447,24 @@ pub(crate) fn headline_texts(
             .and_then(|p| Some(format!(", {} of {}", ratio(p.ratio?), short(p.base))))
             .unwrap_or_default(),
     };
+    // The host code sampled in the cell's host-bound gaps, when the largest cause is one.
+    let host_code = |kind| {
+        c.host_time
+            .as_ref()
+            .filter(|t| !t.top.is_empty() && crate::analysis::host_samples::is_host_bound(kind))
+            .map(|t| format!("; host code in them: {}", t.describe()))
+            .unwrap_or_default()
+    };
     let cause = match &h.cause {
         Some(cause) => format!(
-            "{} {} a step{}",
+            "{} {} a step{}{}",
             cause.cause.label(),
             stat_us(&cause.per_step),
             cause
                 .share_of_step
                 .map(|x| format!(", {} of the step", percent(x)))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            host_code(cause.cause)
         ),
         None => "none (the step has no idle time)".to_owned(),
     };

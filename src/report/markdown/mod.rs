@@ -706,8 +706,9 @@ fn idle_section(s: &mut String, a: &Analysis) {
     let _ = writeln!(s);
 }
 
-/// "Host time in the gaps": per cell with host samples, its host-bound gaps (largest first)
-/// with the host code sampled in them. Nothing for a trace without host samples.
+/// "Host time in the gaps": per cell with host samples, all its host-bound gaps together, then
+/// each (largest first), with the host code sampled in them. Nothing for a trace without host
+/// samples.
 fn host_time_section(s: &mut String, a: &Analysis) {
     let cells: Vec<(&CellAnalysis, Vec<&crate::analysis::SequenceEntry>)> = a
         .cells
@@ -719,7 +720,7 @@ fn host_time_section(s: &mut String, a: &Analysis) {
                 gaps.filter(|e| e.host_time.is_some()).collect::<Vec<_>>(),
             )
         })
-        .filter(|(_, gaps)| !gaps.is_empty())
+        .filter(|(c, gaps)| !gaps.is_empty() || c.host_time.is_some())
         .collect();
     for (c, gaps) in cells {
         let _ = writeln!(
@@ -733,17 +734,23 @@ fn host_time_section(s: &mut String, a: &Analysis) {
             "| gap before | gap µs | cause | host code sampled in the gap (share of its time) | innermost frame | n |"
         );
         let _ = writeln!(s, "|---|--:|---|---|---|--:|");
+        if let Some(h) = &c.host_time {
+            let (code, innermost) = host_code_cells(h);
+            let _ = writeln!(
+                s,
+                "| *all host-bound gaps* | {} gaps, {:.2} µs in all | host-bound | {} | {} | {} |",
+                h.gaps,
+                h.gap_ns as f64 / 1e3,
+                md_cell(&code),
+                md_cell(&innermost),
+                h.samples
+            );
+        }
         for e in gaps.into_iter().take(TOP_GAPS) {
             let Some(h) = &e.host_time else {
                 continue;
             };
-            let (code, innermost) = if h.top.is_empty() {
-                (h.too_few(), String::new())
-            } else {
-                let codes: Vec<String> = h.top.iter().map(|c| c.describe()).collect();
-                let inner: Vec<&str> = h.top.iter().map(|c| c.innermost.as_str()).collect();
-                (codes.join("; "), inner.join("; "))
-            };
+            let (code, innermost) = host_code_cells(h);
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {} | {} | {} |",
@@ -757,6 +764,16 @@ fn host_time_section(s: &mut String, a: &Analysis) {
         }
         let _ = writeln!(s);
     }
+}
+
+/// A host time's code column ("74 % …; 12 % …", or why none is named) and innermost frames.
+fn host_code_cells(h: &crate::analysis::host_samples::HostTime) -> (String, String) {
+    if h.top.is_empty() {
+        return (h.too_few(), String::new());
+    }
+    let codes: Vec<String> = h.named().iter().map(|c| c.describe()).collect();
+    let inner: Vec<&str> = h.named().iter().map(|c| c.innermost.as_str()).collect();
+    (codes.join("; "), inner.join("; "))
 }
 
 /// The sweep at a glance, per launch pattern: one row per T with eager, graphed mode 2 and
