@@ -140,19 +140,19 @@ fn load_module(ctx: &Arc<CudaContext>) -> Result<(Arc<CudaModule>, String), HtDe
     Err(HtDecodeError::Nvrtc(failures.join("; ")))
 }
 
-/// The step's buffers: topk, weights, tokens, routing map, gathered, preprocessing block,
-/// sparse-to-dense, recv, out.
-type Buffers = (
-    CudaSlice<i32>,
-    CudaSlice<f32>,
-    CudaSlice<u16>,
-    CudaSlice<u8>,
-    CudaSlice<u8>,
-    CudaSlice<i32>,
-    CudaSlice<i32>,
-    CudaSlice<u16>,
-    CudaSlice<u16>,
-);
+/// The step's device buffers, by name (several share an element type: a tuple would let two
+/// be swapped unnoticed).
+struct Buffers {
+    topk: CudaSlice<i32>,
+    weights: CudaSlice<f32>,
+    tokens: CudaSlice<u16>,
+    routing_map: CudaSlice<u8>,
+    gathered: CudaSlice<u8>,
+    block: CudaSlice<i32>,
+    sparse_to_dense: CudaSlice<i32>,
+    recv: CudaSlice<u16>,
+    out: CudaSlice<u16>,
+}
 
 /// Allocates every buffer on `stream` and uploads this rank's inputs and the gathered
 /// buffer's `remote` maps.
@@ -169,7 +169,7 @@ fn upload_buffers(
     let routing_map = alloc::<u8>(stream, cfg.routing_map_bytes(), "alloc routing map")?;
     let mut gathered = alloc::<u8>(stream, cfg.gathered_bytes(), "alloc gathered")?;
     let block = alloc::<i32>(stream, layout.len, "alloc preprocessing block")?;
-    let s2d = alloc::<i32>(
+    let sparse_to_dense = alloc::<i32>(
         stream,
         cfg.max_tokens * cfg.experts,
         "alloc sparse-to-dense",
@@ -188,17 +188,17 @@ fn upload_buffers(
     stream
         .memcpy_htod(remote, &mut gathered)
         .map_err(drv("upload gathered"))?;
-    Ok((
+    Ok(Buffers {
         topk,
         weights,
         tokens,
         routing_map,
         gathered,
         block,
-        s2d,
+        sparse_to_dense,
         recv,
         out,
-    ))
+    })
 }
 
 impl HtDecode {
@@ -235,8 +235,17 @@ impl HtDecode {
             // Restores the caller's setting; buffers created from here on are tracked.
             cuda::set_event_tracking(&ctx, true);
         }
-        let (topk, weights, tokens, routing_map, gathered, block, sparse_to_dense, recv, out) =
-            buffers?;
+        let Buffers {
+            topk,
+            weights,
+            tokens,
+            routing_map,
+            gathered,
+            block,
+            sparse_to_dense,
+            recv,
+            out,
+        } = buffers?;
         let mut me = HtDecode {
             cfg,
             layout,
