@@ -12,9 +12,10 @@
 //!   partial stack.
 //! * **Rate**: at most [`SAMPLE_RATE_HZ`] reads per second per process while its recorder
 //!   traces, by up to [`READERS_PER_PROCESS`] threads taking turns (a read of a deep torch
-//!   stack takes longer than one period; all readers keep to a quarter of the host's cores),
-//!   and at most [`MAX_SAMPLES_PER_PROCESS`] samples kept per
-//!   process.
+//!   stack takes longer than one period; the readers of traced processes keep to a quarter of
+//!   the host's cores, [`READER_CORES_DIVISOR`]); a process that has not written its tracing
+//!   flag (no CUDA yet, or never: torch.compile's workers) is only looked at every
+//!   [`DISCOVER_PERIOD`]. At most [`MAX_SAMPLES_PER_PROCESS`] samples are kept per process.
 //! * **Clock**: sample times are `CLOCK_REALTIME` ns read in this process just before each
 //!   read, the clock CUPTI stamps its records with on Linux (the processes share it: offset 0
 //!   by construction); each sample keeps how long its read took, the window its stack is from.
@@ -47,11 +48,12 @@ pub const SAMPLE_RATE_HZ: u32 = 4000;
 /// recorder's traced windows they only look at its tracing flag.
 pub const READERS_PER_PROCESS: u32 = 3;
 
-/// The share of the host's cores all readers may take, beyond one reader a process: a
-/// quarter, so that reading every rank of a node never takes the cores the ranks' launching
-/// threads need (8 ranks on a 128-core node get 3 readers each; one process on 16 cores, 3;
-/// on 2 cores, 1).
-const READER_CORES_DIVISOR: u32 = 4;
+/// The share of the host's cores the readers of traced processes may take, beyond one reader
+/// a process: a quarter, so that reading every rank of a node never takes the cores the
+/// ranks' launching threads need (8 ranks on a 128-core node get 3 readers each; one process
+/// on 16 cores, 3; on 2 cores, 1, which then reads at the whole rate itself). Readers of a
+/// process that never traces wait for its flag and take no share.
+pub const READER_CORES_DIVISOR: u32 = 4;
 
 /// Samples kept per process: about 35 minutes of one Python thread at [`SAMPLE_RATE_HZ`],
 /// about 80 MB in the trace file. Later ones are counted ([`HostSamples::left_out`]).
@@ -167,42 +169,35 @@ struct Process {
 }
 
 impl Process {
-    /// Starts `count` readers: `first` (the spy that attached) and `count` − 1 more, which
-    /// attach in their own thread; one that cannot is left out.
-    fn start(
-        first: py_spy::PythonSpy,
-        pid: u32,
-        count: u32,
-        tree: &Tree,
-        stop: &Arc<AtomicBool>,
-    ) -> Process {
+    /// Starts [`READERS_PER_PROCESS`] readers: the first with `first` (the spy that attached);
+    /// the others attach once admitted ([`Reader::run`]).
+    fn start(first: py_spy::PythonSpy, pid: u32, tree: &Tree, stop: &Arc<AtomicBool>) -> Process {
         let samples = Arc::new(Mutex::new(Interned::new(tree.rate_hz)));
         let ended = Arc::new(AtomicBool::new(false));
+        let count = READERS_PER_PROCESS;
+        let reading = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        // The readers' first period: as if all were admitted (each tick takes the count again).
         let period = Duration::from_secs(1) * count / tree.rate_hz;
         let mut first = Some(first);
         let readers = (0..count)
             .filter_map(|i| {
-                let spy = first.take();
-                let config = tree.config.clone();
                 let reader = Reader {
                     pid,
+                    index: i,
                     flags: tree.flags.clone(),
                     flag: None,
-                    flag_looked: None,
                     samples: Arc::clone(&samples),
+                    spy: first.take(),
+                    config: tree.config.clone(),
+                    admission: tree.admission.clone(),
+                    reading: Arc::clone(&reading),
+                    rate_hz: tree.rate_hz,
                 };
                 let (stop, ended) = (Arc::clone(stop), Arc::clone(&ended));
                 let offset = period * i / count;
                 std::thread::Builder::new()
                     .name(format!("gapscope-host-samples-{pid}-{i}"))
-                    .spawn(move || {
-                        let spy = spy.or_else(|| {
-                            py_spy::PythonSpy::new(i32::try_from(pid).ok()?, &config).ok()
-                        });
-                        if let Some(spy) = spy {
-                            reader.run(spy, offset, period, &stop, &ended);
-                        }
-                    })
+                    .spawn(move || reader.run(offset, &stop, &ended))
                     .ok()
             })
             .collect();
@@ -229,64 +224,125 @@ impl Process {
     }
 }
 
+/// Who may read beyond one reader a process: readers of processes that trace, up to a share
+/// of the host's cores ([`READER_CORES_DIVISOR`]).
+#[derive(Clone)]
+struct Admission {
+    active: Arc<std::sync::atomic::AtomicUsize>,
+    share: usize,
+}
+
+impl Admission {
+    fn new(cores: usize) -> Admission {
+        Admission {
+            active: Arc::default(),
+            share: cores / READER_CORES_DIVISOR as usize,
+        }
+    }
+
+    /// Admits reader `index` of its process: the first always, the others while the active
+    /// readers are fewer than the share. An admitted reader [`Admission::leave`]s at its end.
+    fn admit(&self, index: u32) -> bool {
+        let before = self.active.fetch_add(1, Ordering::AcqRel);
+        if index == 0 || before < self.share {
+            return true;
+        }
+        self.leave();
+        false
+    }
+
+    fn leave(&self) {
+        self.active.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// One reader of a process.
 struct Reader {
     pid: u32,
+    /// Its place among its process's readers (0 reads with the spy that attached).
+    index: u32,
     /// The trace folder holding the recorders' tracing flags.
     flags: Option<PathBuf>,
     /// Its recorder's tracing flag, once it has written one.
     flag: Option<std::fs::File>,
-    /// When the flag was last looked for.
-    flag_looked: Option<Instant>,
     samples: Arc<Mutex<Interned>>,
+    /// The spy that attached (the first reader's); the others attach once admitted.
+    spy: Option<py_spy::PythonSpy>,
+    config: py_spy::Config,
+    admission: Admission,
+    /// Its process's admitted readers: each reads every `reading / rate_hz`.
+    reading: Arc<std::sync::atomic::AtomicU32>,
+    rate_hz: u32,
 }
 
 impl Reader {
-    /// Reads every `period` from `offset` on while its recorder traces, until `stop` or the
-    /// process ended (then sets `ended`).
-    fn run(
-        mut self,
-        mut spy: py_spy::PythonSpy,
-        offset: Duration,
-        period: Duration,
-        stop: &AtomicBool,
-        ended: &AtomicBool,
-    ) {
-        let mut next = Instant::now() + offset;
-        while !stop.load(Ordering::Acquire) && !ended.load(Ordering::Acquire) {
-            if let Some(wait) = next.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
-            if self.traces() && !self.read(&mut spy) {
+    /// Waits for its process's recorder to write its tracing flag (a process that never
+    /// initialises CUDA, such as torch.compile's workers or torchrun's launcher, costs a look
+    /// every [`DISCOVER_PERIOD`]), is admitted, then reads from `offset` on, every
+    /// `readers / rate` (its process's admitted readers), while the recorder traces, until
+    /// `stop` or the process ended (then sets `ended`).
+    fn run(mut self, offset: Duration, stop: &AtomicBool, ended: &AtomicBool) {
+        let over = || stop.load(Ordering::Acquire) || ended.load(Ordering::Acquire);
+        while !self.flag_found() {
+            if !is_alive(self.pid) {
                 ended.store(true, Ordering::Release);
+                return;
             }
-            next += period;
-            // Behind (a read slower than the period): start again from now.
-            next = next.max(Instant::now());
+            let look = Instant::now() + DISCOVER_PERIOD;
+            while Instant::now() < look {
+                if over() {
+                    return;
+                }
+                std::thread::sleep(STOP_POLL);
+            }
         }
+        if !self.admission.admit(self.index) {
+            return;
+        }
+        self.reading.fetch_add(1, Ordering::AcqRel);
+        let spy = self
+            .spy
+            .take()
+            .or_else(|| py_spy::PythonSpy::new(i32::try_from(self.pid).ok()?, &self.config).ok());
+        if let Some(mut spy) = spy {
+            let mut next = Instant::now() + offset;
+            while !over() {
+                if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                if self.traces() && !self.read(&mut spy) {
+                    ended.store(true, Ordering::Release);
+                }
+                let readers = self.reading.load(Ordering::Acquire).max(1);
+                next += Duration::from_secs(1) * readers / self.rate_hz;
+                // Behind (a read slower than the period): start again from now.
+                next = next.max(Instant::now());
+            }
+        }
+        self.reading.fetch_sub(1, Ordering::AcqRel);
+        self.admission.leave();
     }
 
-    /// Whether its recorder traces now (always, without tracing flags); a process that has
-    /// not written its flag yet (its CUDA not initialised) does not.
-    fn traces(&mut self) -> bool {
+    /// Whether its recorder has written its tracing flag (always, without tracing flags:
+    /// the whole run is read).
+    fn flag_found(&mut self) -> bool {
         let Some(dir) = self.flags.as_deref() else {
             return true;
         };
-        // Until the recorder has written its flag, look for it at the discovery period, not at
-        // every read.
-        if self.flag.is_none()
-            && self
-                .flag_looked
-                .is_none_or(|t| t.elapsed() >= DISCOVER_PERIOD)
-        {
-            self.flag_looked = Some(Instant::now());
+        if self.flag.is_none() {
             let path = crate::record::env::tracing_flag_path(dir, self.pid);
             self.flag = std::fs::File::open(path).ok();
         }
-        self.flag
-            .as_ref()
-            .and_then(crate::record::env::reads_tracing)
-            .unwrap_or(false)
+        self.flag.is_some()
+    }
+
+    /// Whether its recorder traces now (always, without tracing flags).
+    fn traces(&self) -> bool {
+        match (&self.flags, &self.flag) {
+            (None, _) => true,
+            (Some(_), Some(flag)) => crate::record::env::reads_tracing(flag).unwrap_or(false),
+            (Some(_), None) => false,
+        }
     }
 
     /// One read of every Python thread's stack; `false` once the process has ended.
@@ -366,6 +422,7 @@ struct Tree {
     /// The trace folder holding the recorders' tracing flags (see [`Sampler::start`]).
     flags: Option<PathBuf>,
     config: py_spy::Config,
+    admission: Admission,
     /// Being read.
     live: BTreeMap<u32, Process>,
     /// Not readable yet.
@@ -387,6 +444,9 @@ impl Tree {
                 native: false,
                 ..py_spy::Config::default()
             },
+            admission: Admission::new(
+                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+            ),
             live: BTreeMap::new(),
             pending: BTreeMap::new(),
             done: BTreeMap::new(),
@@ -427,7 +487,7 @@ impl Tree {
             };
             match attached {
                 Ok(spy) => {
-                    let process = Process::start(spy, pid, self.readers_for_next(), self, stop);
+                    let process = Process::start(spy, pid, self, stop);
                     self.live.insert(pid, process);
                 }
                 Err(e) => {
@@ -444,14 +504,6 @@ impl Tree {
                 }
             }
         }
-    }
-
-    /// Readers for the next process: [`READERS_PER_PROCESS`], fewer when the readers running
-    /// would take more than their share of the cores ([`READER_CORES_DIVISOR`]), at least one.
-    fn readers_for_next(&self) -> u32 {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let running: usize = self.live.values().map(|p| p.readers.len()).sum();
-        readers_given(cores, running)
     }
 
     /// Moves the processes whose readers found them ended to `done`.
@@ -484,14 +536,6 @@ impl Tree {
             }),
         }
     }
-}
-
-/// Readers for the next process on a host of `cores` with `running` readers already (see
-/// [`Tree::readers_for_next`]).
-fn readers_given(cores: usize, running: usize) -> u32 {
-    let share = u32::try_from(cores).unwrap_or(u32::MAX) / READER_CORES_DIVISOR;
-    let running = u32::try_from(running).unwrap_or(u32::MAX);
-    share.saturating_sub(running).clamp(1, READERS_PER_PROCESS)
 }
 
 /// py-spy's error as one line: its message, and its root cause where that says more
@@ -709,11 +753,20 @@ mod tests {
 
     #[test]
     fn readers_keep_to_a_quarter_of_the_cores_and_one_a_process_at_least() {
-        assert_eq!(readers_given(16, 0), 3, "one process on 16 cores");
-        assert_eq!(readers_given(2, 0), 1, "2 cores: one reader");
-        assert_eq!(readers_given(128, 21), 3, "the 8th rank on 128 cores");
-        assert_eq!(readers_given(32, 6), 2, "the 3rd rank on 32 cores");
-        assert_eq!(readers_given(32, 8), 1, "past the share: one");
+        let on_16 = Admission::new(16);
+        let admitted: Vec<bool> = (0..3).map(|i| on_16.admit(i)).collect();
+        assert_eq!(admitted, [true, true, true], "one process on 16 cores: 3");
+        // A second process: its first reader always, no more (4 of 4 taken).
+        assert!(on_16.admit(0));
+        assert!(!on_16.admit(1));
+        on_16.leave();
+        assert!(on_16.admit(2), "a reader that left makes room");
+        let on_2 = Admission::new(2);
+        assert!(
+            on_2.admit(0) && !on_2.admit(1),
+            "2 cores: one reader a process"
+        );
+        assert_eq!(on_2.active.load(Ordering::Acquire), 1);
     }
 
     #[test]
@@ -872,6 +925,32 @@ mod tests {
             samples.samples.iter().all(|s| s.time >= switched),
             "no sample before the flag said tracing"
         );
+    }
+
+    /// A Python process that never writes a tracing flag (torch.compile's workers,
+    /// torchrun's launcher) is attached but never read: `finish` hands over no samples and
+    /// says nothing (it was readable).
+    #[test]
+    fn a_process_that_never_traces_is_never_read() {
+        let script = "def gapscope_busy_loop():\n    while True:\n        sum(range(100))\n\ngapscope_busy_loop()\n";
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", script])
+            .spawn()
+            .expect("python3 on PATH");
+        let sampler = Sampler::start(child.id(), SAMPLE_RATE_HZ, Some(dir.path().to_path_buf()));
+        std::thread::sleep(Duration::from_millis(600));
+        let _ = child.kill();
+        let _ = child.wait();
+        std::thread::sleep(Duration::from_millis(500));
+        let sampled = sampler.finish();
+        assert!(
+            sampled.processes.is_empty(),
+            "{:?}",
+            sampled.processes.keys()
+        );
+        assert_eq!(sampled.attached, 1);
+        assert_eq!(sampled.note(), None);
     }
 
     /// A process that is not Python: nothing sampled, and one note that says why.
