@@ -405,13 +405,14 @@ mod end_to_end {
 }
 
 /// The headline's texts — what it calls its cell, the cell with its period, its largest
-/// cause, its fix — with cells named by `named` (where the cell is introduced) and `short` (a
+/// cause, its fix, and the host code sampled in the cell's host-bound gaps when that cause is
+/// host-bound (else empty) — with cells named by `named` (where the cell is introduced) and `short` (a
 /// twin, named again): the screen's first lines and report.md's verdict.
 pub(crate) fn headline_texts(
     a: &crate::analysis::Analysis,
     named: &dyn Fn(usize) -> String,
     short: &dyn Fn(usize) -> String,
-) -> [String; 4] {
+) -> [String; 5] {
     use crate::analysis::headline::Basis;
     let Some(h) = &a.headline else {
         return [
@@ -419,6 +420,7 @@ pub(crate) fn headline_texts(
             "none (no cells)".to_owned(),
             "—".to_owned(),
             "no change needed".to_owned(),
+            String::new(),
         ];
     };
     let c = &a.cells[h.cell];
@@ -448,23 +450,23 @@ pub(crate) fn headline_texts(
             .unwrap_or_default(),
     };
     // The host code sampled in the cell's host-bound gaps, when the largest cause is one.
-    let host_code = |kind| {
-        c.host_time
-            .as_ref()
-            .filter(|t| !t.top.is_empty() && crate::analysis::host_samples::is_host_bound(kind))
-            .map(|t| format!("; host code in them: {}", t.describe()))
-            .unwrap_or_default()
-    };
+    let host_code = h
+        .cause
+        .as_ref()
+        .filter(|cause| crate::analysis::host_samples::is_host_bound(cause.cause))
+        .and(c.host_time.as_ref())
+        .filter(|t| !t.top.is_empty())
+        .map(crate::analysis::host_samples::HostTime::describe)
+        .unwrap_or_default();
     let cause = match &h.cause {
         Some(cause) => format!(
-            "{} {} a step{}{}",
+            "{} {} a step{}",
             cause.cause.label(),
             stat_us(&cause.per_step),
             cause
                 .share_of_step
                 .map(|x| format!(", {} of the step", percent(x)))
-                .unwrap_or_default(),
-            host_code(cause.cause)
+                .unwrap_or_default()
         ),
         None => "none (the step has no idle time)".to_owned(),
     };
@@ -483,6 +485,7 @@ pub(crate) fn headline_texts(
         format!("{} — {period}{against}", named(h.cell)),
         cause,
         fix,
+        host_code,
     ]
 }
 

@@ -238,10 +238,15 @@ fn verdict_section(s: &mut String, a: &Analysis) {
             .get(i)
             .map_or_else(String::new, |c| md_cell(&c.label))
     };
-    let [title, worst, cause, fix] = crate::report::headline_texts(a, &label, &label);
+    let [title, worst, cause, fix, host] = crate::report::headline_texts(a, &label, &label);
+    let host = if host.is_empty() {
+        String::new()
+    } else {
+        format!("\n- **Host code in its host-bound gaps:** {host}")
+    };
     let _ = writeln!(
         s,
-        "### Verdict\n\n- **{title}:** {worst}\n- **Largest cause:** {cause}\n- **Fix:** {fix}\n"
+        "### Verdict\n\n- **{title}:** {worst}\n- **Largest cause:** {cause}{host}\n- **Fix:** {fix}\n"
     );
 }
 
