@@ -744,6 +744,15 @@ fn parent_of(stat: &str) -> Option<u32> {
 mod tests {
     use super::*;
 
+    /// A `python3 -c` child spinning in `gapscope_busy_loop` until killed.
+    fn python_busy_loop() -> std::process::Child {
+        let script = "def gapscope_busy_loop():\n    while True:\n        sum(range(100))\n\ngapscope_busy_loop()\n";
+        std::process::Command::new("python3")
+            .args(["-c", script])
+            .spawn()
+            .expect("python3 on PATH")
+    }
+
     #[test]
     fn the_parent_is_read_after_the_command_whatever_it_holds() {
         assert_eq!(parent_of("42 (python3) S 7 42 42 0"), Some(7));
@@ -854,12 +863,8 @@ mod tests {
     /// without them this fails with the sampler's note.
     #[test]
     fn samples_a_python_busy_loop_by_its_function_name() {
-        let script = "def gapscope_busy_loop():\n    while True:\n        sum(range(100))\n\ngapscope_busy_loop()\n";
         let before = realtime_ns(SystemTime::now());
-        let mut child = std::process::Command::new("python3")
-            .args(["-c", script])
-            .spawn()
-            .expect("python3 on PATH");
+        let mut child = python_busy_loop();
         let sampler = Sampler::start(child.id(), SAMPLE_RATE_HZ, None);
         std::thread::sleep(Duration::from_millis(1500));
         let sampled = sampler.finish();
@@ -900,12 +905,8 @@ mod tests {
     /// it writes one, none while it says `0`, samples once it says `1`.
     #[test]
     fn samples_follow_the_recorders_tracing_flag() {
-        let script = "def gapscope_busy_loop():\n    while True:\n        sum(range(100))\n\ngapscope_busy_loop()\n";
         let dir = tempfile::tempdir().unwrap();
-        let mut child = std::process::Command::new("python3")
-            .args(["-c", script])
-            .spawn()
-            .expect("python3 on PATH");
+        let mut child = python_busy_loop();
         let pid = child.id();
         let sampler = Sampler::start(pid, SAMPLE_RATE_HZ, Some(dir.path().to_path_buf()));
         std::thread::sleep(Duration::from_millis(700)); // no flag yet
@@ -932,12 +933,8 @@ mod tests {
     /// says nothing (it was readable).
     #[test]
     fn a_process_that_never_traces_is_never_read() {
-        let script = "def gapscope_busy_loop():\n    while True:\n        sum(range(100))\n\ngapscope_busy_loop()\n";
         let dir = tempfile::tempdir().unwrap();
-        let mut child = std::process::Command::new("python3")
-            .args(["-c", script])
-            .spawn()
-            .expect("python3 on PATH");
+        let mut child = python_busy_loop();
         let sampler = Sampler::start(child.id(), SAMPLE_RATE_HZ, Some(dir.path().to_path_buf()));
         std::thread::sleep(Duration::from_millis(600));
         let _ = child.kill();
