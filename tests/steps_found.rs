@@ -561,3 +561,31 @@ fn a_one_kernel_burst_beside_a_decode_loop_is_left_over_but_alone_it_is_the_loop
         (1, 300)
     );
 }
+
+/// torch.compile's autotuning times a kernel after flushing L2 (`cache.zero_()` on an int
+/// buffer) again and again: beside a decode loop, that pair is no loop of the program (on an
+/// H100 recording of transformers' generate(), two such bursts of 406 pairs headed the
+/// screen as "eager loop E2"). A pair of other kernels is a loop.
+#[test]
+fn an_autotuning_benchmark_beside_a_decode_loop_is_left_over() {
+    let flush = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, std::array<char*, 1ul> >(int, at::native::FillFunctor<int>, std::array<char*, 1ul>)";
+    let with_pairs = |first: &str| {
+        let mut s = KernelStream::new();
+        decode(&mut s, 40, None);
+        for _ in 0..300 {
+            s.kernel(first, 2_000, 1_000);
+            s.kernel("triton_poi_fused_attention_0", 2_000, 1_000);
+        }
+        analyze(&s.finish())
+    };
+    let a = with_pairs(flush);
+    assert_eq!(found_cells(&a).len(), 1, "{:?}", labels(&a));
+    assert_eq!(found_cells(&a)[0].found.as_ref().unwrap().unit_ops, 9);
+    assert_eq!(
+        a.inputs[0].steps.left_over, 600,
+        "the benchmark's ops are left over"
+    );
+
+    let a = with_pairs("copy_inputs");
+    assert_eq!(found_cells(&a).len(), 2, "{:?}", labels(&a));
+}

@@ -30,7 +30,9 @@
 //! step after each interruption has no period. A loop of fewer ops in all than one step of
 //! another (a prefill's layers, inside that interruption or beside it) is the inner structure
 //! of one pass, not a loop of the program: its ops are left over. So are loops of a one-op unit
-//! beside loops of longer units or graph replays (a burst of one kernel: autotuning's fills).
+//! beside loops of longer units or graph replays (a burst of one kernel: autotuning's fills),
+//! and loops that time one kernel after an L2 flush ([`is_benchmark_unit`]: torch.compile's
+//! autotuning, between a program's eager and compiled phases).
 //!
 //! Nothing is invented: a loop needs [`MIN_STEPS`] steps, [`MIN_RUN`] of them alike in a row
 //! holding [`MIN_LOOP_OPS`] ops, which chance repeats in a long stream do not reach.
@@ -597,6 +599,18 @@ pub struct Discovered {
     pub left_over: usize,
 }
 
+/// Whether a loop's unit (its op names) is a benchmark's: one kernel, run after zeroing an
+/// int buffer as large as the L2 cache (Triton's `do_bench` and inductor's benchmarker flush
+/// the cache this way before each timed run: `cache.zero_()`, a `FillFunctor<int>` kernel).
+pub fn is_benchmark_unit<'n>(names: impl Iterator<Item = &'n String>) -> bool {
+    let names: Vec<&String> = names.collect();
+    let flushes = names.iter().filter(|n| n.contains(L2_FLUSH_KERNEL)).count();
+    names.len() == 2 && flushes == 1
+}
+
+/// The kernel of `cache.zero_()` on the int buffer a benchmark flushes L2 with.
+const L2_FLUSH_KERNEL: &str = "FillFunctor<int>";
+
 /// API calls that launch, capture or instantiate a graph: eager ops that repeat with each of
 /// them are the graph's, not a step's (`cudaStreamIsCapturing`, which eager code calls too, is
 /// not one).
@@ -848,6 +862,14 @@ pub fn discover(
     // no step of the program, and its ops are left over.
     if longest_unit > 1 || !graphs.is_empty() {
         joined.retain(|runs| runs[0].unit_len() > 1);
+    }
+    // A benchmark loop beside real steps or graph replays is the framework's timing of a
+    // kernel, not a step of the program.
+    if longest_unit > 2 || !graphs.is_empty() {
+        joined.retain(|runs| {
+            let names = unit_of(&runs[0]).iter().map(|&s| name_of[s as usize]);
+            !is_benchmark_unit(names.filter_map(|n| trace.strings.get(n as usize)))
+        });
     }
     let step_ops = |(s, e): (usize, usize)| {
         let mut step: Vec<usize> = (s..e).map(|p| ops[order[p]]).collect();
@@ -1288,6 +1310,17 @@ mod tests {
         t.metadata.notes.clear();
         t.metadata.workload.insert(chosen.into(), true.into());
         assert_eq!(chosen_step_range(&t).as_deref(), Some("decode_step"));
+    }
+
+    #[test]
+    fn a_benchmark_is_one_kernel_after_an_int_fill() {
+        let fill = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, std::array<char*, 1ul> >(int, at::native::FillFunctor<int>, std::array<char*, 1ul>)".to_owned();
+        let kernel = "triton_poi_fused__scaled_dot_product_cudnn_attention_0".to_owned();
+        let float_fill = fill.replace("FillFunctor<int>", "FillFunctor<float>");
+        assert!(is_benchmark_unit([&fill, &kernel].into_iter()));
+        assert!(!is_benchmark_unit([&float_fill, &kernel].into_iter()));
+        assert!(!is_benchmark_unit([&fill, &kernel, &kernel].into_iter()));
+        assert!(!is_benchmark_unit([&kernel, &kernel].into_iter()));
     }
 
     #[test]
