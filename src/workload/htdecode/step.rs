@@ -100,15 +100,7 @@ pub struct HtDecode {
     f_standin: cuda::Kernel,
     f_combine: cuda::Kernel,
     inputs: RankInputs,
-    topk: CudaSlice<i32>,
-    weights: CudaSlice<f32>,
-    tokens: CudaSlice<u16>,
-    routing_map: CudaSlice<u8>,
-    gathered: CudaSlice<u8>,
-    block: CudaSlice<i32>,
-    sparse_to_dense: CudaSlice<i32>,
-    recv: CudaSlice<u16>,
-    out: CudaSlice<u16>,
+    buf: Buffers,
 }
 
 /// Allocates `len` elements (at least one) on `stream`, uninitialised (plain numbers only;
@@ -235,17 +227,7 @@ impl HtDecode {
             // Restores the caller's setting; buffers created from here on are tracked.
             cuda::set_event_tracking(&ctx, true);
         }
-        let Buffers {
-            topk,
-            weights,
-            tokens,
-            routing_map,
-            gathered,
-            block,
-            sparse_to_dense,
-            recv,
-            out,
-        } = buffers?;
+        let buf = buffers?;
         let mut me = HtDecode {
             cfg,
             layout,
@@ -258,15 +240,7 @@ impl HtDecode {
             f_standin,
             f_combine,
             inputs,
-            topk,
-            weights,
-            tokens,
-            routing_map,
-            gathered,
-            block,
-            sparse_to_dense,
-            recv,
-            out,
+            buf,
         };
         me.poison_outputs(stream)?;
         stream
@@ -292,23 +266,23 @@ impl HtDecode {
 
     /// This rank's routing map, the all-gather's send buffer (M·ceil(E/8) bytes).
     pub fn routing_map(&self) -> &CudaSlice<u8> {
-        &self.routing_map
+        &self.buf.routing_map
     }
 
     /// This rank's routing map and the gathered buffer at once, for the all-gather.
     pub fn gather_buffers(&mut self) -> (&CudaSlice<u8>, &mut CudaSlice<u8>) {
-        (&self.routing_map, &mut self.gathered)
+        (&self.buf.routing_map, &mut self.buf.gathered)
     }
 
     /// The all-gather's receive buffer: R maps of [`Self::routing_map_bytes_per_rank`] bytes,
     /// rank-major. Keep its length; it is re-read at every [`Self::after_gather`].
     pub fn gathered_mut(&mut self) -> &mut CudaSlice<u8> {
-        &mut self.gathered
+        &mut self.buf.gathered
     }
 
     /// The gathered buffer, read-only.
     pub fn gathered(&self) -> &CudaSlice<u8> {
-        &self.gathered
+        &self.buf.gathered
     }
 
     /// Bytes each rank contributes to the all-gather (M·ceil(E/8)).
@@ -318,7 +292,7 @@ impl HtDecode {
 
     /// The combine output `[T × H]` bf16.
     pub fn output(&self) -> &CudaSlice<u16> {
-        &self.out
+        &self.buf.out
     }
 
     fn bind(&self, stream: &CudaStream) -> Result<(), HtDecodeError> {
@@ -367,7 +341,7 @@ impl HtDecode {
         self.bind(stream)?;
         let c = &self.cfg;
         Self::memset(
-            &self.block,
+            &self.buf.block,
             0,
             self.layout.len * 4,
             0,
@@ -375,7 +349,7 @@ impl HtDecode {
             "memset preprocessing block",
         )?;
         Self::memset(
-            &self.sparse_to_dense,
+            &self.buf.sparse_to_dense,
             0,
             c.max_tokens * c.experts * 4,
             0xFF,
@@ -383,8 +357,8 @@ impl HtDecode {
             "memset sparse-to-dense",
         )?;
 
-        let topk = Self::ptr(&self.topk, stream);
-        let map = Self::ptr(&self.routing_map, stream);
+        let topk = Self::ptr(&self.buf.topk, stream);
+        let map = Self::ptr(&self.buf.routing_map, stream);
         let (t, k, e, m, b) = (
             as_i32(c.tokens),
             as_i32(c.top_k),
@@ -421,15 +395,15 @@ impl HtDecode {
     pub fn emulate_all_gather(&mut self, stream: &Arc<CudaStream>) -> Result<(), HtDecodeError> {
         self.bind(stream)?;
         let bytes = self.cfg.routing_map_bytes();
-        if self.gathered.len() < self.cfg.gathered_bytes() {
+        if self.buf.gathered.len() < self.cfg.gathered_bytes() {
             return Err(HtDecodeError::Config(
                 "gathered buffer was replaced by a smaller one".into(),
             ));
         }
         cuda::memcpy_dtod(
-            &mut self.gathered,
+            &mut self.buf.gathered,
             self.cfg.rank * bytes,
-            &self.routing_map,
+            &self.buf.routing_map,
             0,
             bytes,
             stream,
@@ -441,7 +415,7 @@ impl HtDecode {
     /// `expert_standin` (if enabled), `combine`. Capturable.
     pub fn after_gather(&mut self, stream: &Arc<CudaStream>) -> Result<(), HtDecodeError> {
         self.bind(stream)?;
-        if self.gathered.len() < self.cfg.gathered_bytes() {
+        if self.buf.gathered.len() < self.cfg.gathered_bytes() {
             return Err(HtDecodeError::Config(
                 "gathered buffer was replaced by a smaller one".into(),
             ));
@@ -468,7 +442,7 @@ impl HtDecode {
 
     /// The address of `ints` 32-bit words into the preprocessing block.
     fn block_at(&self, stream: &Arc<CudaStream>, ints: usize) -> u64 {
-        Self::ptr(&self.block, stream) + (ints * 4) as u64
+        Self::ptr(&self.buf.block, stream) + (ints * 4) as u64
     }
 
     /// `preprocess_metadata`: the routing maps gathered → counts, offsets, sparse-to-dense.
@@ -478,8 +452,8 @@ impl HtDecode {
         let at = |ints: usize| self.block_at(stream, ints);
         let warps = (PREPROCESS_THREADS / 32) as usize;
         let args = [
-            KernelArg::U64(Self::ptr(&self.gathered, stream)),
-            KernelArg::U64(Self::ptr(&self.topk, stream)),
+            KernelArg::U64(Self::ptr(&self.buf.gathered, stream)),
+            KernelArg::U64(Self::ptr(&self.buf.topk, stream)),
             KernelArg::I32(t),
             KernelArg::I32(k),
             KernelArg::I32(e),
@@ -494,7 +468,7 @@ impl HtDecode {
             KernelArg::U64(at(l.local_offsets)),
             KernelArg::U64(at(l.rank_counts)),
             KernelArg::U64(at(l.rank_prefix)),
-            KernelArg::U64(Self::ptr(&self.sparse_to_dense, stream)),
+            KernelArg::U64(Self::ptr(&self.buf.sparse_to_dense, stream)),
         ];
         let grid = self.cfg.experts.div_ceil(warps);
         self.launch(
@@ -511,11 +485,11 @@ impl HtDecode {
     fn launch_dispatch_and_combine(&self, stream: &Arc<CudaStream>) -> Result<(), HtDecodeError> {
         let c = &self.cfg;
         let (t, k, e, _, _, _, _, h) = self.int_args();
-        let topk = Self::ptr(&self.topk, stream);
-        let s2d = Self::ptr(&self.sparse_to_dense, stream);
-        let recv = Self::ptr(&self.recv, stream);
+        let topk = Self::ptr(&self.buf.topk, stream);
+        let s2d = Self::ptr(&self.buf.sparse_to_dense, stream);
+        let recv = Self::ptr(&self.buf.recv, stream);
         let args = [
-            KernelArg::U64(Self::ptr(&self.tokens, stream)),
+            KernelArg::U64(Self::ptr(&self.buf.tokens, stream)),
             KernelArg::U64(topk),
             KernelArg::U64(s2d),
             KernelArg::I32(t),
@@ -554,13 +528,13 @@ impl HtDecode {
         let args = [
             KernelArg::U64(recv),
             KernelArg::U64(topk),
-            KernelArg::U64(Self::ptr(&self.weights, stream)),
+            KernelArg::U64(Self::ptr(&self.buf.weights, stream)),
             KernelArg::U64(s2d),
             KernelArg::I32(t),
             KernelArg::I32(k),
             KernelArg::I32(e),
             KernelArg::I32(h),
-            KernelArg::U64(Self::ptr(&self.out, stream)),
+            KernelArg::U64(Self::ptr(&self.buf.out, stream)),
         ];
         self.launch(
             &self.f_combine,
@@ -588,15 +562,29 @@ impl HtDecode {
         let own = self.cfg.rank * self.cfg.routing_map_bytes();
         let p = POISON_BYTE;
         let what = "poison outputs";
-        let map = &self.routing_map;
+        let map = &self.buf.routing_map;
         Self::memset(map, 0, map.num_bytes(), p, stream, what)?;
         let own_bytes = self.cfg.routing_map_bytes();
-        Self::memset(&self.gathered, own, own_bytes, p, stream, what)?;
-        Self::memset(&self.block, 0, self.block.num_bytes(), p, stream, what)?;
-        let s2d = &self.sparse_to_dense;
+        Self::memset(&self.buf.gathered, own, own_bytes, p, stream, what)?;
+        Self::memset(
+            &self.buf.block,
+            0,
+            self.buf.block.num_bytes(),
+            p,
+            stream,
+            what,
+        )?;
+        let s2d = &self.buf.sparse_to_dense;
         Self::memset(s2d, 0, s2d.num_bytes(), p, stream, what)?;
-        Self::memset(&self.recv, 0, self.recv.num_bytes(), p, stream, what)?;
-        Self::memset(&self.out, 0, self.out.num_bytes(), p, stream, what)?;
+        Self::memset(
+            &self.buf.recv,
+            0,
+            self.buf.recv.num_bytes(),
+            p,
+            stream,
+            what,
+        )?;
+        Self::memset(&self.buf.out, 0, self.buf.out.num_bytes(), p, stream, what)?;
         Ok(())
     }
 
@@ -616,12 +604,12 @@ impl HtDecode {
             stream.clone_dtoh(&s.slice(..n)).map_err(drv("download"))
         };
         Ok(DeviceOutputs {
-            routing_map: get_u8(&self.routing_map, c.routing_map_bytes())?,
-            gathered: get_u8(&self.gathered, c.gathered_bytes())?,
-            block: get_i32(&self.block, self.layout.len)?,
-            sparse_to_dense: get_i32(&self.sparse_to_dense, c.max_tokens * c.experts)?,
-            recv: get_u16(&self.recv, c.recv_rows() * c.hidden)?,
-            out: get_u16(&self.out, c.tokens * c.hidden)?,
+            routing_map: get_u8(&self.buf.routing_map, c.routing_map_bytes())?,
+            gathered: get_u8(&self.buf.gathered, c.gathered_bytes())?,
+            block: get_i32(&self.buf.block, self.layout.len)?,
+            sparse_to_dense: get_i32(&self.buf.sparse_to_dense, c.max_tokens * c.experts)?,
+            recv: get_u16(&self.buf.recv, c.recv_rows() * c.hidden)?,
+            out: get_u16(&self.buf.out, c.tokens * c.hidden)?,
         })
     }
 
