@@ -160,68 +160,76 @@ impl Sampler {
     }
 }
 
-/// One process being read: its readers, and the samples they share.
+/// One process being read: what its readers share.
 struct Process {
-    samples: Arc<Mutex<Interned>>,
-    readers: Vec<std::thread::JoinHandle<()>>,
+    shared: Arc<ProcessShared>,
+}
+
+/// What the readers of one process share.
+struct ProcessShared {
+    pid: u32,
+    /// The trace folder holding the recorders' tracing flags.
+    flags: Option<PathBuf>,
+    config: py_spy::Config,
+    admission: Admission,
+    rate_hz: u32,
+    samples: Mutex<Interned>,
+    /// Its readers' threads (the first starts the others once admitted).
+    readers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Its admitted readers: each reads every `reading / rate_hz`.
+    reading: std::sync::atomic::AtomicU32,
+    /// The sampler's stop.
+    stop: Arc<AtomicBool>,
     /// Set by a reader that found the process ended.
-    ended: Arc<AtomicBool>,
+    ended: AtomicBool,
 }
 
 impl Process {
-    /// Starts [`READERS_PER_PROCESS`] readers: the first with `first` (the spy that attached);
-    /// the others attach once admitted ([`Reader::run`]).
+    /// Starts its first reader, with `first` (the spy that attached).
     fn start(first: py_spy::PythonSpy, pid: u32, tree: &Tree, stop: &Arc<AtomicBool>) -> Process {
-        let samples = Arc::new(Mutex::new(Interned::new(tree.rate_hz)));
-        let ended = Arc::new(AtomicBool::new(false));
-        let count = READERS_PER_PROCESS;
-        let reading = Arc::new(std::sync::atomic::AtomicU32::new(0));
-        // The readers' first period: as if all were admitted (each tick takes the count again).
-        let period = Duration::from_secs(1) * count / tree.rate_hz;
-        let mut first = Some(first);
-        let readers = (0..count)
-            .filter_map(|i| {
-                let reader = Reader {
-                    pid,
-                    index: i,
-                    flags: tree.flags.clone(),
-                    flag: None,
-                    samples: Arc::clone(&samples),
-                    spy: first.take(),
-                    config: tree.config.clone(),
-                    admission: tree.admission.clone(),
-                    reading: Arc::clone(&reading),
-                    rate_hz: tree.rate_hz,
-                };
-                let (stop, ended) = (Arc::clone(stop), Arc::clone(&ended));
-                let offset = period * i / count;
-                std::thread::Builder::new()
-                    .name(format!("gapscope-host-samples-{pid}-{i}"))
-                    .spawn(move || reader.run(offset, &stop, &ended))
-                    .ok()
-            })
-            .collect();
-        Process {
-            samples,
-            readers,
-            ended,
-        }
+        let shared = Arc::new(ProcessShared {
+            pid,
+            flags: tree.flags.clone(),
+            config: tree.config.clone(),
+            admission: tree.admission.clone(),
+            rate_hz: tree.rate_hz,
+            samples: Mutex::new(Interned::new(tree.rate_hz)),
+            readers: Mutex::default(),
+            reading: std::sync::atomic::AtomicU32::new(0),
+            stop: Arc::clone(stop),
+            ended: AtomicBool::new(false),
+        });
+        Reader::spawn(&shared, 0, Some(first));
+        Process { shared }
     }
 
-    /// Waits for its readers (stopped, or the process ended) and hands over their samples.
-    fn finish(self) -> HostSamples {
-        for r in self.readers {
-            let _ = r.join();
-        }
-        // Every reader has ended: the samples are this process's alone.
-        let mut shared = self
-            .samples
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let rate_hz = shared.out.rate_hz;
-        let samples = std::mem::replace(&mut *shared, Interned::new(rate_hz));
-        samples.finish()
+    fn ended(&self) -> bool {
+        self.shared.ended.load(Ordering::Acquire)
     }
+
+    /// Waits for its readers (stopped, or the process ended; one waiting for the flag is
+    /// woken) and hands over their samples.
+    fn finish(self) -> HostSamples {
+        // A first reader may start the others while it is waited for: until none is left.
+        loop {
+            let readers = std::mem::take(&mut *lock_any(&self.shared.readers));
+            if readers.is_empty() {
+                break;
+            }
+            for r in readers {
+                r.thread().unpark();
+                let _ = r.join();
+            }
+        }
+        let mut samples = lock_any(&self.shared.samples);
+        let rate_hz = samples.out.rate_hz;
+        std::mem::replace(&mut *samples, Interned::new(rate_hz)).finish()
+    }
+}
+
+/// A lock, whether or not a reader panicked holding it (the samples stay good).
+fn lock_any<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Who may read beyond one reader a process: readers of processes that trace, up to a share
@@ -258,79 +266,97 @@ impl Admission {
 
 /// One reader of a process.
 struct Reader {
-    pid: u32,
-    /// Its place among its process's readers (0 reads with the spy that attached).
+    shared: Arc<ProcessShared>,
+    /// Its place among its process's readers (0 reads with the spy that attached, and starts
+    /// the others).
     index: u32,
-    /// The trace folder holding the recorders' tracing flags.
-    flags: Option<PathBuf>,
     /// Its recorder's tracing flag, once it has written one.
     flag: Option<std::fs::File>,
-    samples: Arc<Mutex<Interned>>,
     /// The spy that attached (the first reader's); the others attach once admitted.
     spy: Option<py_spy::PythonSpy>,
-    config: py_spy::Config,
-    admission: Admission,
-    /// Its process's admitted readers: each reads every `reading / rate_hz`.
-    reading: Arc<std::sync::atomic::AtomicU32>,
-    rate_hz: u32,
 }
 
 impl Reader {
-    /// Waits for its process's recorder to write its tracing flag (a process that never
-    /// initialises CUDA, such as torch.compile's workers or torchrun's launcher, costs a look
-    /// every [`DISCOVER_PERIOD`]), is admitted, then reads from `offset` on, every
-    /// `readers / rate` (its process's admitted readers), while the recorder traces, until
-    /// `stop` or the process ended (then sets `ended`).
-    fn run(mut self, offset: Duration, stop: &AtomicBool, ended: &AtomicBool) {
-        let over = || stop.load(Ordering::Acquire) || ended.load(Ordering::Acquire);
+    /// Starts reader `index` of a process in its own thread.
+    fn spawn(shared: &Arc<ProcessShared>, index: u32, spy: Option<py_spy::PythonSpy>) {
+        let reader = Reader {
+            shared: Arc::clone(shared),
+            index,
+            flag: None,
+            spy,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("gapscope-host-samples-{}-{index}", shared.pid))
+            .spawn(move || reader.run());
+        if let Ok(thread) = thread {
+            lock_any(&shared.readers).push(thread);
+        }
+    }
+
+    fn over(&self) -> bool {
+        self.shared.stop.load(Ordering::Acquire) || self.shared.ended.load(Ordering::Acquire)
+    }
+
+    /// The first reader waits for its process's recorder to write its tracing flag (a
+    /// process that never initialises CUDA, such as torch.compile's workers or torchrun's
+    /// launcher, costs one thread and a look every [`DISCOVER_PERIOD`]), is admitted and
+    /// starts the others ([`READERS_PER_PROCESS`] in all). Each admitted reader then reads,
+    /// the `index`-th `index / READERS_PER_PROCESS` of a period in, every `readers / rate`
+    /// (its process's admitted readers) while the recorder traces, until the sampler stops or
+    /// the process ended (then it sets `ended`).
+    fn run(mut self) {
+        let shared = Arc::clone(&self.shared);
         while !self.flag_found() {
-            if !is_alive(self.pid) {
-                ended.store(true, Ordering::Release);
+            if !is_alive(shared.pid) {
+                shared.ended.store(true, Ordering::Release);
                 return;
             }
-            let look = Instant::now() + DISCOVER_PERIOD;
-            while Instant::now() < look {
-                if over() {
-                    return;
-                }
-                std::thread::sleep(STOP_POLL);
+            // `Process::finish` wakes it.
+            std::thread::park_timeout(DISCOVER_PERIOD);
+            if self.over() {
+                return;
             }
         }
-        if !self.admission.admit(self.index) {
+        if !shared.admission.admit(self.index) {
             return;
         }
-        self.reading.fetch_add(1, Ordering::AcqRel);
-        let spy = self
-            .spy
-            .take()
-            .or_else(|| py_spy::PythonSpy::new(i32::try_from(self.pid).ok()?, &self.config).ok());
+        shared.reading.fetch_add(1, Ordering::AcqRel);
+        if self.index == 0 {
+            for i in 1..READERS_PER_PROCESS {
+                Reader::spawn(&shared, i, None);
+            }
+        }
+        let spy = self.spy.take().or_else(|| {
+            py_spy::PythonSpy::new(i32::try_from(shared.pid).ok()?, &shared.config).ok()
+        });
         if let Some(mut spy) = spy {
-            let mut next = Instant::now() + offset;
-            while !over() {
+            let period = |readers: u32| Duration::from_secs(1) * readers / shared.rate_hz;
+            let mut next =
+                Instant::now() + period(READERS_PER_PROCESS) * self.index / READERS_PER_PROCESS;
+            while !self.over() {
                 if let Some(wait) = next.checked_duration_since(Instant::now()) {
                     std::thread::sleep(wait);
                 }
                 if self.traces() && !self.read(&mut spy) {
-                    ended.store(true, Ordering::Release);
+                    shared.ended.store(true, Ordering::Release);
                 }
-                let readers = self.reading.load(Ordering::Acquire).max(1);
-                next += Duration::from_secs(1) * readers / self.rate_hz;
+                next += period(shared.reading.load(Ordering::Acquire).max(1));
                 // Behind (a read slower than the period): start again from now.
                 next = next.max(Instant::now());
             }
         }
-        self.reading.fetch_sub(1, Ordering::AcqRel);
-        self.admission.leave();
+        shared.reading.fetch_sub(1, Ordering::AcqRel);
+        shared.admission.leave();
     }
 
     /// Whether its recorder has written its tracing flag (always, without tracing flags:
     /// the whole run is read).
     fn flag_found(&mut self) -> bool {
-        let Some(dir) = self.flags.as_deref() else {
+        let Some(dir) = self.shared.flags.as_deref() else {
             return true;
         };
         if self.flag.is_none() {
-            let path = crate::record::env::tracing_flag_path(dir, self.pid);
+            let path = crate::record::env::tracing_flag_path(dir, self.shared.pid);
             self.flag = std::fs::File::open(path).ok();
         }
         self.flag.is_some()
@@ -338,7 +364,7 @@ impl Reader {
 
     /// Whether its recorder traces now (always, without tracing flags).
     fn traces(&self) -> bool {
-        match (&self.flags, &self.flag) {
+        match (&self.shared.flags, &self.flag) {
             (None, _) => true,
             (Some(_), Some(flag)) => crate::record::env::reads_tracing(flag).unwrap_or(false),
             (Some(_), None) => false,
@@ -351,10 +377,7 @@ impl Reader {
         let clock = Instant::now();
         let traces = spy.get_stack_traces();
         let read_ns = u32::try_from(clock.elapsed().as_nanos()).unwrap_or(u32::MAX);
-        let mut samples = self
-            .samples
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut samples = lock_any(&self.shared.samples);
         match traces {
             Ok(traces) => {
                 let time = realtime_ns(began);
@@ -365,7 +388,7 @@ impl Reader {
             }
             Err(_) => {
                 samples.failed_reads += 1;
-                is_alive(self.pid)
+                is_alive(self.shared.pid)
             }
         }
     }
@@ -439,11 +462,7 @@ impl Tree {
             root,
             rate_hz,
             flags,
-            config: py_spy::Config {
-                blocking: LockingStrategy::NonBlocking,
-                native: false,
-                ..py_spy::Config::default()
-            },
+            config: py_spy_config(),
             admission: Admission::new(
                 std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
             ),
@@ -511,7 +530,7 @@ impl Tree {
         let ended: Vec<u32> = self
             .live
             .iter()
-            .filter_map(|(&pid, p)| p.ended.load(Ordering::Acquire).then_some(pid))
+            .filter_map(|(&pid, p)| p.ended().then_some(pid))
             .collect();
         for pid in ended {
             if let Some(p) = self.live.remove(&pid) {
@@ -535,6 +554,16 @@ impl Tree {
                 self.pending.remove(&root).map(|p| p.reason(ended))
             }),
         }
+    }
+}
+
+/// How gapscope reads Python stacks with py-spy, here and for graph nodes
+/// ([`crate::record::cupti`]): never pausing the process, Python frames only.
+pub(crate) fn py_spy_config() -> py_spy::Config {
+    py_spy::Config {
+        blocking: LockingStrategy::NonBlocking,
+        native: false,
+        ..py_spy::Config::default()
     }
 }
 
