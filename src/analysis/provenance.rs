@@ -210,7 +210,8 @@ impl ProvenanceIndex {
 }
 
 /// The program's own frame that created a node, from its Python stack: the innermost frame
-/// outside libraries, or the outermost frame when every frame is a library's.
+/// outside the runtime ([`own_code`]), or the outermost frame when every frame is the
+/// runtime's.
 pub fn creating_code(stack: &str) -> Option<String> {
     let frames = HostFrame::parse_stack(stack);
     let refs: Vec<&HostFrame> = frames.iter().collect();

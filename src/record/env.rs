@@ -44,7 +44,7 @@ pub struct TracingFlag {
 }
 
 impl TracingFlag {
-    /// Creates process `pid`'s flag in `out`, saying `tracing`; `None` when it cannot (the
+    /// Creates process `pid`'s flag in `out`, saying `tracing`; the error when it cannot (the
     /// recording goes on; `record` then takes no host samples of that process).
     pub fn create(out: &Path, pid: u32, tracing: bool) -> std::io::Result<TracingFlag> {
         let file = File::create(tracing_flag_path(out, pid))?;

@@ -11,7 +11,6 @@
 #![forbid(unsafe_code)]
 
 use crate::trace::HostFrame;
-use py_spy::config::LockingStrategy;
 use std::sync::Mutex;
 
 /// Frames kept per node, innermost first: enough to pass torch's and a model library's
@@ -89,11 +88,7 @@ pub(crate) fn creating_stack() -> CreatingStack {
 
 /// A reader of process `pid`'s Python stacks, never pausing it.
 pub(crate) fn open(pid: u32) -> Result<py_spy::PythonSpy, String> {
-    let config = py_spy::Config {
-        blocking: LockingStrategy::NonBlocking,
-        native: false,
-        ..py_spy::Config::default()
-    };
+    let config = crate::record::host_sampler::py_spy_config();
     let raw = i32::try_from(pid).map_err(|_| format!("process id {pid} out of range"))?;
     py_spy::PythonSpy::new(raw, &config).map_err(|e| {
         let text = format!("{e:#}");
@@ -130,14 +125,16 @@ pub(crate) fn read_thread(spy: &mut py_spy::PythonSpy, thread: ThreadIds) -> Cre
 /// reader that failed is worth a note; other programs have no Python frames to miss.
 fn looks_like_python(pid: u32) -> bool {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-    let named = |s: &str| {
-        s.rsplit('/')
-            .next()
-            .is_some_and(|f| f.starts_with("python"))
-    };
-    named(&exe.to_string_lossy())
+    is_python_executable(&exe.to_string_lossy())
         || std::fs::read_to_string(format!("/proc/{pid}/maps"))
             .is_ok_and(|maps| maps.contains("/libpython"))
+}
+
+/// Whether an executable's path names a Python interpreter (`…/python3.12`).
+fn is_python_executable(exe: &str) -> bool {
+    exe.rsplit('/')
+        .next()
+        .is_some_and(|f| f.starts_with("python"))
 }
 
 #[cfg(test)]
@@ -201,12 +198,6 @@ mod tests {
         let _ = child.wait();
         assert!(refused.is_err());
         assert!(!python, "sleep is not Python");
-        assert!(looks_like_python_path("/usr/bin/python3.12"));
-    }
-
-    fn looks_like_python_path(exe: &str) -> bool {
-        exe.rsplit('/')
-            .next()
-            .is_some_and(|f| f.starts_with("python"))
+        assert!(is_python_executable("/usr/bin/python3.12"));
     }
 }
