@@ -1,6 +1,7 @@
 //! The H200 recordings in traces/ as fixtures: what the recorder captured and what the
 //! analysis makes of it.
 
+use gapscope::analysis::remedy::RemedyKind;
 use gapscope::analysis::stats::Change;
 use gapscope::analysis::{
     self, Analysis, AnalysisOptions, CauseKind, CellAnalysis, PeriodPart, Regime,
@@ -1368,6 +1369,22 @@ fn transformers_generate_gets_one_eager_token_cell_paired_with_the_graph_on_its_
     assert!(
         screen.contains("C2 ↔ C1: paired by library kernels"),
         "{screen}"
+    );
+    // Each replay waits for the library's Python between tokens, not for its launch call:
+    // the fix is that host code, predicted from the host time before the launch calls.
+    let h = a.headline.as_ref().unwrap();
+    assert_eq!(h.cell, graphed);
+    let fix = &a.remedies[h.fix.expect("a fix")];
+    assert_eq!(fix.kind, RemedyKind::HostCodeBeforeLaunch);
+    let cause = h.cause.as_ref().unwrap();
+    assert_eq!(cause.cause, CauseKind::GraphLaunchHostBound);
+    let saving = fix.predicted_saving_ns.unwrap();
+    let launch_calls = a.cells[graphed].host_bound_launch_calls.unwrap();
+    assert!(
+        saving.median < cause.per_step.median
+            && saving.median > cause.per_step.median - 2.0 * launch_calls.median,
+        "{saving:?} of {:?}, launch calls {launch_calls:?}",
+        cause.per_step
     );
 }
 

@@ -638,6 +638,7 @@ pub fn analyze_cell(
             _ => None,
         })
     }));
+    let host_before_launch = host_before_launch(&with_period);
     let mut sequence = canonical_sequence(ctx, timeline, &with_period);
     let host_time = ctx.host_samples.as_ref().and_then(|index| {
         super::host_samples::add_to_sequence(
@@ -673,6 +674,7 @@ pub fn analyze_cell(
         idle,
         idle_by_cause,
         host_bound_launch_calls,
+        host_before_launch,
         host_time,
         sequence,
         reference: meta_cell.map(|c| c.reference.clone()).unwrap_or_default(),
@@ -699,6 +701,28 @@ fn figure_steps(steps: &[Step]) -> Vec<&Step> {
     } else {
         steady
     }
+}
+
+/// Per step, the host's time before its launches in the gaps it held the device idle: a host
+/// launch-bound gap whole, a host-bound graph launch's less its launch call; `None` when no
+/// step has such a gap.
+fn host_before_launch(steps: &[&Step]) -> Option<Stat> {
+    let mut any = false;
+    let per_step = steps.iter().map(|s| {
+        s.gaps
+            .iter()
+            .filter_map(|g| match g.cause {
+                Cause::GraphLaunchHostBound { launch_call_ns, .. } => {
+                    Some(g.len().saturating_sub(launch_call_ns))
+                }
+                Cause::HostLaunchBound => Some(g.len()),
+                _ => None,
+            })
+            .inspect(|_| any = true)
+            .sum::<u64>()
+    });
+    let stat = Stat::of_ns(per_step.collect::<Vec<_>>());
+    stat.filter(|_| any)
 }
 
 /// A cell's label and requested values: its graph's or loop's, else the recorded cell's, with

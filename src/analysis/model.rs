@@ -428,6 +428,12 @@ pub struct CellAnalysis {
     /// here because the steps' gaps may be dropped ([`super::Detail::Figures`]).
     #[serde(skip)]
     pub host_bound_launch_calls: Option<Stat>,
+    /// Per step with a period, the host's time before its launches in its host-bound gaps: a
+    /// host launch-bound gap whole, a host-bound graph launch's less its launch call, summed,
+    /// ns. The host ran other code there while the device waited (what
+    /// [`super::remedy::RemedyKind::HostCodeBeforeLaunch`] would save).
+    #[serde(skip)]
+    pub host_before_launch: Option<Stat>,
     /// The host code sampled in all the cell's host-bound gaps together
     /// ([`super::host_samples`]); `None` without host samples or host-bound gaps.
     #[serde(skip_serializing_if = "Option::is_none")]

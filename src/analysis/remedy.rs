@@ -25,6 +25,9 @@ pub enum RemedyKind {
     WarmUpFreshGraphs,
     /// A graphed step whose largest idle cause is the host's graph launch call.
     LaunchBound,
+    /// A graphed step whose largest idle cause is host code run before the graph launch call
+    /// (the gap is mostly not the call itself).
+    HostCodeBeforeLaunch,
 }
 
 impl RemedyKind {
@@ -42,6 +45,7 @@ impl RemedyKind {
             RemedyKind::CaptureInGraph => "capture in a CUDA graph",
             RemedyKind::WarmUpFreshGraphs => "warm up fresh graphs",
             RemedyKind::LaunchBound => "graph launch-bound",
+            RemedyKind::HostCodeBeforeLaunch => "host code before the launch",
         }
     }
 }
@@ -55,9 +59,9 @@ pub struct RemedySpec {
     pub short: &'static str,
     /// Regime of the cells it applies to.
     pub regime: Regime,
-    /// The idle cause it removes, when it comes from one.
-    pub cause: Option<CauseKind>,
-    /// The cause must be the cell's largest idle cause, not merely present.
+    /// The idle causes it removes (any one of them); empty when it comes from other figures.
+    pub causes: &'static [CauseKind],
+    /// One of the causes must be the cell's largest idle cause, not merely present.
     pub largest_cause_only: bool,
     /// Needs the graph DAG (which call created each node); Kineto imports have none.
     pub needs_dag: bool,
@@ -66,13 +70,13 @@ pub struct RemedySpec {
 }
 
 /// Every remedy gapscope gives, one entry per [`RemedyKind`].
-pub const REMEDIES: [RemedySpec; 4] = [
+pub const REMEDIES: [RemedySpec; 5] = [
     RemedySpec {
         kind: RemedyKind::GraphUsageMode,
         action: "create this communicator with `ncclConfig_t.graphUsageMode = 1` (NCCL ≥ 2.29) or `NCCL_GRAPH_MIXING_SUPPORT=0` (older)",
         short: "NCCL graph usage mode 1 for this communicator",
         regime: Regime::Graphed,
-        cause: Some(CauseKind::ExternalEventWait),
+        causes: &[CauseKind::ExternalEventWait],
         largest_cause_only: false,
         needs_dag: true,
         needs_first_launches: false,
@@ -82,7 +86,7 @@ pub const REMEDIES: [RemedySpec; 4] = [
         action: "capture the step in a CUDA graph",
         short: "capture the step in a CUDA graph",
         regime: Regime::Eager,
-        cause: Some(CauseKind::HostLaunchBound),
+        causes: &[CauseKind::HostLaunchBound],
         largest_cause_only: true,
         needs_dag: false,
         needs_first_launches: false,
@@ -92,7 +96,7 @@ pub const REMEDIES: [RemedySpec; 4] = [
         action: "instantiate once and replay, or warm up (launch each new executable graph once) before timing",
         short: "instantiate once and replay, or warm up",
         regime: Regime::Graphed,
-        cause: None,
+        causes: &[],
         largest_cause_only: false,
         needs_dag: false,
         needs_first_launches: true,
@@ -102,7 +106,17 @@ pub const REMEDIES: [RemedySpec; 4] = [
         action: "the host's graph launch call bounds the step: launch from a thread that is not busy, or batch steps into one graph",
         short: "launch from a free thread, or batch steps",
         regime: Regime::Graphed,
-        cause: Some(CauseKind::GraphLaunchHostBound),
+        causes: &[CauseKind::GraphLaunchHostBound],
+        largest_cause_only: true,
+        needs_dag: false,
+        needs_first_launches: false,
+    },
+    RemedySpec {
+        kind: RemedyKind::HostCodeBeforeLaunch,
+        action: "the host runs other code before its launches while the device waits: take that code off the step's path (run it while the graph replays, or capture its work in the graph)",
+        short: "take the host code before the launches off the step's path",
+        regime: Regime::Graphed,
+        causes: &[CauseKind::GraphLaunchHostBound, CauseKind::HostLaunchBound],
         largest_cause_only: true,
         needs_dag: false,
         needs_first_launches: false,
@@ -299,6 +313,7 @@ fn candidates(a: &Analysis) -> Vec<Remedy> {
                 RemedyKind::CaptureInGraph => capture_in_graph(a, index, cell),
                 RemedyKind::WarmUpFreshGraphs => warm_up_fresh_graphs(a, cell),
                 RemedyKind::LaunchBound => launch_bound(cell),
+                RemedyKind::HostCodeBeforeLaunch => host_code_before_launch(cell),
             };
             if let Some((evidence, predicted_saving_ns, basis)) = found {
                 out.push(Remedy {
@@ -323,13 +338,18 @@ fn shows_evidence(spec: &RemedySpec, cell: &CellAnalysis) -> bool {
     if spec.needs_first_launches && cell.first_launch_period.is_none() {
         return false;
     }
-    match spec.cause {
-        Some(kind) if spec.largest_cause_only => {
-            cell.idle_by_cause.first().is_some_and(|t| t.cause == kind)
-        }
-        Some(kind) => cause_total(cell, kind).is_some(),
-        None => true,
+    if spec.causes.is_empty() {
+        return true;
     }
+    if spec.largest_cause_only {
+        return cell
+            .idle_by_cause
+            .first()
+            .is_some_and(|t| spec.causes.contains(&t.cause));
+    }
+    spec.causes
+        .iter()
+        .any(|&kind| cause_total(cell, kind).is_some())
 }
 
 fn has_dag(cell: &CellAnalysis) -> bool {
@@ -477,7 +497,21 @@ fn replay_cell<'a>(a: &'a Analysis, cell: &CellAnalysis) -> Option<&'a CellAnaly
         .copied()
 }
 
+/// Whether the host-bound graph launches' gaps are mostly the launch calls themselves
+/// ([`RemedyKind::LaunchBound`]) rather than host code run before them
+/// ([`RemedyKind::HostCodeBeforeLaunch`]): medians per step compared.
+fn launch_calls_dominate(cell: &CellAnalysis) -> bool {
+    match (cell.host_bound_launch_calls, cell.host_before_launch) {
+        (Some(calls), Some(before)) => before.median <= calls.median,
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
 fn launch_bound(cell: &CellAnalysis) -> Found {
+    if !launch_calls_dominate(cell) {
+        return None;
+    }
     let launch_calls = cell.host_bound_launch_calls?;
     let evidence = format!(
         "graph launch host-bound: the launch call ran {:.2} µs [{:.2}–{:.2}] n={}",
@@ -490,6 +524,55 @@ fn launch_bound(cell: &CellAnalysis) -> Found {
                  faster the host can issue it is not in the trace"
         .to_owned();
     Some((evidence, None, basis))
+}
+
+/// The host time before the launch calls is the saving, less what tracing adds to the period
+/// where the run measured it (the tracer's callbacks slow the host code in between): the
+/// prediction is then the program's, not the tracer's.
+fn host_code_before_launch(cell: &CellAnalysis) -> Found {
+    if launch_calls_dominate(cell) {
+        return None;
+    }
+    let before = cell.host_before_launch?;
+    let calls = cell
+        .host_bound_launch_calls
+        .map(|c| {
+            format!(
+                "; its host-bound graph launch calls ran {:.2} µs [{:.2}–{:.2}] n={}",
+                c.median / 1e3,
+                c.p10 / 1e3,
+                c.p90 / 1e3,
+                c.n
+            )
+        })
+        .unwrap_or_default();
+    let evidence = format!(
+        "{}: the host ran other code for {:.2} µs [{:.2}–{:.2}] n={} a step before launches while the device waited{calls}",
+        cell.idle_by_cause
+            .first()
+            .map_or("host-bound", |t| t.cause.label()),
+        before.median / 1e3,
+        before.p10 / 1e3,
+        before.p90 / 1e3,
+        before.n,
+    );
+    let added_by_tracing = match (cell.period, cell.untraced_period) {
+        (Some(traced), Some(untraced)) => (traced.median - untraced.median).max(0.0),
+        _ => 0.0,
+    };
+    let basis = if added_by_tracing > 0.0 {
+        format!(
+            "the host time before the launches, less the {:.2} µs tracing adds to the step",
+            added_by_tracing / 1e3
+        )
+    } else {
+        "the host time before the launches".to_owned()
+    };
+    Some((
+        evidence,
+        Some(Saving::from_stat_minus(&before, added_by_tracing)),
+        basis,
+    ))
 }
 
 /// Whether HEAD realised the saving a remedy predicted for BASE: one judgement per compared
@@ -691,6 +774,7 @@ mod tests {
             RemedyKind::CaptureInGraph,
             RemedyKind::WarmUpFreshGraphs,
             RemedyKind::LaunchBound,
+            RemedyKind::HostCodeBeforeLaunch,
         ] {
             assert_eq!(REMEDIES.iter().filter(|s| s.kind == kind).count(), 1);
             assert_eq!(kind.spec().kind, kind);
@@ -802,6 +886,66 @@ mod tests {
         // First launches at 2× the replays: the saving is about one replay period.
         assert!((saved.median - replay).abs() < 0.02 * replay, "{saved:?}");
         assert!(saved.p10 <= saved.median && saved.median <= saved.p90);
+    }
+
+    /// The graphed cell of `a`, made to lose its steps to host-bound graph launches: gaps whose
+    /// host time before the launch call is `before_us` a step, calls of `calls_us`; untraced
+    /// `untraced_us` a step when given. Its remedies, given and withheld.
+    fn host_bound_graphed(
+        before_us: f64,
+        calls_us: f64,
+        untraced_us: Option<f64>,
+    ) -> (Vec<Remedy>, Vec<Withheld>) {
+        let mut a = analysis(&[SyntheticCell::emu(true, 1, 30)]);
+        let stat = |us: f64| Stat {
+            median: us * 1e3,
+            p10: us * 0.9e3,
+            p90: us * 1.2e3,
+            min: us * 0.8e3,
+            max: us * 1.5e3,
+            n: 29,
+        };
+        let c = &mut a.cells[0];
+        c.idle_by_cause.insert(
+            0,
+            super::super::CauseTotal {
+                cause: CauseKind::GraphLaunchHostBound,
+                example: "before k0 — graph launch host-bound".into(),
+                per_step: stat(before_us + calls_us),
+            },
+        );
+        c.host_bound_launch_calls = Some(stat(calls_us));
+        c.host_before_launch = Some(stat(before_us));
+        c.period = Some(stat(before_us + calls_us + 20.0));
+        c.untraced_period = untraced_us.map(stat);
+        remedies(&a)
+    }
+
+    #[test]
+    fn host_code_before_the_launch_call_is_the_fix_when_it_outweighs_the_call() {
+        let (given, _) = host_bound_graphed(1_400.0, 90.0, None);
+        assert_eq!(given.len(), 1, "{given:?}");
+        let fix = &given[0];
+        assert_eq!(fix.kind, RemedyKind::HostCodeBeforeLaunch);
+        assert_eq!(fix.predicted_saving_ns.unwrap().median, 1_400e3);
+        assert!(fix.evidence.contains("1400.00 µs"), "{}", fix.evidence);
+        // What tracing adds to the step (traced 1510 µs, untraced 1410 µs) is not predicted.
+        let (given, _) = host_bound_graphed(1_400.0, 90.0, Some(1_410.0));
+        let saving = given[0].predicted_saving_ns.unwrap();
+        assert_eq!(saving.median, 1_300e3);
+        assert!(given[0].basis.contains("less the 100.00 µs tracing adds"));
+        // Only tracing's: the host time left is inside its spread, and nothing is given.
+        let (given, withheld) = host_bound_graphed(100.0, 90.0, Some(120.0));
+        assert!(given.is_empty(), "{given:?}");
+        assert_eq!(withheld[0].remedy.kind, RemedyKind::HostCodeBeforeLaunch);
+    }
+
+    #[test]
+    fn a_launch_call_longer_than_the_host_code_before_it_is_launch_bound() {
+        let (given, withheld) = host_bound_graphed(30.0, 300.0, None);
+        assert!(given.is_empty(), "launch-bound predicts nothing: {given:?}");
+        let kinds: Vec<RemedyKind> = withheld.iter().map(|w| w.remedy.kind).collect();
+        assert_eq!(kinds, [RemedyKind::LaunchBound]);
     }
 
     #[test]

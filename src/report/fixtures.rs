@@ -374,6 +374,7 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
             idle,
             idle_by_cause,
             host_bound_launch_calls: None,
+            host_before_launch: None,
             sequence,
             steps,
         });
