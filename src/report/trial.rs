@@ -282,8 +282,9 @@ fn cell_section(s: &mut String, r: &TrialReport, i: usize, cell: &str) {
                 .as_ref()
                 .filter(|_| c.change_ns.is_some())
                 .map_or(String::new(), |p| format!(
-                    "{} µs",
-                    us2_signed(-p.saving_ns)
+                    "{} µs ({})",
+                    us2_signed(-p.saving_ns),
+                    md_cell(p.fix)
                 ))
         );
     }
