@@ -182,6 +182,8 @@ struct ProcessShared {
     stop: Arc<AtomicBool>,
     /// Set by a reader that found the process ended.
     ended: AtomicBool,
+    /// Where its threads' descriptors keep their kernel ids (CPython before 3.11).
+    kernel_ids: crate::record::thread_ids::KernelIdOffset,
 }
 
 impl Process {
@@ -198,6 +200,7 @@ impl Process {
             reading: std::sync::atomic::AtomicU32::new(0),
             stop: Arc::clone(stop),
             ended: AtomicBool::new(false),
+            kernel_ids: Default::default(),
         });
         Reader::spawn(&shared, 0, Some(first));
         Process { shared }
@@ -377,6 +380,10 @@ impl Reader {
         let clock = Instant::now();
         let traces = spy.get_stack_traces();
         let read_ns = u32::try_from(clock.elapsed().as_nanos()).unwrap_or(u32::MAX);
+        let traces = traces.map(|mut traces| {
+            self.shared.kernel_ids.fill(self.shared.pid, &mut traces);
+            traces
+        });
         let mut samples = lock_any(&self.shared.samples);
         match traces {
             Ok(traces) => {
@@ -620,8 +627,8 @@ impl Interned {
         }
     }
 
-    /// One thread's stack; a thread whose OS id py-spy could not find is left out (nothing
-    /// in the trace could name it).
+    /// One thread's stack; a thread whose OS id was not found ([`crate::record::thread_ids`])
+    /// is left out (nothing in the trace could name it).
     fn add(&mut self, time: u64, read_ns: u32, t: &py_spy::StackTrace) {
         let Some(thread) = t.os_thread_id.and_then(|id| u32::try_from(id).ok()) else {
             return;
@@ -775,11 +782,16 @@ mod tests {
 
     /// A `python3 -c` child spinning in `gapscope_busy_loop` until killed.
     fn python_busy_loop() -> std::process::Child {
+        busy_loop_of("python3")
+    }
+
+    /// `python -c`, spinning in `gapscope_busy_loop` until killed.
+    fn busy_loop_of(python: &str) -> std::process::Child {
         let script = "def gapscope_busy_loop():\n    while True:\n        sum(range(100))\n\ngapscope_busy_loop()\n";
-        std::process::Command::new("python3")
+        std::process::Command::new(python)
             .args(["-c", script])
             .spawn()
-            .expect("python3 on PATH")
+            .unwrap_or_else(|e| panic!("{python}: {e}"))
     }
 
     #[test]
@@ -892,8 +904,22 @@ mod tests {
     /// without them this fails with the sampler's note.
     #[test]
     fn samples_a_python_busy_loop_by_its_function_name() {
+        samples_the_busy_loop_of("python3");
+    }
+
+    /// The same of CPython 3.9 or 3.10, which keep no kernel thread id for py-spy to read
+    /// ([`crate::record::thread_ids`]): `TEST_OLD_CPYTHON` names the interpreter.
+    #[test]
+    #[ignore = "needs a CPython 3.9 or 3.10 named by TEST_OLD_CPYTHON"]
+    fn samples_a_python_before_3_11_on_its_threads_kernel_ids() {
+        let python = std::env::var("TEST_OLD_CPYTHON")
+            .expect("TEST_OLD_CPYTHON names a CPython 3.9 or 3.10");
+        samples_the_busy_loop_of(&python);
+    }
+
+    fn samples_the_busy_loop_of(python: &str) {
         let before = realtime_ns(SystemTime::now());
-        let mut child = python_busy_loop();
+        let mut child = busy_loop_of(python);
         let sampler = Sampler::start(child.id(), SAMPLE_RATE_HZ, None);
         std::thread::sleep(Duration::from_millis(1500));
         let sampled = sampler.finish();

@@ -7,6 +7,8 @@
 //! * [`env`](mod@env): the environment `gapscope record` hands its program and the recorder reads;
 //! * [`host_sampler`]: the Python stacks of the program's threads, sampled from `record` (the
 //!   program's parent) with py-spy while it runs;
+//! * [`thread_ids`]: the kernel id of a Python thread py-spy names by its pthread id only
+//!   (CPython 3.9 and 3.10);
 //! * [`inject`]: the CUDA injection entry point of `libgapscope.so` (one recorder per process);
 //! * [`spill`]: the records an injected recorder hands to `gapscope record` as it goes, and
 //!   the trace written from them when the program was killed before writing its own.
@@ -16,3 +18,21 @@ pub mod env;
 pub mod host_sampler;
 pub mod inject;
 pub mod spill;
+pub mod thread_ids;
+
+/// A `python3 -c PROGRAM` child, once it has printed its first line (`PROGRAM` prints one
+/// when it is where a test wants to read it).
+#[cfg(test)]
+pub(crate) fn python_when_ready(program: &str) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", program])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("its stdout"))
+        .read_line(&mut line)
+        .expect("its first line");
+    child
+}

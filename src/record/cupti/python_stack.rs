@@ -140,8 +140,7 @@ fn is_python_executable(exe: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
+    use std::process::Command;
 
     /// A real `python3` whose main thread sleeps inside `inner` called from `outer`: its stack
     /// read by OS thread id (the main thread's is the process id), innermost first.
@@ -151,16 +150,7 @@ mod tests {
                        def inner():\n    print('ready', flush=True)\n    time.sleep(30)\n\
                        def outer():\n    inner()\n\
                        outer()\n";
-        let mut child = Command::new("python3")
-            .args(["-c", program])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 runs");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready");
+        let mut child = crate::record::python_when_ready(program);
         let pid = child.id();
         let read = open(pid).map(|mut spy| {
             let main = ThreadIds {
