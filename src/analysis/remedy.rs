@@ -546,8 +546,15 @@ fn host_code_before_launch(cell: &CellAnalysis) -> Found {
             )
         })
         .unwrap_or_default();
+    // The code the host samples name in those gaps, where there are enough of them.
+    let sampled = cell
+        .host_time
+        .as_ref()
+        .filter(|t| !t.top.is_empty())
+        .map(|t| format!("; sampled there: {}", t.describe()))
+        .unwrap_or_default();
     let evidence = format!(
-        "{}: the host ran other code for {:.2} µs [{:.2}–{:.2}] n={} a step before launches while the device waited{calls}",
+        "{}: the host ran other code for {:.2} µs [{:.2}–{:.2}] n={} a step before launches while the device waited{calls}{sampled}",
         cell.idle_by_cause
             .first()
             .map_or("host-bound", |t| t.cause.label()),
