@@ -24,12 +24,18 @@ pub mod thread_ids;
 /// when it is where a test wants to read it).
 #[cfg(test)]
 pub(crate) fn python_when_ready(program: &str) -> std::process::Child {
+    interpreter_when_ready("python3", program)
+}
+
+/// [`python_when_ready`] with another interpreter.
+#[cfg(test)]
+pub(crate) fn interpreter_when_ready(python: &str, program: &str) -> std::process::Child {
     use std::io::BufRead;
-    let mut child = std::process::Command::new("python3")
+    let mut child = std::process::Command::new(python)
         .args(["-c", program])
         .stdout(std::process::Stdio::piped())
         .spawn()
-        .expect("python3 runs");
+        .unwrap_or_else(|e| panic!("{python}: {e}"));
     let mut line = String::new();
     std::io::BufReader::new(child.stdout.take().expect("its stdout"))
         .read_line(&mut line)
