@@ -499,7 +499,8 @@ fn replay_cell<'a>(a: &'a Analysis, cell: &CellAnalysis) -> Option<&'a CellAnaly
 
 /// Whether the host-bound graph launches' gaps are mostly the launch calls themselves
 /// ([`RemedyKind::LaunchBound`]) rather than host code run before them
-/// ([`RemedyKind::HostCodeBeforeLaunch`]): medians per step compared.
+/// ([`RemedyKind::HostCodeBeforeLaunch`]): the median launch call against the median host
+/// time a step before the launches (one graph launch a step, as replay loops have).
 fn launch_calls_dominate(cell: &CellAnalysis) -> bool {
     match (cell.host_bound_launch_calls, cell.host_before_launch) {
         (Some(calls), Some(before)) => before.median <= calls.median,

@@ -566,7 +566,7 @@ impl Tree {
 
 /// How gapscope reads Python stacks with py-spy, here and for graph nodes
 /// ([`crate::record::cupti`]): never pausing the process, Python frames only.
-pub(crate) fn py_spy_config() -> py_spy::Config {
+pub fn py_spy_config() -> py_spy::Config {
     py_spy::Config {
         blocking: LockingStrategy::NonBlocking,
         native: false,
