@@ -54,7 +54,10 @@ fn summary(mut us: Vec<f64>) -> String {
 /// `Thread::active`): list the tasks, read each one's stat.
 fn scan_threads(pid: u32) -> usize {
     let mut n = 0;
-    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten() {
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+    {
         let Ok(entry) = entry else { continue };
         let mut buf = [0u8; 512];
         if let Ok(mut f) = std::fs::File::open(entry.path().join("stat")) {
@@ -73,7 +76,9 @@ fn main() {
         .and_then(|i| args.get(i + 1)?.parse().ok())
         .unwrap_or(2000);
     let config = gapscope::record::host_sampler::py_spy_config();
-    println!("| idle threads | depth | Python threads | frames read | OS threads | read µs | thread scan µs |");
+    println!(
+        "| idle threads | depth | Python threads | frames read | OS threads | read µs | thread scan µs |"
+    );
     println!("|--:|--:|--:|--:|--:|---|---|");
     for (idle, depth) in SHAPES {
         let mut child = spawn(idle, depth);

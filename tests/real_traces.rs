@@ -1965,6 +1965,10 @@ fn a_torch_compile_recording_names_the_python_line_that_created_each_node() {
         .as_ref()
         .expect("host time of the eager cell");
     assert!(all.samples >= gapscope::analysis::host_samples::MIN_SAMPLES);
+    // Their length a step, over every step with a period (the Markdown row's figure).
+    let per_step = all.per_step.expect("the cell's host-bound gaps a step");
+    assert_eq!(per_step.n, eager.idle.unwrap().n);
+    assert!(per_step.median > 0.0 && per_step.median <= eager.idle.unwrap().median);
     assert_eq!(
         all.top[0].code,
         "examples/torch_compile_decode.py:73 main.<locals>.eager_step",

@@ -45,6 +45,10 @@ pub struct HostTime {
     pub gaps: usize,
     /// Their total length, ns.
     pub gap_ns: u64,
+    /// For a cell's host-bound gaps together: their length a step (ns), over the steps with
+    /// a period; `None` for one position's gaps (its gap figure is the sequence entry's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_step: Option<super::stats::Stat>,
     /// Samples of the launching thread inside them (exact: the traced calls' spans).
     pub samples: usize,
     /// From exact spans of traced calls (a torch.profiler import), not samples
@@ -188,6 +192,7 @@ impl<'a> SampleIndex<'a> {
         HostTime {
             gaps: gaps.len(),
             gap_ns: gaps.iter().map(|&(s, e, _)| e.saturating_sub(s)).sum(),
+            per_step: None,
             samples: stacks.len(),
             exact: self.samples.exact,
             top: if enough {
@@ -298,14 +303,18 @@ pub fn add_to_sequence(
     sequence: &mut [SequenceEntry],
 ) -> Option<HostTime> {
     let mut gaps: Vec<Vec<(u64, u64, u32)>> = vec![Vec::new(); sequence.len()];
+    let mut per_step = Vec::with_capacity(steps.len());
     let positions = Positions::new(sequence);
     for step in steps {
+        let mut in_step = 0;
         for (g, p) in step.gaps.iter().zip(positions.of_gaps(trace, ops, step)) {
             let thread = launches.call(ops[g.after].corr).map(|c| c.2);
             if let (Some(p), Some(thread), true) = (p, thread, is_host_bound(g.cause.kind())) {
                 gaps[p].push((g.start, g.end, thread));
+                in_step += g.len();
             }
         }
+        per_step.push(in_step);
     }
     for (entry, gaps) in sequence.iter_mut().zip(&gaps) {
         if is_host_bound(entry.gap_cause) {
@@ -313,7 +322,10 @@ pub fn add_to_sequence(
         }
     }
     let all = gaps.concat();
-    (!all.is_empty()).then(|| index.attribute_top(&all, CELL_TOP_CODES))
+    (!all.is_empty()).then(|| HostTime {
+        per_step: super::stats::Stat::of_ns(per_step),
+        ..index.attribute_top(&all, CELL_TOP_CODES)
+    })
 }
 
 /// The host code whose share of a cell's host-bound gaps changed most between two cells.
@@ -684,6 +696,7 @@ mod tests {
         let time = |top: Vec<HostCode>| HostTime {
             gaps: 1,
             gap_ns: 1,
+            per_step: None,
             exact: false,
             samples: top.iter().map(|c| c.samples).sum(),
             top,

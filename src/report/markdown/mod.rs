@@ -743,9 +743,11 @@ fn host_time_section(s: &mut String, a: &Analysis) {
             let (code, innermost) = host_code_cells(h);
             let _ = writeln!(
                 s,
-                "| *all host-bound gaps* | {} gaps, {:.2} µs in all | host-bound | {} | {} | {} |",
+                "| *all host-bound gaps* | {}{} gaps | host-bound | {} | {} | {} |",
+                h.per_step
+                    .as_ref()
+                    .map_or(String::new(), |p| format!("{} a step, ", stat_us(p))),
                 h.gaps,
-                h.gap_ns as f64 / 1e3,
                 md_cell(&code),
                 md_cell(&innermost),
                 h.samples
