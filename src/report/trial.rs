@@ -27,13 +27,19 @@ fn word_text(c: &CellVerdict) -> String {
     }
 }
 
-/// "predicted −1.10 µs (NCCL graph usage mode 1 …)" where BASE's analysis predicted a saving
+/// "BASE's fix predicts −1.10 µs (NCCL graph usage mode 1 …)" where BASE's analysis predicted a saving
 /// and the variant has a measured change to set beside it.
 fn predicted_text(c: &CellVerdict) -> Option<String> {
     c.predicted
         .as_ref()
         .filter(|_| c.change_ns.is_some())
-        .map(|p| format!("predicted {} µs ({})", us2_signed(-p.saving_ns), p.fix))
+        .map(|p| {
+            format!(
+                "BASE's fix predicts {} µs ({})",
+                us2_signed(-p.saving_ns),
+                p.fix
+            )
+        })
 }
 
 fn basis_text(basis: PeriodBasis) -> &'static str {
@@ -261,7 +267,7 @@ fn cell_section(s: &mut String, r: &TrialReport, i: usize, cell: &str) {
     let _ = writeln!(s, "## {}\n", md_cell(cell));
     let _ = writeln!(
         s,
-        "| | period | change | rounds (µs) | verdict | predicted |\n|---|--:|--:|---|---|---|"
+        "| | period | change | rounds (µs) | verdict | BASE's fix predicts |\n|---|--:|--:|---|---|---|"
     );
     let _ = writeln!(
         s,
