@@ -565,17 +565,20 @@ fn host_code_before_launch(cell: &CellAnalysis) -> Found {
         before.n,
     );
     let added_by_tracing = match (cell.period, cell.untraced_period) {
-        (Some(traced), Some(untraced)) => (traced.median - untraced.median).max(0.0),
-        _ => 0.0,
+        (Some(traced), Some(untraced)) => Some((traced.median - untraced.median).max(0.0)),
+        _ => None,
     };
-    let basis = if added_by_tracing > 0.0 {
-        format!(
+    let basis = match added_by_tracing {
+        Some(added) if added > 0.0 => format!(
             "the host time before the launches, less the {:.2} µs tracing adds to the step",
-            added_by_tracing / 1e3
-        )
-    } else {
-        "the host time before the launches".to_owned()
+            added / 1e3
+        ),
+        Some(_) => "the host time before the launches (tracing adds nothing to the step)".to_owned(),
+        // A Kineto import, or a recording without untraced steps: the tracer's callbacks
+        // may have lengthened that host time.
+        None => "the host time before the launches, as traced: what tracing adds to it is not measured in this run, so this is at most the saving".to_owned(),
     };
+    let added_by_tracing = added_by_tracing.unwrap_or(0.0);
     Some((
         evidence,
         Some(Saving::from_stat_minus(&before, added_by_tracing)),
