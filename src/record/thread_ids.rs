@@ -53,7 +53,11 @@ impl KernelIdOffset {
             }
         };
         for t in traces.iter_mut().filter(|t| t.os_thread_id.is_none()) {
-            t.os_thread_id = read(pid, t.thread_id as usize + offset, 4)
+            // A pthread id read while its thread changed may be anything: no overflow.
+            let Some(at) = (t.thread_id as usize).checked_add(offset) else {
+                continue;
+            };
+            t.os_thread_id = read(pid, at, 4)
                 .and_then(|b| <[u8; 4]>::try_from(b.as_slice()).ok())
                 .map(i32::from_ne_bytes)
                 .and_then(|id| u64::try_from(id).ok())
@@ -82,7 +86,8 @@ fn find_offset(descriptors: &[Vec<u8>], tasks: &BTreeSet<u32>) -> Option<usize> 
         .find(|&offset| holds_ids(offset))
 }
 
-/// `len` bytes of process `pid`'s memory at `addr`, `None` when they cannot all be read.
+/// `len` bytes of process `pid`'s memory at `addr`, `None` when they cannot all be read (the
+/// kernel refuses a range that wraps).
 fn read(pid: u32, addr: usize, len: usize) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; len];
     let remote = [RemoteIoVec { base: addr, len }];
@@ -136,6 +141,26 @@ mod tests {
         // Ids of another process's threads are no match.
         assert_eq!(find_offset(&two, &BTreeSet::from([7, 8])), None);
         assert_eq!(find_offset(&[], &tasks), None);
+    }
+
+    /// A torn read's pthread id (anything, up to the top of the address space) gives no id
+    /// and no overflow.
+    #[test]
+    fn a_pthread_id_at_the_top_of_the_address_space_gives_none() {
+        let offset = KernelIdOffset::default();
+        offset.0.set(GLIBC_X86_64_TID).unwrap();
+        let mut traces = [py_spy::StackTrace {
+            pid: 0,
+            thread_id: u64::MAX,
+            thread_name: None,
+            os_thread_id: None,
+            active: true,
+            owns_gil: false,
+            frames: Vec::new(),
+            process_info: None,
+        }];
+        offset.fill(std::process::id(), &mut traces);
+        assert_eq!(traces[0].os_thread_id, None);
     }
 
     /// A real `python3` with a second thread: the ids filled from the descriptors, with
