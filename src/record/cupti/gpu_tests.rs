@@ -340,3 +340,23 @@ fn trace_budget_pauses_a_replayed_graph_and_resumes_for_a_new_one() {
         .map_or(0, |s| s.resumed_at.len());
     assert_eq!(resumes, 1, "the new graph's launch resumed tracing");
 }
+
+#[test]
+#[ignore = "needs an NVIDIA GPU, its driver and libcupti (run with --ignored)"]
+fn a_step_range_given_without_a_budget_is_the_recordings() {
+    let _one = super::state::lock(&super::recorder::TEST_RECORDER_LOCK);
+    if let Err(e) = ensure_cuda_driver() {
+        panic!("needs an NVIDIA GPU and its driver: {e}");
+    }
+    // `--trace-budget 0 --step-range decode_step`: no budget exists, the range still marks steps.
+    let rec = Recorder::start(RecorderConfig {
+        trace_budget: super::TraceBudget {
+            limit: 0,
+            step_range: Some("decode_step".into()),
+        },
+        ..RecorderConfig::default()
+    })
+    .expect("recorder starts");
+    assert_eq!(rec.step_range().as_deref(), Some("decode_step"));
+    assert!(!rec.step_range_chosen());
+}

@@ -44,6 +44,9 @@ pub struct Recorder {
     torn_down: bool,
     /// Problems met during teardown (they become trace notes).
     teardown_problems: Vec<String>,
+    /// The step range given to the recorder: it marks steps also where no budget samples
+    /// (`--trace-budget 0`), when [`Shared::budget`] does not exist.
+    given_step_range: Option<String>,
 }
 
 /// An open host range; it is recorded when dropped. Drop it on the thread that opened it.
@@ -133,6 +136,7 @@ impl Recorder {
             api_enabled: Vec::new(),
             torn_down: false,
             teardown_problems: Vec::new(),
+            given_step_range: config.trace_budget.step_range.clone(),
         };
         rec.subscribe()?;
         *lock(&ACTIVE) = Some(shared);
@@ -446,7 +450,10 @@ impl Recorder {
 
     /// The step range of this recording: the one given, or the one chosen so far.
     pub fn step_range(&self) -> Option<String> {
-        self.shared.budget.as_ref()?.step_range.get().cloned()
+        match &self.shared.budget {
+            Some(budget) => budget.step_range.get().cloned(),
+            None => self.given_step_range.clone(),
+        }
     }
 
     /// Whether [`Recorder::step_range`] is the recorder's own choice (none was given).
