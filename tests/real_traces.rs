@@ -1388,6 +1388,60 @@ fn transformers_generate_gets_one_eager_token_cell_paired_with_the_graph_on_its_
     );
 }
 
+/// `gapscope record -- python examples/transformers_generate.py --rounds 6` with default
+/// settings on one H100 (2026-12-05, the recorder that paces an unmarked program by time):
+/// 1 + 6 generate() calls of 64 tokens eagerly, then 1 + 6 compiled. Recorded whole, the same
+/// program left a 32 MB trace whose eager step was the whole generate() call (6 of them,
+/// repeated exactly); paced, its eager tokens are sampled in windows.
+#[test]
+fn a_paced_generate_recording_keeps_one_token_cell_paired_with_the_graph_and_its_own_period() {
+    let path = bundled_path("transformers-generate-paced-record-h100.json.gz");
+    let mut json = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap()),
+        &mut json,
+    )
+    .unwrap();
+    assert!(json.len() <= 5_000_000, "{} bytes", json.len());
+    let a = analyze_one(&trace::read_any(&path).unwrap());
+    let found: Vec<usize> = (0..a.cells.len())
+        .filter(|&i| a.cells[i].found.is_some())
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "{:?}",
+        a.cells.iter().map(|c| &c.label).collect::<Vec<_>>()
+    );
+    let eager = found[0];
+    let f = a.cells[eager].found.as_ref().unwrap();
+    // A token is 472 ops (8 layers, the LM head, sampling); a whole call is ~30,000.
+    assert!(f.unit_ops < 600 && f.steps >= 8, "{f:?}");
+    // The program's own eager period in that process (CUDA events, 6 timed calls): 9434.93 µs.
+    let untraced = a.cells[eager].untraced_period.as_ref().expect("untraced");
+    let p = untraced.median / 1e3;
+    assert!((p / 9434.93 - 1.0).abs() < 0.05, "{p}");
+    let graphed = a
+        .cells
+        .iter()
+        .position(|c| c.observed.regime == Some(Regime::Graphed))
+        .unwrap();
+    assert!(
+        a.regime_pairs
+            .iter()
+            .any(|p| p.base == eager && p.head == graphed),
+        "the token cell and the graph replays are paired"
+    );
+    // The graphed phase exists: capturing the eager step is no advice.
+    assert!(
+        a.remedies
+            .iter()
+            .all(|r| r.kind != RemedyKind::CaptureInGraph),
+        "{:?}",
+        a.remedies
+    );
+}
+
 /// `examples/decode_loop.py` recorded on an H200 with default settings by the recorder that
 /// names library functions from torch's own symbol table (2026-12-02).
 #[test]

@@ -20,7 +20,11 @@
 //! percent of the stream), the one with the most steps — the smallest unit that tiles the
 //! loop: not a layer of the model (every last layer's step holds the LM head and fits no unit,
 //! so layers cover less), and not a group of N tokens (the token's unit covers as much, with N
-//! times the steps). Loops found, their ops are taken out and the search repeats on what is
+//! times the steps). But a loop inside the one chosen, with many times its steps and most of
+//! its ops, whose steps the host pauses between, is taken instead ([`PAUSE_RATIO`]): a
+//! generate() call repeated exactly is a unit that covers its prefill too, yet the token, which
+//! the host waits before (sampling, the stop check), is the step; a model's layers, launched
+//! back to back, are not. Loops found, their ops are taken out and the search repeats on what is
 //! left, so a program's loops (prefill and decode, two batch sizes, a warm-up) each become a
 //! loop. The phase: a step starts at the op of the unit before which the host waited longest
 //! (in a decode loop, the sampling and bookkeeping between tokens).
@@ -56,6 +60,18 @@ pub const MIN_LOOP_OPS: usize = 24;
 const COVERAGE_SLACK: f64 = 0.005;
 /// Rounds of the search (one or more loops each).
 const MAX_ROUNDS: usize = 16;
+/// A loop of at least this many times the steps of the one chosen, covering at least
+/// [`INNER_MIN_COVERAGE`] of its ops, whose steps the host pauses between, is the inner loop
+/// of the one chosen, and is taken instead: a generate() call repeated exactly is a unit too,
+/// and covers its prefill besides, but the token is the step.
+const INNER_MIN_STEPS_RATIO: usize = 2;
+const INNER_MIN_COVERAGE: f64 = 0.8;
+/// The host pauses between a loop's steps when, over its identical steps, the longest median
+/// wait before an op of the unit is this many times the unit's median one and at least
+/// [`PAUSE_MIN_NS`]: a decode loop's sampling and stop check between tokens, which a model's
+/// layers, launched back to back, do not have.
+const PAUSE_RATIO: u64 = 5;
+const PAUSE_MIN_NS: u64 = 20_000;
 
 /// Ops a step may have more or fewer than its unit and still be a step of the loop (off the
 /// unit): 5 % of the unit, at least 2, at most 32.
@@ -311,6 +327,66 @@ impl Search<'_> {
         l
     }
 
+    /// The anchor of the loop inside `best` (see [`INNER_MIN_STEPS_RATIO`]) with the most steps
+    /// whose steps the host pauses between, else `best`'s. `scored`: (ops covered, steps,
+    /// anchor) of every anchor; anchors with the same figures find the same loops, phased
+    /// differently, so one of each is looked at.
+    fn innermost_paused(
+        &self,
+        scored: &[(usize, usize, usize)],
+        best: (usize, usize, usize),
+        positions: &[Vec<u32>],
+    ) -> usize {
+        let mut inner: Vec<(usize, usize, usize)> = scored
+            .iter()
+            .copied()
+            .filter(|s| {
+                s.1 >= INNER_MIN_STEPS_RATIO * best.1
+                    && s.0 as f64 >= INNER_MIN_COVERAGE * best.0 as f64
+            })
+            .collect();
+        inner.sort_by_key(|s| (std::cmp::Reverse(s.1), std::cmp::Reverse(s.0), s.2));
+        inner.dedup_by_key(|s| (s.0, s.1));
+        let n = self.symbols.len();
+        inner
+            .into_iter()
+            .find(|s| {
+                let loops = self.loops_at(&self.occurrences(&positions[s.2], 0, n), n);
+                loops
+                    .iter()
+                    .max_by_key(|l| l.ops())
+                    .is_some_and(|l| self.paused_between_steps(l))
+            })
+            .map_or(best.2, |s| s.2)
+    }
+
+    /// Where the loop's steps identical to its unit start.
+    fn identical_step_starts(&self, l: &LoopSpan) -> Vec<usize> {
+        l.steps
+            .iter()
+            .filter(|s| self.same(**s, l.unit))
+            .map(|s| s.0)
+            .collect()
+    }
+
+    /// Whether the host pauses between the loop's steps: see [`PAUSE_RATIO`].
+    fn paused_between_steps(&self, l: &LoopSpan) -> bool {
+        let starts = self.identical_step_starts(l);
+        if starts.len() < MIN_RUN {
+            return false;
+        }
+        let median = |mut v: Vec<u64>| {
+            let mid = v.len() / 2;
+            *v.select_nth_unstable(mid).1
+        };
+        let by_offset: Vec<u64> = (0..l.unit_len())
+            .map(|k| median(starts.iter().map(|&s| self.gap_before[s + k]).collect()))
+            .collect();
+        let peak = by_offset.iter().copied().max().unwrap_or(0);
+        let typical = median(by_offset);
+        peak >= PAUSE_MIN_NS && peak >= PAUSE_RATIO * typical.max(1)
+    }
+
     /// Moves the loop's step boundaries to offset `k` of the unit: the offset `prefer` names,
     /// else the op before which the host waited longest (median over the identical steps).
     /// A step's new boundary is its op that the unit's op `k` is (the same occurrence of the
@@ -319,12 +395,7 @@ impl Search<'_> {
     fn phased(&self, l: LoopSpan, lo: usize, hi: usize) -> LoopSpan {
         let (u0, len) = (l.unit.0, l.unit_len());
         let unit = &self.symbols[u0..u0 + len];
-        let identical: Vec<usize> = l
-            .steps
-            .iter()
-            .filter(|s| self.same(**s, l.unit))
-            .map(|s| s.0)
-            .collect();
+        let identical = self.identical_step_starts(&l);
         if identical.is_empty() || len < 2 {
             return l;
         }
@@ -471,13 +542,14 @@ pub fn find_loops(
             break;
         };
         let slack = (COVERAGE_SLACK * free as f64) as usize;
-        let Some(&(_, _, anchor)) = scored
+        let Some(&best) = scored
             .iter()
             .filter(|s| s.0 + slack >= top)
             .max_by_key(|s| (s.1, s.0, std::cmp::Reverse(s.2)))
         else {
             break;
         };
+        let anchor = search.innermost_paused(&scored, best, &positions);
         let loops = search.loops_at(&search.occurrences(&positions[anchor], 0, n), n);
         // Phase each loop within its neighbours' bounds, then take its positions.
         let mut bounds_lo = 0;
@@ -883,6 +955,17 @@ pub fn discover(
     out
 }
 
+/// Whether two runs' units are one loop's: identical, or within [`off_unit_tolerance`] of each
+/// other, as a step is of its loop (a run's unit is its most frequent step, and a short run —
+/// a paced recording's window of a few tokens — may settle on another variant of the token).
+fn same_loop_unit(a: &[u32], b: &[u32]) -> bool {
+    if a == b {
+        return true;
+    }
+    let tol = off_unit_tolerance(a.len().max(b.len()));
+    a.len().abs_diff(b.len()) <= tol && banded_lcs(a, b, tol) + tol >= a.len().max(b.len())
+}
+
 /// The loops kept, as cells: one per unit (numbered by first appearance), the runs of one unit
 /// that ran at different periods (a warm-up call, then the timed ones) pooled into its cell,
 /// each run's median period kept beside it. Returns the cells and the ops their steps hold.
@@ -900,7 +983,7 @@ fn pool_into_cells<'s>(
         .iter()
         .map(|runs| {
             let unit = unit_of(&runs[0]);
-            match units.iter().position(|u| *u == unit) {
+            match units.iter().position(|u| same_loop_unit(u, unit)) {
                 Some(i) => i + 1,
                 None => {
                     units.push(unit);
@@ -1321,6 +1404,47 @@ mod tests {
         assert!(!is_benchmark_unit([&float_fill, &kernel].into_iter()));
         assert!(!is_benchmark_unit([&fill, &kernel, &kernel].into_iter()));
         assert!(!is_benchmark_unit([&kernel, &kernel].into_iter()));
+    }
+
+    /// Calls of generate(): a prefill of `prefill` ops, then `tokens` tokens of `token` ops
+    /// (their layers repeat inside), `calls` times exactly; the host waits `pause` ns before
+    /// each token's first op (sampling, the stop check) and 5 µs before any other op.
+    fn generate_calls(calls: usize, tokens: usize, pause: u64) -> (Vec<u32>, Vec<u64>, usize) {
+        let prefill: Vec<u32> = (100..140).collect();
+        // Embedding, 4 layers of 8 ops, LM head and sampling: 36 ops.
+        let token: Vec<u32> = std::iter::once(1)
+            .chain((0..4).flat_map(|_| 10..18))
+            .chain([2, 3, 4])
+            .collect();
+        let (mut symbols, mut gaps) = (Vec::new(), Vec::new());
+        for _ in 0..calls {
+            symbols.extend(&prefill);
+            gaps.extend(std::iter::repeat_n(5_000, prefill.len()));
+            for _ in 0..tokens {
+                symbols.extend(&token);
+                gaps.push(pause);
+                gaps.extend(std::iter::repeat_n(5_000, token.len() - 1));
+            }
+        }
+        (symbols, gaps, token.len())
+    }
+
+    #[test]
+    fn the_step_of_repeated_generate_calls_is_the_token_the_host_pauses_before() {
+        let (symbols, gaps, token) = generate_calls(6, 16, 600_000);
+        let found = find_loops(&symbols, &gaps, &|_| None);
+        assert!(!found.is_empty());
+        assert!(
+            found.iter().all(|l| l.unit_len() == token),
+            "units {:?}, the token has {token} ops",
+            found.iter().map(LoopSpan::unit_len).collect::<Vec<_>>()
+        );
+        assert!(found.iter().map(|l| l.steps.len()).sum::<usize>() >= 6 * 15);
+        // Without the pause nothing marks the token as the step: the whole call, repeated
+        // exactly and covering its prefill too, stays the unit.
+        let (symbols, gaps, token) = generate_calls(6, 16, 5_000);
+        let found = find_loops(&symbols, &gaps, &|_| None);
+        assert!(found.iter().all(|l| l.unit_len() > token));
     }
 
     #[test]

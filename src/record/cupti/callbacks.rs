@@ -336,7 +336,14 @@ pub(super) fn pace(shared: &Shared) {
     let Some(budget) = &shared.budget else {
         return;
     };
-    let marked = budget.step_range.get().is_some() || WATCHING.load(Ordering::Relaxed);
+    // A program that pushes no range holding work marks no steps, though a chooser watches
+    // it: time paces its sampling (a model library's generate()).
+    let marked = budget.step_range.get().is_some()
+        || (WATCHING.load(Ordering::Relaxed)
+            && budget
+                .chooser
+                .as_ref()
+                .is_some_and(|c| lock(c).saw_step_like_ranges()));
     let now = loader::loaded().map_or(0, now);
     budget_decides(shared, |b| {
         b.pace(now, marked);

@@ -415,10 +415,9 @@ pub(super) struct Diagnostics {
     /// no measured launches or steps after it (no untraced periods), to measure what
     /// measuring costs.
     pub no_measuring: bool,
-    /// `GAPSCOPE_BUDGET_PACE=1`: the time schedule ([`super::budget::paced_level`]) samples a
-    /// program with no steps or graph launches to count, which is otherwise traced whole. Off
-    /// by default until it has run on a GPU (issue 41).
-    pub pacing: bool,
+    /// `GAPSCOPE_BUDGET_PACE=0`: a program with no steps or graph launches to count is traced
+    /// whole, not sampled by the time schedule ([`super::budget::paced_level`]).
+    pub no_pacing: bool,
 }
 
 impl Diagnostics {
@@ -461,7 +460,7 @@ impl Diagnostics {
                 .collect(),
             flush_period_ms: get(Setting::CuptiFlushPeriodMs).and_then(|v| v.trim().parse().ok()),
             no_measuring: get(Setting::BudgetMeasure).is_some_and(|v| v.trim() == "0"),
-            pacing: get(Setting::BudgetPace).is_some_and(|v| v.trim() == "1"),
+            no_pacing: get(Setting::BudgetPace).is_some_and(|v| v.trim() == "0"),
         }
     }
 
@@ -495,14 +494,14 @@ mod tests {
                     Setting::BudgetPauseFilter => "0",
                     Setting::CuptiApiFrom => "callbacks",
                     Setting::BudgetMeasure => "0",
-                    Setting::BudgetPace => "1",
+                    Setting::BudgetPace => "0",
                     _ => return None,
                 }
                 .to_owned(),
             )
         });
         assert_eq!(d.skip_kinds, ["DRIVER", "RUNTIME"]);
-        assert!(d.no_measuring && d.pacing);
+        assert!(d.no_measuring && d.no_pacing);
         assert_eq!(d.per_thread_buffers, Some(false));
         assert_eq!(d.host_pinned, Some(true));
         assert!(d.skip_node_frames);

@@ -359,16 +359,17 @@ impl Recorder {
         Ok(())
     }
 
-    /// Starts the trace budget's decisions and, with `GAPSCOPE_BUDGET_PACE=1`, its time
-    /// schedule.
+    /// Starts the trace budget's decisions and its time schedule (unless
+    /// `GAPSCOPE_BUDGET_PACE=0`).
     fn start_budget_and_pacing(&mut self, diagnostics: &Diagnostics) {
         // NVTX ranges of untraced work are summarised, not all kept (see `markers`).
         lock(&self.shared.state).records.marker_keeping = Some(Default::default());
         self.start_budget(diagnostics);
-        if diagnostics.pacing {
+        if diagnostics.no_pacing {
             lock(&self.shared.state).problem(
-                "trace budget: programs with no steps or graph launches to count are sampled by time (GAPSCOPE_BUDGET_PACE=1)",
+                "trace budget: programs with no steps or graph launches to count are traced whole (GAPSCOPE_BUDGET_PACE=0)",
             );
+        } else {
             self.pace_periodically();
         }
     }

@@ -74,6 +74,12 @@ impl StepRangeChooser {
         &self.choice
     }
 
+    /// Whether ranges that may be steps have held device work: then the program marks its
+    /// steps (a choice is coming), else it marks none and time may pace the sampling.
+    pub fn saw_step_like_ranges(&self) -> bool {
+        !self.names.is_empty()
+    }
+
     /// An outermost range named `name` ended on some thread, having launched `launches`
     /// kernels or graphs. Returns the choice when this range decided it.
     pub fn range_ended(&mut self, name: &[u8], launches: u64) -> Option<&Choice> {
@@ -131,10 +137,10 @@ impl StepRangeChooser {
                 "step range `{name}` chosen by the recorder: the outermost NVTX range with device work inside, chosen at its {with_work}th such range ({ranges} outermost ranges seen); from then on its steps were sampled like graph launches (the ranges before were traced as the work around them). `gapscope record --step-range NAME` chooses another"
             ),
             Choice::GaveUp { ranges } => format!(
-                "no step range chosen: no outermost NVTX range held device work {CHOOSE_AFTER} times within {ranges} ranges; eager work was traced whole. `gapscope record --step-range NAME` names one"
+                "no step range chosen: no outermost NVTX range held device work {CHOOSE_AFTER} times within {ranges} ranges; eager work was sampled with graph launches, or by time where nothing was counted. `gapscope record --step-range NAME` names one"
             ),
             Choice::Watching => format!(
-                "no step range chosen: no outermost NVTX range held device work {CHOOSE_AFTER} times ({} ranges seen); eager work was traced whole",
+                "no step range chosen: no outermost NVTX range held device work {CHOOSE_AFTER} times ({} ranges seen); eager work was sampled with graph launches, or by time where nothing was counted",
                 self.ranges
             ),
         }
