@@ -77,7 +77,10 @@ fn bundled_mode2_graphed_cells_get_graph_usage_mode_measured_against_mode1() {
             assert_eq!(requested_mode(&a, pair.base), Some(1));
             assert_eq!(
                 r.basis,
-                format!("measured mode-1 cell `{}` of the same workload", base.label)
+                format!(
+                    "the periods of mode-1 cell `{}` of the same workload, measured",
+                    base.label
+                )
             );
             let saving = r.predicted_saving_ns.expect("measured saving");
             let head = a.cells[cell].period.unwrap().median;
@@ -349,4 +352,92 @@ fn only_material_savings_beyond_their_spread_are_given() {
         "{md}"
     );
     assert!(md.contains("- graphed mode=2 emu replay: NCCL graph usage mode: predicted saving 0.10 µs is under 1 % of the"), "{md}");
+}
+
+/// Every gapscope recording and runner trace under traces/ (one file at a time).
+fn bundled_trace_paths(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            bundled_trace_paths(&path, out);
+        } else if path.to_string_lossy().ends_with(".json")
+            || path.to_string_lossy().ends_with(".json.gz")
+        {
+            out.push(path);
+        }
+    }
+}
+
+/// One answer to "is mode 2 slower, and what fixes it": in every bundled trace, a mode pair
+/// slower beyond the spread (and not within what tracing adds) leads the headline as mode 2's
+/// cost; the headline's fix is the graph usage mode predicting that very difference; and a
+/// graph usage mode fix is given for a mode-2 cell exactly when its pair is slower.
+#[test]
+fn the_headline_the_mode_line_and_the_fix_give_one_answer_on_every_bundled_trace() {
+    let mut paths = Vec::new();
+    bundled_trace_paths(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("traces"),
+        &mut paths,
+    );
+    let mut with_pairs = 0;
+    for path in paths {
+        // Kineto, nsys and third-party inputs are read by analyze too; only gapscope traces here.
+        let Ok(t) = trace::read_trace(&path) else {
+            continue;
+        };
+        let name = path.display().to_string();
+        let a = analyze(&t, &name);
+        if a.mode_pairs.is_empty() {
+            continue;
+        }
+        with_pairs += 1;
+        let slower = |p: &analysis::CellComparison| {
+            p.change == Some(gapscope::analysis::stats::Change::Slower)
+                && p.within_tracer_effect != Some(true)
+        };
+        let h = a.headline.as_ref().expect("a headline");
+        let leads = a.mode_pairs.iter().any(|p| slower(p));
+        assert_eq!(h.mode_cost.is_some(), leads, "{name}");
+        if let Some(cost) = &h.mode_cost {
+            let pair = &a.mode_pairs[cost.pair];
+            assert!(slower(pair) && pair.head == h.cell, "{name}");
+            let judged = if cost.untraced {
+                pair.untraced_period_delta
+            } else {
+                pair.period_delta
+            };
+            assert_eq!(judged, Some(cost.delta_ns), "{name}");
+            if let Some(f) = h.fix {
+                let fix = &a.remedies[f];
+                assert_eq!(fix.kind, RemedyKind::GraphUsageMode, "{name}");
+                let saving = fix.predicted_saving_ns.unwrap().median;
+                assert!(
+                    (saving - cost.delta_ns).abs() < 1e-6,
+                    "{name}: {saving} vs {cost:?}"
+                );
+            }
+        }
+        for p in &a.mode_pairs {
+            let given = a
+                .remedies
+                .iter()
+                .any(|r| r.cell == p.head && r.kind == RemedyKind::GraphUsageMode);
+            let withheld = a
+                .withheld_remedies
+                .iter()
+                .find(|w| w.remedy.cell == p.head && w.remedy.kind == RemedyKind::GraphUsageMode);
+            if given {
+                assert!(slower(p), "{name}: a fix given beside a pair not slower");
+            } else if let Some(w) = withheld
+                && slower(p)
+            {
+                assert!(
+                    w.why.contains("under 1 %") || w.too_few_steps,
+                    "{name}: withheld beside a slower pair: {}",
+                    w.why
+                );
+            }
+        }
+    }
+    assert!(with_pairs >= 10, "{with_pairs} traces with mode pairs");
 }

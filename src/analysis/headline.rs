@@ -3,6 +3,7 @@
 //! Decided here, once; the renderers print it.
 #![forbid(unsafe_code)]
 
+use super::remedy::RemedyKind;
 use super::stats::Stat;
 use super::{Analysis, CauseKind, CellAnalysis, CellComparison};
 use serde::Serialize;
@@ -11,6 +12,10 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Basis {
+    /// It is mode 2 of a mode pair (a graph with external event nodes and its twin without),
+    /// slower than its twin beyond the spread: what mode 2 costs leads, whatever else a fix
+    /// predicts, since it is the question a program with both modes asks.
+    ModeCost,
     /// A fix is given for it, with the largest predicted saving of any cell.
     PredictedSaving,
     /// No fix is given anywhere; it is the slowest beyond the spread against its twin (eager
@@ -24,6 +29,7 @@ impl Basis {
     /// What the headline calls its cell: the worst one only where it has something to gain.
     pub fn title(self) -> &'static str {
         match self {
+            Basis::ModeCost => "Mode 2 costs",
             Basis::PredictedSaving | Basis::SlowerThanTwin => "Worst cell",
             Basis::MostIdle => "Most idle cell",
         }
@@ -70,10 +76,46 @@ pub struct Headline {
     pub fix: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub picture: Option<Picture>,
+    /// For [`Basis::ModeCost`]: what mode 2 costs and what the cost is made of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode_cost: Option<ModeCost>,
+}
+
+/// What mode 2 costs a step over mode 1, as its pair ([`Analysis::mode_pairs`]) judged it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModeCost {
+    /// Index into [`Analysis::mode_pairs`].
+    pub pair: usize,
+    /// Mode 2 − mode 1 on the periods the verdict was judged on (ns).
+    pub delta_ns: f64,
+    /// The mode-1 and mode-2 medians behind it (ns).
+    pub base_ns: f64,
+    pub head_ns: f64,
+    /// Whether those are the untraced periods (else the traced). The parts of the difference
+    /// are the pair's ([`CellComparison::gap_growth_by_cause`]).
+    pub untraced: bool,
 }
 
 /// The headline of `a` (its remedies and pairs made); `None` without cells.
 pub fn headline(a: &Analysis) -> Option<Headline> {
+    if let Some((cell, twin, mode_cost)) = by_mode_cost(a) {
+        // The fix of mode 2 itself: the graph usage mode, when it is given.
+        let fix = a
+            .remedies
+            .iter()
+            .position(|r| r.cell == cell && r.kind == RemedyKind::GraphUsageMode);
+        return Some(Headline {
+            cell,
+            basis: Basis::ModeCost,
+            gain_ns: mode_cost.delta_ns,
+            twin: Some(twin),
+            cause: leading_cause_of(&a.cells[cell], CauseKind::ExternalEventWait)
+                .or_else(|| leading_cause(&a.cells[cell])),
+            fix,
+            picture: picture(a, cell),
+            mode_cost: Some(mode_cost),
+        });
+    }
     let (cell, basis, gain_ns, twin, fix) = by_fix(a)
         .or_else(|| by_slowdown(a))
         .or_else(|| by_idle(a))?;
@@ -86,7 +128,40 @@ pub fn headline(a: &Analysis) -> Option<Headline> {
         cause,
         fix,
         picture: picture(a, cell),
+        mode_cost: None,
     })
+}
+
+/// The mode pair whose mode 2 is slower beyond the spread by most (and not within what tracing
+/// adds, which the mode line calls no finding): its mode-2 cell, its twin and the cost.
+fn by_mode_cost(a: &Analysis) -> Option<(usize, usize, ModeCost)> {
+    let (pair, p, delta) = a
+        .mode_pairs
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| {
+            p.change == Some(super::stats::Change::Slower) && p.within_tracer_effect != Some(true)
+        })
+        .filter_map(|(i, p)| Some((i, p, judged_delta(p)?)))
+        .filter(|(_, _, d)| *d > 0.0)
+        .max_by(|x, y| x.2.total_cmp(&y.2))?;
+    let (base, head) = (&a.cells[p.base], &a.cells[p.head]);
+    let untraced = p.judged_untraced && p.untraced_period_delta.is_some();
+    let median = |c: &CellAnalysis| {
+        if untraced {
+            c.untraced_period.map(|s| s.median)
+        } else {
+            c.period.map(|s| s.median)
+        }
+    };
+    let cost = ModeCost {
+        pair,
+        delta_ns: delta,
+        base_ns: median(base)?,
+        head_ns: median(head)?,
+        untraced,
+    };
+    Some((p.head, p.base, cost))
 }
 
 type Choice = (usize, Basis, f64, Option<usize>, Option<usize>);
@@ -144,7 +219,15 @@ fn by_idle(a: &Analysis) -> Option<Choice> {
 }
 
 fn leading_cause(c: &CellAnalysis) -> Option<LeadingCause> {
-    let top = c.idle_by_cause.first()?;
+    cause_entry(c, c.idle_by_cause.first()?)
+}
+
+/// The cell's idle time of cause `kind`, as a leading cause.
+fn leading_cause_of(c: &CellAnalysis, kind: CauseKind) -> Option<LeadingCause> {
+    cause_entry(c, c.idle_by_cause.iter().find(|t| t.cause == kind)?)
+}
+
+fn cause_entry(c: &CellAnalysis, top: &super::CauseTotal) -> Option<LeadingCause> {
     let step = c.period.or(c.first_launch_period).map(|p| p.median);
     Some(LeadingCause {
         cause: top.cause,
@@ -198,12 +281,43 @@ mod tests {
     use crate::trace::synthetic;
 
     #[test]
-    fn the_headline_is_the_fix_with_the_largest_saving_and_its_cells_largest_cause() {
+    fn the_headline_of_a_trace_with_both_modes_is_mode_2s_cost_and_its_fix() {
         let a = analyze(
             &[synthetic::emu_experiment(40)],
             &["t".to_owned()],
             &AnalysisOptions::default(),
         );
+        let h = a.headline.as_ref().expect("a headline");
+        assert_eq!(h.basis, Basis::ModeCost);
+        let cost = h.mode_cost.as_ref().expect("the cost");
+        let pair = &a.mode_pairs[cost.pair];
+        assert_eq!((pair.head, Some(pair.base)), (h.cell, h.twin));
+        assert_eq!(pair.change, Some(super::super::stats::Change::Slower));
+        assert_eq!(Some(cost.delta_ns), judged_delta(pair));
+        assert_eq!(cost.head_ns - cost.base_ns, cost.delta_ns);
+        // One answer: the fix is the graph usage mode, predicting the pair's own difference.
+        let fix = &a.remedies[h.fix.expect("a fix")];
+        assert_eq!((fix.kind, fix.cell), (RemedyKind::GraphUsageMode, h.cell));
+        assert_eq!(fix.predicted_saving_ns.unwrap().median, cost.delta_ns);
+        assert_eq!(h.gain_ns, cost.delta_ns);
+        assert_eq!(
+            h.cause.as_ref().unwrap().cause,
+            CauseKind::ExternalEventWait
+        );
+    }
+
+    #[test]
+    fn the_headline_is_the_fix_with_the_largest_saving_and_its_cells_largest_cause() {
+        // Mode 2 only: no mode pair, so the largest predicted saving leads.
+        let t = synthetic::trace(
+            &[
+                synthetic::SyntheticCell::emu(false, 2, 40),
+                synthetic::SyntheticCell::emu(true, 2, 40),
+            ],
+            42,
+        );
+        let a = analyze(&[t], &["t".to_owned()], &AnalysisOptions::default());
+        assert!(a.mode_pairs.is_empty());
         let h = a.headline.as_ref().expect("a headline");
         let fix = &a.remedies[h.fix.expect("a fix")];
         assert_eq!(fix.cell, h.cell);

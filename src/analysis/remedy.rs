@@ -168,6 +168,17 @@ impl Saving {
         }
     }
 
+    /// What moving from cell `from` to cell `to` saves a step, from their untraced periods
+    /// (each measured window a run), when both have one.
+    pub fn between_untraced_periods(from: &CellAnalysis, to: &CellAnalysis) -> Option<Saving> {
+        Some(Saving::difference(
+            from.untraced_period.as_ref()?,
+            &from.untraced_window_medians,
+            to.untraced_period.as_ref()?,
+            &to.untraced_window_medians,
+        ))
+    }
+
     /// What moving from cell `from` to cell `to` saves a step, from their steady periods.
     pub fn between_periods(from: &CellAnalysis, to: &CellAnalysis) -> Option<Saving> {
         Some(Saving::difference(
@@ -240,7 +251,11 @@ pub fn remedies(a: &Analysis) -> (Vec<Remedy>, Vec<Withheld>) {
                 why,
                 too_few_steps: true,
             });
-        } else if let Some(why) = graphed_twin(a, &r).or_else(|| why_withheld(&r, cell)) {
+        } else if let Some(why) = graphed_twin(a, &r).or_else(|| match judged_by_pair(a, &r) {
+            Some(Ok(())) => immaterial(&r, cell),
+            Some(Err(not_slower)) => Some(not_slower),
+            None => why_withheld(&r, cell),
+        }) {
             withheld.push(Withheld {
                 remedy: r,
                 why,
@@ -274,6 +289,31 @@ fn graphed_twin(a: &Analysis, r: &Remedy) -> Option<String> {
     ))
 }
 
+/// A graph usage mode fix whose two sides the trace holds (mode 2 and its mode-1 twin) is
+/// beyond its spread exactly when their pair is slower, so that the fix and the mode line give
+/// one answer: `Some(Ok)` when the pair is slower, `Some(Err(why))` when not; `None` for any
+/// other remedy.
+fn judged_by_pair(a: &Analysis, r: &Remedy) -> Option<Result<(), String>> {
+    if r.kind != RemedyKind::GraphUsageMode {
+        return None;
+    }
+    let pair = a.mode_pairs.iter().find(|p| p.head == r.cell)?;
+    if pair.within_tracer_effect == Some(true) {
+        return Some(Err(
+            "mode 2's traced difference is within what tracing adds to a step: not a finding"
+                .to_owned(),
+        ));
+    }
+    Some(match pair.change {
+        Some(super::stats::Change::Slower) => Ok(()),
+        change => Err(format!(
+            "mode 2 is not slower than mode 1 (`{}`) beyond the run-to-run spread ({})",
+            pair.base_label,
+            change.map_or("no verdict", super::stats::Change::label)
+        )),
+    })
+}
+
 /// Why `r`'s predicted saving does not earn it a place, if it does not.
 fn why_withheld(r: &Remedy, cell: &CellAnalysis) -> Option<String> {
     let Some(saving) = r.predicted_saving_ns.as_ref() else {
@@ -288,6 +328,13 @@ fn why_withheld(r: &Remedy, cell: &CellAnalysis) -> Option<String> {
             us(saving.p90)
         ));
     }
+    immaterial(r, cell)
+}
+
+/// Why `r`'s predicted saving is too small to give, if it is: under
+/// [`MATERIAL_SHARE_OF_STEP`] of the step.
+fn immaterial(r: &Remedy, cell: &CellAnalysis) -> Option<String> {
+    let saving = r.predicted_saving_ns.as_ref()?;
     let step = cell.period.or(cell.first_launch_period)?.median;
     if saving.median < MATERIAL_SHARE_OF_STEP * step {
         return Some(format!(
@@ -372,28 +419,36 @@ fn has_steady_steps(cell: &CellAnalysis) -> bool {
 type Found = Option<(String, Option<Saving>, String)>;
 
 fn graph_usage_mode(a: &Analysis, index: usize, cell: &CellAnalysis) -> Found {
-    // Mode 2 as observed: external event-wait nodes created inside an NCCL call.
-    if !cell
-        .observed
-        .graph_usage_mode
-        .as_deref()
-        .is_some_and(|m| m.starts_with('2'))
-    {
+    // Mode 2 as observed: external event-wait nodes created inside an NCCL call; or external
+    // waits made elsewhere (NCCL's serial-event shape built by hand) where the same workload
+    // ran without them too, which shows what mode 1 would save.
+    let pair = a.mode_pairs.iter().find(|p| p.head == index);
+    let mode = cell.observed.graph_usage_mode.as_deref().unwrap_or("");
+    if !(mode.starts_with('2') || (mode.starts_with("external waits") && pair.is_some())) {
         return None;
     }
     let evidence = cause_total(cell, CauseKind::ExternalEventWait)?
         .example
         .clone();
-    if let Some(pair) = a.mode_pairs.iter().find(|p| p.head == index) {
+    if let Some(pair) = pair {
         let base = &a.cells[pair.base];
         let mode = base
             .requested_mode()
             .map_or("0/1".to_owned(), |m| m.to_string());
+        // The pair's own figures: its untraced periods where it was judged on them.
+        let untraced = pair
+            .judged_untraced
+            .then(|| Saving::between_untraced_periods(cell, base))
+            .flatten();
+        let (saving, measured) = match untraced {
+            Some(s) => (Some(s), "untraced periods"),
+            None => (Saving::between_periods(cell, base), "periods"),
+        };
         let basis = format!(
-            "measured mode-{mode} cell `{}` of the same workload",
+            "the {measured} of mode-{mode} cell `{}` of the same workload, measured",
             base.label
         );
-        return Some((evidence, Saving::between_periods(cell, base), basis));
+        return Some((evidence, saving, basis));
     }
     // No mode-1 cell measured: the wait's gap, less the latency any graph edge has.
     let Some(wait) = cell

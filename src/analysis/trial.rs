@@ -172,11 +172,20 @@ impl RunFigures {
                         .iter()
                         .map(|t| (t.cause, t.example.clone()))
                         .collect(),
+                    // The headline's fix for its cell (one answer: mode 2's cost is fixed by
+                    // the graph usage mode, whatever else predicts more), else every fix.
                     predicted: a
                         .remedies
                         .iter()
-                        .filter(|r| r.cell == i)
-                        .filter_map(|r| Some((r.kind, r.predicted_saving_ns?.median)))
+                        .enumerate()
+                        .filter(|(k, r)| {
+                            r.cell == i
+                                && a.headline
+                                    .as_ref()
+                                    .filter(|h| h.cell == i && h.fix.is_some())
+                                    .is_none_or(|h| h.fix == Some(*k))
+                        })
+                        .filter_map(|(_, r)| Some((r.kind, r.predicted_saving_ns?.median)))
                         .collect(),
                 }
             })

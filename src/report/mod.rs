@@ -470,6 +470,26 @@ pub(crate) fn headline_texts(
         ),
         None => "none (the step has no idle time)".to_owned(),
     };
+    // Mode 2's cost, on the periods its pair was judged on (its cause is the cell's external
+    // event wait; the parts of the difference are in the mode line).
+    let (period, against) = match &h.mode_cost {
+        Some(m) => {
+            let share = if m.base_ns > 0.0 {
+                format!("+{:.1} %, ", 100.0 * m.delta_ns / m.base_ns)
+            } else {
+                String::new()
+            };
+            let periods = if m.untraced { "untraced" } else { "traced" };
+            (
+                format!("{} µs a step", us2_signed(m.delta_ns)),
+                format!(
+                    " over {} ({share}{periods})",
+                    h.twin.map_or_else(String::new, short)
+                ),
+            )
+        }
+        None => (period, against),
+    };
     let fix = h.fix.and_then(|f| a.remedies.get(f));
     let fix = match fix.and_then(|r| Some((r, r.predicted_saving_ns?))) {
         Some((r, saving)) => format!(
