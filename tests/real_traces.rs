@@ -1,6 +1,7 @@
 //! The H200 recordings in traces/ as fixtures: what the recorder captured and what the
 //! analysis makes of it.
 
+mod common;
 use gapscope::analysis::remedy::RemedyKind;
 use gapscope::analysis::stats::Change;
 use gapscope::analysis::{
@@ -1196,18 +1197,13 @@ fn a_budgeted_eager_cell_states_the_tracers_share_from_its_untraced_steps() {
 
 /// Every gapscope trace under `traces/`, recursively (Kineto exports have no schema version).
 fn recorded_trace_files(dir: &Path, found: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            recorded_trace_files(&path, found);
-        } else if path.extension().is_some_and(|e| e == "json") {
-            let head = std::fs::read(&path).unwrap();
+    found.extend(common::files_under(dir, &|path| {
+        path.extension().is_some_and(|e| e == "json") && {
+            let head = std::fs::read(path).unwrap();
             let head = &head[..head.len().min(64)];
-            if head.windows(16).any(|w| w == b"\"schema_version\"") {
-                found.push(path);
-            }
+            head.windows(16).any(|w| w == b"\"schema_version\"")
         }
-    }
+    }));
 }
 
 #[test]

@@ -354,30 +354,18 @@ fn only_material_savings_beyond_their_spread_are_given() {
     assert!(md.contains("- graphed mode=2 emu replay: NCCL graph usage mode: predicted saving 0.10 µs is under 1 % of the"), "{md}");
 }
 
-/// Every gapscope recording and runner trace under traces/ (one file at a time).
-fn bundled_trace_paths(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            bundled_trace_paths(&path, out);
-        } else if path.to_string_lossy().ends_with(".json")
-            || path.to_string_lossy().ends_with(".json.gz")
-        {
-            out.push(path);
-        }
-    }
-}
-
 /// One answer to "is mode 2 slower, and what fixes it": in every bundled trace, a mode pair
 /// slower beyond the spread (and not within what tracing adds) leads the headline as mode 2's
 /// cost; the headline's fix is the graph usage mode predicting that very difference; and a
 /// graph usage mode fix is given for a mode-2 cell exactly when its pair is slower.
 #[test]
 fn the_headline_the_mode_line_and_the_fix_give_one_answer_on_every_bundled_trace() {
-    let mut paths = Vec::new();
-    bundled_trace_paths(
+    let paths = common::files_under(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("traces"),
-        &mut paths,
+        &|p| {
+            let name = p.to_string_lossy();
+            name.ends_with(".json") || name.ends_with(".json.gz")
+        },
     );
     let mut with_pairs = 0;
     for path in paths {
@@ -396,7 +384,7 @@ fn the_headline_the_mode_line_and_the_fix_give_one_answer_on_every_bundled_trace
                 && p.within_tracer_effect != Some(true)
         };
         let h = a.headline.as_ref().expect("a headline");
-        let leads = a.mode_pairs.iter().any(|p| slower(p));
+        let leads = a.mode_pairs.iter().any(slower);
         assert_eq!(h.mode_cost.is_some(), leads, "{name}");
         if let Some(cost) = &h.mode_cost {
             let pair = &a.mode_pairs[cost.pair];

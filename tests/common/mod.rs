@@ -78,3 +78,21 @@ pub fn temporaries(dir: &Path) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// Every file under `dir`, recursively, that `keep` accepts.
+pub fn files_under(dir: &Path, keep: &dyn Fn(&Path) -> bool) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if keep(&path) {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
