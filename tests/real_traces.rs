@@ -1366,22 +1366,21 @@ fn transformers_generate_gets_one_eager_token_cell_paired_with_the_graph_on_its_
         screen.contains("C2 ↔ C1: paired by library kernels"),
         "{screen}"
     );
-    // Each replay waits for the library's Python between tokens, not for its launch call:
-    // the fix is that host code, predicted from the host time before the launch calls.
+    // Each replay waits for the library's Python between tokens, not for its launch call. This
+    // recording has no untraced launches, so how much of that host time tracing added is not
+    // known: the host-code fix is withheld, not predicted from traced time.
     let h = a.headline.as_ref().unwrap();
     assert_eq!(h.cell, graphed);
-    let fix = &a.remedies[h.fix.expect("a fix")];
-    assert_eq!(fix.kind, RemedyKind::HostCodeBeforeLaunch);
-    let cause = h.cause.as_ref().unwrap();
-    assert_eq!(cause.cause, CauseKind::GraphLaunchHostBound);
-    let saving = fix.predicted_saving_ns.unwrap();
-    let launch_calls = a.cells[graphed].host_bound_launch_calls.unwrap();
-    assert!(
-        saving.median < cause.per_step.median
-            && saving.median > cause.per_step.median - 2.0 * launch_calls.median,
-        "{saving:?} of {:?}, launch calls {launch_calls:?}",
-        cause.per_step
+    assert_eq!(
+        h.cause.as_ref().unwrap().cause,
+        CauseKind::GraphLaunchHostBound
     );
+    let withheld = a
+        .withheld_remedies
+        .iter()
+        .find(|w| w.remedy.kind == RemedyKind::HostCodeBeforeLaunch && w.remedy.cell == graphed)
+        .expect("the host-code fix, withheld");
+    assert!(withheld.why.contains("only as traced"), "{}", withheld.why);
 }
 
 /// `gapscope record -- python examples/transformers_generate.py --rounds 6` with default
@@ -1435,6 +1434,25 @@ fn a_paced_generate_recording_keeps_one_token_cell_paired_with_the_graph_and_its
             .all(|r| r.kind != RemedyKind::CaptureInGraph),
         "{:?}",
         a.remedies
+    );
+    // Each replay waits for the library's Python between tokens, not for its launch call: the
+    // fix is that host code, predicted from the host time before the launch calls less what
+    // tracing adds to the step.
+    let h = a.headline.as_ref().unwrap();
+    assert_eq!(h.cell, graphed);
+    let fix = &a.remedies[h.fix.expect("a fix")];
+    assert_eq!(fix.kind, RemedyKind::HostCodeBeforeLaunch);
+    assert!(
+        fix.basis.contains("tracing adds to the step"),
+        "{}",
+        fix.basis
+    );
+    let cause = h.cause.as_ref().unwrap();
+    assert_eq!(cause.cause, CauseKind::GraphLaunchHostBound);
+    let saving = fix.predicted_saving_ns.unwrap();
+    assert!(
+        saving.p10 > 0.0 && saving.median < cause.per_step.median,
+        "{saving:?}"
     );
 }
 

@@ -64,14 +64,14 @@ const MAX_ROUNDS: usize = 16;
 /// [`INNER_MIN_COVERAGE`] of its ops, whose steps the host pauses between, is the inner loop
 /// of the one chosen, and is taken instead: a generate() call repeated exactly is a unit too,
 /// and covers its prefill besides, but the token is the step.
-const INNER_MIN_STEPS_RATIO: usize = 2;
-const INNER_MIN_COVERAGE: f64 = 0.8;
+pub const INNER_MIN_STEPS_RATIO: usize = 2;
+pub const INNER_MIN_COVERAGE: f64 = 0.8;
 /// The host pauses between a loop's steps when, over its identical steps, the longest median
 /// wait before an op of the unit is this many times the unit's median one and at least
 /// [`PAUSE_MIN_NS`]: a decode loop's sampling and stop check between tokens, which a model's
 /// layers, launched back to back, do not have.
-const PAUSE_RATIO: u64 = 5;
-const PAUSE_MIN_NS: u64 = 20_000;
+pub const PAUSE_RATIO: u64 = 5;
+pub const PAUSE_MIN_NS: u64 = 20_000;
 
 /// Ops a step may have more or fewer than its unit and still be a step of the loop (off the
 /// unit): 5 % of the unit, at least 2, at most 32.

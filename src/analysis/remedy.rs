@@ -619,26 +619,40 @@ fn host_code_before_launch(cell: &CellAnalysis) -> Found {
         before.p90 / 1e3,
         before.n,
     );
-    let added_by_tracing = match (cell.period, cell.untraced_period) {
-        (Some(traced), Some(untraced)) => Some((traced.median - untraced.median).max(0.0)),
-        _ => None,
+    // Only untraced time is a saving: the host time as traced less what tracing adds to the
+    // step, and no more than the untraced step leaves the device idle (no host code removed
+    // makes a step faster than its device work: in a tight replay loop the host time before
+    // a launch is mostly the launch call's and the tracer's).
+    let (Some(traced), Some(untraced)) = (cell.period, cell.untraced_period) else {
+        let basis = "none predicted: the host time before the launches was measured only as traced (a Kineto import, or a recording without untraced steps), and tracing lengthens it by an amount this run did not measure";
+        return Some((evidence, None, basis.to_owned()));
     };
-    let basis = match added_by_tracing {
-        Some(added) if added > 0.0 => format!(
+    let added = (traced.median - untraced.median).max(0.0);
+    let mut saving = Saving::from_stat_minus(&before, added);
+    let mut basis = if added > 0.0 {
+        format!(
             "the host time before the launches, less the {:.2} µs tracing adds to the step",
             added / 1e3
-        ),
-        Some(_) => "the host time before the launches (tracing adds nothing to the step)".to_owned(),
-        // A Kineto import, or a recording without untraced steps: the tracer's callbacks
-        // may have lengthened that host time.
-        None => "the host time before the launches, as traced: what tracing adds to it is not measured in this run, so this is at most the saving".to_owned(),
+        )
+    } else {
+        "the host time before the launches (tracing adds nothing to the step)".to_owned()
     };
-    let added_by_tracing = added_by_tracing.unwrap_or(0.0);
-    Some((
-        evidence,
-        Some(Saving::from_stat_minus(&before, added_by_tracing)),
-        basis,
-    ))
+    if let Some(busy) = cell.busy {
+        let idle = (untraced.median - busy.median).max(0.0);
+        if saving.median > idle {
+            saving = Saving {
+                median: idle,
+                p10: saving.p10.min(idle),
+                p90: saving.p90.min(idle),
+                n: saving.n,
+            };
+            basis.push_str(&format!(
+                ", at most the {:.2} µs the untraced step leaves the device idle",
+                idle / 1e3
+            ));
+        }
+    }
+    Some((evidence, Some(saving), basis))
 }
 
 /// Whether HEAD realised the saving a remedy predicted for BASE: one judgement per compared
@@ -989,14 +1003,22 @@ mod tests {
 
     #[test]
     fn host_code_before_the_launch_call_is_the_fix_when_it_outweighs_the_call() {
-        let (given, _) = host_bound_graphed(1_400.0, 90.0, None);
-        assert_eq!(given.len(), 1, "{given:?}");
-        let fix = &given[0];
-        assert_eq!(fix.kind, RemedyKind::HostCodeBeforeLaunch);
-        assert_eq!(fix.predicted_saving_ns.unwrap().median, 1_400e3);
-        assert!(fix.evidence.contains("1400.00 µs"), "{}", fix.evidence);
+        // Host time measured only as traced is no saving: the fix is withheld, saying why.
+        let (given, withheld) = host_bound_graphed(1_400.0, 90.0, None);
+        assert!(given.is_empty(), "{given:?}");
+        let w = &withheld[0];
+        assert_eq!(w.remedy.kind, RemedyKind::HostCodeBeforeLaunch);
+        assert!(w.remedy.predicted_saving_ns.is_none());
+        assert!(w.why.contains("only as traced"), "{}", w.why);
+        assert!(
+            w.remedy.evidence.contains("1400.00 µs"),
+            "{}",
+            w.remedy.evidence
+        );
         // What tracing adds to the step (traced 1510 µs, untraced 1410 µs) is not predicted.
         let (given, _) = host_bound_graphed(1_400.0, 90.0, Some(1_410.0));
+        assert_eq!(given.len(), 1, "{given:?}");
+        assert_eq!(given[0].kind, RemedyKind::HostCodeBeforeLaunch);
         let saving = given[0].predicted_saving_ns.unwrap();
         assert_eq!(saving.median, 1_300e3);
         assert!(given[0].basis.contains("less the 100.00 µs tracing adds"));
