@@ -868,4 +868,15 @@ fn an_output_folder_that_takes_no_files_says_so() {
         line.contains("/proc/gapscope-out: cannot make this folder: cannot write into /proc"),
         "{line}"
     );
+    // `record` refuses such a folder before the program runs, not after a whole run with no
+    // trace (a folder that exists: nothing is made).
+    let out = gapscope(&["record", "-o", "/proc/self", "--", "sh", "-c", "echo ran"]);
+    let line = fails_after_notes(&out, 1);
+    assert!(
+        line.contains(
+            "/proc/self: cannot write into this folder: its file system takes no new files"
+        ),
+        "{line}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
 }

@@ -172,6 +172,9 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         _ => args.output.clone(),
     };
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    // Before the program runs: a folder the recorder cannot write into would cost a whole run
+    // and leave no trace.
+    super::check_output_folder(&out).map_err(|f| f.error)?;
 
     let (program, rest) = args
         .command
