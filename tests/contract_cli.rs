@@ -880,3 +880,23 @@ fn an_output_folder_that_takes_no_files_says_so() {
     );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
 }
+
+/// `analyze X --summary X` and `export X -o X` would overwrite their own input: refused, exit 2,
+/// the input intact.
+#[test]
+fn an_output_that_is_an_input_is_refused_and_the_input_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("t.json");
+    std::fs::copy(bundled("emu-h200.json"), &input).unwrap();
+    let before = std::fs::read(&input).unwrap();
+    let t = input.to_str().unwrap();
+    let same = format!("{}/./t.json", dir.path().display());
+    for args in [
+        vec!["analyze", t, "--summary", t],
+        vec!["export", t, "--format", "json", "-o", &same],
+    ] {
+        let line = fails_in_one_line(&gapscope(&args), 2);
+        assert!(line.contains("this is an input of the command"), "{line}");
+        assert_eq!(std::fs::read(&input).unwrap(), before, "{args:?}");
+    }
+}

@@ -32,6 +32,9 @@ pub fn command(
     }
     // A folder stands for its trace files (as HTA's trace_dir).
     let paths = expand_all(traces)?;
+    if let Some(file) = summary {
+        super::refuse_input_as_output(file, &paths)?;
+    }
     if summary.is_some() && paths.len() != 1 {
         return Err(bad_input(format!(
             "--summary summarises one rank: give one trace, not {} (run analyze once per rank)",
@@ -91,7 +94,9 @@ pub fn export(
 ) -> Result<ExitCode, Failure> {
     let mut analyzer = Analyzer::new(AnalysisOptions::default(), Detail::Steps);
     let mut loaded = Vec::new();
-    for p in &expand_all(traces)? {
+    let paths = expand_all(traces)?;
+    super::refuse_input_as_output(output, &paths)?;
+    for p in &paths {
         let mut trace = load_one(p, None)?;
         analyzer.add(&mut trace, p.display().to_string());
         loaded.push(trace);

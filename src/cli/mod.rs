@@ -119,6 +119,25 @@ pub fn check_output_folder(dir: &Path) -> Result<(), Failure> {
     }
 }
 
+/// Refuses an output file that is one of the command's inputs (the same file, by any path):
+/// writing it would destroy the input. Bad input (exit 2), before any work.
+pub fn refuse_input_as_output(output: &Path, inputs: &[std::path::PathBuf]) -> Result<(), Failure> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(out) = std::fs::metadata(output) else {
+        return Ok(()); // not there yet: no input can be it
+    };
+    let same = |p: &std::path::PathBuf| {
+        std::fs::metadata(p).is_ok_and(|m| m.dev() == out.dev() && m.ino() == out.ino())
+    };
+    if inputs.iter().any(same) {
+        return Err(bad_input(format!(
+            "{}: this is an input of the command; write the output to another file",
+            output.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Bad input (exit 2) described by `message`.
 pub fn bad_input(message: String) -> Failure {
     Failure::bad_input(anyhow::anyhow!(message))
