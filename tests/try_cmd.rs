@@ -275,6 +275,20 @@ fn bad_input_is_one_line_exit_2_and_nothing_written() {
             "--rounds 0",
         ),
         (
+            vec![
+                "try",
+                "--env",
+                "A=1",
+                "--rounds",
+                "18446744073709551615",
+                "-o",
+                o,
+                "--",
+                "true",
+            ],
+            "expected 1 to 1000",
+        ),
+        (
             vec!["try", "--from", o, "--env", "A=1"],
             "cannot be used with",
         ),
@@ -291,6 +305,38 @@ fn bad_input_is_one_line_exit_2_and_nothing_written() {
     let err = fails_in_one_line(&gapscope(&["try", "--from", o]), 2);
     assert!(err.contains("not a gapscope try plan"), "{err}");
     assert!(!out.join("try.md").exists());
+    // The bundled plan, edited: each edit refused at once, none judged (a plan of 10^18
+    // rounds once spun for minutes).
+    let bundled: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("traces/try-serial-event-h200/try-plan.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    type Edit = fn(&mut serde_json::Value);
+    let edits: [(&str, Edit); 4] = [
+        ("expected 1 to 1000", |p| {
+            p["rounds"] = 1_000_000_000_000_000_000u64.into()
+        }),
+        ("expected 1 to 1000", |p| p["rounds"] = 0.into()),
+        ("listed twice", |p| {
+            let first = p["variants"][1].clone();
+            p["variants"].as_array_mut().unwrap().push(first);
+        }),
+        ("which the plan does not list", |p| {
+            p["runs"][0]["variant"] = "NOT_A_VARIANT".into();
+        }),
+    ];
+    for (says, edit) in edits {
+        let mut plan = bundled.clone();
+        edit(&mut plan);
+        std::fs::write(out.join("try-plan.json"), plan.to_string()).unwrap();
+        let err = fails_in_one_line(&gapscope(&["try", "--from", o]), 2);
+        assert!(err.contains(says), "{says}: {err}");
+        assert!(!out.join("try.md").exists());
+    }
 }
 
 /// The recorder's line for a program that never initialised CUDA.

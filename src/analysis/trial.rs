@@ -103,7 +103,53 @@ pub struct Plan {
     pub interrupted: Option<String>,
 }
 
+/// The most rounds a try takes: each is a run of the program per variant, so more is a mistake
+/// (a number meant for something else), not a measurement.
+pub const MAX_ROUNDS: usize = 1000;
+
+/// Why `rounds` is not a number of rounds, if it is not.
+pub fn bad_rounds(rounds: usize) -> Option<String> {
+    (!(1..=MAX_ROUNDS).contains(&rounds)).then(|| {
+        format!("{rounds} rounds: expected 1 to {MAX_ROUNDS} (3 or more measure the spread)")
+    })
+}
+
 impl Plan {
+    /// Why the plan cannot be judged, if it cannot (an edited or damaged `try-plan.json`): a
+    /// number of rounds out of range, no BASE first, a label twice, or a run of a round or a
+    /// variant the plan does not have.
+    pub fn problem(&self) -> Option<String> {
+        if let Some(why) = bad_rounds(self.rounds) {
+            return Some(why);
+        }
+        if self.variants.first().is_none_or(|v| v.label != BASE_LABEL) {
+            return Some(format!("the first variant is not {BASE_LABEL}"));
+        }
+        let mut labels = std::collections::BTreeSet::new();
+        if let Some(v) = self
+            .variants
+            .iter()
+            .find(|v| !labels.insert(v.label.as_str()))
+        {
+            return Some(format!("the variant {} is listed twice", v.label));
+        }
+        self.runs.iter().find_map(|r| {
+            if !(1..=self.rounds).contains(&r.round) {
+                Some(format!(
+                    "a run of round {}, of {} rounds",
+                    r.round, self.rounds
+                ))
+            } else if !labels.contains(r.variant.as_str()) {
+                Some(format!(
+                    "a run of variant {}, which the plan does not list",
+                    r.variant
+                ))
+            } else {
+                None
+            }
+        })
+    }
+
     /// The rounds whose every run finished (an interrupted round is left out whole, so every
     /// variant is judged on the same rounds).
     pub fn complete_rounds(&self) -> Vec<usize> {

@@ -324,10 +324,8 @@ fn run(a: &TryArgs) -> Result<ExitCode, Failure> {
 fn plan_of(a: &TryArgs) -> Result<(PathBuf, Plan), Failure> {
     let variants = variants(&a.env, &a.variant).map_err(bad_input)?;
     check_expect_fix(a.expect_fix.as_deref(), &variants)?;
-    if a.rounds == 0 {
-        return Err(bad_input(
-            "--rounds 0: expected 1 or more rounds (3 or more measure the spread)".to_owned(),
-        ));
+    if let Some(why) = gapscope::analysis::trial::bad_rounds(a.rounds) {
+        return Err(bad_input(format!("--rounds {why}")));
     }
     let dir = a
         .output
@@ -410,6 +408,12 @@ fn from(dir: &Path, a: &TryArgs) -> Result<ExitCode, Failure> {
             "{}: a try plan of version {}, this gapscope reads version {PLAN_VERSION}",
             path.display(),
             plan.gapscope_try
+        )));
+    }
+    if let Some(why) = plan.problem() {
+        return Err(bad_input(format!(
+            "{}: not a try plan this gapscope can judge: {why}",
+            path.display()
         )));
     }
     check_expect_fix(a.expect_fix.as_deref(), &plan.variants)?;
