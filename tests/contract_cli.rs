@@ -900,3 +900,32 @@ fn an_output_that_is_an_input_is_refused_and_the_input_kept() {
         assert_eq!(std::fs::read(&input).unwrap(), before, "{args:?}");
     }
 }
+
+/// Each command's summary names what its `-o` writes.
+#[test]
+fn the_full_report_line_names_the_commands_own_files() {
+    let t = bundled("ht-decode-h200.json");
+    let out = gapscope(&[
+        "compare",
+        &t,
+        &t,
+        "--base-select",
+        "graph_usage_mode=2",
+        "--head-select",
+        "graph_usage_mode=1",
+    ]);
+    let screen = stdout(&out);
+    assert!(
+        screen
+            .trim_end()
+            .ends_with("Full report: add -o DIR (compare.md, compare.json), or --full to print it"),
+        "{screen}"
+    );
+    let screen = stdout(&gapscope(&["analyze", &t]));
+    assert!(
+        screen
+            .trim_end()
+            .ends_with("(report.md, report.json, Perfetto, SVG), or --full to print it"),
+        "{screen}"
+    );
+}

@@ -11,14 +11,12 @@ const MAX_CELLS: usize = 12;
 /// Largest gaps listed.
 const MAX_GAPS: usize = 6;
 
-/// The end of a summary: where the full report is, or how to get it.
-fn full_report_line(full_report: Option<&str>) -> String {
+/// The end of a summary: where the full report is, or how to get it; `files`: what `-o DIR`
+/// writes for this command.
+fn full_report_line(full_report: Option<&str>, files: &str) -> String {
     match full_report {
         Some(path) => format!("Full report: {path}"),
-        None => {
-            "Full report: add -o DIR (report.md, report.json, Perfetto, SVG), or --full to print it"
-                .to_owned()
-        }
+        None => format!("Full report: add -o DIR ({files}), or --full to print it"),
     }
 }
 
@@ -480,7 +478,8 @@ pub fn analysis_summary(a: &Analysis, full_report: Option<&str>) -> String {
     notes(a, &mut s);
     pairings(a, &mut s);
     largest_gaps(a, &mut s);
-    let _ = write!(s, "{}", full_report_line(full_report));
+    let files = "report.md, report.json, Perfetto, SVG";
+    let _ = write!(s, "{}", full_report_line(full_report, files));
     crate::report::printable_report(s)
 }
 
@@ -559,7 +558,11 @@ pub fn comparison_summary(c: &Comparison, full_report: Option<&str>) -> String {
             md_cell(&short_label(&c.unmatched.join("; ")))
         );
     }
-    let _ = write!(s, "{}", full_report_line(full_report));
+    let _ = write!(
+        s,
+        "{}",
+        full_report_line(full_report, "compare.md, compare.json")
+    );
     crate::report::printable_report(s)
 }
 
