@@ -458,6 +458,34 @@ fn a_signal_stops_the_try_after_the_run_under_way_and_the_partial_report_says_so
     assert!(plan["interrupted"].is_string());
 }
 
+/// A try whose BASE fails every run, stopped by SIGINT after a round: the exit is the signal's
+/// (130), as the partial report says, not the failing BASE's 1.
+#[test]
+fn a_signal_decides_the_exit_even_when_every_base_run_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t");
+    let child = bin()
+        .args(["try", "-o", out.to_str().unwrap(), "--env", "A=1", "--"])
+        .args(["sh", "-c", "sleep 0.3; exit 1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Round 1 done: round 2's BASE has started.
+    let log = out.join("runs/2-0-BASE/stderr.log");
+    let started = std::time::Instant::now();
+    while !log.exists() && started.elapsed().as_secs() < 30 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(log.exists(), "round 2 never started");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    let md = std::fs::read_to_string(out.join("try.md")).unwrap();
+    assert!(md.contains("partial: stopped by SIGINT"), "{md}");
+}
+
 /// The H200 try of `examples/serial_event.py` (traces/try-serial-event-h200, 3 rounds, BASE
 /// and 3 variants, default `record`), judged again without a GPU: the setting that makes the
 /// program build no serial event removes the external event wait of the mode-2 graph; the

@@ -312,11 +312,18 @@ fn run(a: &TryArgs) -> Result<ExitCode, Failure> {
         ));
         report::output::write_trial_plan(&dir, &plan)?;
     }
-    let code = finish(&dir, &plan, a.expect_fix.as_deref(), Some(&dir))?;
-    Ok(match stopped {
-        Some(sig) => ExitCode::from(super::exit::of_signal(sig)),
-        None => code,
-    })
+    let finished = finish(&dir, &plan, a.expect_fix.as_deref(), Some(&dir));
+    match stopped {
+        // Stopped by a signal: the exit says so, as a shell's would, whatever the rounds that
+        // ran gave (a failing BASE's error is said, not made the exit).
+        Some(sig) => {
+            if let Err(f) = finished {
+                note(&format!("{:#}", f.error));
+            }
+            Ok(ExitCode::from(super::exit::of_signal(sig)))
+        }
+        None => finished,
+    }
 }
 
 /// The try folder and the plan `a` asks for, refused (exit 2) before anything runs when the
