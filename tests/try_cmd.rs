@@ -289,6 +289,18 @@ fn bad_input_is_one_line_exit_2_and_nothing_written() {
             "expected 1 to 1000",
         ),
         (
+            vec![
+                "try",
+                "--env",
+                "GAPSCOPE_HOST_SAMPLES=zzz",
+                "-o",
+                o,
+                "--",
+                "true",
+            ],
+            "GAPSCOPE_HOST_SAMPLES=zzz: expected off, python or native",
+        ),
+        (
             vec!["try", "--from", o, "--env", "A=1"],
             "cannot be used with",
         ),
@@ -297,6 +309,15 @@ fn bad_input_is_one_line_exit_2_and_nothing_written() {
         assert!(err.contains(says), "{args:?}: {err}");
         assert!(!out.exists(), "{args:?} made {}", out.display());
     }
+    // A setting every run's `record` would refuse, from the environment: refused at once.
+    let out_env = bin()
+        .args(["try", "--env", "A=1", "-o", o, "--", "true"])
+        .env("GAPSCOPE_TRACE_BUDGET", "zzz")
+        .output()
+        .unwrap();
+    let err = fails_in_one_line(&out_env, 2);
+    assert!(err.contains("BASE: GAPSCOPE_TRACE_BUDGET=zzz"), "{err}");
+    assert!(!out.exists());
     // A folder that is no try folder, and a plan that is no plan.
     std::fs::create_dir(&out).unwrap();
     let err = fails_in_one_line(&gapscope(&["try", "--from", o]), 2);

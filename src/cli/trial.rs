@@ -326,10 +326,42 @@ fn run(a: &TryArgs) -> Result<ExitCode, Failure> {
     }
 }
 
+/// The settings each run's `gapscope record` reads from its environment (this process's, and
+/// a variant's on top), checked as `record` checks them: a value it refuses would fail every
+/// run of that variant after the whole try had run.
+fn check_record_settings(variants: &[Variant]) -> Result<(), Failure> {
+    use clap::ValueEnum as _;
+    let budget = gapscope::settings::Setting::TraceBudget.name();
+    let samples = gapscope::record::host_sampler::HOST_SAMPLES_VAR;
+    for v in variants {
+        let value = |name: &str| {
+            v.settings
+                .iter()
+                .rev()
+                .find(|s| s.name == name)
+                .map(|s| s.value.clone())
+                .or_else(|| std::env::var(name).ok())
+        };
+        let refused = |name: &str, value: &str, why: String| {
+            bad_input(format!("{}: {name}={value}: {why}", v.label))
+        };
+        if let Some(b) = value(budget) {
+            gapscope::record::cupti::TraceBudget::parse_limit(&b)
+                .map_err(|e| refused(budget, &b, e.to_string()))?;
+        }
+        if let Some(h) = value(samples) {
+            super::args::HostSamplesArg::from_str(&h, false)
+                .map_err(|_| refused(samples, &h, "expected off, python or native".to_owned()))?;
+        }
+    }
+    Ok(())
+}
+
 /// The try folder and the plan `a` asks for, refused (exit 2) before anything runs when the
 /// arguments are wrong or the folder holds an earlier try.
 fn plan_of(a: &TryArgs) -> Result<(PathBuf, Plan), Failure> {
     let variants = variants(&a.env, &a.variant).map_err(bad_input)?;
+    check_record_settings(&variants)?;
     check_expect_fix(a.expect_fix.as_deref(), &variants)?;
     if let Some(why) = gapscope::analysis::trial::bad_rounds(a.rounds) {
         return Err(bad_input(format!("--rounds {why}")));
