@@ -179,6 +179,25 @@ fn missing_injection_library_is_one_line_and_exit_1() {
     assert!(err.starts_with("gapscope: error: "), "{err}");
     assert!(err.contains("GAPSCOPE_INJECTION_LIB"), "{err}");
 
+    // Named explicitly but no library: refused before the program runs, not by the loader.
+    let not_elf = dir.path().join("libgapscope.so");
+    std::fs::write(&not_elf, "root:x:0:0:root:/root:/bin/sh\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gapscope"))
+        .args(["record", "--", "sh", "-c", "echo ran"])
+        .env("GAPSCOPE_INJECTION_LIB", &not_elf)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("not a shared library (no ELF header)"),
+        "{err}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
+    std::fs::remove_file(&not_elf).unwrap();
+
     // Not next to the executable, not one folder up, not in ./target/release.
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).unwrap();

@@ -94,6 +94,14 @@ pub fn find_injection_library(
                 p.display()
             );
         }
+        // The dynamic loader would refuse it in the program's process, with its own untagged
+        // line, and the program would run untraced.
+        if !is_elf(&p) {
+            bail!(
+                "{INJECTION_LIB_VAR}={}: not a shared library (no ELF header); point it at gapscope's {INJECTION_LIB}",
+                p.display()
+            );
+        }
         return Ok(absolute(p));
     }
     let candidates = injection_candidates(exe, cwd);
@@ -108,6 +116,14 @@ pub fn find_injection_library(
     bail!(
         "injection library {INJECTION_LIB} not found (looked at {looked}); reinstall gapscope (pip install gapscope puts it in <prefix>/lib/gapscope), build it with `cargo build --release`, or set {INJECTION_LIB_VAR}"
     )
+}
+
+/// Whether `path` starts as an ELF file does.
+fn is_elf(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok_and(|()| magic == *b"\x7fELF")
 }
 
 /// `trace-*.json` files of `dir` with their modification times.
