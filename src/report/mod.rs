@@ -184,6 +184,9 @@ pub(crate) fn xml_escape(s: &str) -> String {
             '\'' => out.push_str("&apos;"),
             // XML 1.0 forbids most control characters, even escaped.
             c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('?'),
+            // Invisible characters that reorder or hide the text around them (a kernel name
+            // from a trace with U+202E), shown as report.md and the terminal show them.
+            c if stderr::is_format_char(c) => out.extend(c.escape_default()),
             c => out.push(c),
         }
     }
@@ -291,6 +294,7 @@ mod tests {
         assert_eq!(us2_signed(1.0), "±0.00");
         assert_eq!(ratio(1.034), "1.03×");
         assert_eq!(xml_escape("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&apos;");
+        assert_eq!(xml_escape("k\u{202e}x\u{200b}"), "k\\u{202e}x\\u{200b}");
         assert_eq!(md_cell("a|b\nc"), "a\\|b\\nc");
         assert_eq!(printable("red \u{1b}[31m\r\n"), "red \\u{1b}[31m\\r\\n");
         assert_eq!(printable_lines("a\tb\n\u{9b}c"), "a\tb\n\\u{9b}c");

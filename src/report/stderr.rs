@@ -80,7 +80,7 @@ fn escape_unprintable(text: &str, escaped: impl Fn(char) -> bool) -> std::borrow
 /// overrides and isolates, zero-width spaces and joiners, the byte-order mark, …) and its line
 /// and paragraph separators (U+2028, U+2029): invisible, yet they reorder, hide or break the
 /// text around them. (`char::is_control` covers only category Cc.)
-fn is_format_char(c: char) -> bool {
+pub(crate) fn is_format_char(c: char) -> bool {
     const RANGES: [(char, char); 21] = [
         ('\u{ad}', '\u{ad}'),
         ('\u{600}', '\u{605}'),
