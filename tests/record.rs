@@ -10,7 +10,7 @@ const NO_TRACE: &str = "no trace written: the program did not initialise CUDA (o
 fn record(dir: &Path, args: &[&str]) -> Output {
     let lib = dir.join("libgapscope.so");
     if !lib.exists() {
-        std::fs::write(&lib, b"").unwrap();
+        std::fs::write(&lib, b"\x7fELF").unwrap(); // a stub: its header only
     }
     Command::new(env!("CARGO_BIN_EXE_gapscope"))
         .arg("record")
@@ -110,7 +110,7 @@ fn trace_budget_reaches_the_child_from_the_flag_the_environment_or_the_default()
     let dir = tempfile::tempdir().unwrap();
     let budget_seen = |args: &[&str], env: Option<&str>| {
         let lib = dir.path().join("libgapscope.so");
-        std::fs::write(&lib, b"").unwrap();
+        std::fs::write(&lib, b"\x7fELF").unwrap(); // a stub: its header only
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gapscope"));
         cmd.arg("record")
             .args(["-o", dir.path().join("out").to_str().unwrap()])
@@ -142,7 +142,7 @@ fn trace_budget_reaches_the_child_from_the_flag_the_environment_or_the_default()
 #[test]
 fn relative_output_folder_is_made_absolute_for_the_child() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("libgapscope.so"), b"").unwrap();
+    std::fs::write(dir.path().join("libgapscope.so"), b"\x7fELF").unwrap(); // a stub
     let out = Command::new(env!("CARGO_BIN_EXE_gapscope"))
         .args([
             "record",
@@ -346,7 +346,7 @@ fn cupti_comes_from_the_programs_python_environment() {
     let out_dir = dir.path().join("traces");
     let run = |cupti_lib: Option<&Path>| {
         let lib = dir.path().join("libgapscope.so");
-        std::fs::write(&lib, b"").unwrap();
+        std::fs::write(&lib, b"\x7fELF").unwrap(); // a stub: its header only
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gapscope"));
         cmd.args(["record", "-o", out_dir.to_str().unwrap(), "--"])
             .arg(&python)

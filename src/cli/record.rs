@@ -583,7 +583,15 @@ mod tests {
         );
         assert!(!err.contains('\n'));
         let lib = dir.path().join("libx.so");
-        std::fs::write(&lib, b"").unwrap();
+        std::fs::write(&lib, b"root:x:0:0").unwrap();
+        let err = find_injection_library(Some(lib.clone().into()), None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("not a shared library (no ELF header)"),
+            "{err}"
+        );
+        std::fs::write(&lib, b"\x7fELF").unwrap();
         let got = find_injection_library(Some(lib.clone().into()), None, None).unwrap();
         assert_eq!(got, std::fs::canonicalize(&lib).unwrap());
     }

@@ -21,7 +21,17 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// The name of the lock file inside an output folder.
+/// Whether the open `file` is the one at `path` now.
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// The name of the lock file inside an output folder: there while a set is written, removed
+/// (under the lock) when it is done.
 pub const LOCK_FILE: &str = ".gapscope.lock";
 
 /// Errors of an output set; each displays as one line.
@@ -45,6 +55,14 @@ pub struct OutputSet {
     written: Vec<String>,
 }
 
+impl Drop for OutputSet {
+    /// Removes the lock file while still holding its lock, so that the folder keeps only the
+    /// outputs; a writer that opened it meanwhile sees it gone and takes a new one.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.dir.join(LOCK_FILE));
+    }
+}
+
 fn write_error(path: &Path, source: std::io::Error) -> OutputError {
     OutputError::Write(TraceError::Write {
         path: path.to_owned(),
@@ -57,19 +75,26 @@ impl OutputSet {
     pub fn create(dir: &Path) -> Result<OutputSet, OutputError> {
         std::fs::create_dir_all(dir).map_err(|e| write_error(dir, e))?;
         let lock_path = dir.join(LOCK_FILE);
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| write_error(&lock_path, e))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(OutputError::Busy(dir.to_owned()));
+        let lock = loop {
+            let lock = File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock_path)
+                .map_err(|e| write_error(&lock_path, e))?;
+            match lock.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(OutputError::Busy(dir.to_owned()));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(write_error(&lock_path, e)),
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(write_error(&lock_path, e)),
-        }
+            // The holder before removes the file when done (no lock file is left behind): a
+            // lock taken on a file already removed is no lock, so take the one at the path.
+            if same_file(&lock, &lock_path) {
+                break lock;
+            }
+        };
         Ok(OutputSet {
             dir: dir.to_owned(),
             _lock: lock,
