@@ -12,7 +12,7 @@ Needs torch ≥ 2.4 with a CUDA GPU.
 
 As NCCL does, the program reads NCCL_GRAPH_MIXING_SUPPORT: with 0, NCCL builds no serial event
 (graph usage mode 1), so the eager steps and the "mode 2" graph are built without the wait and
-the record too, which is what `gapscope try` is shown to tell apart (README, Trying fixes).
+the record too, which is what `gapscope try` is shown to tell apart (docs/try.md).
 
   python examples/serial_event.py
   gapscope record -- python examples/serial_event.py

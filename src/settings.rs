@@ -1,6 +1,6 @@
 //! Every `GAPSCOPE_*` environment variable: its name, what it does, and the one place it is
-//! read ([`Setting::read`], [`Setting::read_os`]). The README's table of variables is checked
-//! against [`Setting::ALL`].
+//! read ([`Setting::read`], [`Setting::read_os`]). The table of variables in
+//! docs/environment.md is checked against [`Setting::ALL`].
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -28,7 +28,7 @@ macro_rules! settings {
         }
 
         impl Setting {
-            /// Every variable, in the README's order.
+            /// Every variable, in docs/environment.md's order.
             pub const ALL: &'static [Setting] = &[$(Setting::$variant,)+];
 
             /// The variable's name.
@@ -184,19 +184,23 @@ mod tests {
         );
     }
 
-    /// The README's table lists every variable a user may set, with its sentence.
+    /// The table of docs/environment.md (linked from the README) lists every variable a user may
+    /// set, with its sentence.
     #[test]
     fn the_readme_lists_every_variable_a_user_sets() {
         let readme = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"),
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/environment.md"),
         )
-        .expect("README.md");
+        .expect("docs/environment.md");
         for s in Setting::ALL {
             if s.audience() == Audience::Developer {
                 continue;
             }
             let row = format!("| `{}` | {} |", s.name(), s.doc());
-            assert!(readme.contains(&row), "README.md lacks the row {row}");
+            assert!(
+                readme.contains(&row),
+                "docs/environment.md lacks the row {row}"
+            );
         }
     }
 }

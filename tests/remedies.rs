@@ -279,7 +279,7 @@ fn host_bound_graph_launches_name_the_launch_call_and_predict_nothing() {
 }
 
 /// A remedy is given only when its predicted saving is beyond its spread and ≥ 1 % of the
-/// step; the others are withheld, with why. The worked example of the README: on the bundled
+/// step; the others are withheld, with why. On the bundled
 /// emulation only the fresh-graph cell is told to change mode (the replays' 0.10 µs is under
 /// 1 % of a 26.7 µs step).
 #[test]

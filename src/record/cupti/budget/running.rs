@@ -24,7 +24,7 @@ pub(crate) struct Budget {
     /// The activity kinds the budget switches (set once they are enabled): the API kinds go
     /// off below [`Level::Traced`], the device kinds below [`Level::Measured`]. A kind left on,
     /// even with every call filtered out, costs host time on the launches after the budget
-    /// (README, "Recording").
+    /// (docs/recording.md).
     pub kinds: Mutex<Vec<sys::CUpti_ActivityKind>>,
     /// With a per-call API record filter in use: every call's switch, applied again after the
     /// API kinds are resumed (re-enabling a kind records every call again).
