@@ -105,7 +105,7 @@ settings! {
     BudgetMeasure = "GAPSCOPE_BUDGET_MEASURE", Diagnostic,
         "`0`: a trace budget's pause records nothing, with no measured launches or steps (no untraced periods).";
     BudgetPace = "GAPSCOPE_BUDGET_PACE", Diagnostic,
-        "`0`: programs with no steps or graph launches to count are traced whole, not sampled by time.";
+        "`1`: programs with no steps or graph launches to count are sampled by time, not traced whole.";
     Timings = "GAPSCOPE_TIMINGS", Developer,
         "Set: each command prints how long its stages took.";
     DumpReports = "GAPSCOPE_DUMP_REPORTS", Developer,

@@ -316,8 +316,8 @@ pub struct RecordArgs {
     /// step's first N (a kind is what the step before did: eager, replays of a graph, graph
     /// building), are traced; after them, one window of N/4 consecutive ones at each doubling
     /// of the count, so every phase of a long run is sampled from start to end. With neither
-    /// steps nor graph launches to count (an unmarked eager loop), tracing is sampled by time
-    /// instead (`GAPSCOPE_BUDGET_PACE=0` traces it whole). Between windows,
+    /// steps nor graph launches to count (an unmarked eager loop), it is traced whole
+    /// (`GAPSCOPE_BUDGET_PACE=1` samples it by time instead). Between windows,
     /// kernel and API tracing and the eager-hot callbacks pause; a capture, graph creation or
     /// instantiation resumes tracing, a capture holds it on until it ends, and the calls that
     /// only build graphs are never paused, so every graph is recorded whole. Untraced launches

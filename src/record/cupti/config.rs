@@ -415,9 +415,11 @@ pub(super) struct Diagnostics {
     /// no measured launches or steps after it (no untraced periods), to measure what
     /// measuring costs.
     pub no_measuring: bool,
-    /// `GAPSCOPE_BUDGET_PACE=0`: a program with no steps or graph launches to count is traced
-    /// whole, not sampled by the time schedule ([`super::budget::paced_level`]).
-    pub no_pacing: bool,
+    /// `GAPSCOPE_BUDGET_PACE=1`: a program with no steps or graph launches to count is sampled
+    /// by the time schedule ([`super::budget::paced_level`]), not traced whole. Off by default:
+    /// recordings in which the pacer thread had switched CUPTI came out damaged on an H100
+    /// (one correlation id for every kernel and API call, or launch records doubled).
+    pub pacing: bool,
 }
 
 impl Diagnostics {
@@ -460,7 +462,7 @@ impl Diagnostics {
                 .collect(),
             flush_period_ms: get(Setting::CuptiFlushPeriodMs).and_then(|v| v.trim().parse().ok()),
             no_measuring: get(Setting::BudgetMeasure).is_some_and(|v| v.trim() == "0"),
-            no_pacing: get(Setting::BudgetPace).is_some_and(|v| v.trim() == "0"),
+            pacing: get(Setting::BudgetPace).is_some_and(|v| v.trim() == "1"),
         }
     }
 
@@ -494,14 +496,14 @@ mod tests {
                     Setting::BudgetPauseFilter => "0",
                     Setting::CuptiApiFrom => "callbacks",
                     Setting::BudgetMeasure => "0",
-                    Setting::BudgetPace => "0",
+                    Setting::BudgetPace => "1",
                     _ => return None,
                 }
                 .to_owned(),
             )
         });
         assert_eq!(d.skip_kinds, ["DRIVER", "RUNTIME"]);
-        assert!(d.no_measuring && d.no_pacing);
+        assert!(d.no_measuring && d.pacing);
         assert_eq!(d.per_thread_buffers, Some(false));
         assert_eq!(d.host_pinned, Some(true));
         assert!(d.skip_node_frames);

@@ -359,17 +359,16 @@ impl Recorder {
         Ok(())
     }
 
-    /// Starts the trace budget's decisions and its time schedule (unless
-    /// `GAPSCOPE_BUDGET_PACE=0`).
+    /// Starts the trace budget's decisions and, with `GAPSCOPE_BUDGET_PACE=1`, its time
+    /// schedule.
     fn start_budget_and_pacing(&mut self, diagnostics: &Diagnostics) {
         // NVTX ranges of untraced work are summarised, not all kept (see `markers`).
         lock(&self.shared.state).records.marker_keeping = Some(Default::default());
         self.start_budget(diagnostics);
-        if diagnostics.no_pacing {
+        if diagnostics.pacing {
             lock(&self.shared.state).problem(
-                "trace budget: programs with no steps or graph launches to count are traced whole (GAPSCOPE_BUDGET_PACE=0)",
+                "trace budget: programs with no steps or graph launches to count are sampled by time (GAPSCOPE_BUDGET_PACE=1)",
             );
-        } else {
             self.pace_periodically();
         }
     }
