@@ -2045,3 +2045,29 @@ fn a_torch_compile_recording_names_the_python_line_that_created_each_node() {
     );
     assert!(all.top[0].share > 0.5, "{}", all.describe());
 }
+
+/// `gapscope record -- python benches/programs/moe_serial_event.py --json …` on one H100
+/// (2026-12-05, build fbbac2e, default settings; round 3 of `record_overhead.py … --diff
+/// graph_mode1,graph_mode2 --rounds 6`): an MoE decode layer written for the bench, eager steps in
+/// `range_push("forward")`, then 400 replays of a graph whose routing step waits on and records
+/// one external serial event, and 400 of its mode-1 twin. The program's own medians in that
+/// process: mode 1 108.70, mode 2 113.54 µs (Δ +4.83 µs).
+#[test]
+fn a_serial_event_program_the_project_never_saw_leads_with_mode_2s_cost_and_its_fix() {
+    let a = analyze_one(&bundled_trace(
+        "moe-serial-event-chosen-step-record-h100.json.gz",
+    ));
+    let pair = a.mode_pairs.first().expect("a mode pair");
+    let delta = pair.untraced_period_delta.expect("untraced periods") / 1e3;
+    // The program's own Δ in that process, to what the process-to-process spread allows (plain's
+    // six rounds in that call: +4.40 to +5.74 µs).
+    assert!((4.0..=5.8).contains(&delta), "{delta}");
+    assert_eq!(pair.change, Some(gapscope::analysis::stats::Change::Slower));
+    let h = a.headline.as_ref().expect("a headline");
+    assert_eq!(
+        h.basis,
+        gapscope::analysis::headline::Basis::ModeCost,
+        "{h:?}"
+    );
+    assert_eq!(h.cell, pair.head, "{h:?}");
+}
