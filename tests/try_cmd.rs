@@ -545,6 +545,14 @@ fn the_h200_try_of_the_serial_event_program_is_judged_again_the_same_without_a_g
     for label in ["NCCL_MEM_SYNC_DOMAIN=0", "NCCL_CGA_CLUSTER_SIZE=0"] {
         assert_eq!(variant_doc(&doc, label)["word"], "no_effect", "{label}");
     }
+    // The removal rests on the gap gone: a period change within the spread is said to be
+    // no contradiction of it.
+    let headline = doc["headline"].as_str().unwrap();
+    assert!(
+        headline.contains("removes the external event wait gap")
+            && headline.contains("the gap is gone; the period's change is within"),
+        "{headline}"
+    );
     let committed = std::fs::read_to_string(folder.join("try.md")).unwrap();
     let again = std::fs::read_to_string(out_dir.join("try.md")).unwrap();
     assert_eq!(again, committed);

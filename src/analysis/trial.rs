@@ -831,10 +831,15 @@ fn headline(variants: &[VariantVerdict], base: &Runs<'_>, rounds: &[usize]) -> S
             } else {
                 "No variant removed a gap; ".to_owned()
             };
-            let change = if c.period_beyond_spread {
-                format!("−{} a step", us(s))
-            } else {
-                "within the run-to-run spread".to_owned()
+            // Which figure decided: a removal rests on the gap gone, whether or not the
+            // period's change stands out of the rounds' spread.
+            let change = match (c.period_beyond_spread, word) {
+                (true, _) => format!("−{} a step", us(s)),
+                (false, Word::Removes) => {
+                    "the gap is gone; the period's change is within the run-to-run spread"
+                        .to_owned()
+                }
+                (false, _) => "within the run-to-run spread".to_owned(),
             };
             return format!(
                 "{lead}{} {what} in {}: period {} → {} ({change})",
