@@ -351,7 +351,7 @@ fn only_material_savings_beyond_their_spread_are_given() {
         ),
         "{md}"
     );
-    assert!(md.contains("- graphed mode=2 emu replay: NCCL graph usage mode: predicted saving 0.10 µs is under 1 % of the"), "{md}");
+    assert!(md.contains("- graphed mode=2 emu replay: NCCL graph usage mode 1: predicted saving 0.10 µs is under 1 % of the"), "{md}");
 }
 
 /// One answer to "is mode 2 slower, and what fixes it": in every bundled trace, a mode pair
@@ -428,4 +428,47 @@ fn the_headline_the_mode_line_and_the_fix_give_one_answer_on_every_bundled_trace
         }
     }
     assert!(with_pairs >= 10, "{with_pairs} traces with mode pairs");
+}
+
+/// `compare` with a selection judges BASE's fixes as `analyze` of the whole BASE does: the
+/// T=512 fresh mode-2 graph's fix predicts what `analyze` predicts, beside its mode-1 twin
+/// that the selection leaves out.
+#[test]
+fn a_selected_compare_predicts_what_analyze_predicts() {
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/ht-decode-h200.json");
+    let out = common::gapscope(&[
+        "compare",
+        trace,
+        trace,
+        "--base-select",
+        "graph_usage_mode=2",
+        "--head-select",
+        "graph_usage_mode=1",
+        "--json",
+    ]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let analyzed = common::gapscope(&["analyze", trace, "--json"]);
+    let whole: serde_json::Value = serde_json::from_slice(&analyzed.stdout).unwrap();
+    let predicted = |remedies: &serde_json::Value| -> Vec<f64> {
+        let mut v: Vec<f64> = remedies
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["predicted_saving_ns"]["median"].as_f64())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let from_compare: Vec<f64> = {
+        let mut v: Vec<f64> = doc["realised"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["predicted_ns"]["median"].as_f64().unwrap())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    assert!(!from_compare.is_empty(), "{}", doc["realised"]);
+    assert_eq!(from_compare, predicted(&whole["remedies"]));
 }

@@ -41,7 +41,7 @@ impl RemedyKind {
 
     pub fn label(self) -> &'static str {
         match self {
-            RemedyKind::GraphUsageMode => "NCCL graph usage mode",
+            RemedyKind::GraphUsageMode => "NCCL graph usage mode 1",
             RemedyKind::CaptureInGraph => "capture in a CUDA graph",
             RemedyKind::WarmUpFreshGraphs => "warm up fresh graphs",
             RemedyKind::LaunchBound => "graph launch-bound",
@@ -734,6 +734,41 @@ fn measured_saving(pair: &CellComparison, b: &CellAnalysis, h: &CellAnalysis) ->
         ));
     }
     Saving::between_periods(b, h)
+}
+
+/// The fixes of a selection of an input's cells (`compare --base-select`) are those the
+/// analysis of the whole input gave them: a selection leaves out cells a fix is judged by (the
+/// mode-1 twin beside a mode-2 graph), and `analyze` and `compare` must give one answer.
+/// A selected cell takes the remedies of the whole input's cell with the same label and match
+/// key; the selection's own are dropped.
+pub fn adopt_remedies(selected: &mut Analysis, whole: &Analysis) {
+    let same = |w: usize| {
+        let cell = &whole.cells[w];
+        selected
+            .cells
+            .iter()
+            .position(|c| c.label == cell.label && c.match_key() == cell.match_key())
+    };
+    selected.remedies = whole
+        .remedies
+        .iter()
+        .filter_map(|r| {
+            Some(Remedy {
+                cell: same(r.cell)?,
+                ..r.clone()
+            })
+        })
+        .collect();
+    selected.withheld_remedies = whole
+        .withheld_remedies
+        .iter()
+        .filter_map(|w| {
+            let cell = same(w.remedy.cell)?;
+            let mut w = w.clone();
+            w.remedy.cell = cell;
+            Some(w)
+        })
+        .collect();
 }
 
 /// For every matched pair whose BASE cell has a remedy with a predicted saving: predicted vs

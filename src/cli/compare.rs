@@ -17,12 +17,20 @@ pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
     let steps = a.steps.step_range.as_deref();
     let (mut base_traces, base_names) = load_with_steps(&expand(&a.base)?, steps)?;
     let (mut head_traces, head_names) = load_with_steps(&expand(&a.head)?, steps)?;
+    // The fixes BASE's cells are judged by come from all of BASE, selected or not.
+    let whole_base = a
+        .base_select
+        .is_some()
+        .then(|| analyze(&base_traces, &base_names));
     select(&mut base_traces, a.base_select.as_deref(), "--base-select")?;
     select(&mut head_traces, a.head_select.as_deref(), "--head-select")?;
-    let (base, head) = (
+    let (mut base, head) = (
         analyze(&base_traces, &base_names),
         analyze(&head_traces, &head_names),
     );
+    if let Some(whole) = &whole_base {
+        analysis::remedy::adopt_remedies(&mut base, whole);
+    }
     note_damage(&base);
     note_damage(&head);
     let comparison = analysis::compare::compare(base, head, a.threshold);

@@ -136,7 +136,7 @@ mod tests {
             .find(|l| l.starts_with("| graphed mode=2"))
             .unwrap();
         assert!(
-            row.contains("| NCCL graph usage mode: create this communicator with `ncclConfig_t.graphUsageMode = 1`"),
+            row.contains("| NCCL graph usage mode 1: create this communicator with `ncclConfig_t.graphUsageMode = 1`"),
             "{row}"
         );
         assert!(row.contains("| 0.96 [0.93–0.99] n=59 |"), "{row}");
