@@ -338,8 +338,8 @@ pub struct CellVerdict {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rounds_spread_ns: Option<[f64; 2]>,
     pub gaps: Vec<GapChange>,
-    /// The saving the analysis of BASE predicted for its largest remedy (median over rounds,
-    /// ns), beside the measured one (−[`Self::change_ns`]).
+    /// BASE's fix for the cell (the one most of its runs gave, median saving over them, ns),
+    /// beside the measured one (−[`Self::change_ns`]) where the variant removes or helps.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub predicted: Option<Predicted>,
 }
@@ -347,6 +347,7 @@ pub struct CellVerdict {
 /// A predicted saving, from BASE's "What to change".
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Predicted {
+    pub kind: RemedyKind,
     pub fix: &'static str,
     pub saving_ns: f64,
 }
@@ -635,7 +636,26 @@ pub fn judge_cell(label: &str, base: &[&CellFigures], variant: &[&CellFigures]) 
     verdict.rounds_spread_ns = (p.base.len().min(p.variant.len()) >= MIN_ROUNDS_FOR_SPREAD)
         .then(|| [range(&p.base), range(&p.variant)]);
     (verdict.word, verdict.removed) = word(beyond, change, &verdict.gaps);
+    // BASE's prediction is set beside what a variant did that its fix would do: a removed
+    // cause the fix removes, or a period that shrank; never beside a cell left alone.
+    let fix_does_it = |p: &Predicted| match verdict.word {
+        Word::Helps => true,
+        Word::Removes => {
+            largest_removed(&verdict.gaps).is_some_and(|g| p.kind.spec().causes.contains(&g.cause))
+        }
+        _ => false,
+    };
+    if !verdict.predicted.as_ref().is_some_and(fix_does_it) {
+        verdict.predicted = None;
+    }
     verdict
+}
+
+/// The removed BASE cause of the most idle time per step ([`GapChange::removed`]).
+fn largest_removed(gaps: &[GapChange]) -> Option<&GapChange> {
+    gaps.iter()
+        .filter(|g| g.removed)
+        .max_by(|x, y| x.base_ns.total_cmp(&y.base_ns))
 }
 
 /// The word for a period change (beyond the spread or not), with the BASE cause removed: the
@@ -644,11 +664,7 @@ fn word(beyond: bool, change: f64, gaps: &[GapChange]) -> (Word, Option<&'static
     if beyond && change > 0.0 {
         return (Word::Hurts, None);
     }
-    let removed = gaps
-        .iter()
-        .filter(|g| g.removed)
-        .max_by(|x, y| x.base_ns.total_cmp(&y.base_ns))
-        .map(|g| g.name);
+    let removed = largest_removed(gaps).map(|g| g.name);
     match (removed, beyond) {
         (Some(_), _) => (Word::Removes, removed),
         (None, true) => (Word::Helps, None),
@@ -756,7 +772,10 @@ fn gap_changes(base: &[&CellFigures], variant: &[&CellFigures]) -> Vec<GapChange
     out
 }
 
-/// BASE's largest predicted saving for the cell (median over its runs).
+/// BASE's fix for the cell, one answer over its runs: the fix most of BASE's runs gave the
+/// cell (more than half of them), with its saving's median over those runs. Runs that
+/// disagree (mode 2's cost in some, the host code before the launches in others) give none,
+/// rather than whichever predicted most.
 fn predicted(base: &[&CellFigures]) -> Option<Predicted> {
     let mut by_kind: BTreeMap<RemedyKind, Vec<f64>> = BTreeMap::new();
     for c in base {
@@ -766,11 +785,14 @@ fn predicted(base: &[&CellFigures]) -> Option<Predicted> {
     }
     by_kind
         .into_iter()
-        .map(|(kind, v)| Predicted {
+        .filter(|(_, v)| 2 * v.len() > base.len())
+        .map(|(kind, v)| (v.len(), kind, median(&v)))
+        .max_by(|x, y| x.0.cmp(&y.0).then(x.2.total_cmp(&y.2)))
+        .map(|(_, kind, saving_ns)| Predicted {
+            kind,
             fix: kind.spec().short,
-            saving_ns: median(&v),
+            saving_ns,
         })
-        .max_by(|x, y| x.saving_ns.total_cmp(&y.saving_ns))
 }
 
 fn expect(label: &str, variants: &[VariantVerdict]) -> ExpectFix {
@@ -864,6 +886,27 @@ pub fn beyond_spread_rule() -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn bases_fix_is_the_one_most_of_its_runs_gave() {
+        let with = |predicted: Vec<(RemedyKind, f64)>| CellFigures {
+            predicted,
+            ..cell(20_000.0, &[])
+        };
+        let mode = |ns| (RemedyKind::GraphUsageMode, ns);
+        let host = |ns| (RemedyKind::HostCodeBeforeLaunch, ns);
+        let runs = [
+            with(vec![mode(2_000.0)]),
+            with(vec![mode(3_000.0)]),
+            with(vec![host(10_000.0)]),
+        ];
+        let p = predicted(&runs.iter().collect::<Vec<_>>()).unwrap();
+        assert_eq!(p.fix, RemedyKind::GraphUsageMode.spec().short);
+        assert_eq!(p.saving_ns, 2_500.0);
+        // Split runs give no fix, however much one of them predicted.
+        let split = [with(vec![mode(2_000.0)]), with(vec![host(10_000.0)])];
+        assert_eq!(predicted(&split.iter().collect::<Vec<_>>()), None);
+    }
+
     /// A cell's figures for one run: untraced period around `period` ns (p10–p90 ± 2 %),
     /// `gaps` by cause.
     fn cell(period: f64, gaps: &[(CauseKind, f64)]) -> CellFigures {
@@ -895,6 +938,32 @@ mod tests {
         let b: Vec<&CellFigures> = base.iter().collect();
         let v: Vec<&CellFigures> = variant.iter().collect();
         judge_cell("graphed T=1", &b, &v)
+    }
+
+    #[test]
+    fn bases_fix_stands_beside_a_removal_only_when_it_removes_that_cause() {
+        let base_with = |kind: RemedyKind| -> Vec<CellFigures> {
+            cells(&[20_000.0, 20_100.0, 19_900.0], &[(WAIT, 2_000.0)])
+                .into_iter()
+                .map(|c| CellFigures {
+                    predicted: vec![(kind, 2_000.0)],
+                    ..c
+                })
+                .collect()
+        };
+        let gone = cells(&[18_000.0, 18_100.0, 17_900.0], &[]);
+        let mode = verdict(&base_with(RemedyKind::GraphUsageMode), &gone);
+        assert_eq!(mode.word, Word::Removes);
+        assert_eq!(mode.predicted.unwrap().kind, RemedyKind::GraphUsageMode);
+        // A fix for other code says nothing about the wait the variant removed.
+        let host = verdict(&base_with(RemedyKind::HostCodeBeforeLaunch), &gone);
+        assert_eq!(host.word, Word::Removes);
+        assert_eq!(host.predicted, None);
+        // Nor beside a cell the variant left alone.
+        let same = cells(&[20_000.0, 20_100.0, 19_900.0], &[(WAIT, 2_000.0)]);
+        let untouched = verdict(&base_with(RemedyKind::GraphUsageMode), &same);
+        assert_eq!(untouched.word, Word::NoEffect);
+        assert_eq!(untouched.predicted, None);
     }
 
     #[test]
