@@ -5,7 +5,7 @@
 
 use super::align::align_names;
 use super::stats::{Change, Geomean, Stat};
-use super::thresholds::{GAP_GROWTH_MIN_NS, RESOLUTION_NS};
+use super::thresholds::{GAP_GROWTH_MIN_NS, RESOLUTION_NS, UNTRACED_CONFIRMS_SHARE};
 use super::{
     AlignedOp, Analysis, CauseKind, CellAnalysis, CellComparison, Comparison, HostBoundSlowdown,
     KernelDelta, KernelDurations, NotPaired, OpKind,
@@ -66,18 +66,12 @@ pub fn compare_cells(
         period_delta,
         gap_growth_by_cause: ops.gap_growth_by_cause,
         causes_gone_in_head,
-        within_tracer_effect: period_delta.filter(|_| untraced.is_none()).and_then(|d| {
-            super::tracer_share::TracerShare::explains(
-                [base.tracer_share.as_ref(), head.tracer_share.as_ref()],
-                d,
-            )
-        }),
-        untraced_period_delta: untraced.map(|(b, h)| h.median - b.median).or_else(|| {
-            base.tracer_share
-                .as_ref()
-                .zip(head.tracer_share.as_ref())
-                .map(|(b, h)| h.untraced.median - b.untraced.median)
-        }),
+        within_tracer_effect: period_delta
+            .filter(|_| untraced.is_none())
+            .and_then(|d| within_tracer_effect(base, head, d)),
+        untraced_period_delta: untraced
+            .map(|(b, h)| h.median - b.median)
+            .or_else(|| untraced_host_delta(base, head)),
         duration_delta_total: ops.duration_delta_total,
         one_sided_ops_total: ops.one_sided_ops_total,
         pairing: None,
@@ -88,6 +82,29 @@ pub fn compare_cells(
             .zip(head.host_time.as_ref())
             .and_then(|(b, h)| super::host_samples::HostCodeChange::between(b, h)),
     }
+}
+
+/// Head − base of the cells' untraced host step periods (the tracers' shares), ns.
+fn untraced_host_delta(base: &CellAnalysis, head: &CellAnalysis) -> Option<f64> {
+    base.tracer_share
+        .as_ref()
+        .zip(head.tracer_share.as_ref())
+        .map(|(b, h)| h.untraced.median - b.untraced.median)
+}
+
+/// Whether the traced period difference `delta` is no more than tracing added to either
+/// cell's step — unless the untraced host step periods show most of it too: then it is the
+/// program's, whatever tracing added besides.
+fn within_tracer_effect(base: &CellAnalysis, head: &CellAnalysis, delta: f64) -> Option<bool> {
+    let confirmed = untraced_host_delta(base, head)
+        .is_some_and(|u| u * delta > 0.0 && u.abs() >= UNTRACED_CONFIRMS_SHARE * delta.abs());
+    if confirmed {
+        return Some(false);
+    }
+    super::tracer_share::TracerShare::explains(
+        [base.tracer_share.as_ref(), head.tracer_share.as_ref()],
+        delta,
+    )
 }
 
 /// The two cells' step sequences aligned op by op, and what their differences add up to.

@@ -147,19 +147,32 @@ fn by_mode_cost(a: &Analysis) -> Option<(usize, usize, ModeCost)> {
         .max_by(|x, y| x.2.total_cmp(&y.2))?;
     let (base, head) = (&a.cells[p.base], &a.cells[p.head]);
     let untraced = p.judged_untraced && p.untraced_period_delta.is_some();
+    // Not judged on measured untraced periods: the untraced host step periods, where both
+    // cells have them, are the program's figures (as the mode remedy's saving takes them).
+    let host = !p.judged_untraced
+        && base.tracer_share.is_some()
+        && head.tracer_share.is_some()
+        && p.untraced_period_delta.is_some();
     let median = |c: &CellAnalysis| {
         if untraced {
             c.untraced_period.map(|s| s.median)
+        } else if host {
+            c.tracer_share.as_ref().map(|s| s.untraced.median)
         } else {
             c.period.map(|s| s.median)
         }
+    };
+    let delta = if host {
+        p.untraced_period_delta?
+    } else {
+        delta
     };
     let cost = ModeCost {
         pair,
         delta_ns: delta,
         base_ns: median(base)?,
         head_ns: median(head)?,
-        untraced,
+        untraced: untraced || host,
     };
     Some((p.head, p.base, cost))
 }

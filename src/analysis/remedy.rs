@@ -179,6 +179,18 @@ impl Saving {
         ))
     }
 
+    /// What moving from cell `from` to cell `to` saves a step, from their untraced host step
+    /// periods (the tracers' shares), when both have one and no device-side untraced period
+    /// was measured.
+    pub fn between_untraced_host_periods(from: &CellAnalysis, to: &CellAnalysis) -> Option<Saving> {
+        Some(Saving::difference(
+            &from.tracer_share.as_ref()?.untraced,
+            &[],
+            &to.tracer_share.as_ref()?.untraced,
+            &[],
+        ))
+    }
+
     /// What moving from cell `from` to cell `to` saves a step, from their steady periods.
     pub fn between_periods(from: &CellAnalysis, to: &CellAnalysis) -> Option<Saving> {
         Some(Saving::difference(
@@ -436,13 +448,17 @@ fn graph_usage_mode(a: &Analysis, index: usize, cell: &CellAnalysis) -> Found {
             .requested_mode()
             .map_or("0/1".to_owned(), |m| m.to_string());
         // The pair's own figures: its untraced periods where it was judged on them.
+        // The pair's own figures, the program's where known: its untraced periods where it
+        // was judged on them, else the untraced host step periods, else the traced ones.
         let untraced = pair
             .judged_untraced
             .then(|| Saving::between_untraced_periods(cell, base))
             .flatten();
-        let (saving, measured) = match untraced {
-            Some(s) => (Some(s), "untraced periods"),
-            None => (Saving::between_periods(cell, base), "periods"),
+        let (saving, measured) = match (untraced, Saving::between_untraced_host_periods(cell, base))
+        {
+            (Some(s), _) => (Some(s), "untraced periods"),
+            (None, Some(s)) => (Some(s), "untraced host step periods"),
+            (None, None) => (Saving::between_periods(cell, base), "periods"),
         };
         let basis = format!(
             "the {measured} of mode-{mode} cell `{}` of the same workload, measured",
