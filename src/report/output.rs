@@ -164,8 +164,26 @@ pub const ANALYSIS_SET: [&str; 5] = [
     "step.svg",
 ];
 
-/// The files of a comparison set (`compare -o`).
-pub const COMPARISON_SET: [&str; 2] = ["compare.md", "compare.json"];
+/// The files of a comparison set (`compare -o`); the Perfetto trace and the picture only where
+/// a compared cell has steps on both sides ([`comparison_files`]).
+pub const COMPARISON_SET: [&str; 4] = [
+    "compare.md",
+    "compare.json",
+    super::perfetto::COMPARISON_FILE,
+    COMPARISON_SVG,
+];
+
+/// The picture of a comparison's headline pair.
+pub const COMPARISON_SVG: &str = "compare.svg";
+
+/// The files `compare -o` writes for `c`, in the order written.
+pub fn comparison_files(c: &Comparison) -> Vec<&'static str> {
+    let pictured = crate::analysis::compare::headline_picture(c).is_some();
+    COMPARISON_SET
+        .into_iter()
+        .filter(|name| pictured || name.ends_with(".md") || name.ends_with(".json"))
+        .collect()
+}
 
 /// The files of a try's report (`try -o`, `try --from DIR -o OUT`).
 pub const TRIAL_SET: [&str; 2] = ["try.md", "try.json"];
@@ -223,11 +241,16 @@ pub fn analysis_reports(analysis: &Analysis) -> Rendered<'_, Analysis> {
     )
 }
 
-/// `compare.md` and `compare.json` of a comparison.
-pub fn comparison_reports(comparison: &Comparison) -> Rendered<'_, Comparison> {
+/// `compare.md` and `compare.json` of a comparison; with `pictured`, compare.md shows
+/// `compare.svg` (written beside it).
+pub fn comparison_reports(comparison: &Comparison, pictured: bool) -> Rendered<'_, Comparison> {
     Rendered::new(
         comparison,
-        super::markdown::comparison_markdown,
+        if pictured {
+            super::markdown::comparison_markdown_pictured
+        } else {
+            super::markdown::comparison_markdown
+        },
         super::json::comparison_json,
     )
 }
@@ -307,12 +330,54 @@ pub fn write_analysis_set(
     set.commit(&ANALYSIS_SET)
 }
 
-/// Writes `compare.md` and `compare.json` into `dir`. Returns the names written.
+/// Writes the comparison set ([`comparison_files`]) into `dir`: `traces` are BASE's and
+/// HEAD's. Returns the names written.
 pub fn write_comparison_set(
     dir: &Path,
     reports: &Rendered<'_, Comparison>,
+    traces: [&[Trace]; 2],
 ) -> Result<Vec<String>, OutputError> {
-    write_markdown_and_json(dir, reports, COMPARISON_SET)
+    let c = reports.value;
+    let mut set = OutputSet::create(dir)?;
+    for name in comparison_files(c) {
+        set.add(name, |w| write_comparison_file(name, w, c, reports, traces))?;
+    }
+    set.commit(&COMPARISON_SET)
+}
+
+/// The names of BASE and HEAD in a comparison's pictures.
+const COMPARISON_SIDES: [&str; 2] = ["BASE", "HEAD"];
+
+/// Writes file `name` of the comparison set into `w`.
+fn write_comparison_file(
+    name: &str,
+    w: &mut dyn Write,
+    c: &Comparison,
+    reports: &Rendered<'_, Comparison>,
+    traces: [&[Trace]; 2],
+) -> std::io::Result<()> {
+    use crate::analysis::compare::{headline_picture, pair_pictures};
+    match name {
+        "compare.md" => w.write_all(reports.markdown().as_bytes()),
+        "compare.json" => w.write_all(reports.json().as_bytes()),
+        super::perfetto::COMPARISON_FILE => super::perfetto::write_comparison_trace(
+            w,
+            c,
+            traces,
+            COMPARISON_SIDES,
+            &pair_pictures(c),
+        ),
+        COMPARISON_SVG => {
+            let picture = headline_picture(c).ok_or_else(|| {
+                std::io::Error::other("no compared cell with steps on both sides")
+            })?;
+            let svg = super::svg::comparison_svg(traces, c, &picture, COMPARISON_SIDES);
+            w.write_all(svg.as_bytes())
+        }
+        other => Err(std::io::Error::other(format!(
+            "{other} is not a file of the comparison set"
+        ))),
+    }
 }
 
 /// Writes a report's Markdown as `markdown` and its JSON as `json` into `dir`, as one set.
