@@ -305,9 +305,9 @@ fn compare_writes_one_timeline_and_a_picture_of_the_fix() {
     assert!(perfetto_packets(&out_dir.join("compare.perfetto-trace")) > 0);
     let svg = std::fs::read_to_string(out_dir.join("compare.svg")).unwrap();
     // The T=512 fresh pair: the external event wait (≈ 44 µs) in BASE, gone in HEAD.
-    assert!(svg.contains(
-        "graphed mode=2 T=512 fresh (BASE, top) vs graphed mode=1 T=512 fresh (HEAD, bottom)"
-    ));
+    assert!(svg.contains(">BASE (top) vs HEAD (bottom): faster"));
+    assert!(svg.contains(">graphed mode=2 T=512 fresh [graphed] step "));
+    assert!(svg.contains(">graphed mode=1 T=512 fresh [graphed] step "));
     let labels = changed_gap_labels(&svg);
     assert_eq!(labels.len(), 2, "{labels:?}");
     assert!(labels[0].starts_with("external event wait 4"), "{labels:?}");

@@ -77,6 +77,7 @@ pub fn comparison_svg(
     c: &Comparison,
     picture: &PairPicture,
     sides: [&str; 2],
+    verdict: Option<&str>,
 ) -> String {
     let pair = &c.cells[picture.cell];
     let analyses = [&c.base, &c.head];
@@ -136,14 +137,17 @@ pub fn comparison_svg(
     for (panel, colours) in panels.iter_mut().zip(colours) {
         panel.colours = Some(colours);
     }
-    let verdict = super::markdown::comparison_change_label(pair);
-    let ratio = pair
-        .ratio
-        .map_or(String::new(), |r| format!(", period ratio {r:.2}×"));
-    let title = format!(
-        "{} ({}, top) vs {} ({}, bottom): {verdict}{ratio}",
-        pair.base_label, sides[0], pair.head_label, sides[1]
-    );
+    // The panels name the cells; the title, the sides and the verdict.
+    let verdict = match verdict {
+        Some(v) => v.to_owned(),
+        None => {
+            let ratio = pair
+                .ratio
+                .map_or(String::new(), |r| format!(", period ratio {r:.2}×"));
+            format!("{}{ratio}", super::markdown::comparison_change_label(pair))
+        }
+    };
+    let title = format!("{} (top) vs {} (bottom): {verdict}", sides[0], sides[1]);
     let caption: Vec<String> = [0, 1]
         .into_iter()
         .map(|s| {
@@ -567,7 +571,10 @@ impl<'a> Panel<'a> {
                     continue;
                 }
             }
-            if w >= 40.0 {
+            let under_label = marked_at.is_some_and(|(m, lx)| {
+                x + 2.0 >= lx && x + 2.0 <= lx + m.text.chars().count() as f64 * CHAR_W
+            });
+            if w >= 40.0 && !under_label {
                 let _ = writeln!(
                     s,
                     "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\">{}</text>",
@@ -634,6 +641,148 @@ impl<'a> Panel<'a> {
             drawn.insert(i, (x, y, y + ROW_H));
         }
     }
+}
+
+/// `try.svg`: a strip per cell, a row per side (BASE, then each variant with its word), a dot
+/// per round's median period and a tick at the median over rounds; BASE's rounds span a band
+/// across the strip, so a variant's dots beyond it moved beyond the run-to-run spread.
+pub fn trial_rounds_svg(r: &crate::analysis::trial::TrialReport) -> String {
+    const STRIP_ROW: f64 = 20.0;
+    // Room for a variant's label and word.
+    const LEFT: f64 = 320.0;
+    let cells: Vec<&str> = r
+        .variants
+        .first()
+        .map(|v| v.cells.iter().map(|c| c.cell.as_str()).collect())
+        .unwrap_or_default();
+    let strip_h = |rows: usize| TITLE_H + rows as f64 * STRIP_ROW + AXIS_H;
+    let rows = 1 + r.variants.len();
+    let height = 34.0 + cells.len() as f64 * (strip_h(rows) + PANEL_GAP) + 10.0;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" font-family=\"sans-serif\" font-size=\"11\">"
+    );
+    let _ = writeln!(
+        s,
+        "<rect x=\"0\" y=\"0\" width=\"{WIDTH}\" height=\"{height:.0}\" fill=\"white\"/>"
+    );
+    let _ = writeln!(
+        s,
+        "<text x=\"8\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{}</text>",
+        xml_escape(&format!(
+            "each round's period per cell, BASE and every variant ({} round(s) judged)",
+            r.rounds_judged.len()
+        ))
+    );
+    let mut top = 34.0;
+    for cell in cells {
+        let verdicts: Vec<_> = r
+            .variants
+            .iter()
+            .filter_map(|v| Some((v, v.cells.iter().find(|c| c.cell == cell)?)))
+            .collect();
+        let base_rounds = verdicts
+            .first()
+            .map_or(&[][..], |(_, c)| c.base_rounds.as_slice());
+        let mut rows: Vec<(String, &[f64])> = vec![("BASE".to_owned(), base_rounds)];
+        for (v, c) in &verdicts {
+            rows.push((
+                format!("{} ({})", v.label, c.word.label()),
+                &c.variant_rounds,
+            ));
+        }
+        let all = rows.iter().flat_map(|(_, v)| v.iter().copied());
+        let (lo, hi) = all.fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
+        let _ = writeln!(s, "<g class=\"strip\">");
+        let _ = writeln!(
+            s,
+            "<text x=\"8\" y=\"{:.1}\" font-weight=\"bold\">{}</text>",
+            top + 14.0,
+            xml_escape(cell)
+        );
+        if lo > hi {
+            let _ = writeln!(s, "</g>");
+            top += strip_h(rows.len()) + PANEL_GAP;
+            continue;
+        }
+        // Room either side so the extreme dots are not on the edge.
+        let pad = ((hi - lo) * 0.1).max(100.0);
+        let (lo, hi) = (lo - pad, hi + pad);
+        let scale = (WIDTH - LEFT - RIGHT) / (hi - lo);
+        let x_of = |ns: f64| LEFT + (ns - lo) * scale;
+        let rows_top = top + TITLE_H;
+        if let (Some(bmin), Some(bmax)) = (
+            base_rounds.iter().copied().reduce(f64::min),
+            base_rounds.iter().copied().reduce(f64::max),
+        ) {
+            let _ = writeln!(
+                s,
+                "<rect class=\"base-spread\" x=\"{:.1}\" y=\"{rows_top:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"#4e79a7\" opacity=\"0.12\"><title>BASE's rounds: {}–{} µs</title></rect>",
+                x_of(bmin),
+                ((bmax - bmin) * scale).max(1.0),
+                rows.len() as f64 * STRIP_ROW,
+                us2(bmin),
+                us2(bmax)
+            );
+        }
+        for (i, (label, rounds)) in rows.iter().enumerate() {
+            let y = rows_top + i as f64 * STRIP_ROW;
+            let colour = if i == 0 { "#4e79a7" } else { "#f28e2b" };
+            let _ = writeln!(
+                s,
+                "<text class=\"side\" x=\"8\" y=\"{:.1}\">{}</text>",
+                y + 14.0,
+                xml_escape(&fit(label, LEFT - 8.0))
+            );
+            for (k, &v) in rounds.iter().enumerate() {
+                let _ = writeln!(
+                    s,
+                    "<circle class=\"round\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"{colour}\" opacity=\"0.8\"><title>{}</title></circle>",
+                    x_of(v),
+                    y + 10.0,
+                    xml_escape(&format!("{label}, round {}: {} µs", k + 1, us2(v)))
+                );
+            }
+            let mut sorted = rounds.to_vec();
+            if let Some(m) = crate::analysis::stats::Stat::of(&mut sorted) {
+                let x = x_of(m.median);
+                let _ = writeln!(
+                    s,
+                    "<line class=\"median\" x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"black\" stroke-width=\"2\"/>",
+                    y + 3.0,
+                    y + 17.0
+                );
+            }
+        }
+        let axis_y = rows_top + rows.len() as f64 * STRIP_ROW + 6.0;
+        let _ = writeln!(
+            s,
+            "<line x1=\"{LEFT}\" y1=\"{axis_y:.1}\" x2=\"{:.1}\" y2=\"{axis_y:.1}\" stroke=\"black\"/>",
+            WIDTH - RIGHT
+        );
+        let tick = nice_tick((hi - lo) / 1000.0) * 1000.0;
+        let mut t = (lo / tick).ceil() * tick;
+        while t <= hi {
+            let x = x_of(t);
+            let _ = writeln!(
+                s,
+                "<line x1=\"{x:.1}\" y1=\"{axis_y:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"black\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{}</text>",
+                axis_y + 4.0,
+                axis_y + 15.0,
+                trim_num(t / 1000.0)
+            );
+            t += tick;
+        }
+        let _ = writeln!(
+            s,
+            "<text x=\"8\" y=\"{:.1}\" font-size=\"10\">period, µs</text>\n</g>",
+            axis_y + 15.0
+        );
+        top += strip_h(rows.len()) + PANEL_GAP;
+    }
+    let _ = writeln!(s, "</svg>");
+    s
 }
 
 /// The time axis at `axis_y`, in µs from the window start.
@@ -843,9 +992,10 @@ mod tests {
         let mut c = fixtures::comparison(1.02, vec![]);
         c.cells = vec![c.base.regime_pairs[0].clone()];
         let p = crate::analysis::compare::headline_picture(&c).unwrap();
-        let svg = comparison_svg([&traces, &traces], &c, &p, ["BASE", "HEAD"]);
+        let svg = comparison_svg([&traces, &traces], &c, &p, ["BASE", "HEAD"], None);
         assert!(tag_balance(&svg).values().all(|&v| v == 0));
-        assert!(svg.contains("eager T=8 (BASE, top) vs graphed mode=2 T=8 (HEAD, bottom)"));
+        assert!(svg.contains(">BASE (top) vs HEAD (bottom): "));
+        assert!(svg.contains(">eager T=8 [") && svg.contains(">graphed mode=1 T=8 ["));
         let labels: Vec<&str> = svg
             .split("class=\"changed-gap\"")
             .skip(1)
