@@ -264,3 +264,76 @@ fn compare_books_a_removed_gap_under_the_cause_the_base_had() {
         "{row}"
     );
 }
+
+/// The `changed-gap` labels of a comparison picture, in drawing order (BASE first).
+fn changed_gap_labels(svg: &str) -> Vec<String> {
+    svg.split("class=\"changed-gap\"")
+        .skip(1)
+        .map(|t| t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()].to_owned())
+        .collect()
+}
+
+#[test]
+fn compare_writes_one_timeline_and_a_picture_of_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = format!("{}/traces/ht-decode-h200.json", env!("CARGO_MANIFEST_DIR"));
+    let out_dir = dir.path().join("out");
+    let o = out_dir.to_str().unwrap();
+    let out = gapscope(&[
+        "compare",
+        &t,
+        &t,
+        "--base-select",
+        "graph_usage_mode=2",
+        "--head-select",
+        "graph_usage_mode=1",
+        "-o",
+        o,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.trim_end().ends_with(&format!(
+            "Full report: {o}/compare.md (with compare.json, compare.perfetto-trace, compare.svg)"
+        )),
+        "{stdout}"
+    );
+    assert!(perfetto_packets(&out_dir.join("compare.perfetto-trace")) > 0);
+    let svg = std::fs::read_to_string(out_dir.join("compare.svg")).unwrap();
+    // The T=512 fresh pair: the external event wait (≈ 44 µs) in BASE, gone in HEAD.
+    assert!(svg.contains(">BASE (top) vs HEAD (bottom): faster"));
+    assert!(svg.contains(">graphed mode=2 T=512 fresh [graphed] step "));
+    assert!(svg.contains(">graphed mode=1 T=512 fresh [graphed] step "));
+    let labels = changed_gap_labels(&svg);
+    assert_eq!(labels.len(), 2, "{labels:?}");
+    assert!(labels[0].starts_with("external event wait 4"), "{labels:?}");
+    assert!(
+        labels[1].starts_with("external event wait: gone"),
+        "{labels:?}"
+    );
+    let md = std::fs::read_to_string(out_dir.join("compare.md")).unwrap();
+    assert!(md.contains("](compare.svg)"), "{md}");
+    // --format github: the picture, then the table folded under it.
+    let github = gapscope(&[
+        "compare",
+        &t,
+        &t,
+        "--base-select",
+        "graph_usage_mode=2",
+        "--head-select",
+        "graph_usage_mode=1",
+        "--format",
+        "github",
+        "-o",
+        o,
+    ]);
+    let text = String::from_utf8_lossy(&github.stdout);
+    let picture = text
+        .find(&format!("]({o}/compare.svg)"))
+        .expect("the picture");
+    assert!(picture < text.find("<details>").unwrap(), "{text}");
+}

@@ -918,7 +918,7 @@ fn the_full_report_line_names_the_commands_own_files() {
     assert!(
         screen
             .trim_end()
-            .ends_with("Full report: add -o DIR (compare.md, compare.json), or --full to print it"),
+            .ends_with("Full report: add -o DIR (compare.md, compare.json, compare.perfetto-trace, compare.svg), or --full to print it"),
         "{screen}"
     );
     let screen = stdout(&gapscope(&["analyze", &t]));

@@ -557,3 +557,52 @@ fn the_h200_try_of_the_serial_event_program_is_judged_again_the_same_without_a_g
     let again = std::fs::read_to_string(out_dir.join("try.md")).unwrap();
     assert_eq!(again, committed);
 }
+
+#[test]
+fn try_o_draws_the_rounds_and_each_judged_variant_against_base() {
+    let dir = tempfile::tempdir().unwrap();
+    let from = format!(
+        "{}/traces/try-serial-event-h200",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out_dir = dir.path().join("out");
+    let o = out_dir.to_str().unwrap();
+    let out = gapscope(&["try", "--from", &from, "-o", o]);
+    let screen = stdout(&out);
+    let fix = "try-NCCL_GRAPH_MIXING_SUPPORT=0";
+    assert!(
+        screen.contains(&format!("(with try.json, try.svg, {fix}.svg,")),
+        "{screen}"
+    );
+    let rounds = std::fs::read_to_string(out_dir.join("try.svg")).unwrap();
+    assert_eq!(
+        rounds.matches("<g class=\"strip\">").count(),
+        3,
+        "a strip per cell"
+    );
+    assert!(rounds.contains(">NCCL_GRAPH_MIXING_SUPPORT=0 (removes)</text>"));
+    // 3 rounds of BASE and of each of the 3 variants, per cell.
+    assert_eq!(rounds.matches("class=\"round\"").count(), 3 * 4 * 3);
+    let svg = std::fs::read_to_string(out_dir.join(format!("{fix}.svg"))).unwrap();
+    assert!(svg.contains(">BASE (top) vs NCCL_GRAPH_MIXING_SUPPORT=0 (bottom): removes"));
+    let labels: Vec<&str> = svg
+        .split("class=\"changed-gap\"")
+        .skip(1)
+        .map(|t| &t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()])
+        .collect();
+    assert_eq!(labels.len(), 2, "{labels:?}");
+    assert!(labels[0].starts_with("external event wait "), "{labels:?}");
+    assert!(
+        labels[1].starts_with("external event wait: gone"),
+        "{labels:?}"
+    );
+    // The variants with no effect are not drawn; the trace is well-formed protobuf.
+    assert!(!out_dir.join("try-NCCL_MEM_SYNC_DOMAIN=0.svg").exists());
+    let bytes = std::fs::read(out_dir.join(format!("{fix}.perfetto-trace"))).unwrap();
+    let packets: Vec<_> = gapscope::report::perfetto::wire::fields(&bytes)
+        .collect::<Result<_, _>>()
+        .expect("well-formed protobuf");
+    assert!(!packets.is_empty());
+    let md = std::fs::read_to_string(out_dir.join("try.md")).unwrap();
+    assert!(md.contains("](try.svg)") && md.contains(&format!("]({fix}.svg)")));
+}

@@ -401,6 +401,88 @@ pub fn unjudged_note(cells: &[CellComparison]) -> Option<String> {
     })
 }
 
+/// What a picture of one compared cell draws (`compare.svg`, `compare.perfetto-trace`): each
+/// side's step nearest its median period, and the gap that changed most. Decided here so that
+/// every picture shows the same steps and marks the same gap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PairPicture {
+    /// Index into [`Comparison::cells`].
+    pub cell: usize,
+    /// Positions in the base cell's and the head cell's steps.
+    pub base_step: usize,
+    pub head_step: usize,
+    /// Index into the pair's [`CellComparison::aligned`]: the op whose gap before changed most
+    /// ([`CellComparison::top_gap_deltas`]); `None` when no gap changed enough to show.
+    pub largest_gap_change: Option<usize>,
+    /// Whether that gap's base cause is gone in the head ([`CellComparison::causes_gone_in_head`]).
+    pub gone_in_head: bool,
+}
+
+/// The step of `cell` whose period is nearest its median period (its first step when no step
+/// has a period); `None` without steps.
+pub fn median_step(cell: &CellAnalysis) -> Option<usize> {
+    let first = (!cell.steps.is_empty()).then_some(0);
+    let Some(median) = cell.period.map(|p| p.median) else {
+        return first;
+    };
+    cell.steps
+        .iter()
+        .enumerate()
+        .filter_map(|(k, s)| Some((k, (s.period? as f64 - median).abs())))
+        .min_by(|x, y| x.1.total_cmp(&y.1))
+        .map(|(k, _)| k)
+        .or(first)
+}
+
+/// The picture of compared cell `cell` of `c`; `None` when a side has no step.
+pub fn pair_picture(c: &Comparison, cell: usize) -> Option<PairPicture> {
+    let pair = c.cells.get(cell)?;
+    let (base, head) = (c.base.cells.get(pair.base)?, c.head.cells.get(pair.head)?);
+    let largest_gap_change = pair
+        .top_gap_deltas(1)
+        .first()
+        .and_then(|(op, _)| pair.aligned.iter().position(|a| std::ptr::eq(a, *op)));
+    let gone_in_head = largest_gap_change
+        .and_then(|i| base.sequence.get(pair.aligned[i].base?))
+        .is_some_and(|e| pair.causes_gone_in_head.contains(&e.gap_cause));
+    Some(PairPicture {
+        cell,
+        base_step: median_step(base)?,
+        head_step: median_step(head)?,
+        largest_gap_change,
+        gone_in_head,
+    })
+}
+
+/// The picture of every compared cell that has steps on both sides, in cell order.
+pub fn pair_pictures(c: &Comparison) -> Vec<PairPicture> {
+    (0..c.cells.len())
+        .filter_map(|i| pair_picture(c, i))
+        .collect()
+}
+
+/// The pair a comparison's picture leads with (`compare.svg`): among the cells whose period
+/// changed beyond the spread, else among all, the one whose period moved most (the untraced
+/// periods' change where both were measured).
+pub fn headline_picture(c: &Comparison) -> Option<PairPicture> {
+    let moved = |m: &CellComparison| {
+        let delta = m.untraced_period_delta.or(m.period_delta).unwrap_or(0.0);
+        let beyond = matches!(m.change, Some(Change::Faster | Change::Slower));
+        (beyond, delta.abs())
+    };
+    let cell = c
+        .cells
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| pair_picture(c, *i).is_some())
+        .max_by(|x, y| {
+            let (a, b) = (moved(x.1), moved(y.1));
+            a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
+        })?
+        .0;
+    pair_picture(c, cell)
+}
+
 /// `--threshold`: a head/base period ratio of at least 1 (1.02: 2 % slower allowed; 1: no
 /// slowdown beyond the spread). Below 1 it would say "no cell slower than 0.50×" of cells that
 /// are slower: a cell breaches only when it is slower beyond the spread, so its ratio is above

@@ -404,6 +404,47 @@ impl TrialReport {
     }
 }
 
+/// Whether `try -o` draws a variant against BASE (its `try-VARIANT.svg` and
+/// `try-VARIANT.perfetto-trace`): its word says the change did something.
+pub fn pictured(v: &VariantVerdict) -> bool {
+    matches!(v.word, Word::Removes | Word::Helps | Word::Hurts)
+}
+
+/// The round whose BASE and `variant` runs a picture of the variant draws: the first judged
+/// round in which both gave figures.
+pub fn picture_round(plan: &Plan, results: &[RunResult], variant: &str) -> Option<usize> {
+    let gave = |label: &str, round: usize| {
+        plan.runs.iter().zip(results).any(|(r, res)| {
+            r.variant == label && r.round == round && matches!(res, RunResult::Figures(_))
+        })
+    };
+    plan.complete_rounds()
+        .into_iter()
+        .find(|&round| gave(BASE_LABEL, round) && gave(variant, round))
+}
+
+/// The cell a picture of `v` leads with: of the cells whose word is the variant's, the one
+/// whose period changed most.
+pub fn picture_cell(v: &VariantVerdict) -> Option<&str> {
+    v.cells
+        .iter()
+        .filter(|c| c.word == v.word)
+        .max_by(|x, y| {
+            let moved = |c: &CellVerdict| c.change_ns.unwrap_or(0.0).abs();
+            moved(x).total_cmp(&moved(y))
+        })
+        .map(|c| c.cell.as_str())
+}
+
+/// What a picture of `v` drawn from `round` says of itself: the variant's word over the
+/// rounds, not one round's.
+pub fn picture_verdict(v: &VariantVerdict, round: usize) -> String {
+    format!(
+        "{} over the rounds judged (round {round} drawn)",
+        v.word.label()
+    )
+}
+
 /// The runs of one variant that count: (round, result).
 type Runs<'a> = Vec<(usize, &'a RunResult)>;
 

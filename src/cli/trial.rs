@@ -488,6 +488,59 @@ fn results(dir: &Path, plan: &Plan) -> Vec<RunResult> {
         .collect()
 }
 
+/// The traces of `variant`'s run in `round`, read again (the verdict kept only figures).
+fn round_traces(
+    dir: &Path,
+    plan: &Plan,
+    variant: &str,
+    round: usize,
+) -> Option<(Vec<gapscope::trace::Trace>, Vec<String>)> {
+    let run = plan
+        .runs
+        .iter()
+        .find(|r| r.variant == variant && r.round == round)?;
+    let folder = dir.join(&run.folder);
+    let paths: Vec<PathBuf> = run.traces.iter().map(|t| folder.join(t)).collect();
+    load_with_steps(&paths, None).ok()
+}
+
+/// Each judged variant ([`trial::pictured`]) drawn against BASE in the round
+/// [`trial::picture_round`] chose.
+fn pictures(
+    dir: &Path,
+    plan: &Plan,
+    results: &[RunResult],
+    report: &trial::TrialReport,
+) -> Vec<report::output::TrialPicture> {
+    report
+        .variants
+        .iter()
+        .filter(|v| trial::pictured(v))
+        .filter_map(|v| {
+            let round = trial::picture_round(plan, results, &v.label)?;
+            let (base_traces, base_names) = round_traces(dir, plan, trial::BASE_LABEL, round)?;
+            let (head_traces, head_names) = round_traces(dir, plan, &v.label, round)?;
+            let (base, head) = (
+                analyze(&base_traces, &base_names),
+                analyze(&head_traces, &head_names),
+            );
+            // No threshold judges anything here: the verdicts are try's own.
+            let comparison = gapscope::analysis::compare::compare(base, head, 1.0);
+            let headline = trial::picture_cell(v)
+                .and_then(|cell| comparison.cells.iter().position(|m| m.base_label == cell))
+                .and_then(|i| gapscope::analysis::compare::pair_picture(&comparison, i))
+                .or_else(|| gapscope::analysis::compare::headline_picture(&comparison));
+            Some(report::output::TrialPicture {
+                variant: v.label.clone(),
+                comparison,
+                traces: [base_traces, head_traces],
+                headline,
+                verdict: trial::picture_verdict(v, round),
+            })
+        })
+        .collect()
+}
+
 /// Judges `plan`'s runs (traces under `dir`), prints the screen, writes `try.md` and `try.json`
 /// into `out`; the exit code of the verdict.
 fn finish(
@@ -496,15 +549,17 @@ fn finish(
     expect_fix: Option<&str>,
     out: Option<&Path>,
 ) -> Result<ExitCode, Failure> {
-    let report = trial::judge(plan, &results(dir, plan), expect_fix);
-    let rendered = report::output::trial_reports(&report);
+    let results = results(dir, plan);
+    let report = trial::judge(plan, &results, expect_fix);
+    let rendered = report::output::trial_reports(&report, out.is_some());
     let path = out.map(|d| d.join("try.md").display().to_string());
     print_stdout(&report::summary::fit_screen(&report::trial::trial_summary(
         &report,
         path.as_deref(),
     )))?;
     if let Some(out) = out {
-        let written = report::output::write_trial_set(out, &rendered)?;
+        let pictures = pictures(dir, plan, &results, &report);
+        let written = report::output::write_trial_set(out, &rendered, &pictures)?;
         note(&wrote_line(out, &written));
     }
     if !report.rounds_judged.is_empty() && report.base_failures.len() == report.rounds_judged.len()

@@ -265,6 +265,33 @@ pub(crate) fn trace_str(traces: &[Trace], trace: usize, id: u32) -> &str {
     traces.get(trace).map_or("?", |t| t.str(id))
 }
 
+/// The op (an index into `ops`, the timeline of `cell`'s trace) of `step` at position `pos` of
+/// `cell`'s canonical sequence: the step's `pos`-th op when its name matches, else the same
+/// occurrence of that name in the step. What a picture joins an aligned op to.
+pub(crate) fn step_op_at(
+    traces: &[Trace],
+    ops: &[crate::analysis::Op],
+    cell: &crate::analysis::CellAnalysis,
+    step: &crate::analysis::Step,
+    pos: usize,
+) -> Option<usize> {
+    let want = &cell.sequence.get(pos)?.name;
+    let named = |i: usize| {
+        ops.get(i)
+            .is_some_and(|o| trace_str(traces, cell.trace, o.name) == want)
+    };
+    if let Some(&i) = step.ops.get(pos)
+        && named(i)
+    {
+        return Some(i);
+    }
+    let nth = cell.sequence[..pos]
+        .iter()
+        .filter(|e| &e.name == want)
+        .count();
+    step.ops.iter().copied().filter(|&i| named(i)).nth(nth)
+}
+
 /// A short display name for a (possibly C++-mangled-looking) kernel name:
 /// `void ns::kernel<T, 4>(float*, int)` → `kernel`.
 pub(crate) fn short_name(name: &str) -> &str {

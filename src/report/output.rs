@@ -164,8 +164,26 @@ pub const ANALYSIS_SET: [&str; 5] = [
     "step.svg",
 ];
 
-/// The files of a comparison set (`compare -o`).
-pub const COMPARISON_SET: [&str; 2] = ["compare.md", "compare.json"];
+/// The files of a comparison set (`compare -o`); the Perfetto trace and the picture only where
+/// a compared cell has steps on both sides ([`comparison_files`]).
+pub const COMPARISON_SET: [&str; 4] = [
+    "compare.md",
+    "compare.json",
+    super::perfetto::COMPARISON_FILE,
+    COMPARISON_SVG,
+];
+
+/// The picture of a comparison's headline pair.
+pub const COMPARISON_SVG: &str = "compare.svg";
+
+/// The files `compare -o` writes for `c`, in the order written.
+pub fn comparison_files(c: &Comparison) -> Vec<&'static str> {
+    let pictured = crate::analysis::compare::headline_picture(c).is_some();
+    COMPARISON_SET
+        .into_iter()
+        .filter(|name| pictured || name.ends_with(".md") || name.ends_with(".json"))
+        .collect()
+}
 
 /// The files of a try's report (`try -o`, `try --from DIR -o OUT`).
 pub const TRIAL_SET: [&str; 2] = ["try.md", "try.json"];
@@ -223,20 +241,30 @@ pub fn analysis_reports(analysis: &Analysis) -> Rendered<'_, Analysis> {
     )
 }
 
-/// `compare.md` and `compare.json` of a comparison.
-pub fn comparison_reports(comparison: &Comparison) -> Rendered<'_, Comparison> {
+/// `compare.md` and `compare.json` of a comparison; with `pictured`, compare.md shows
+/// `compare.svg` (written beside it).
+pub fn comparison_reports(comparison: &Comparison, pictured: bool) -> Rendered<'_, Comparison> {
     Rendered::new(
         comparison,
-        super::markdown::comparison_markdown,
+        if pictured {
+            super::markdown::comparison_markdown_pictured
+        } else {
+            super::markdown::comparison_markdown
+        },
         super::json::comparison_json,
     )
 }
 
-/// `try.md` and `try.json` of a try.
-pub fn trial_reports(report: &TrialReport) -> Rendered<'_, TrialReport> {
+/// `try.md` and `try.json` of a try; with `pictured`, try.md shows the pictures written
+/// beside it ([`trial_files`]).
+pub fn trial_reports(report: &TrialReport, pictured: bool) -> Rendered<'_, TrialReport> {
     Rendered::new(
         report,
-        super::trial::trial_markdown,
+        if pictured {
+            super::trial::trial_markdown_pictured
+        } else {
+            super::trial::trial_markdown
+        },
         super::json::trial_json,
     )
 }
@@ -307,32 +335,148 @@ pub fn write_analysis_set(
     set.commit(&ANALYSIS_SET)
 }
 
-/// Writes `compare.md` and `compare.json` into `dir`. Returns the names written.
+/// Writes the comparison set ([`comparison_files`]) into `dir`: `traces` are BASE's and
+/// HEAD's. Returns the names written.
 pub fn write_comparison_set(
     dir: &Path,
     reports: &Rendered<'_, Comparison>,
+    traces: [&[Trace]; 2],
 ) -> Result<Vec<String>, OutputError> {
-    write_markdown_and_json(dir, reports, COMPARISON_SET)
-}
-
-/// Writes a report's Markdown as `markdown` and its JSON as `json` into `dir`, as one set.
-fn write_markdown_and_json<T>(
-    dir: &Path,
-    reports: &Rendered<'_, T>,
-    [markdown, json]: [&str; 2],
-) -> Result<Vec<String>, OutputError> {
+    let c = reports.value;
     let mut set = OutputSet::create(dir)?;
-    set.add_text(markdown, reports.markdown())?;
-    set.add_text(json, reports.json())?;
-    set.commit(&[markdown, json])
+    for name in comparison_files(c) {
+        set.add(name, |w| write_comparison_file(name, w, c, reports, traces))?;
+    }
+    set.commit(&COMPARISON_SET)
 }
 
-/// Writes `try.md` and `try.json` into `dir`. Returns the names written.
+/// The names of BASE and HEAD in a comparison's pictures.
+const COMPARISON_SIDES: [&str; 2] = ["BASE", "HEAD"];
+
+/// Writes file `name` of the comparison set into `w`.
+fn write_comparison_file(
+    name: &str,
+    w: &mut dyn Write,
+    c: &Comparison,
+    reports: &Rendered<'_, Comparison>,
+    traces: [&[Trace]; 2],
+) -> std::io::Result<()> {
+    use crate::analysis::compare::{headline_picture, pair_pictures};
+    match name {
+        "compare.md" => w.write_all(reports.markdown().as_bytes()),
+        "compare.json" => w.write_all(reports.json().as_bytes()),
+        super::perfetto::COMPARISON_FILE => super::perfetto::write_comparison_trace(
+            w,
+            c,
+            traces,
+            COMPARISON_SIDES,
+            &pair_pictures(c),
+        ),
+        COMPARISON_SVG => {
+            let picture = headline_picture(c).ok_or_else(|| {
+                std::io::Error::other("no compared cell with steps on both sides")
+            })?;
+            let svg = super::svg::comparison_svg(traces, c, &picture, COMPARISON_SIDES, None);
+            w.write_all(svg.as_bytes())
+        }
+        other => Err(std::io::Error::other(format!(
+            "{other} is not a file of the comparison set"
+        ))),
+    }
+}
+
+/// One judged variant of a try drawn against BASE: one round of each, compared as `compare`
+/// compares ([`crate::analysis::trial::picture_round`]).
+pub struct TrialPicture {
+    pub variant: String,
+    pub comparison: Comparison,
+    /// BASE's and the variant's traces of that round.
+    pub traces: [Vec<Trace>; 2],
+    /// The pair the SVG draws ([`crate::analysis::trial::picture_cell`]).
+    pub headline: Option<crate::analysis::compare::PairPicture>,
+    /// Try's verdict on that cell, in words (the picture's one round judges nothing).
+    pub verdict: String,
+}
+
+/// The rounds picture of a try (`try.svg`).
+pub const TRIAL_SVG: &str = "try.svg";
+
+/// `try-VARIANT`: the name (without extension) of a variant's pictures, its label with every
+/// character but letters, digits and `-_=.` as `_`.
+pub fn variant_picture_stem(label: &str) -> String {
+    let safe: String = label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_=.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("try-{safe}")
+}
+
+/// The files `try -o` writes for `r`, in the order written: try.md, try.json, try.svg, then
+/// each judged variant's SVG and Perfetto trace.
+pub fn trial_files(r: &TrialReport) -> Vec<String> {
+    let mut files: Vec<String> = TRIAL_SET.iter().map(|f| (*f).to_owned()).collect();
+    files.push(TRIAL_SVG.to_owned());
+    for v in r
+        .variants
+        .iter()
+        .filter(|v| crate::analysis::trial::pictured(v))
+    {
+        let stem = variant_picture_stem(&v.label);
+        files.push(format!("{stem}.svg"));
+        files.push(format!("{stem}.perfetto-trace"));
+    }
+    files
+}
+
+/// Writes `try.md`, `try.json`, `try.svg` and each of `pictures` (`try-VARIANT.svg`,
+/// `try-VARIANT.perfetto-trace`) into `dir`; pictures of variants an earlier run drew are
+/// removed. Returns the names written.
 pub fn write_trial_set(
     dir: &Path,
     reports: &Rendered<'_, TrialReport>,
+    pictures: &[TrialPicture],
 ) -> Result<Vec<String>, OutputError> {
-    write_markdown_and_json(dir, reports, TRIAL_SET)
+    let mut set = OutputSet::create(dir)?;
+    set.add_text(TRIAL_SET[0], reports.markdown())?;
+    set.add_text(TRIAL_SET[1], reports.json())?;
+    set.add_text(TRIAL_SVG, &super::svg::trial_rounds_svg(reports.value))?;
+    for p in pictures {
+        let stem = variant_picture_stem(&p.variant);
+        let sides = [crate::analysis::trial::BASE_LABEL, p.variant.as_str()];
+        let traces = [p.traces[0].as_slice(), p.traces[1].as_slice()];
+        if let Some(headline) = &p.headline {
+            let svg = super::svg::comparison_svg(
+                traces,
+                &p.comparison,
+                headline,
+                sides,
+                Some(&p.verdict),
+            );
+            set.add_text(&format!("{stem}.svg"), &svg)?;
+        }
+        let pictures = crate::analysis::compare::pair_pictures(&p.comparison);
+        set.add(&format!("{stem}.perfetto-trace"), |w| {
+            super::perfetto::write_comparison_trace(w, &p.comparison, traces, sides, &pictures)
+        })?;
+    }
+    // Every variant picture in the folder belongs to the set: those not drawn now go.
+    let mut names: Vec<String> = vec![TRIAL_SVG.to_owned()];
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        names.extend(entries.filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let picture = name.ends_with(".svg") || name.ends_with(".perfetto-trace");
+            (name.starts_with("try-") && picture).then_some(name)
+        }));
+    }
+    let mut set_names: Vec<&str> = TRIAL_SET.to_vec();
+    set_names.extend(names.iter().map(String::as_str));
+    set.commit(&set_names)
 }
 
 /// The name of a try folder's plan: what was asked and every run so far.

@@ -558,11 +558,13 @@ pub fn comparison_summary(c: &Comparison, full_report: Option<&str>) -> String {
             md_cell(&short_label(&c.unmatched.join("; ")))
         );
     }
-    let _ = write!(
-        s,
-        "{}",
-        full_report_line(full_report, "compare.md, compare.json")
-    );
+    let files = crate::report::output::comparison_files(c);
+    let line = match full_report {
+        // The report first; the rest of what was written beside it.
+        Some(path) => format!("Full report: {path} (with {})", files[1..].join(", ")),
+        None => full_report_line(None, &files.join(", ")),
+    };
+    let _ = write!(s, "{line}");
     crate::report::printable_report(s)
 }
 

@@ -131,12 +131,13 @@ pub fn trial_summary(r: &TrialReport, full_report: Option<&str>) -> String {
     if let Some(e) = &r.expect_fix {
         let _ = writeln!(s, "Expected fix: {}", e.why.replace("**", ""));
     }
+    let files = crate::report::output::trial_files(r);
     match full_report {
         Some(path) => {
-            let _ = write!(s, "Full report: {path}");
+            let _ = write!(s, "Full report: {path} (with {})", files[1..].join(", "));
         }
         None => {
-            let _ = write!(s, "Full report: add -o DIR (try.md, try.json)");
+            let _ = write!(s, "Full report: add -o DIR ({})", files.join(", "));
         }
     }
     super::printable_report(s)
@@ -191,6 +192,15 @@ fn word_table(r: &TrialReport, s: &mut String) {
 /// `try.md`: the headline, the verdict per variant, "Ruled out with no effect", then per cell
 /// the before/after table and the gaps by cause.
 pub fn trial_markdown(r: &TrialReport) -> String {
+    trial_markdown_with(r, false)
+}
+
+/// `try.md` of an output set that holds the pictures: `try.svg` and each judged variant's.
+pub fn trial_markdown_pictured(r: &TrialReport) -> String {
+    trial_markdown_with(r, true)
+}
+
+fn trial_markdown_with(r: &TrialReport, pictured: bool) -> String {
     let mut s = String::from("# gapscope try\n\n");
     let mut lines = preamble(r).into_iter();
     if let Some(first) = lines.next() {
@@ -198,6 +208,25 @@ pub fn trial_markdown(r: &TrialReport) -> String {
     }
     for line in lines {
         let _ = writeln!(s, "{}\n", printable(&line));
+    }
+    if pictured {
+        let _ = writeln!(
+            s,
+            "![each round's period per cell, BASE and every variant]({})\n",
+            crate::report::output::TRIAL_SVG
+        );
+        for v in r
+            .variants
+            .iter()
+            .filter(|v| crate::analysis::trial::pictured(v))
+        {
+            let _ = writeln!(
+                s,
+                "![{}: BASE above the variant, one step of each]({}.svg)\n",
+                md_cell(&v.label),
+                crate::report::output::variant_picture_stem(&v.label)
+            );
+        }
     }
     let _ = writeln!(s, "| Variant | Settings | Verdict |\n|---|---|---|");
     for v in &r.variants {

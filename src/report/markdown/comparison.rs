@@ -12,10 +12,34 @@ use std::fmt::Write as _;
 
 /// The report of `compare BASE HEAD`, with the threshold verdict first and last.
 pub fn comparison_markdown(c: &Comparison) -> String {
+    comparison_markdown_with(c, None)
+}
+
+/// `compare.md` of an output set that holds the picture ([`picture_line`]), shown under the
+/// verdict.
+pub fn comparison_markdown_pictured(c: &Comparison) -> String {
+    comparison_markdown_with(c, Some(crate::report::output::COMPARISON_SVG))
+}
+
+/// `![…](path)`: the picture of the comparison's headline pair, at `path`; `None` without one.
+pub fn picture_line(c: &Comparison, path: &str) -> Option<String> {
+    let p = crate::analysis::compare::headline_picture(c)?;
+    let m = &c.cells[p.cell];
+    Some(format!(
+        "![{} vs {}: one step of each, BASE above HEAD]({path})",
+        md_cell(&m.base_label),
+        md_cell(&m.head_label)
+    ))
+}
+
+fn comparison_markdown_with(c: &Comparison, picture: Option<&str>) -> String {
     let mut s = String::new();
     let verdict = verdict_line(c);
     let _ = writeln!(s, "## gapscope compare: base vs head\n");
     let _ = writeln!(s, "**{verdict}**\n");
+    if let Some(line) = picture.and_then(|path| picture_line(c, path)) {
+        let _ = writeln!(s, "{line}\n");
+    }
     for line in cautions(c) {
         let _ = writeln!(s, "> {line}\n");
     }
@@ -86,12 +110,24 @@ pub fn comparison_markdown(c: &Comparison) -> String {
 /// spread, the ratio and change, the geomean with its range, the causes that moved most, and
 /// whether the predicted savings were realised. Fit for a PR comment or
 /// `$GITHUB_STEP_SUMMARY`.
-pub fn comparison_github(c: &Comparison) -> String {
+///
+/// With `picture` (the path of `compare.svg`) the picture comes first and the table folds
+/// into a `<details>` block under it.
+pub fn comparison_github(c: &Comparison, picture: Option<&str>) -> String {
     let mut s = String::new();
     let icon = if c.breached.is_empty() { "✅" } else { "❌" };
     let _ = writeln!(s, "### gapscope: {icon} {}\n", verdict_line(c));
     for line in cautions(c) {
         let _ = writeln!(s, "> {line}\n");
+    }
+    let picture = picture.and_then(|path| picture_line(c, path));
+    if let Some(line) = &picture {
+        let _ = writeln!(s, "{line}\n");
+        let _ = writeln!(
+            s,
+            "<details><summary>{} cell(s) compared</summary>\n",
+            c.cells.len()
+        );
     }
     let _ = writeln!(
         s,
@@ -117,6 +153,9 @@ pub fn comparison_github(c: &Comparison) -> String {
     }
     if !c.unmatched.is_empty() {
         let _ = writeln!(s, "\nNot compared: {}", md_cell(&c.unmatched.join("; ")));
+    }
+    if picture.is_some() {
+        let _ = writeln!(s, "\n</details>");
     }
     crate::report::printable_report(s)
 }

@@ -20,7 +20,9 @@ mod comparison;
 #[cfg(test)]
 use comparison::host_bound_caution;
 pub(crate) use comparison::{cautions, pair_name, verdict_line};
-pub use comparison::{comparison_github, comparison_markdown};
+pub use comparison::{
+    comparison_github, comparison_markdown, comparison_markdown_pictured, picture_line,
+};
 
 /// How many gaps the "largest gaps" tables list.
 const TOP_GAPS: usize = 5;
@@ -1115,7 +1117,7 @@ mod tests {
         let line = host_bound_caution(&c).expect("a caution");
         assert!(line.contains("(71 %)"), "{line}");
         assert!(comparison_markdown(&c).contains(&format!("> {line}")));
-        assert!(comparison_github(&c).contains(&format!("> {line}")));
+        assert!(comparison_github(&c, None).contains(&format!("> {line}")));
         let screen = crate::report::summary::comparison_summary(&c, None);
         assert!(screen.contains(&line), "{screen}");
         // Mostly the graph: no caution.
@@ -1123,5 +1125,22 @@ mod tests {
         assert!(!c.cells[1].host_bound_slowdown());
         c.host_bound_slowdowns = crate::analysis::compare::host_bound_slowdowns(&c.cells);
         assert_eq!(host_bound_caution(&c), None);
+    }
+
+    #[test]
+    fn with_a_picture_the_github_table_folds_under_it_and_compare_md_shows_it() {
+        let c = fixtures::comparison(1.02, vec![]);
+        let plain = comparison_github(&c, None);
+        assert!(!plain.contains("<details>") && !plain.contains("!["));
+        let pictured = comparison_github(&c, Some("out/compare.svg"));
+        let picture = pictured.find("](out/compare.svg)").expect("the picture");
+        let details = pictured
+            .find("<details><summary>2 cell(s) compared</summary>")
+            .unwrap();
+        let table = pictured.find("| cell | base µs |").unwrap();
+        assert!(picture < details && details < table, "{pictured}");
+        assert!(pictured.trim_end().ends_with("</details>"), "{pictured}");
+        assert!(comparison_markdown_pictured(&c).contains("](compare.svg)"));
+        assert!(!comparison_markdown(&c).contains("](compare.svg)"));
     }
 }

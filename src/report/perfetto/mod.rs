@@ -41,10 +41,12 @@ use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
+mod comparison;
 mod events;
 mod track_event;
 pub mod wire;
 
+pub use comparison::{COMPARISON_FILE, LARGEST_CHANGE_PREFIX, write_comparison_trace};
 use events::EventWriter;
 pub use events::fmt_us;
 
@@ -262,8 +264,12 @@ impl<'a> Plan<'a> {
 
     /// Cell `ci`'s events on their tracks, or `None` for a cell without steps.
     fn layout(&self, ci: usize) -> Option<CellLayout<'_>> {
-        let cell = &self.analysis.cells[ci];
-        let shift = self.shifts[ci]?;
+        self.layout_of(&self.analysis.cells[ci], self.shifts[ci]?)
+    }
+
+    /// `cell` (of this plan's analysis, or a copy holding some of its steps) laid out with
+    /// `shift`.
+    fn layout_of<'s>(&'s self, cell: &'s CellAnalysis, shift: Shift) -> Option<CellLayout<'s>> {
         let ops = &self.analysis.timelines.get(cell.trace)?.ops;
         let apis = self.apis(cell.trace);
         let trace = self.traces.get(cell.trace);
@@ -329,6 +335,8 @@ impl<'a> Plan<'a> {
             evs,
             tids,
             order,
+            compared: None,
+            rank_offset: 0,
         })
     }
 }
@@ -349,6 +357,11 @@ struct CellLayout<'a> {
     order: Vec<u32>,
     /// The host code sampled in the gaps of each (step, gap) that has some (host samples).
     gap_host: FxHashMap<(usize, usize), &'a crate::analysis::host_samples::HostTime>,
+    /// In a comparison trace: what the comparison adds to this side's step.
+    compared: Option<comparison::Compared>,
+    /// Added to each track's rank among its siblings: several cells share a process in a
+    /// comparison trace.
+    rank_offset: u64,
 }
 
 /// A slice's name: made for it, or a string of the cell's trace.
@@ -392,10 +405,20 @@ impl CellLayout<'_> {
                 (SliceName::TraceStr(op.name), cat)
             }
             Payload::Api(_, name) => (SliceName::TraceStr(name), "api"),
-            Payload::Gap(si, gi) => (
-                SliceName::Text(self.cell.steps[si].gaps[gi].cause.label()),
-                "gap",
-            ),
+            Payload::Gap(si, gi) => {
+                let label = self.cell.steps[si].gaps[gi].cause.label();
+                let largest = self
+                    .compared
+                    .as_ref()
+                    .and_then(|c| c.gaps.get(&(si, gi)))
+                    .is_some_and(|g| g.largest);
+                let name = if largest {
+                    format!("{}{label}", comparison::LARGEST_CHANGE_PREFIX)
+                } else {
+                    label
+                };
+                (SliceName::Text(name), "gap")
+            }
             Payload::Sample(i) => {
                 let innermost = self.sample_stack(i).next();
                 let name = innermost.map_or_else(
@@ -460,6 +483,9 @@ impl CellLayout<'_> {
                 if let Some(h) = self.gap_host.get(&(si, gi)) {
                     a.str("host_code", &h.describe());
                     a.num("host_samples", h.samples as u64);
+                }
+                if let Some(change) = self.compared.as_ref().and_then(|c| c.gaps.get(&(si, gi))) {
+                    change.annotate(a);
                 }
             }
             Payload::Sample(i) => {

@@ -277,19 +277,23 @@ impl<'w> PacketWriter<'w> {
     ) -> io::Result<()> {
         self.names.for_trace(l.trace);
         self.values.for_trace(l.trace);
-        let idle = self.track(|d| {
-            d.uint(field::PARENT_UUID, process);
-            d.str(field::NAME, "idle per step");
-            d.nested(field::COUNTER, |c| c.uint(field::UNIT, UNIT_TIME_NS));
-            d.uint(field::SIBLING_ORDER_RANK, 0);
-        })?;
+        // A comparison draws one step a side: a counter of one value says nothing.
+        let idle = match l.compared {
+            Some(_) => None,
+            None => Some(self.track(|d| {
+                d.uint(field::PARENT_UUID, process);
+                d.str(field::NAME, "idle per step");
+                d.nested(field::COUNTER, |c| c.uint(field::UNIT, UNIT_TIME_NS));
+                d.uint(field::SIBLING_ORDER_RANK, 0);
+            })?),
+        };
         // Track uuids by tid (tids count from 1, in display order).
         let mut uuids = Vec::with_capacity(l.tracks.len());
         for (tid, name) in &l.tracks {
             uuids.push(self.track(|d| {
                 d.uint(field::PARENT_UUID, process);
                 d.str(field::NAME, name);
-                d.uint(field::SIBLING_ORDER_RANK, *tid);
+                d.uint(field::SIBLING_ORDER_RANK, *tid + l.rank_offset);
             })?);
         }
         let track_of = |i: usize| uuids[(l.tids[i] - 1) as usize];
@@ -316,6 +320,11 @@ impl<'w> PacketWriter<'w> {
             for &id in flows.started_by(i as usize) {
                 self.event.fixed64(field::FLOW_IDS, id);
             }
+            if let (Payload::Op(oi, _), Some(c)) = (e.payload, &l.compared)
+                && let Some(&id) = c.flows.get(&oi)
+            {
+                self.event.fixed64(field::FLOW_IDS, id);
+            }
             if flows.ends[i as usize] != 0 {
                 self.event
                     .fixed64(field::TERMINATING_FLOW_IDS, flows.ends[i as usize]);
@@ -331,7 +340,7 @@ impl<'w> PacketWriter<'w> {
             l.annotate(e, &mut args);
             provenance(l, e, prov, &gap_before, &mut args);
             self.emit(Some(ts), field::TRACK_EVENT)?;
-            if let Payload::Step(si) = e.payload {
+            if let (Payload::Step(si), Some(idle)) = (e.payload, idle) {
                 self.event_header(COUNTER, idle);
                 self.event
                     .int(field::COUNTER_VALUE, l.cell.steps[si].idle as i64);
@@ -403,6 +412,13 @@ impl<'w> PacketWriter<'w> {
         }
         flows.starts = pairs.into_iter().map(|(_, id)| id).collect();
         flows
+    }
+
+    /// `n` flow ids no other flow of the file takes; returns the first.
+    pub(super) fn reserve_flows(&mut self, n: u64) -> u64 {
+        let first = self.next_flow;
+        self.next_flow += n;
+        first
     }
 
     pub(super) fn finish(self) -> io::Result<()> {
@@ -978,5 +994,81 @@ mod tests {
         let (traces, mut a) = fixtures::fixture();
         a.cells.clear();
         assert!(protobuf(&traces, &a, &PerfettoOptions::default()).is_empty());
+    }
+
+    #[test]
+    fn a_comparison_joins_matched_ops_across_its_processes_and_marks_the_largest_gap_change() {
+        use crate::analysis::compare::pair_pictures;
+        let (traces, _) = fixtures::fixture();
+        // The fixture's eager cell against its graphed one: their gaps differ.
+        let mut c = fixtures::comparison(1.02, vec![]);
+        c.cells = vec![c.base.regime_pairs[0].clone()];
+        let pictures = pair_pictures(&c);
+        assert_eq!(pictures.len(), 1);
+        let marked_op = pictures[0].largest_gap_change.expect("a gap changed");
+        let mut buf = Vec::new();
+        super::super::write_comparison_trace(
+            &mut buf,
+            &c,
+            [&traces, &traces],
+            ["BASE", "HEAD"],
+            &pictures,
+        )
+        .unwrap();
+        let d = decode(&buf);
+        let processes: Vec<&str> = d
+            .tracks
+            .values()
+            .filter_map(|t| Some(t.process.as_ref()?.1.as_str()))
+            .collect();
+        assert_eq!(processes.len(), 2, "{processes:?}");
+        assert!(processes[0].starts_with("BASE — ") && processes[1].starts_with("HEAD — "));
+        let slices = slices(&d);
+        let mut flows: BTreeMap<u64, Vec<(String, String)>> = BTreeMap::new();
+        for (track, e, _) in &slices {
+            if ["kernel", "memcpy", "memset"].contains(&e.category.as_str()) {
+                for &f in &e.flows {
+                    let side = process_of(&d, *track)[..4].to_owned();
+                    flows.entry(f).or_default().push((side, e.name.clone()));
+                }
+            }
+        }
+        let matched = c.cells[0]
+            .aligned
+            .iter()
+            .filter(|a| a.base.is_some() && a.head.is_some())
+            .count();
+        assert_eq!(flows.len(), matched, "one flow per matched pair");
+        for ends in flows.values_mut() {
+            ends.sort();
+            assert_eq!(ends.len(), 2);
+            assert_eq!((ends[0].0.as_str(), ends[1].0.as_str()), ("BASE", "HEAD"));
+            assert_eq!(ends[0].1, ends[1].1, "a flow joins ops of one name");
+        }
+        let gaps: Vec<&Event> = slices
+            .iter()
+            .map(|s| &s.1)
+            .filter(|e| e.category == "gap")
+            .collect();
+        assert!(gaps.iter().any(|g| {
+            g.args
+                .get("base_to_head")
+                .is_some_and(|t| t.contains(" → "))
+        }));
+        let marked: Vec<&&Event> = gaps
+            .iter()
+            .filter(|g| g.name.starts_with(super::super::LARGEST_CHANGE_PREFIX))
+            .collect();
+        assert!(!marked.is_empty(), "{gaps:?}");
+        let a = &c.cells[0].aligned[marked_op];
+        for g in marked {
+            assert_eq!(g.args["largest_change"], "1");
+            assert_eq!(
+                g.args["after"], a.name,
+                "the gap before the op analysis chose"
+            );
+        }
+        // No idle counter: one step a side.
+        assert!(d.tracks.values().all(|t| !t.counter));
     }
 }
