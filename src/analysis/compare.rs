@@ -93,11 +93,16 @@ fn untraced_host_delta(base: &CellAnalysis, head: &CellAnalysis) -> Option<f64> 
 }
 
 /// Whether the traced period difference `delta` is no more than tracing added to either
-/// cell's step — unless the untraced host step periods show most of it too: then it is the
-/// program's, whatever tracing added besides.
+/// cell's step — unless the untraced host step periods show most of it too, beyond its
+/// spread: then it is the program's, whatever tracing added besides.
 fn within_tracer_effect(base: &CellAnalysis, head: &CellAnalysis, delta: f64) -> Option<bool> {
-    let confirmed = untraced_host_delta(base, head)
-        .is_some_and(|u| u * delta > 0.0 && u.abs() >= UNTRACED_CONFIRMS_SHARE * delta.abs());
+    let (longer, shorter) = if delta > 0.0 {
+        (head, base)
+    } else {
+        (base, head)
+    };
+    let confirmed = super::remedy::Saving::between_untraced_host_periods(longer, shorter)
+        .is_some_and(|s| s.p10 > 0.0 && s.median >= UNTRACED_CONFIRMS_SHARE * delta.abs());
     if confirmed {
         return Some(false);
     }

@@ -181,14 +181,19 @@ impl Saving {
 
     /// What moving from cell `from` to cell `to` saves a step, from their untraced host step
     /// periods (the tracers' shares), when both have one and no device-side untraced period
-    /// was measured.
+    /// was measured. The host periods carry no run blocks, and their per-step spreads say
+    /// nothing of how well the difference is known: the spread is the traced periods' run
+    /// blocks' ([`Saving::between_periods`]), set around the untraced difference.
     pub fn between_untraced_host_periods(from: &CellAnalysis, to: &CellAnalysis) -> Option<Saving> {
-        Some(Saving::difference(
-            &from.tracer_share.as_ref()?.untraced,
-            &[],
-            &to.tracer_share.as_ref()?.untraced,
-            &[],
-        ))
+        let median =
+            from.tracer_share.as_ref()?.untraced.median - to.tracer_share.as_ref()?.untraced.median;
+        let traced = Saving::between_periods(from, to)?;
+        Some(Saving {
+            median,
+            p10: median - (traced.median - traced.p10),
+            p90: median + (traced.p90 - traced.median),
+            n: traced.n,
+        })
     }
 
     /// What moving from cell `from` to cell `to` saves a step, from their steady periods.

@@ -32,9 +32,9 @@ pub const TRACER_SHARE_MIN_PERIODS: usize = 5;
 pub const UNTRACED_MIN_PERIODS: usize = 5;
 
 /// Share of a traced period difference that the cells' untraced host step periods must show
-/// too, in the same direction, for the difference to be the program's and not the tracer's
-/// (when no device-side untraced period was measured): at half of it, most of the difference
-/// stays without tracing.
+/// too, in the same direction and beyond its spread, for the difference to be the program's
+/// and not the tracer's (when no device-side untraced period was measured): at half of it,
+/// most of the difference stays without tracing.
 pub const UNTRACED_CONFIRMS_SHARE: f64 = 0.5;
 
 // ---- What a comparison says ----
