@@ -264,3 +264,67 @@ fn compare_books_a_removed_gap_under_the_cause_the_base_had() {
         "{row}"
     );
 }
+
+/// The subcommands the top-level help lists (the hidden ones are for tests).
+fn listed_subcommands() -> Vec<String> {
+    let top = String::from_utf8_lossy(&gapscope(&["--help"]).stdout).into_owned();
+    let commands = top
+        .split_once("Commands:\n")
+        .expect("a Commands: section")
+        .1;
+    commands
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        // A command's line is indented 2; its wrapped description further.
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+/// Every help text fits a 100-column terminal when piped (clap wraps it; COLUMNS, which clap
+/// reads when no terminal is there, cannot widen it): the top level's, and each command's by
+/// `-h`, `--help` and `help COMMAND`.
+#[test]
+fn every_help_line_fits_100_columns() {
+    let commands = listed_subcommands();
+    assert!(
+        ["analyze", "record", "try", "merge", "man", "help"]
+            .iter()
+            .all(|c| commands.iter().any(|x| x == c)),
+        "{commands:?}"
+    );
+    let mut asked: Vec<Vec<String>> = vec![
+        vec!["--help".into()],
+        vec!["-h".into()],
+        vec!["help".into()],
+    ];
+    for c in &commands {
+        // `help` takes no flags: `help help` is its help.
+        if c != "help" {
+            asked.push(vec![c.clone(), "--help".into()]);
+            asked.push(vec![c.clone(), "-h".into()]);
+        }
+        asked.push(vec!["help".into(), c.clone()]);
+    }
+    for args in &asked {
+        for columns in [None, Some("300")] {
+            let mut cmd = common::bin();
+            cmd.args(args);
+            match columns {
+                Some(c) => cmd.env("COLUMNS", c),
+                None => cmd.env_remove("COLUMNS"),
+            };
+            let out = cmd.output().unwrap();
+            assert_eq!(out.status.code(), Some(0), "{args:?}");
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.lines().count() > 3, "{args:?}: {text}");
+            for line in text.lines() {
+                assert!(
+                    line.chars().count() <= 100,
+                    "{args:?} (COLUMNS {columns:?}): {} characters: {line}",
+                    line.chars().count()
+                );
+            }
+        }
+    }
+}

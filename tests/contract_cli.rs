@@ -479,11 +479,18 @@ fn help(command: &str) -> String {
 // Bullet: help texts
 #[test]
 fn help_texts_say_what_the_commands_do() {
-    let analyze = help("analyze");
+    let analyze = help("analyze")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     for says in ["torch.profiler", ".json.gz", "folders of them"] {
         assert!(analyze.contains(says), "{says}: {analyze}");
     }
-    let compare = help("compare");
+    // Wrapped at the terminal's width: phrases are looked for in the text as one line.
+    let compare = help("compare")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     assert!(
         compare.contains("Folder for compare.md and compare.json"),
         "{compare}"
@@ -508,7 +515,9 @@ fn help_examples_run_as_written() {
         .chain([top])
         .collect();
     for text in &texts {
-        for line in text.lines().map(str::trim) {
+        // An example too long for one line goes on with a shell's `\` continuation.
+        let joined = text.replace(" \\\n", " ");
+        for line in joined.lines().map(str::trim) {
             let Some(rest) = line.strip_prefix("gapscope ") else {
                 continue;
             };
