@@ -328,3 +328,50 @@ fn every_help_line_fits_100_columns() {
         }
     }
 }
+
+/// The package states the oldest Rust that builds it — no older than any dependency asks
+/// for — and the README's install section says it; its license is in Cargo.toml, in
+/// pyproject.toml and in LICENSE alike.
+#[test]
+fn rust_version_and_license_are_stated() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--offline"])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let version = |v: &serde_json::Value| -> Option<Vec<u64>> {
+        let parts = v.as_str()?.split('.').map(|p| p.parse().ok());
+        let mut parts: Vec<u64> = parts.collect::<Option<_>>()?;
+        parts.resize(3, 0);
+        Some(parts)
+    };
+    let packages = meta["packages"].as_array().unwrap();
+    let ours = packages.iter().find(|p| p["name"] == "gapscope").unwrap();
+    let ours_rust = version(&ours["rust_version"]).expect("rust-version in Cargo.toml");
+    for p in packages {
+        if let Some(theirs) = version(&p["rust_version"]) {
+            assert!(theirs <= ours_rust, "{} needs Rust {theirs:?}", p["name"]);
+        }
+    }
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let stated = ours["rust_version"].as_str().unwrap();
+    assert!(
+        readme.contains(&format!("Rust {stated} or later")),
+        "README"
+    );
+    let license = ours["license"].as_str().expect("license in Cargo.toml");
+    let text = std::fs::read_to_string(root.join("LICENSE")).unwrap();
+    assert!(text.starts_with(&format!("{license} License")), "{text}");
+    let pyproject = std::fs::read_to_string(root.join("pyproject.toml")).unwrap();
+    assert!(
+        pyproject.contains(&format!("license = {{ text = \"{license}\" }}")),
+        "pyproject.toml"
+    );
+}
