@@ -128,7 +128,7 @@ pub enum Command {
         /// only when every input is a trace).
         #[arg(short, long)]
         output: Option<PathBuf>,
-        /// Print the JSON report on stdout instead of the Markdown summary.
+        /// Print the JSON report on stdout instead of the summary.
         #[arg(long)]
         json: bool,
         /// Clock alignment; default: collectives when the traces name several hosts, else none.
