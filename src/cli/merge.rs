@@ -2,7 +2,7 @@
 //! `gapscope merge TRACE…`: per-rank traces (or their summaries) into one report and one
 //! Perfetto trace.
 
-use super::analyze::wrote_line;
+use super::analyze::note_wrote;
 use super::args::ClockArg;
 use super::inputs::{expand_all, is_summary_file, load_one};
 use super::{Failure, check_output_folder, note, print_stdout};
@@ -58,7 +58,7 @@ pub fn command(
                 perfetto.file_name()
             ));
         }
-        note(&wrote_line(dir, &written));
+        note_wrote("", dir, &written, None);
     }
     Ok(ExitCode::SUCCESS)
 }
