@@ -337,3 +337,114 @@ fn compare_writes_one_timeline_and_a_picture_of_the_fix() {
         .expect("the picture");
     assert!(picture < text.find("<details>").unwrap(), "{text}");
 }
+
+/// The subcommands the top-level help lists (the hidden ones are for tests).
+fn listed_subcommands() -> Vec<String> {
+    let top = String::from_utf8_lossy(&gapscope(&["--help"]).stdout).into_owned();
+    let commands = top
+        .split_once("Commands:\n")
+        .expect("a Commands: section")
+        .1;
+    commands
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        // A command's line is indented 2; its wrapped description further.
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+/// Every help text fits a 100-column terminal when piped (clap wraps it; COLUMNS, which clap
+/// reads when no terminal is there, cannot widen it): the top level's, and each command's by
+/// `-h`, `--help` and `help COMMAND`.
+#[test]
+fn every_help_line_fits_100_columns() {
+    let commands = listed_subcommands();
+    assert!(
+        ["analyze", "record", "try", "merge", "man", "help"]
+            .iter()
+            .all(|c| commands.iter().any(|x| x == c)),
+        "{commands:?}"
+    );
+    let mut asked: Vec<Vec<String>> = vec![
+        vec!["--help".into()],
+        vec!["-h".into()],
+        vec!["help".into()],
+    ];
+    for c in &commands {
+        // `help` takes no flags: `help help` is its help.
+        if c != "help" {
+            asked.push(vec![c.clone(), "--help".into()]);
+            asked.push(vec![c.clone(), "-h".into()]);
+        }
+        asked.push(vec!["help".into(), c.clone()]);
+    }
+    for args in &asked {
+        for columns in [None, Some("300")] {
+            let mut cmd = common::bin();
+            cmd.args(args);
+            match columns {
+                Some(c) => cmd.env("COLUMNS", c),
+                None => cmd.env_remove("COLUMNS"),
+            };
+            let out = cmd.output().unwrap();
+            assert_eq!(out.status.code(), Some(0), "{args:?}");
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.lines().count() > 3, "{args:?}: {text}");
+            for line in text.lines() {
+                assert!(
+                    line.chars().count() <= 100,
+                    "{args:?} (COLUMNS {columns:?}): {} characters: {line}",
+                    line.chars().count()
+                );
+            }
+        }
+    }
+}
+
+/// The package states the oldest Rust that builds it — no older than any dependency asks
+/// for — and the README's install section says it; its license is in Cargo.toml, in
+/// pyproject.toml and in LICENSE alike.
+#[test]
+fn rust_version_and_license_are_stated() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--offline"])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let version = |v: &serde_json::Value| -> Option<Vec<u64>> {
+        let parts = v.as_str()?.split('.').map(|p| p.parse().ok());
+        let mut parts: Vec<u64> = parts.collect::<Option<_>>()?;
+        parts.resize(3, 0);
+        Some(parts)
+    };
+    let packages = meta["packages"].as_array().unwrap();
+    let ours = packages.iter().find(|p| p["name"] == "gapscope").unwrap();
+    let ours_rust = version(&ours["rust_version"]).expect("rust-version in Cargo.toml");
+    for p in packages {
+        if let Some(theirs) = version(&p["rust_version"]) {
+            assert!(theirs <= ours_rust, "{} needs Rust {theirs:?}", p["name"]);
+        }
+    }
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let stated = ours["rust_version"].as_str().unwrap();
+    assert!(
+        readme.contains(&format!("Rust {stated} or later")),
+        "README"
+    );
+    let license = ours["license"].as_str().expect("license in Cargo.toml");
+    let text = std::fs::read_to_string(root.join("LICENSE")).unwrap();
+    assert!(text.starts_with(&format!("{license} License")), "{text}");
+    let pyproject = std::fs::read_to_string(root.join("pyproject.toml")).unwrap();
+    assert!(
+        pyproject.contains(&format!("license = {{ text = \"{license}\" }}")),
+        "pyproject.toml"
+    );
+}

@@ -208,9 +208,25 @@ fn ranks_are_sorted_and_missing_ranks_noted() {
 
 #[test]
 fn slowest_rank_is_highlighted_in_markdown_and_json() {
-    let out = gapscope(&["merge", &fixture("one-node", 0), &fixture("one-node", 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let o = dir.path().join("o");
+    let out = gapscope(&[
+        "merge",
+        &fixture("one-node", 0),
+        &fixture("one-node", 1),
+        "-o",
+        o.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let md = String::from_utf8(out.stdout).unwrap();
+    // The terminal's lines say it too.
+    let screen = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        screen
+            .lines()
+            .any(|l| l.trim_start().starts_with("rank 1: ") && l.ends_with("(slowest)")),
+        "{screen}"
+    );
+    let md = std::fs::read_to_string(o.join("report.md")).unwrap();
     let row = |rank: u32| {
         md.lines()
             .find(|l| l.starts_with(&format!("| {rank} | `")))
@@ -511,4 +527,38 @@ fn summary_of_a_generated_rank_is_at_most_1_percent_of_its_trace() {
     assert!(s * 100 <= t, "summary {s} bytes, trace {t} bytes");
     let parsed: Value = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
     assert_eq!(parsed["cells"][0]["ops"].as_array().unwrap().len(), 1000);
+}
+
+/// `merge` prints plain lines of the summary's width (120 columns) on the terminal, for every
+/// bundled folder of rank traces: the Markdown tables, rows up to ~220 characters, are for
+/// report.md only.
+#[test]
+fn merge_prints_plain_lines_of_the_screens_width() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces");
+    let mut folders = Vec::new();
+    let mut stack = vec![root];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            }
+        }
+        if d.join("trace-0.json").exists() || d.join("trace-0.json.gz").exists() {
+            folders.push(d);
+        }
+    }
+    assert!(folders.len() >= 2, "{folders:?}");
+    for folder in &folders {
+        let out = gapscope(&["merge", folder.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{folder:?}: {out:?}");
+        let screen = String::from_utf8(out.stdout).unwrap();
+        assert!(screen.contains("rank 1: "), "{screen}");
+        for line in screen.lines() {
+            assert!(line.chars().count() <= 120, "{folder:?}: {line}");
+            assert!(
+                !line.starts_with('|') && !line.starts_with('#'),
+                "{folder:?}: {line}"
+            );
+        }
+    }
 }

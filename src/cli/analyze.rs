@@ -123,11 +123,8 @@ pub fn write_outputs(
     if !written.iter().any(|n| n == "step.svg") {
         note("no eager/graphed pair in the input: no step.svg");
     }
-    note(&format!(
-        "{} (open {} at https://ui.perfetto.dev)",
-        wrote_line(dir, &written),
-        perfetto.file_name()
-    ));
+    let open = format!("open {} at https://ui.perfetto.dev", perfetto.file_name());
+    note_wrote("", dir, &written, Some(&open));
     Ok(())
 }
 
@@ -140,9 +137,57 @@ pub fn note_damage(analysis: &Analysis) {
     }
 }
 
-/// "wrote DIR/{a,b}": the one form every set's note takes.
-pub fn wrote_line(dir: &Path, written: &[String]) -> String {
-    format!("wrote {}/{{{}}}", dir.display(), written.join(","))
+/// The widest message of a note: stderr lines, as the screen's, are at most
+/// [`gapscope::report::summary::SCREEN_WIDTH`] characters with their "gapscope: note: ".
+const NOTE_WIDTH: usize = gapscope::report::summary::SCREEN_WIDTH - "gapscope: note: ".len();
+
+/// "wrote DIR/{a,b}", the one form every set's note takes, with `then` after it ("(open …)")
+/// when all fits one note; else the folder once ("wrote into DIR:"), the files on the next
+/// notes, and `then` on its own.
+pub fn wrote_notes(
+    prefix: &str,
+    dir: &Path,
+    written: &[String],
+    then: Option<&str>,
+) -> Vec<String> {
+    let dir = gapscope::report::printable(&dir.display().to_string()).into_owned();
+    let fits = |line: &str| line.chars().count() <= NOTE_WIDTH;
+    let whole = format!("{prefix}wrote {dir}/{{{}}}", written.join(","));
+    let with_then = match then {
+        Some(t) => format!("{whole} ({t})"),
+        None => whole.clone(),
+    };
+    if fits(&with_then) {
+        return vec![with_then];
+    }
+    let mut notes = if fits(&whole) {
+        vec![whole]
+    } else {
+        let mut notes = vec![format!("{prefix}wrote into {dir}:")];
+        let mut line = String::new();
+        for name in written {
+            let name = gapscope::report::printable(name);
+            if !line.is_empty() && !fits(&format!("  {line}, {name}")) {
+                notes.push(format!("  {line},"));
+                line.clear();
+            }
+            if !line.is_empty() {
+                line.push_str(", ");
+            }
+            line.push_str(&name);
+        }
+        notes.push(format!("  {line}"));
+        notes
+    };
+    notes.extend(then.map(str::to_owned));
+    notes
+}
+
+/// Notes [`wrote_notes`].
+pub fn note_wrote(prefix: &str, dir: &Path, written: &[String], then: Option<&str>) {
+    for line in wrote_notes(prefix, dir, written, then) {
+        note(&line);
+    }
 }
 
 /// The flag as the user spelled it: `--align-step` is the old name of `--origin-step`, kept

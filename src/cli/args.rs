@@ -17,6 +17,9 @@ use std::path::PathBuf;
 #[derive(Parser)]
 #[command(
     name = "gapscope",
+    // Help wraps at the terminal's width, at most 100 columns (100 when piped): clap's
+    // `wrap_help`, whose own cap is unbounded when the terminal is wide or COLUMNS is large.
+    max_term_width = 100,
     // "0.1.0 (commit abc1234def)" from a git checkout, else the crate's version (build.rs).
     version = env!("GAPSCOPE_VERSION"),
     about = "Where did my graphed CUDA step lose time, and did the fix remove it?",
@@ -24,7 +27,9 @@ use std::path::PathBuf;
 kernel timelines, attributes every idle gap to a cause from the graph DAG and API records \
 (e.g. the external event wait NCCL graph usage mode 2 puts in front of a captured ncclAllGather), \
 and writes Perfetto, Markdown, JSON and SVG outputs.",
-    after_help = "Examples:\n  gapscope run                      # record on the GPU, or analyse the bundled H200 traces\n  gapscope analyze traces/emu-h200.json -o out\n  gapscope compare traces/ht-decode-2rank-h200/mode2-rank0.json traces/ht-decode-2rank-h200/mode1-rank0.json\n  gapscope try --env NCCL_GRAPH_MIXING_SUPPORT=0 -o try-out -- python step.py   # which setting removes the gap"
+    // Example lines stay under 100 columns whole (comments on their own line): a wrapped
+    // command could not be copied.
+    after_help = "Examples:\n  gapscope run      # record on the GPU, or analyse the bundled H200 traces\n  gapscope analyze traces/emu-h200.json -o out\n  gapscope compare traces/ht-decode-2rank-h200/mode2-rank0.json \\\n      traces/ht-decode-2rank-h200/mode1-rank0.json\n  # which setting removes the gap:\n  gapscope try --env NCCL_GRAPH_MIXING_SUPPORT=0 -o try-out -- python step.py"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -35,7 +40,7 @@ pub struct Cli {
 pub enum Command {
     /// Analyse trace files: steps, eager ↔ graphed alignment, gaps by cause.
     #[command(
-        after_help = "Example:\n  gapscope analyze traces/emu-h200.json -o out   # writes out/report.md, report.json, trace.perfetto-trace, step.svg\n  gapscope analyze traces/nsys/serial-event-node.sqlite   # an Nsight Systems export (nsys export --type sqlite; a .nsys-rep is exported by the nsys on PATH)"
+        after_help = "Examples:\n  # writes out/report.md, report.json, trace.perfetto-trace, step.svg:\n  gapscope analyze traces/emu-h200.json -o out\n  # an Nsight Systems export (nsys export --type sqlite; a .nsys-rep is exported by the nsys\n  # on PATH):\n  gapscope analyze traces/nsys/serial-event-node.sqlite"
     )]
     Analyze {
         /// Traces: gapscope trace files (.json), torch.profiler (Kineto) exports (.json,
@@ -53,10 +58,12 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         summary: Option<PathBuf>,
     },
+    /// Compare BASE with HEAD (e.g. mode 2 vs mode 1, or main vs a PR).
+    ///
     /// Compare BASE with HEAD (e.g. mode 2 vs mode 1, or main vs a PR); exit 3 when HEAD is
     /// slower than --threshold beyond the run-to-run spread.
     #[command(
-        after_help = "Example:\n  gapscope compare traces/ht-decode-2rank-h200/mode2-rank0.json traces/ht-decode-2rank-h200/mode1-rank0.json -o out   # out/compare.md, compare.json\n  gapscope compare main.json pr.json --threshold 1.02 || echo 'graphed step regressed'"
+        after_help = "Examples:\n  # writes out/compare.md, compare.json:\n  gapscope compare traces/ht-decode-2rank-h200/mode2-rank0.json \\\n      traces/ht-decode-2rank-h200/mode1-rank0.json -o out\n  gapscope compare main.json pr.json --threshold 1.02 || echo 'graphed step regressed'"
     )]
     Compare(CompareArgs),
     /// Export one output format of an analysis to a file.
@@ -76,10 +83,12 @@ pub enum Command {
         #[command(flatten)]
         origin: OriginStepArg,
     },
+    /// Run the HT-decode experiment on the GPU, or analyse the bundled H200 traces.
+    ///
     /// Run the HT-decode experiment on the GPU (eager and graphed, graph usage modes, T sweep)
     /// and analyse it; without a GPU, analyse the bundled H200 traces instead.
     #[command(
-        after_help = "Example:\n  gapscope run -o out            # GPU: records live; no GPU: bundled traces\n  gapscope run --tokens 1,8,64 --modes 1,2 --steps 300"
+        after_help = "Examples:\n  gapscope run -o out            # GPU: records live; no GPU: bundled traces\n  gapscope run --tokens 1,8,64 --modes 1,2 --steps 300"
     )]
     Run(RunArgs),
     /// Check the HT-decode kernels against the CPU reference on the GPU.
@@ -90,22 +99,26 @@ pub enum Command {
     },
     /// Trace an unmodified CUDA program through CUDA injection: one trace per process.
     #[command(
-        after_help = "Example:\n  gapscope record -o my-traces --step-range step -- python examples/torch_step.py\n  gapscope analyze my-traces"
+        after_help = "Examples:\n  gapscope record -o my-traces --step-range step -- python examples/torch_step.py\n  gapscope analyze my-traces"
     )]
     Record(RecordArgs),
+    /// Try candidate fixes (environment settings) on your program, and judge each.
+    ///
     /// Try candidate fixes on your program: run it as given (BASE) and with each variant's
     /// environment settings, in interleaved rounds, each run recorded as `record` does; say per
     /// variant and cell whether it removes a gap, helps, has no effect or hurts.
     #[command(
         name = "try",
-        after_help = "Examples:\n  gapscope try --env NCCL_GRAPH_MIXING_SUPPORT=0 --env NCCL_MEM_SYNC_DOMAIN=0 -o try-out -- torchrun --nproc-per-node 2 step.py\n  gapscope try --variant no-mixing='NCCL_GRAPH_MIXING_SUPPORT=0 NCCL_CGA_CLUSTER_SIZE=0' --expect-fix no-mixing -- python step.py\n  gapscope try --from try-out   # the same report again, running nothing"
+        after_help = "Examples:\n  gapscope try --env NCCL_GRAPH_MIXING_SUPPORT=0 --env NCCL_MEM_SYNC_DOMAIN=0 -o try-out \\\n      -- torchrun --nproc-per-node 2 step.py\n  gapscope try --variant no-mixing='NCCL_GRAPH_MIXING_SUPPORT=0 NCCL_CGA_CLUSTER_SIZE=0' \\\n      --expect-fix no-mixing -- python step.py\n  gapscope try --from try-out   # the same report again, running nothing"
     )]
     Try(TryArgs),
+    /// Merge per-rank traces or summaries into one report, the slowest rank highlighted.
+    ///
     /// Merge per-rank traces (trace-0.json, trace-1.json…) into one Perfetto trace and one
     /// report with a row per rank, the slowest rank highlighted. Rank summaries (`analyze
     /// --summary`) stand for their traces: same report, no Perfetto trace.
     #[command(
-        after_help = "Example:\n  gapscope merge traces/torch-graphs-2rank-h200/mixing-1 -o out   # out/report.md, report.json, trace.perfetto-trace\n  gapscope analyze traces/torch-graphs-2rank-h200/mixing-1/trace-0.json --summary rank-0.json   # per rank, e.g. in a batch array job\n  gapscope merge rank-0.json traces/torch-graphs-2rank-h200/mixing-1/trace-1.json   # then the ranks at once: summaries, traces or both"
+        after_help = "Examples:\n  # writes out/report.md, report.json, trace.perfetto-trace:\n  gapscope merge traces/torch-graphs-2rank-h200/mixing-1 -o out\n  # per rank, e.g. in a batch array job:\n  gapscope analyze traces/torch-graphs-2rank-h200/mixing-1/trace-0.json --summary rank-0.json\n  # then the ranks at once: summaries, traces or both:\n  gapscope merge rank-0.json traces/torch-graphs-2rank-h200/mixing-1/trace-1.json"
     )]
     Merge {
         /// Per-rank trace files or rank summaries, or folders of them (*.json, *.json.gz).
@@ -115,7 +128,7 @@ pub enum Command {
         /// only when every input is a trace).
         #[arg(short, long)]
         output: Option<PathBuf>,
-        /// Print the JSON report on stdout instead of the Markdown summary.
+        /// Print the JSON report on stdout instead of the summary.
         #[arg(long)]
         json: bool,
         /// Clock alignment; default: collectives when the traces name several hosts, else none.
@@ -308,11 +321,15 @@ pub struct RecordArgs {
     #[arg(short, long, default_value = "gapscope-out")]
     pub output: PathBuf,
     /// NVTX range that marks one step (e.g. `step` for `torch.cuda.nvtx.range("step")`).
+    ///
     /// Without it, the first outermost NVTX range that holds device work 8 times becomes the
     /// step range (the trace notes name it); with `--trace-budget 0` none is needed.
     #[arg(long, value_name = "NAME")]
     pub step_range: Option<String>,
-    /// Sample size: each executable graph's first N launches, and each kind of `--step-range`
+    /// Sample size: the first N launches of each graph and N steps of each kind are traced,
+    /// then windows of N/4 at each doubling; 0 traces everything.
+    ///
+    /// Each executable graph's first N launches, and each kind of `--step-range`
     /// step's first N (a kind is what the step before did: eager, replays of a graph, graph
     /// building), are traced; after them, one window of N/4 consecutive ones at each doubling
     /// of the count, so every phase of a long run is sampled from start to end. With neither
@@ -321,12 +338,13 @@ pub struct RecordArgs {
     /// kernel and API tracing and the eager-hot callbacks pause; a capture, graph creation or
     /// instantiation resumes tracing, a capture holds it on until it ends, and the calls that
     /// only build graphs are never paused, so every graph is recorded whole. Untraced launches
-    /// and steps are counted in the trace notes. 0 traces everything.
+    /// and steps are counted in the trace notes.
     #[arg(long, value_name = "N", env = gapscope::settings::Setting::TraceBudget.name(),
           default_value_t = gapscope::record::cupti::TraceBudget::DEFAULT_LIMIT,
           value_parser = gapscope::record::cupti::TraceBudget::parse_limit)]
     pub trace_budget: u32,
-    /// Host stacks sampled while the program runs, to name the code behind host-bound gaps:
+    /// Host stacks sampled while the program runs, to name the code behind host-bound gaps.
+    ///
     /// `python` (py-spy from outside the process, never stopping it; up to 4 kHz per process while it traces) or
     /// `off`. `native` is accepted, but this build samples Python frames only. A program that
     /// cannot be read (not Python, no ptrace permission) gets one note and is recorded as

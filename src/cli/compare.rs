@@ -1,10 +1,10 @@
 #![forbid(unsafe_code)]
 //! `gapscope compare BASE HEAD`: exit 3 when HEAD is slower beyond `--threshold`.
 
-use super::analyze::{note_damage, wrote_line};
+use super::analyze::{note_damage, note_wrote};
 use super::args::CompareArgs;
 use super::inputs::{analyze, expand, load_with_steps, select};
-use super::{Failure, bad_input, check_output_folder, note, print_stdout};
+use super::{Failure, bad_input, check_output_folder, print_stdout};
 use gapscope::analysis;
 use gapscope::report;
 use std::process::ExitCode;
@@ -71,7 +71,7 @@ pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
     if let Some(dir) = &a.output {
         let written =
             report::output::write_comparison_set(dir, &reports, [&base_traces, &head_traces])?;
-        note(&wrote_line(dir, &written));
+        note_wrote("", dir, &written, None);
     }
     Ok(super::exit::of_comparison(!comparison.breached.is_empty()))
 }

@@ -2,7 +2,7 @@
 //! `gapscope merge TRACE…`: per-rank traces (or their summaries) into one report and one
 //! Perfetto trace.
 
-use super::analyze::wrote_line;
+use super::analyze::note_wrote;
 use super::args::ClockArg;
 use super::inputs::{expand_all, is_summary_file, load_one};
 use super::{Failure, check_output_folder, note, print_stdout};
@@ -41,11 +41,14 @@ pub fn command(
     let merged =
         merge::merge_inputs(ranks, names, clock.map(Into::into)).map_err(Failure::bad_input)?;
     let reports = report::output::merge_reports(&merged);
-    print_stdout(if json {
-        reports.json()
+    // The terminal gets plain lines of the screen's width; Markdown tables only in report.md.
+    if json {
+        print_stdout(reports.json())?;
     } else {
-        reports.markdown()
-    })?;
+        print_stdout(&report::summary::fit_screen(&report::merge::merge_summary(
+            &merged,
+        )))?;
+    }
     if let Some(dir) = output {
         let written =
             report::output::write_merge_set(dir, &reports, (summaries == 0).then_some(perfetto))?;
@@ -55,7 +58,7 @@ pub fn command(
                 perfetto.file_name()
             ));
         }
-        note(&wrote_line(dir, &written));
+        note_wrote("", dir, &written, None);
     }
     Ok(ExitCode::SUCCESS)
 }

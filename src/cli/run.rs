@@ -2,7 +2,7 @@
 //! `gapscope run`: the sweep on the GPU (recorded by [`gapscope::workload`]), or the bundled
 //! traces without one; then the analysis set, and a merged report per multi-rank folder.
 
-use super::analyze::{note_damage, print_summary, write_outputs, wrote_line};
+use super::analyze::{note_damage, note_wrote, print_summary, write_outputs};
 use super::args::{OutputArgs, RunArgs};
 use super::inputs::analyze;
 use super::{Failure, check_output_folder, note, remove_temporaries_on_signal};
@@ -99,7 +99,7 @@ fn merge_ranks(
             &report::output::merge_reports(&merged),
             Some(perfetto),
         )?;
-        note(&format!("ranks compared: {}", wrote_line(&out, &written)));
+        note_wrote("ranks compared: ", &out, &written, None);
     }
     Ok(())
 }

@@ -2,9 +2,9 @@
 //! `gapscope completions SHELL` and `gapscope man [DIR]`: generated from the clap definition
 //! in [`super::args`], so they list exactly the commands and flags this build has.
 
-use super::analyze::wrote_line;
+use super::analyze::note_wrote;
 use super::args::Cli;
-use super::{Failure, check_output_folder, note, print_stdout};
+use super::{Failure, check_output_folder, print_stdout};
 use clap::CommandFactory;
 use std::path::Path;
 use std::process::ExitCode;
@@ -57,6 +57,6 @@ pub fn man(dir: Option<&Path>) -> Result<ExitCode, Failure> {
         gapscope::output::write_atomically(&dir.join(name), text)?;
     }
     let names: Vec<String> = pages.iter().map(|(name, _)| name.clone()).collect();
-    note(&wrote_line(dir, &names));
+    note_wrote("", dir, &names, None);
     Ok(ExitCode::SUCCESS)
 }

@@ -10,7 +10,7 @@
 //! that run's processes itself; a signal sent to gapscope alone is passed on to the run), and
 //! the report then covers the rounds every variant finished, saying it is partial.
 
-use super::analyze::wrote_line;
+use super::analyze::note_wrote;
 use super::args::TryArgs;
 use super::inputs::{analyze, load_with_steps};
 use super::{Failure, bad_input, check_output_folder, failure_line, note, print_stdout};
@@ -560,7 +560,7 @@ fn finish(
     if let Some(out) = out {
         let pictures = pictures(dir, plan, &results, &report);
         let written = report::output::write_trial_set(out, &rendered, &pictures)?;
-        note(&wrote_line(out, &written));
+        note_wrote("", out, &written, None);
     }
     if !report.rounds_judged.is_empty() && report.base_failures.len() == report.rounds_judged.len()
     {

@@ -76,19 +76,7 @@ fn ranks_table(s: &mut String, merged: &Merged) {
     }
     s.push('\n');
     for r in &merged.ranks {
-        let offset = match (&r.clock.per_instance, r.rank == merged.reference_rank) {
-            (_, true) if merged.clock_alignment == ClockAlignment::Collectives => {
-                "reference".to_owned()
-            }
-            (Some(p), _) => format!(
-                "{} [{}–{}] n={}",
-                us3_signed(r.clock.offset_ns as f64),
-                us3_signed(p.p10),
-                us3_signed(p.p90),
-                p.n
-            ),
-            (None, _) => "0 (not aligned)".to_owned(),
-        };
+        let offset = offset_text(merged, r);
         let _ = write!(
             s,
             "| {} | `{}` | {} | {} | {} | {} |",
@@ -119,6 +107,112 @@ fn ranks_table(s: &mut String, merged: &Merged) {
     s.push('\n');
 }
 
+/// A rank's clock offset in µs: "reference", "+12.000 [p10–p90] n=N" or "0 (not aligned)".
+fn offset_text(merged: &Merged, r: &crate::analysis::merge::RankRow) -> String {
+    match (&r.clock.per_instance, r.rank == merged.reference_rank) {
+        (_, true) if merged.clock_alignment == ClockAlignment::Collectives => {
+            "reference".to_owned()
+        }
+        (Some(p), _) => format!(
+            "{} [{}–{}] n={}",
+            us3_signed(r.clock.offset_ns as f64),
+            us3_signed(p.p10),
+            us3_signed(p.p90),
+            p.n
+        ),
+        (None, _) => "0 (not aligned)".to_owned(),
+    }
+}
+
+/// How far apart a cell's slowest and fastest ranks are, in words.
+fn spread_words(change: Option<Change>) -> &'static str {
+    match change {
+        Some(Change::NoChange) => "inside the run-to-run spread",
+        Some(Change::Slower) => "slower beyond the run-to-run spread",
+        Some(Change::Faster) => "inconsistent: block medians disagree with the medians",
+        None => "—",
+    }
+}
+
+/// The terminal's form of the report: plain lines, no Markdown tables (those are for
+/// `report.md`), wrapped to the screen's width by the caller ([`super::summary::fit_screen`]).
+pub fn merge_summary(merged: &Merged) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "gapscope merge: {} ranks", merged.ranks.len());
+    if merged.ranks.iter().any(|r| r.source == Source::Synthetic) {
+        let _ = writeln!(
+            s,
+            "Synthetic input: some traces were generated, not recorded on a GPU."
+        );
+    }
+    let _ = writeln!(
+        s,
+        "Clock alignment: {}: {}; reference rank {}.",
+        match merged.clock_alignment {
+            ClockAlignment::Collectives => "collectives",
+            ClockAlignment::None => "none",
+        },
+        merged.clock_alignment_reason,
+        merged.reference_rank
+    );
+    let _ = writeln!(s, "\nRanks:");
+    for r in &merged.ranks {
+        let host = r
+            .host
+            .as_deref()
+            .map_or(String::new(), |h| format!("host {h}, "));
+        let clock = match offset_text(merged, r) {
+            o if r.clock.per_instance.is_some() => format!("clock offset {o} µs"),
+            o if o == "reference" => "reference clock".to_owned(),
+            _ => "clock not aligned".to_owned(),
+        };
+        let _ = writeln!(
+            s,
+            "  rank {}: {} ({host}{clock}, {} cells, {} dropped records)",
+            r.rank,
+            r.path,
+            r.cells.len(),
+            r.dropped_records
+        );
+    }
+    let rank = |r: Option<u32>| r.map_or("—".to_owned(), |r| format!("rank {r}"));
+    let _ = writeln!(s, "\nCells (period per rank):");
+    for c in &merged.cells {
+        let _ = writeln!(
+            s,
+            "  {}: {} ranks, slowest {}, fastest {}, max/min {}: {}",
+            c.label,
+            c.ranks,
+            rank(c.slowest_rank),
+            rank(c.fastest_rank),
+            c.max_over_min.map_or("—".to_owned(), ratio),
+            spread_words(c.change)
+        );
+        for r in &merged.ranks {
+            let Some(cell) = r.cells.iter().find(|x| x.label == c.label) else {
+                continue;
+            };
+            let text = match (&cell.period, cell.slowest) {
+                (None, _) => match &cell.no_period {
+                    Some(why) => format!("no period ({why})"),
+                    None => "no period".to_owned(),
+                },
+                (Some(p), true) => format!("{} (slowest)", stat_us(p)),
+                (Some(p), false) => stat_us(p),
+            };
+            let _ = writeln!(s, "      rank {}: {text}", r.rank);
+        }
+    }
+    if !merged.warnings.is_empty() {
+        let _ = writeln!(s, "\nWarnings:");
+        for w in &merged.warnings {
+            let _ = writeln!(s, "  {w}");
+        }
+    }
+    s.truncate(s.trim_end().len());
+    crate::report::printable_report(s)
+}
+
 /// One row per cell: its slowest and fastest ranks and how far apart they are.
 fn spread_table(s: &mut String, merged: &Merged) {
     let _ = writeln!(s, "### Spread across ranks\n");
@@ -137,12 +231,7 @@ fn spread_table(s: &mut String, merged: &Merged) {
             rank(c.slowest_rank),
             rank(c.fastest_rank),
             c.max_over_min.map_or("—".to_owned(), ratio),
-            match c.change {
-                Some(Change::NoChange) => "inside the run-to-run spread",
-                Some(Change::Slower) => "slower beyond the run-to-run spread",
-                Some(Change::Faster) => "inconsistent: block medians disagree with the medians",
-                None => "—",
-            }
+            spread_words(c.change)
         );
     }
     s.push('\n');

@@ -121,14 +121,27 @@ fn short_label(label: &str) -> String {
     short_label_max(label, 70)
 }
 
-/// [`short_label`] of at most `max` characters.
+/// [`short_label`] of at most `max` characters, cut after a whole word ("graph ids not…", not
+/// "graph ids not record…"), unless that would keep less than half of it.
 fn short_label_max(label: &str, max: usize) -> String {
     let label = super::printable(label);
-    if label.chars().count() > max {
-        label.chars().take(max - 1).collect::<String>() + "…"
-    } else {
-        label.into_owned()
+    if label.chars().count() <= max {
+        return label.into_owned();
     }
+    let kept: String = label.chars().take(max - 1).collect();
+    let next = label.chars().nth(max - 1);
+    let cut = if next.is_some_and(char::is_whitespace) {
+        kept.as_str()
+    } else {
+        match kept.rfind(char::is_whitespace) {
+            Some(space) if kept[..space].chars().count() >= max / 2 => &kept[..space],
+            _ => kept.as_str(),
+        }
+    };
+    // No dangling separator before the ellipsis ("ids (…", "ids,…").
+    cut.trim_end_matches(|c: char| c.is_whitespace() || "([{,;:—-".contains(c))
+        .to_owned()
+        + "…"
 }
 
 /// The largest gaps over every cell: the op each precedes, its size and its cause.
@@ -571,6 +584,27 @@ pub fn comparison_summary(c: &Comparison, full_report: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_labels_are_cut_after_a_whole_word() {
+        let label = "graph G1 launches (graph ids not recorded, 12 ops)";
+        for max in 12..label.chars().count() {
+            let short = short_label_max(label, max);
+            assert!(short.chars().count() <= max, "{max}: {short}");
+            let kept = short.strip_suffix('…').expect("an ellipsis");
+            // What is kept is the label's start, ending on a whole word.
+            assert!(label.starts_with(kept), "{max}: {short}");
+            let rest = &label[kept.len()..];
+            assert!(
+                rest.starts_with(|c: char| !c.is_alphanumeric()),
+                "{max}: cut mid-word: {short}"
+            );
+        }
+        // One long word is cut where it must be.
+        let word = "x".repeat(60);
+        assert_eq!(short_label_max(&word, 40).chars().count(), 40);
+        assert_eq!(short_label_max("short", 40), "short");
+    }
     use crate::analysis::{self, AnalysisOptions};
     use crate::report::short_op_name;
     use crate::trace::synthetic::{self, SyntheticCell};

@@ -561,8 +561,12 @@ impl<'a> Scanner<'a> {
                 })?;
                 Ok(text.parse::<u32>().unwrap_or_else(|_| hash_tid(&text)))
             }
-            b'0'..=b'9' if let Some(v) = self.plain_integer() => Ok(tid_of(v)),
             b'-' | b'0'..=b'9' => {
+                // The common case first: a plain integer (None, reading nothing, for "-…").
+                // Not an `if let` guard on the arm, which needs Rust 1.95 (rust-version).
+                if let Some(v) = self.plain_integer() {
+                    return Ok(tid_of(v));
+                }
                 let at = self.pos;
                 let n = self.number()?;
                 if let Some(v) = n.as_plain_u64() {
