@@ -96,6 +96,13 @@ pub struct ModeCost {
     pub untraced: bool,
 }
 
+impl ModeCost {
+    /// The cost as a share of mode 1's period; `None` without one.
+    pub fn share_of_base(&self) -> Option<f64> {
+        (self.base_ns > 0.0).then(|| self.delta_ns / self.base_ns)
+    }
+}
+
 /// The headline of `a` (its remedies and pairs made); `None` without cells.
 pub fn headline(a: &Analysis) -> Option<Headline> {
     if let Some((cell, twin, mode_cost)) = by_mode_cost(a) {

@@ -362,6 +362,27 @@ pub struct Observed {
     pub replayed_with_code: Option<f64>,
 }
 
+impl Observed {
+    /// The graph usage mode without its explanation: "2" of "2 (mixing)".
+    pub fn graph_usage_mode_short(&self) -> Option<&str> {
+        let mode = self.graph_usage_mode.as_deref()?;
+        mode.split(" (").next()
+    }
+
+    /// The share of device time graph replays ran, where it is not the one the regime
+    /// implies (eager 0, graphed all of it): only then does it say something.
+    pub fn graph_coverage_unimplied(&self) -> Option<f64> {
+        let implied = match self.regime {
+            Some(Regime::Eager) => Some(0.0),
+            Some(Regime::Graphed) => Some(1.0),
+            None => None,
+        };
+        // Beyond a float's rounding of a sum of durations.
+        self.graph_coverage
+            .filter(|&g| implied.is_none_or(|i: f64| (g - i).abs() > 1e-9))
+    }
+}
+
 /// Per position of a cell's canonical op sequence: durations and the gap before, over steps.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SequenceEntry {
@@ -547,6 +568,23 @@ impl CellAnalysis {
         order
     }
 
+    /// The [`Self::largest_gaps`] a report lists: at most
+    /// [`super::thresholds::LARGEST_GAPS_LISTED`].
+    pub fn largest_gaps_listed(&self) -> Vec<usize> {
+        let mut order = self.largest_gaps();
+        order.truncate(super::thresholds::LARGEST_GAPS_LISTED);
+        order
+    }
+
+    /// The largest gaps with host code sampled in them, largest first, at most
+    /// [`super::thresholds::LARGEST_GAPS_LISTED`].
+    pub fn largest_sampled_gaps_listed(&self) -> Vec<usize> {
+        let mut order = self.largest_gaps();
+        order.retain(|&i| self.sequence[i].host_time.is_some());
+        order.truncate(super::thresholds::LARGEST_GAPS_LISTED);
+        order
+    }
+
     pub fn requested_u64(&self, key: &str) -> Option<u64> {
         self.requested.get(key).and_then(|v| v.as_u64())
     }
@@ -634,6 +672,13 @@ pub struct KernelDelta {
     pub head: Stat,
     /// head − base medians, ns.
     pub delta: f64,
+}
+
+impl KernelDelta {
+    /// The change as a share of the base's median; `None` without one.
+    pub fn share_of_base(&self) -> Option<f64> {
+        (self.base.median > 0.0).then(|| self.delta / self.base.median)
+    }
 }
 
 /// The kernel-duration check of a comparison, over the kernels aligned on both sides.
@@ -772,13 +817,34 @@ impl CellComparison {
     /// launched later (host launch-bound, graph launch host-bound). A host or recording
     /// difference between the runs (load, CUPTI's overhead) shows here, not in the graph.
     pub fn host_launch_share(&self) -> Option<f64> {
+        let (host, _) = self.host_launch_split()?;
+        Some(host / self.period_delta?)
+    }
+
+    /// A longer head period split in two (ns): the gaps grown because the host launched later
+    /// (the positive parts, at most the whole change), and the rest of the change. The
+    /// [`Self::host_launch_share`] of the period delta is the first.
+    pub fn host_launch_split(&self) -> Option<(f64, f64)> {
         let delta = self.period_delta.filter(|&d| d > 0.0)?;
         let host: f64 = [CauseKind::HostLaunchBound, CauseKind::GraphLaunchHostBound]
             .into_iter()
             .map(|k| self.gap_growth_of(k))
             .filter(|&g| g > 0.0)
-            .sum();
-        Some((host / delta).min(1.0))
+            .sum::<f64>()
+            .min(delta);
+        Some((host, delta - host))
+    }
+
+    /// [`Self::host_launch_split`] where the host's part is not nothing: what a line on the
+    /// mode difference states.
+    pub fn host_launch_part(&self) -> Option<(f64, f64)> {
+        self.host_launch_split().filter(|&(host, _)| host > 0.0)
+    }
+
+    /// Whether the ops in one regime only changed the period at all (at least
+    /// [`super::thresholds::GAP_GROWTH_MIN_NS`] either way).
+    pub fn one_sided_ops_moved(&self) -> bool {
+        self.one_sided_ops_total.abs() >= super::thresholds::GAP_GROWTH_MIN_NS
     }
 
     /// The cells whose slowdown is mostly the host launching later (see
@@ -804,6 +870,12 @@ impl CellComparison {
         v.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()));
         v.truncate(n);
         v
+    }
+
+    /// The [`Self::top_gap_deltas`] a report lists: at most
+    /// [`super::thresholds::GAP_DELTAS_LISTED`].
+    pub fn gap_deltas_listed(&self) -> Vec<(&AlignedOp, f64)> {
+        self.top_gap_deltas(super::thresholds::GAP_DELTAS_LISTED)
     }
 
     /// The part of the period change that moved most, with its size (largest |ns|, head −
@@ -939,6 +1011,25 @@ pub struct Analysis {
     /// Per input trace, its op timeline (reports draw from it).
     #[serde(skip)]
     pub timelines: Vec<TraceTimeline>,
+}
+
+impl Analysis {
+    /// The largest gaps over every cell as (cell, position in its sequence), largest median
+    /// first (ties in cell, then sequence, order), at most
+    /// [`super::thresholds::LARGEST_GAPS_LISTED`]: the list a screen shows.
+    pub fn largest_gaps(&self) -> Vec<(usize, usize)> {
+        let mut gaps: Vec<(usize, usize)> = self
+            .cells
+            .iter()
+            .enumerate()
+            .flat_map(|(c, cell)| cell.largest_gaps().into_iter().map(move |i| (c, i)))
+            .collect();
+        let median = |&(c, i): &(usize, usize)| self.cells[c].sequence[i].gap_before.median;
+        // One stable sort over every cell: ties stay in cell, then sequence, order.
+        gaps.sort_by(|x, y| median(y).total_cmp(&median(x)));
+        gaps.truncate(super::thresholds::LARGEST_GAPS_LISTED);
+        gaps
+    }
 }
 
 /// `compare BASE HEAD`: the same workloads in two sets of traces (e.g. mode 2 vs mode 1, or

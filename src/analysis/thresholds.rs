@@ -40,7 +40,9 @@ pub const UNTRACED_CONFIRMS_SHARE: f64 = 0.5;
 // ---- What a comparison says ----
 
 /// Gap growth by cause under this (ns, either sign) is rounding, not a cause that moved: left
-/// out of [`super::CellComparison::gap_growth_by_cause`].
+/// out of [`super::CellComparison::gap_growth_by_cause`]. The same floor says whether the ops
+/// in one regime only ([`super::CellComparison::one_sided_ops_moved`]) or `try`'s idle time by
+/// cause ([`super::trial::GapChange::moved`]) changed: under a nanosecond is the sum's rounding.
 pub const GAP_GROWTH_MIN_NS: f64 = 1.0;
 
 /// A gap before an aligned op that changed by less than this (ns) is not listed among the
@@ -52,6 +54,17 @@ pub const GAP_DELTA_SHOWN_NS: f64 = 5.0;
 /// host-bound caution ([`super::CellComparison::host_bound_slowdown`]): then most of the
 /// slowdown is the host launching later, not GPU work.
 pub const HOST_BOUND_SHARE: f64 = 0.5;
+
+// ---- What a report lists ----
+
+/// How many of the largest gaps every report lists (the screen and the Markdown alike,
+/// [`super::Analysis::largest_gaps`], [`super::CellAnalysis::largest_gaps_listed`]): the few
+/// that hold most of a step's idle time, on one screen; the JSON keeps every gap.
+pub const LARGEST_GAPS_LISTED: usize = 5;
+
+/// How many of the gaps that changed most a comparison lists under each matched cell
+/// ([`super::CellComparison::gap_deltas_listed`]): the report explains every cell, so a few each.
+pub const GAP_DELTAS_LISTED: usize = 3;
 
 // ---- Remedies ----
 

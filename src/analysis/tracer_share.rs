@@ -37,19 +37,24 @@ impl TracerShare {
     /// "tracing ×1.12 on the device period (+15.2 µs: traced 142.1 µs n=63, untraced 126.9 µs
     /// n=135)".
     pub fn describe(&self) -> String {
-        let on = match self.clock {
-            ShareClock::Device => "the device period",
-            ShareClock::Host => "the host step",
-        };
         format!(
-            "tracing ×{:.2} on {on} ({:+.1} µs: traced {:.1} µs n={}, untraced {:.1} µs n={})",
-            self.ratio,
+            "{} ({:+.1} µs: traced {:.1} µs n={}, untraced {:.1} µs n={})",
+            self.describe_short(),
             self.added_ns / 1e3,
             self.traced.median / 1e3,
             self.traced.n,
             self.untraced.median / 1e3,
             self.untraced.n
         )
+    }
+
+    /// [`Self::describe`] without its figures: "tracing ×1.12 on the device period".
+    pub fn describe_short(&self) -> String {
+        let on = match self.clock {
+            ShareClock::Device => "the device period",
+            ShareClock::Host => "the host step",
+        };
+        format!("tracing ×{:.2} on {on}", self.ratio)
     }
 
     /// Whether a period difference between two cells (ns) is no larger than what tracing can

@@ -309,6 +309,14 @@ pub struct GapChange {
     pub removed: bool,
 }
 
+impl GapChange {
+    /// Whether the idle time of this cause changed at all between BASE and the variant (at
+    /// least [`super::thresholds::GAP_GROWTH_MIN_NS`] either way).
+    pub fn moved(&self) -> bool {
+        (self.variant_ns - self.base_ns).abs() >= super::thresholds::GAP_GROWTH_MIN_NS
+    }
+}
+
 /// A variant's verdict on one cell.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CellVerdict {

@@ -505,11 +505,10 @@ pub(crate) fn headline_texts(
     // event wait; the parts of the difference are in the mode line).
     let (period, against) = match &h.mode_cost {
         Some(m) => {
-            let share = if m.base_ns > 0.0 {
-                format!("+{:.1} %, ", 100.0 * m.delta_ns / m.base_ns)
-            } else {
-                String::new()
-            };
+            let share = m
+                .share_of_base()
+                .map(|x| format!("+{:.1} %, ", 100.0 * x))
+                .unwrap_or_default();
             let periods = if m.untraced { "untraced" } else { "traced" };
             (
                 format!("{} µs a step", us2_signed(m.delta_ns)),
@@ -540,16 +539,8 @@ pub(crate) fn headline_texts(
     ]
 }
 
-/// "the part is S % of it", capped: a part larger than the whole difference (other parts
-/// shrank) is said so instead of as a share over 100 %.
-pub(crate) fn share_of(part: f64, whole: f64) -> Option<String> {
-    if whole <= 0.0 || part <= 0.0 {
-        return None;
-    }
-    Some(share_label(part / whole))
-}
-
-/// A positive share as [`share_of`] says it: "40 % of it", or, above 1, "more than all of it".
+/// A positive share (of a difference) said: a part larger than the whole difference (other
+/// parts shrank) is said so instead of as a share over 100 %: "40 % of it", or, above 1, "more than all of it".
 pub(crate) fn share_label(share: f64) -> String {
     if share > 1.0 {
         "more than all of it (other parts of it shrank)".to_owned()

@@ -8,8 +8,8 @@ use std::fmt::Write as _;
 
 /// Cells listed before "… and N more".
 const MAX_CELLS: usize = 12;
-/// Largest gaps listed.
-const MAX_GAPS: usize = 6;
+/// Lines a list of remedies or pairs shows before "… and N more": what fits a screen.
+const MAX_LIST_LINES: usize = 6;
 
 /// The end of a summary: where the full report is, or how to get it; `files`: what `-o DIR`
 /// writes for this command.
@@ -36,9 +36,8 @@ fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
         .unwrap_or_default();
     let mode = c
         .observed
-        .graph_usage_mode
-        .as_deref()
-        .map(|m| format!(" mode {}", m.split(" (").next().unwrap_or(m)))
+        .graph_usage_mode_short()
+        .map(|m| format!(" mode {m}"))
         .unwrap_or_default();
     let sampled = c
         .sampled
@@ -55,12 +54,7 @@ fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
         .is_some_and(|i| i.trace_budget.is_some());
     let tracing = match &c.tracer_share {
         // "tracing ×R on …": its figures are the report's.
-        Some(t) => t
-            .describe()
-            .split(" (")
-            .next()
-            .map(|x| format!("; {x}"))
-            .unwrap_or_default(),
+        Some(t) => format!("; {}", t.describe_short()),
         // Under a budget, a cell none of whose work went untraced has nothing to set its
         // traced period against.
         None if budgeted && c.sampled.is_none() => {
@@ -69,15 +63,9 @@ fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
         None => String::new(),
     };
     // The coverage a regime implies (eager 0 %, graphed 100 %) goes without saying here.
-    let implied = match c.observed.regime {
-        Some(crate::analysis::Regime::Eager) => 0.0,
-        Some(crate::analysis::Regime::Graphed) => 1.0,
-        None => -1.0,
-    };
     let graphs = c
         .observed
-        .graph_coverage
-        .filter(|&g| (g - implied).abs() > 1e-9)
+        .graph_coverage_unimplied()
         .map(|g| {
             let ops = c
                 .observed
@@ -146,24 +134,13 @@ fn short_label_max(label: &str, max: usize) -> String {
 
 /// The largest gaps over every cell: the op each precedes, its size and its cause.
 fn largest_gaps(a: &Analysis, s: &mut String) {
-    let mut gaps: Vec<(usize, &crate::analysis::SequenceEntry)> = a
-        .cells
-        .iter()
-        .enumerate()
-        .flat_map(|(i, c)| {
-            c.sequence
-                .iter()
-                .filter(|e| e.gap_before.median > 0.0)
-                .map(move |e| (i, e))
-        })
-        .collect();
-    // One stable sort over every cell: ties stay in cell, then sequence, order.
-    gaps.sort_by(|x, y| y.1.gap_before.median.total_cmp(&x.1.gap_before.median));
+    let gaps = a.largest_gaps();
     if gaps.is_empty() {
         return;
     }
     let _ = writeln!(s, "Largest gaps (median per step, before the op named):");
-    for (i, e) in gaps.into_iter().take(MAX_GAPS) {
+    for (i, p) in gaps {
+        let e = &a.cells[i].sequence[p];
         let _ = writeln!(
             s,
             "  {}: {} before {} — {}",
@@ -213,14 +190,14 @@ fn pairings(a: &Analysis, s: &mut String) {
         return;
     }
     let _ = writeln!(s, "Pairs without a shared marker:");
-    for l in lines.iter().take(MAX_GAPS) {
+    for l in lines.iter().take(MAX_LIST_LINES) {
         let _ = writeln!(s, "{l}");
     }
-    if lines.len() > MAX_GAPS {
+    if lines.len() > MAX_LIST_LINES {
         let _ = writeln!(
             s,
             "  … and {} more (see the report)",
-            lines.len() - MAX_GAPS
+            lines.len() - MAX_LIST_LINES
         );
     }
 }
@@ -267,18 +244,18 @@ fn mode_lines(a: &Analysis, s: &mut String) {
     for p in &a.mode_pairs {
         use crate::analysis::CauseKind;
         let external = p.gap_growth_of(CauseKind::ExternalEventWait);
-        // Under tracing a replay can turn host-bound: the host's part of the difference,
-        // and what is left of it on the device (when the host's part is a part of it).
-        let host = p.gap_growth_of(CauseKind::GraphLaunchHostBound)
-            + p.gap_growth_of(CauseKind::HostLaunchBound);
-        let host_part = match p.period_delta {
-            Some(d) if host != 0.0 && (0.0..=1.0).contains(&(host / d)) => format!(
-                "; host-bound launch gaps {} µs, the rest {} µs",
-                us2_signed(host),
-                us2_signed(d - host)
-            ),
-            _ => String::new(),
-        };
+        // Under tracing a replay can turn host-bound: the host's part of a longer period,
+        // and what is left of it on the device ([`CellComparison::host_launch_split`]).
+        let host_part = p
+            .host_launch_part()
+            .map(|(host, rest)| {
+                format!(
+                    "; host-bound launch gaps {} µs, the rest {} µs",
+                    us2_signed(host),
+                    us2_signed(rest)
+                )
+            })
+            .unwrap_or_default();
         let change = super::markdown::comparison_change_label(p);
         let (b, h) = (&a.cells[p.base], &a.cells[p.head]);
         let who = format!("{} vs {}", alias(p.head), alias(p.base));
@@ -290,9 +267,8 @@ fn mode_lines(a: &Analysis, s: &mut String) {
             )
         {
             let share = p
-                .period_delta
-                .and_then(|t| super::share_of(external, t))
-                .map(|x| format!(", {x}"))
+                .external_event_share
+                .map(|x| format!(", {}", super::share_label(x)))
                 .unwrap_or_default();
             let _ = writeln!(
                 s,
@@ -331,7 +307,7 @@ fn what_to_change(a: &Analysis, s: &mut String) {
     if !unjudged.is_empty() {
         let _ = writeln!(s, "No remedy judged (too few steps):");
     }
-    for w in unjudged.iter().take(MAX_GAPS) {
+    for w in unjudged.iter().take(MAX_LIST_LINES) {
         let _ = writeln!(
             s,
             "  {}: no remedy ({}): {}",
@@ -343,7 +319,7 @@ fn what_to_change(a: &Analysis, s: &mut String) {
     if !a.remedies.is_empty() {
         let _ = writeln!(s, "What to change:");
     }
-    for r in a.remedies.iter().take(MAX_GAPS) {
+    for r in a.remedies.iter().take(MAX_LIST_LINES) {
         let Some(v) = &r.predicted_saving_ns else {
             continue;
         };

@@ -335,7 +335,7 @@ fn cell_section(s: &mut String, r: &TrialReport, i: usize, cell: &str) {
         let gaps: Vec<String> = c
             .gaps
             .iter()
-            .filter(|g| (g.variant_ns - g.base_ns).abs() >= 1.0)
+            .filter(|g| g.moved())
             .map(|g| {
                 format!(
                     "{} {} → {} µs{}",

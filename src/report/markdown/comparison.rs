@@ -78,7 +78,7 @@ fn comparison_markdown_with(c: &Comparison, picture: Option<&str>) -> String {
     let _ = writeln!(s, "### What explains the differences\n");
     for m in &c.cells {
         let _ = writeln!(s, "- **{}**: {}", md_cell(&pair_name(m)), explain(m));
-        for op in top_gap_deltas(m, 3) {
+        for op in top_gap_deltas(m) {
             let _ = writeln!(s, "  - {op}");
         }
         if let Some(h) = &m.host_code_change {
@@ -188,10 +188,10 @@ pub(crate) fn pair_name(m: &CellComparison) -> String {
     }
 }
 
-/// The aligned positions whose gap before changed most ([`CellComparison::top_gap_deltas`]), as
-/// lines.
-fn top_gap_deltas(m: &CellComparison, n: usize) -> Vec<String> {
-    m.top_gap_deltas(n)
+/// The aligned positions whose gap before changed most
+/// ([`CellComparison::gap_deltas_listed`]), as lines.
+fn top_gap_deltas(m: &CellComparison) -> Vec<String> {
+    m.gap_deltas_listed()
         .into_iter()
         .map(|(a, d)| {
             let cause = a

@@ -24,9 +24,6 @@ pub use comparison::{
     comparison_github, comparison_markdown, comparison_markdown_pictured, picture_line,
 };
 
-/// How many gaps the "largest gaps" tables list.
-const TOP_GAPS: usize = 5;
-
 /// The report of one analysis (eager vs graphed of each workload).
 pub fn analysis_markdown(a: &Analysis) -> String {
     let mut s = String::new();
@@ -269,7 +266,7 @@ fn unpaired_gaps_section(s: &mut String, a: &Analysis) {
         .map(|(_, c)| c);
     for c in unpaired {
         let gaps: Vec<&crate::analysis::SequenceEntry> = c
-            .largest_gaps()
+            .largest_gaps_listed()
             .into_iter()
             .map(|i| &c.sequence[i])
             .collect();
@@ -279,7 +276,7 @@ fn unpaired_gaps_section(s: &mut String, a: &Analysis) {
         let _ = writeln!(s, "#### Largest gaps in {}\n", md_cell(&c.label));
         let _ = writeln!(s, "| gap before | gap µs | cause |");
         let _ = writeln!(s, "|---|--:|---|");
-        for e in gaps.into_iter().take(5) {
+        for e in gaps {
             let _ = writeln!(
                 s,
                 "| {} | {} | {} |",
@@ -321,7 +318,7 @@ fn explain(m: &CellComparison) -> String {
         s += &format!("gaps: {}", gaps.join(", "));
     }
     s += &format!("; op durations {}", us2_signed(m.duration_delta_total));
-    if m.one_sided_ops_total.abs() >= 1.0 {
+    if m.one_sided_ops_moved() {
         s += &format!(
             "; ops in one regime only {}",
             us2_signed(m.one_sided_ops_total)
@@ -577,7 +574,7 @@ fn pair_section(s: &mut String, p: &CellComparison, base: &CellAnalysis, head: &
     let _ = writeln!(s);
 
     // Largest median gaps before an op in the head's canonical sequence.
-    let order = head.largest_gaps();
+    let order = head.largest_gaps_listed();
     if order.is_empty() {
         let _ = writeln!(s, "No gap in the {hname} sequence.\n");
         return;
@@ -587,7 +584,7 @@ fn pair_section(s: &mut String, p: &CellComparison, base: &CellAnalysis, head: &
         "Largest gaps in the {hname} step (median over steps):\n\n| # | gap before | {hname} gap µs | {bname} gap µs | growth µs | cause ({hname}) |"
     );
     let _ = writeln!(s, "|--:|---|--:|--:|--:|---|");
-    for &i in order.iter().take(TOP_GAPS) {
+    for &i in &order {
         let e = &head.sequence[i];
         let aligned = p.aligned.iter().find(|a| a.head == Some(i));
         let base_gap = aligned
@@ -646,11 +643,10 @@ fn duration_check(p: &CellComparison) -> String {
         .differing
         .iter()
         .map(|k| {
-            let rel = if k.base.median > 0.0 {
-                format!(", {:+.1} %", k.delta / k.base.median * 100.0)
-            } else {
-                String::new()
-            };
+            let rel = k
+                .share_of_base()
+                .map(|x| format!(", {:+.1} %", x * 100.0))
+                .unwrap_or_default();
             format!(
                 "`{}` {} → {} ({} µs{rel})",
                 md_cell(&super::short_op_name(&k.name)).replace('`', "'"),
@@ -721,11 +717,8 @@ fn host_time_section(s: &mut String, a: &Analysis) {
         .cells
         .iter()
         .map(|c| {
-            let gaps = c.largest_gaps().into_iter().map(|i| &c.sequence[i]);
-            (
-                c,
-                gaps.filter(|e| e.host_time.is_some()).collect::<Vec<_>>(),
-            )
+            let gaps = c.largest_sampled_gaps_listed().into_iter();
+            (c, gaps.map(|i| &c.sequence[i]).collect::<Vec<_>>())
         })
         .filter(|(c, gaps)| !gaps.is_empty() || c.host_time.is_some())
         .collect();
@@ -755,7 +748,7 @@ fn host_time_section(s: &mut String, a: &Analysis) {
                 h.samples
             );
         }
-        for e in gaps.into_iter().take(TOP_GAPS) {
+        for e in gaps {
             let Some(h) = &e.host_time else {
                 continue;
             };
