@@ -539,3 +539,37 @@ fn huge_names_are_capped_in_outputs() {
     assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
     bounded(&exported);
 }
+
+/// A FIFO that no process writes is refused with one line once the wait for a writer is over,
+/// not waited on for ever.
+#[cfg(unix)]
+#[test]
+fn a_fifo_nobody_writes_is_refused_after_the_wait_for_a_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("trace.json");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let began = Instant::now();
+    let mut child = bin()
+        .args(["analyze", fifo.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let limit = gapscope::trace::input::FIFO_WRITER_WAIT + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if began.elapsed() > limit {
+            let _ = child.kill();
+            panic!("still waiting on a FIFO nobody writes after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let line = fails_in_one_line(&out, 2);
+    assert!(line.contains("trace.json"), "{line}");
+}

@@ -123,9 +123,13 @@ pub fn load_one(path: &Path, step_range: Option<&str>) -> Result<Trace, Failure>
 }
 
 /// Whether `path` is a rank summary (`analyze --summary`) rather than a trace, from its
-/// first bytes; `false` when it cannot be read (the trace reader then says why).
+/// first bytes; `false` when it cannot be read (the trace reader then says why). Only a
+/// regular file is peeked at: a pipe's or FIFO's bytes, once read, are gone for the reader.
 pub fn is_summary_file(path: &Path) -> bool {
     use std::io::Read;
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
     let mut head = Vec::with_capacity(256);
     std::fs::File::open(path)
         .and_then(|f| f.take(256).read_to_end(&mut head))

@@ -226,11 +226,71 @@ pub struct Opened<R: Read> {
     size_hint: Option<u64>,
 }
 
-impl Opened<std::fs::File> {
+/// How long a FIFO is waited on for a writer before it reads as empty (and is refused as
+/// such): long enough for a producer started beside gapscope to open it, short enough that a
+/// FIFO nobody writes does not hang the command.
+pub const FIFO_WRITER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// An input file as opened. A FIFO (or a pipe) is opened without blocking, so that one no
+/// process writes cannot hang the command in `open`; its reads then wait for data, and for a
+/// writer at most [`FIFO_WRITER_WAIT`].
+pub struct InputFile {
+    file: std::fs::File,
+    fifo: bool,
+    /// A writer has shown itself (data, or a read that would block): from then on, a read of
+    /// nothing is the end.
+    writer_seen: bool,
+    opened: std::time::Instant,
+}
+
+impl InputFile {
+    pub fn open(path: &Path) -> io::Result<InputFile> {
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        let fifo = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo());
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true);
+        if fifo {
+            options.custom_flags(nix::libc::O_NONBLOCK);
+        }
+        Ok(InputFile {
+            file: options.open(path)?,
+            fifo,
+            writer_seen: false,
+            opened: std::time::Instant::now(),
+        })
+    }
+}
+
+impl Read for InputFile {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.fifo {
+            return self.file.read(buf);
+        }
+        loop {
+            match self.file.read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.writer_seen = true,
+                // No writer yet (a FIFO with none reads nothing): wait for one, a while.
+                Ok(0) if !self.writer_seen && !buf.is_empty() => {
+                    if self.opened.elapsed() >= FIFO_WRITER_WAIT {
+                        return Ok(0);
+                    }
+                }
+                done => {
+                    self.writer_seen |= matches!(done, Ok(n) if n > 0);
+                    return done;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+}
+
+impl Opened<InputFile> {
     /// Opens `path` (once) and reads its head.
-    pub fn open(path: &Path) -> io::Result<Opened<std::fs::File>> {
-        let file = std::fs::File::open(path)?;
+    pub fn open(path: &Path) -> io::Result<Opened<InputFile>> {
+        let file = InputFile::open(path)?;
         let size = file
+            .file
             .metadata()
             .ok()
             .filter(|m| m.is_file())
