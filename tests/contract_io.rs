@@ -332,6 +332,10 @@ fn plain_input_that_starts_like_a_trace_is_refused_early_with_the_limit() {
 
 /// A trace handed over by `how`, analysed with `--json`: the report's cells (the rest names
 /// the input).
+fn mkfifo(path: &Path) {
+    assert!(Command::new("mkfifo").arg(path).status().unwrap().success());
+}
+
 fn analyze_json(how: &str, file: &Path) -> serde_json::Value {
     let f = file.to_str().unwrap();
     let out = match how {
@@ -350,13 +354,7 @@ fn analyze_json(how: &str, file: &Path) -> serde_json::Value {
         "fifo" => {
             let fifo = file.with_extension("fifo");
             let _ = std::fs::remove_file(&fifo);
-            assert!(
-                Command::new("mkfifo")
-                    .arg(&fifo)
-                    .status()
-                    .unwrap()
-                    .success()
-            );
+            mkfifo(&fifo);
             let (from, to) = (file.to_owned(), fifo.clone());
             let feeder = std::thread::spawn(move || {
                 let _ = std::fs::write(&to, std::fs::read(from).unwrap());
@@ -547,13 +545,7 @@ fn huge_names_are_capped_in_outputs() {
 fn a_fifo_nobody_writes_is_refused_after_the_wait_for_a_writer() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("trace.json");
-    assert!(
-        Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    mkfifo(&fifo);
     let began = Instant::now();
     let mut child = bin()
         .args(["analyze", fifo.to_str().unwrap()])
