@@ -222,17 +222,7 @@ fn renamed_flags_and_their_old_spellings() {
 /// trace removes the external event wait, whose gap the head's ops no longer have.
 #[test]
 fn compare_books_a_removed_gap_under_the_cause_the_base_had() {
-    let t = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/ht-decode-h200.json");
-    let out = gapscope(&[
-        "compare",
-        t,
-        t,
-        "--base-select",
-        "graph_usage_mode=2",
-        "--head-select",
-        "graph_usage_mode=1",
-        "--json",
-    ]);
+    let out = common::compare_ht_decode_modes(&["--json"]);
     assert_eq!(out.status.code(), Some(0), "{:?}", out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let cell = v["cells"]
@@ -245,15 +235,7 @@ fn compare_books_a_removed_gap_under_the_cause_the_base_had() {
     assert_eq!(top[0], "external_event_wait", "{cell:#}");
     assert!(top[2].as_f64().unwrap() < -40_000.0, "{top}");
     assert_eq!(cell["causes_gone_in_head"][0], "external_event_wait");
-    let summary = gapscope(&[
-        "compare",
-        t,
-        t,
-        "--base-select",
-        "graph_usage_mode=2",
-        "--head-select",
-        "graph_usage_mode=1",
-    ]);
+    let summary = common::compare_ht_decode_modes(&[]);
     let text = common::unwrapped(&String::from_utf8_lossy(&summary.stdout));
     let row = text
         .lines()
@@ -276,20 +258,9 @@ fn changed_gap_labels(svg: &str) -> Vec<String> {
 #[test]
 fn compare_writes_one_timeline_and_a_picture_of_the_fix() {
     let dir = tempfile::tempdir().unwrap();
-    let t = format!("{}/traces/ht-decode-h200.json", env!("CARGO_MANIFEST_DIR"));
     let out_dir = dir.path().join("out");
     let o = out_dir.to_str().unwrap();
-    let out = gapscope(&[
-        "compare",
-        &t,
-        &t,
-        "--base-select",
-        "graph_usage_mode=2",
-        "--head-select",
-        "graph_usage_mode=1",
-        "-o",
-        o,
-    ]);
+    let out = common::compare_ht_decode_modes(&["-o", o]);
     assert!(
         out.status.success(),
         "{}",
@@ -318,19 +289,7 @@ fn compare_writes_one_timeline_and_a_picture_of_the_fix() {
     let md = std::fs::read_to_string(out_dir.join("compare.md")).unwrap();
     assert!(md.contains("](compare.svg)"), "{md}");
     // --format github: the picture, then the table folded under it.
-    let github = gapscope(&[
-        "compare",
-        &t,
-        &t,
-        "--base-select",
-        "graph_usage_mode=2",
-        "--head-select",
-        "graph_usage_mode=1",
-        "--format",
-        "github",
-        "-o",
-        o,
-    ]);
+    let github = common::compare_ht_decode_modes(&["--format", "github", "-o", o]);
     let text = String::from_utf8_lossy(&github.stdout);
     let picture = text
         .find(&format!("]({o}/compare.svg)"))

@@ -486,17 +486,7 @@ fn messages_say_what_the_input_is() {
 fn compare_prints_the_pr_table_with_predicted_and_realised_savings() {
     let t = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/ht-decode-h200.json");
     let t = t.to_str().unwrap();
-    let out = gapscope(&[
-        "compare",
-        t,
-        t,
-        "--base-select",
-        "graph_usage_mode=2",
-        "--head-select",
-        "graph_usage_mode=1",
-        "--format",
-        "github",
-    ]);
+    let out = common::compare_ht_decode_modes(&["--format", "github"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let md = String::from_utf8_lossy(&out.stdout);
     assert!(md.starts_with("### gapscope: "), "{md}");

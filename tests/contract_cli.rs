@@ -925,15 +925,7 @@ fn an_output_that_is_an_input_is_refused_and_the_input_kept() {
 #[test]
 fn the_full_report_line_names_the_commands_own_files() {
     let t = bundled("ht-decode-h200.json");
-    let out = gapscope(&[
-        "compare",
-        &t,
-        &t,
-        "--base-select",
-        "graph_usage_mode=2",
-        "--head-select",
-        "graph_usage_mode=1",
-    ]);
+    let out = common::compare_ht_decode_modes(&[]);
     let screen = stdout(&out);
     assert!(
         screen

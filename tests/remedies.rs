@@ -436,16 +436,7 @@ fn the_headline_the_mode_line_and_the_fix_give_one_answer_on_every_bundled_trace
 #[test]
 fn a_selected_compare_predicts_what_analyze_predicts() {
     let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/ht-decode-h200.json");
-    let out = common::gapscope(&[
-        "compare",
-        trace,
-        trace,
-        "--base-select",
-        "graph_usage_mode=2",
-        "--head-select",
-        "graph_usage_mode=1",
-        "--json",
-    ]);
+    let out = common::compare_ht_decode_modes(&["--json"]);
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let analyzed = common::gapscope(&["analyze", trace, "--json"]);
     let whole: serde_json::Value = serde_json::from_slice(&analyzed.stdout).unwrap();

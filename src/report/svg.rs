@@ -221,20 +221,7 @@ fn render(
     let caption_top = legend_top + 20.0 + legend_rows as f64 * 18.0;
     let height = caption_top + caption.len() as f64 * 16.0 + 10.0;
 
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" font-family=\"sans-serif\" font-size=\"11\">"
-    );
-    let _ = writeln!(
-        s,
-        "<rect x=\"0\" y=\"0\" width=\"{WIDTH}\" height=\"{height:.0}\" fill=\"white\"/>"
-    );
-    let _ = writeln!(
-        s,
-        "<text x=\"8\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{}</text>",
-        xml_escape(title)
-    );
+    let mut s = picture_start(height, title);
 
     // Where each op was drawn, for the alignment lines: (panel, op index) -> (x, top, bottom).
     let mut drawn: [BTreeMap<usize, (f64, f64, f64)>; 2] = [BTreeMap::new(), BTreeMap::new()];
@@ -658,22 +645,12 @@ pub fn trial_rounds_svg(r: &crate::analysis::trial::TrialReport) -> String {
     let strip_h = |rows: usize| TITLE_H + rows as f64 * STRIP_ROW + AXIS_H;
     let rows = 1 + r.variants.len();
     let height = 34.0 + cells.len() as f64 * (strip_h(rows) + PANEL_GAP) + 10.0;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" font-family=\"sans-serif\" font-size=\"11\">"
-    );
-    let _ = writeln!(
-        s,
-        "<rect x=\"0\" y=\"0\" width=\"{WIDTH}\" height=\"{height:.0}\" fill=\"white\"/>"
-    );
-    let _ = writeln!(
-        s,
-        "<text x=\"8\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{}</text>",
-        xml_escape(&format!(
+    let mut s = picture_start(
+        height,
+        &format!(
             "each round's period per cell, BASE and every variant ({} round(s) judged)",
             r.rounds_judged.len()
-        ))
+        ),
     );
     let mut top = 34.0;
     for cell in cells {
@@ -884,6 +861,25 @@ pub(crate) fn cause_colour(k: CauseKind) -> &'static str {
     } else {
         PALETTE[i % (PALETTE.len() - 1)]
     }
+}
+
+/// A picture's opening: the `<svg>` element of `height`, a white ground and `title` (escaped).
+fn picture_start(height: f64, title: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" font-family=\"sans-serif\" font-size=\"11\">"
+    );
+    let _ = writeln!(
+        s,
+        "<rect x=\"0\" y=\"0\" width=\"{WIDTH}\" height=\"{height:.0}\" fill=\"white\"/>"
+    );
+    let _ = writeln!(
+        s,
+        "<text x=\"8\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{}</text>",
+        xml_escape(title)
+    );
+    s
 }
 
 #[cfg(test)]

@@ -96,3 +96,20 @@ pub fn files_under(dir: &Path, keep: &dyn Fn(&Path) -> bool) -> Vec<std::path::P
     found.sort();
     found
 }
+
+/// `gapscope compare` of the bundled ht-decode run with itself, its mode-2 cells against its
+/// mode-1 cells, then `extra` arguments: the mode pair every compare test reads.
+pub fn compare_ht_decode_modes(extra: &[&str]) -> Output {
+    let t = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/ht-decode-h200.json");
+    let mut args = vec![
+        "compare",
+        t,
+        t,
+        "--base-select",
+        "graph_usage_mode=2",
+        "--head-select",
+        "graph_usage_mode=1",
+    ];
+    args.extend_from_slice(extra);
+    gapscope(&args)
+}
