@@ -24,8 +24,9 @@ use super::params::{
 use super::python_stack::CreatingStack;
 use super::result::SubscriberHandle;
 use super::state::{
-    API_FROM_CALLBACKS, BUDGET_ON, NODE_FRAMES, PANICS, PAUSE_FILTER, Shared, State, WATCH_ARMED,
-    WATCHING, active, api_recorded, current_thread_id, lock, lock_within,
+    API_FROM_CALLBACKS, BUDGET_ON, NODE_FRAMES, PANICS, PAUSE_FILTER, SWITCH_AWAITS_PROGRAM_THREAD,
+    Shared, State, WATCH_ARMED, WATCHING, active, api_recorded, current_thread_id, lock,
+    lock_within,
 };
 use super::sys;
 use crate::trace::{NodeType, StrId};
@@ -113,6 +114,9 @@ fn on_api(d: &ApiCallback<'_>) {
             let _ = SELF_CORR.try_with(|c| c.borrow_mut().push(d.correlation_id()));
         }
         return;
+    }
+    if SWITCH_AWAITS_PROGRAM_THREAD.load(Ordering::Relaxed) && d.entering() {
+        switch_for_the_pacer();
     }
     let launched = track_api_stack(d);
     if BUDGET_ON.load(Ordering::Relaxed) {
@@ -315,6 +319,14 @@ fn budget_decides(shared: &Shared, decide: impl FnOnce(&mut BudgetState) -> Opti
     let Some(budget) = &shared.budget else {
         return;
     };
+    if decide_only(budget, decide) {
+        apply_budget(shared, budget, loader::loaded());
+    }
+}
+
+/// Lets the budget decide; when the level changed, marks the switch pending (`dirty`) and
+/// says so.
+fn decide_only(budget: &Budget, decide: impl FnOnce(&mut BudgetState) -> Option<bool>) -> bool {
     let changed = {
         let mut decisions = lock(&budget.decisions);
         let before = decisions.level();
@@ -323,15 +335,16 @@ fn budget_decides(shared: &Shared, decide: impl FnOnce(&mut BudgetState) -> Opti
         lock(&budget.markers).decided(decisions.tracing(), || loader::loaded().map_or(0, now));
         decisions.level() != before
     };
-    if !changed {
-        return;
+    if changed {
+        budget.dirty.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
     }
-    budget.dirty.store(true, Ordering::SeqCst);
-    fence(Ordering::SeqCst);
-    apply_budget(shared, budget, loader::loaded());
+    changed
 }
 
-/// One tick of the budget's time schedule ([`BudgetState::pace`]), from the pacer thread.
+/// One tick of the budget's time schedule ([`BudgetState::pace`]), from the pacer thread. It
+/// only decides: the switch is made by the next outermost API call of a program thread
+/// ([`switch_for_the_pacer`]; see [`SWITCH_AWAITS_PROGRAM_THREAD`]).
 pub(super) fn pace(shared: &Shared) {
     let Some(budget) = &shared.budget else {
         return;
@@ -344,11 +357,40 @@ pub(super) fn pace(shared: &Shared) {
                 .chooser
                 .as_ref()
                 .is_some_and(|c| lock(c).saw_step_like_ranges()));
-    let now = loader::loaded().map_or(0, now);
-    budget_decides(shared, |b| {
+    pace_at(budget, loader::loaded().map_or(0, now), marked);
+}
+
+/// [`pace`] at host time `now` (ns).
+fn pace_at(budget: &Budget, now: u64, marked: bool) {
+    if decide_only(budget, |b| {
         b.pace(now, marked);
         None
-    });
+    }) {
+        SWITCH_AWAITS_PROGRAM_THREAD.store(true, Ordering::SeqCst);
+    }
+}
+
+/// At the entry of an API call of a program thread while the pacer's decision waits: applies
+/// it there, when the call is the thread's outermost (a switch inside a call is what the
+/// pacer thread's were).
+fn switch_for_the_pacer() {
+    let outermost = API_STACK
+        .try_with(|s| s.borrow().is_empty())
+        .unwrap_or(false);
+    if !outermost || !SWITCH_AWAITS_PROGRAM_THREAD.swap(false, Ordering::SeqCst) {
+        return;
+    }
+    if let Some(shared) = active() {
+        apply_pending(&shared, loader::loaded());
+    }
+}
+
+/// Applies the budget's pending decision (where another thread holds the switch token, that
+/// thread applies the latest decision itself: `dirty`).
+fn apply_pending(shared: &Shared, cupti: Option<&Cupti>) {
+    if let Some(budget) = &shared.budget {
+        apply_budget(shared, budget, cupti);
+    }
 }
 
 /// Brings CUPTI to what the decisions say, unless another thread is already doing so: that
@@ -1007,6 +1049,34 @@ mod tests {
             "{problems:?}"
         );
         assert_eq!(lock(&budget.decisions).graph_launch(0xb, 0), None, "frozen");
+    }
+
+    #[test]
+    fn the_pacer_thread_decides_and_a_program_thread_switches() {
+        use super::super::budget::PACED_FIRST_NS;
+        let shared = shared_with_budget(4, None);
+        let budget = shared.budget.as_ref().unwrap();
+        pace_at(budget, 0, false);
+        assert!(
+            !SWITCH_AWAITS_PROGRAM_THREAD.load(Ordering::SeqCst),
+            "no change yet"
+        );
+        // Past the first traced stretch with nothing counted: the schedule pauses.
+        pace_at(budget, PACED_FIRST_NS + 1, false);
+        assert!(!lock(&budget.decisions).tracing(), "the schedule pauses");
+        assert!(SWITCH_AWAITS_PROGRAM_THREAD.load(Ordering::SeqCst));
+        assert!(budget.dirty.load(Ordering::SeqCst));
+        assert_eq!(
+            *lock(&budget.applied),
+            Some(Level::Traced),
+            "the pacer thread switched nothing"
+        );
+        // The program thread's next outermost call switches (here without libcupti: the
+        // switch is refused and noted, which shows it was attempted there).
+        assert!(SWITCH_AWAITS_PROGRAM_THREAD.swap(false, Ordering::SeqCst));
+        apply_pending(&shared, None);
+        assert_eq!(*lock(&budget.applied), None);
+        assert!(!budget.dirty.load(Ordering::SeqCst));
     }
 
     /// A graph launch as CUPTI reports it: `params` is the launch's parameter block.

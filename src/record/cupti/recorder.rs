@@ -369,7 +369,31 @@ impl Recorder {
             lock(&self.shared.state).problem(
                 "trace budget: programs with no steps or graph launches to count are sampled by time (GAPSCOPE_BUDGET_PACE=1)",
             );
+            self.keep_launch_callbacks_for_pacing();
             self.pace_periodically();
+        }
+    }
+
+    /// The pacer thread decides but never switches CUPTI itself: a program thread does, at its
+    /// next outermost API call (`callbacks::pace`). So that a program with no graph launches
+    /// or ranges (an eager loop) makes such calls, the kernel-launch callbacks stay on for the
+    /// whole recording, at every level, and are no longer the step-range watch's to switch.
+    fn keep_launch_callbacks_for_pacing(&mut self) {
+        let sub = self.subscriber_handle();
+        for &(domain, cbid) in LAUNCH_CBIDS {
+            if self.api_enabled.contains(&(domain, cbid)) || self.domains_enabled.contains(&domain)
+            {
+                continue;
+            }
+            let done = self.cupti.enable_callback(sub, domain, cbid, true);
+            match done.map_err(|e| e.labelled("cuptiEnableCallback(pacing)")) {
+                Ok(()) => self.api_enabled.push((domain, cbid)),
+                Err(e) => lock(&self.shared.state).problem(format!("{e} (cbid {cbid})")),
+            }
+        }
+        if let Some(budget) = &self.shared.budget {
+            lock(&budget.watch_callbacks).retain(|c| !LAUNCH_CBIDS.contains(c));
+            lock(&budget.api_callbacks).retain(|c| !LAUNCH_CBIDS.contains(c));
         }
     }
 

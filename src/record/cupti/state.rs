@@ -134,6 +134,13 @@ pub(crate) static WATCHING: AtomicBool = AtomicBool::new(false);
 /// Whether the watch's launch callbacks (`Budget::watch_callbacks`) are on.
 pub(crate) static WATCH_ARMED: AtomicBool = AtomicBool::new(false);
 
+/// Set when the budget's time schedule (the pacer thread) changed what should be recorded: the
+/// next outermost API call of a program thread switches CUPTI. CUPTI is never switched from
+/// the pacer thread itself: recordings paced that way on an H100 came back damaged (every
+/// record of a program carrying one correlation id; launches recorded twice) while no
+/// recording switched from the program's own callbacks ever did.
+pub(crate) static SWITCH_AWAITS_PROGRAM_THREAD: AtomicBool = AtomicBool::new(false);
+
 /// Whether node creation walks the creating thread's frames for its library function
 /// (`GAPSCOPE_CUPTI_NODE_FRAMES=0` turns it off, to measure what provenance costs).
 pub(crate) static NODE_FRAMES: AtomicBool = AtomicBool::new(true);
