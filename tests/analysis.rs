@@ -26,7 +26,7 @@ fn mode2_pre_collective_gap_is_the_external_wait_inside_nccl_all_gather() {
     assert_eq!(graphed.observed.external_record_nodes, 1);
     assert_eq!(
         graphed.observed.graph_usage_mode.as_deref(),
-        Some("2 (mixing)")
+        Some("2 (2 external event nodes, from NCCL)")
     );
     assert!(graphed.mismatches.is_empty(), "{:?}", graphed.mismatches);
     // Every steady step: the gap before `coll` is the external wait node of the exec graph.
@@ -68,7 +68,7 @@ fn mode1_has_no_external_wait_gap() {
     assert_eq!(graphed.observed.external_wait_nodes, 0);
     assert_eq!(
         graphed.observed.graph_usage_mode.as_deref(),
-        Some("0/1 (no mixing)")
+        Some("1 (no external event nodes)")
     );
     for step in &graphed.steps {
         assert!(

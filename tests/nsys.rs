@@ -69,10 +69,14 @@ fn nsys_node_mode_and_record_find_the_same_cells_and_the_external_wait() {
         shape(&nsys),
         [
             ("eager".into(), "".into(), false),
-            ("graphed".into(), "0/1 (no mixing)".into(), false),
             (
                 "graphed".into(),
-                "external waits (not from NCCL)".into(),
+                "1 (no external event nodes)".into(),
+                false
+            ),
+            (
+                "graphed".into(),
+                "2 (2 external event nodes, not from NCCL)".into(),
                 true
             ),
         ]

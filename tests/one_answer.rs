@@ -78,3 +78,132 @@ fn the_screens_largest_gaps_are_the_json_reports_on_every_bundled_trace() {
     }
     assert!(with_gaps >= 10, "only {with_gaps} bundled traces with gaps");
 }
+
+/// The screen's word for a JSON verdict.
+fn change_word(change: &serde_json::Value) -> Option<&'static str> {
+    match change.as_str()? {
+        "slower" => Some("slower"),
+        "faster" => Some("faster"),
+        "no_change" => Some("no change"),
+        other => panic!("unknown change {other}"),
+    }
+}
+
+/// "2.43 [1.88–4.66] n=44" of a JSON saving, as report.md prints it.
+fn md_saving(s: &serde_json::Value) -> String {
+    let us = |k: &str| s[k].as_f64().expect("a figure") / 1000.0;
+    format!(
+        "{:.2} [{:.2}–{:.2}] n={}",
+        us("median"),
+        us("p10"),
+        us("p90"),
+        s["n"].as_u64().expect("n")
+    )
+}
+
+/// Every bundled trace: the headline, the mode lines, What to change, report.md and the JSON
+/// give each pair one verdict and each fix one prediction; where the headline is mode 2's cost,
+/// its fix is NCCL graph usage mode 1 and the predicted saving is that measured cost.
+#[test]
+fn every_output_gives_each_pair_one_verdict_and_each_fix_one_prediction() {
+    let paths = common::files_under(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("traces"),
+        &|p| {
+            let name = p.to_string_lossy();
+            name.ends_with(".json") || name.ends_with(".json.gz")
+        },
+    );
+    let (mut pairs, mut fixes, mut mode_costs) = (0, 0, 0);
+    for path in paths {
+        let Ok(t) = trace::read_trace(&path) else {
+            continue;
+        };
+        let name = path.display().to_string();
+        let a = analysis::analyze(
+            std::slice::from_ref(&t),
+            std::slice::from_ref(&name),
+            &AnalysisOptions::default(),
+        );
+        let screen = common::unwrapped(&analysis_summary(&a, None));
+        let md = gapscope::report::markdown::analysis_markdown(&a);
+        let json: serde_json::Value = serde_json::from_str(&analysis_json(&a)).unwrap();
+        let lines: Vec<&str> = screen.lines().collect();
+        for p in json["mode_pairs"].as_array().expect("mode_pairs") {
+            let Some(word) = change_word(&p["change"]) else {
+                continue;
+            };
+            let (b, h) = (
+                p["base"].as_u64().unwrap() + 1,
+                p["head"].as_u64().unwrap() + 1,
+            );
+            let start = format!("  C{h} vs C{b}: ");
+            let line = lines
+                .iter()
+                .find(|l| l.starts_with(&start))
+                .unwrap_or_else(|| panic!("{name}: no mode line {start:?}:\n{screen}"));
+            assert!(
+                line.contains(&format!("({word}, Δ")),
+                "{name}: JSON {word}, screen {line}"
+            );
+            pairs += 1;
+        }
+        let remedies = json["remedies"].as_array().expect("remedies");
+        for r in remedies {
+            let saving = &r["predicted_saving_ns"];
+            if saving.is_null() {
+                continue;
+            }
+            assert!(
+                md.contains(&md_saving(saving)),
+                "{name}: report.md lacks {}",
+                md_saving(saving)
+            );
+            fixes += 1;
+        }
+        let headline = &json["headline"];
+        if headline.is_null() {
+            continue;
+        }
+        let fix_line = lines
+            .iter()
+            .take(4)
+            .find(|l| l.starts_with("  fix: "))
+            .unwrap_or_else(|| panic!("{name}: no fix line:\n{screen}"));
+        match headline["fix"].as_u64() {
+            Some(i) => {
+                let saving = &remedies[i as usize]["predicted_saving_ns"];
+                let median = saving["median"].as_f64().expect("a predicted saving");
+                let said = format!("predicted saving {:.2} µs", median / 1000.0);
+                assert!(
+                    fix_line.contains(&said),
+                    "{name}: JSON {said}, screen {fix_line}"
+                );
+            }
+            None => assert!(!fix_line.contains("predicted saving"), "{name}: {fix_line}"),
+        }
+        if headline["basis"] == "mode_cost" {
+            let cost = &headline["mode_cost"];
+            let pair = &json["mode_pairs"][cost["pair"].as_u64().unwrap() as usize];
+            assert_eq!(
+                pair["change"], "slower",
+                "{name}: mode 2's cost from a pair not slower"
+            );
+            assert!(
+                lines[0].starts_with("Mode 2 costs: "),
+                "{name}: {}",
+                lines[0]
+            );
+            let fix = &remedies[headline["fix"].as_u64().expect("mode 2's fix") as usize];
+            assert_eq!(fix["kind"], "graph_usage_mode", "{name}");
+            assert_eq!(
+                fix["predicted_saving_ns"]["median"], cost["delta_ns"],
+                "{name}: the prediction is the measured cost"
+            );
+            mode_costs += 1;
+        }
+    }
+    assert!(
+        pairs >= 10 && fixes >= 10 && mode_costs >= 8,
+        "{pairs} {fixes} {mode_costs}"
+    );
+}

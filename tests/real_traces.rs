@@ -53,7 +53,10 @@ fn emu_replays_carry_graph_and_node_ids_and_the_dag_shows_mode_2_nodes() {
         ),
         (1, 1)
     );
-    assert_eq!(m2.observed.graph_usage_mode.as_deref(), Some("2 (mixing)"));
+    assert_eq!(
+        m2.observed.graph_usage_mode.as_deref(),
+        Some("2 (2 external event nodes, from NCCL)")
+    );
     let m1 = cell(&a, "graphed mode=1 emu replay");
     assert_eq!(
         (

@@ -98,7 +98,7 @@ fn mode1_only_trace_gets_no_graph_usage_mode_remedy() {
     let a = synthetic_graphed(1, 40);
     assert_eq!(
         a.cells[0].observed.graph_usage_mode.as_deref(),
-        Some("0/1 (no mixing)")
+        Some("1 (no external event nodes)")
     );
     assert!(of_kind(&a, RemedyKind::GraphUsageMode).is_empty());
 }

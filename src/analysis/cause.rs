@@ -1057,15 +1057,23 @@ fn observe(ctx: &TraceContext, steps: &[Step]) -> Observed {
             .into_iter()
             .flat_map(|&g| ctx.dag.graph_nodes(trace, g)),
     );
+    // "mode 1" / "mode 2" whatever the source, with the evidence in parentheses.
     let graph_usage_mode = match (regime, typical) {
-        (Some(Regime::Graphed), Some((w, _, _, true))) if w > 0 => Some("2 (mixing)".to_owned()),
-        (Some(Regime::Graphed), Some((w, _, _, false))) if w > 0 => {
-            Some("external waits (not from NCCL)".to_owned())
+        (Some(Regime::Graphed), Some((w, r, _, from_nccl))) if w > 0 => {
+            let whose = if from_nccl {
+                "from NCCL"
+            } else {
+                "not from NCCL"
+            };
+            Some(format!("2 ({} external event nodes, {whose})", w + r))
         }
-        (Some(Regime::Graphed), Some(_)) if has_dag => Some("0/1 (no mixing)".to_owned()),
+        (Some(Regime::Graphed), Some(_)) if has_dag => {
+            Some("1 (no external event nodes)".to_owned())
+        }
         (Some(Regime::Graphed), _) => Some("unknown (no graph DAG in the trace)".to_owned()),
         _ => None,
     };
+    let external_nodes_from_nccl = typical.is_some_and(|(w, _, _, nccl)| w > 0 && nccl);
     let (w, r, h, _) = typical.unwrap_or_default();
     Observed {
         regime,
@@ -1073,6 +1081,7 @@ fn observe(ctx: &TraceContext, steps: &[Step]) -> Observed {
         external_record_nodes: r,
         host_nodes: h,
         graph_usage_mode,
+        external_nodes_from_nccl,
         node_counts,
         ..Observed::default() // coverage: filled once every cell of the trace is known
     }

@@ -5,7 +5,7 @@
 
 use super::align::align_names;
 use super::stats::{Change, Geomean, Stat};
-use super::thresholds::{GAP_GROWTH_MIN_NS, RESOLUTION_NS, UNTRACED_CONFIRMS_SHARE};
+use super::thresholds::{GAP_GROWTH_MIN_NS, RESOLUTION_NS};
 use super::{
     AlignedOp, Analysis, CauseKind, CellAnalysis, CellComparison, Comparison, HostBoundSlowdown,
     KernelDelta, KernelDurations, NotPaired, OpKind,
@@ -93,17 +93,13 @@ fn untraced_host_delta(base: &CellAnalysis, head: &CellAnalysis) -> Option<f64> 
 }
 
 /// Whether the traced period difference `delta` is no more than tracing added to either
-/// cell's step — unless the untraced host step periods show most of it too, beyond its
-/// spread: then it is the program's, whatever tracing added besides.
+/// cell's step — unless the untraced host step periods differ beyond their spread: then the
+/// difference is the program's, whatever tracing added besides, and "not a finding" would
+/// contradict the untraced figure printed beside it.
 fn within_tracer_effect(base: &CellAnalysis, head: &CellAnalysis, delta: f64) -> Option<bool> {
-    let (longer, shorter) = if delta > 0.0 {
-        (head, base)
-    } else {
-        (base, head)
-    };
-    let confirmed = super::remedy::Saving::between_untraced_host_periods(longer, shorter)
-        .is_some_and(|s| s.p10 > 0.0 && s.median >= UNTRACED_CONFIRMS_SHARE * delta.abs());
-    if confirmed {
+    let untraced_beyond_spread = super::remedy::Saving::between_untraced_host_periods(head, base)
+        .is_some_and(|s| s.p10 > 0.0 || s.p90 < 0.0);
+    if untraced_beyond_spread {
         return Some(false);
     }
     super::tracer_share::TracerShare::explains(
@@ -404,6 +400,16 @@ pub fn unjudged_note(cells: &[CellComparison]) -> Option<String> {
             super::thresholds::MIN_STEPS_TO_JUDGE
         )
     })
+}
+
+/// "1 slower beyond its spread, within 1.02×" of the compared cells that are slower beyond the
+/// spread but not by more than `threshold`: a PASS that still has "slower" rows says so.
+pub fn slower_within_threshold_note(cells: &[CellComparison], threshold: f64) -> Option<String> {
+    let within = cells
+        .iter()
+        .filter(|c| c.change == Some(Change::Slower) && !c.ratio.is_some_and(|r| r > threshold))
+        .count();
+    (within > 0).then(|| format!("{within} slower beyond its spread, within {threshold:.2}×"))
 }
 
 /// What a picture of one compared cell draws (`compare.svg`, `compare.perfetto-trace`): each

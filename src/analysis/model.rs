@@ -332,9 +332,12 @@ pub struct Observed {
     pub external_wait_nodes: usize,
     pub external_record_nodes: usize,
     pub host_nodes: usize,
-    /// "2 (mixing)" when NCCL-created external nodes are present, "0/1 (no mixing)" when a
-    /// graphed cell has none, `None` for eager cells.
+    /// "2 (N external event nodes, from NCCL)" (or "not from NCCL": the serial-event shape
+    /// built by hand) when the graphs hold external event-wait nodes, "1 (no external event
+    /// nodes)" when a graphed cell has none, `None` for eager cells.
     pub graph_usage_mode: Option<String>,
+    /// The external event-wait nodes were created inside NCCL calls.
+    pub external_nodes_from_nccl: bool,
     /// Node types of the cell's first executable graph, with counts ("EventWait (external)",
     /// "Kernel", ...): what a comparison of two graphed cells can diff.
     pub node_counts: BTreeMap<String, usize>,
@@ -363,7 +366,7 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// The graph usage mode without its explanation: "2" of "2 (mixing)".
+    /// The graph usage mode without its evidence: "2" of "2 (2 external event nodes, …)".
     pub fn graph_usage_mode_short(&self) -> Option<&str> {
         let mode = self.graph_usage_mode.as_deref()?;
         mode.split(" (").next()

@@ -440,8 +440,8 @@ fn graph_usage_mode(a: &Analysis, index: usize, cell: &CellAnalysis) -> Found {
     // waits made elsewhere (NCCL's serial-event shape built by hand) where the same workload
     // ran without them too, which shows what mode 1 would save.
     let pair = a.mode_pairs.iter().find(|p| p.head == index);
-    let mode = cell.observed.graph_usage_mode.as_deref().unwrap_or("");
-    if !(mode.starts_with('2') || (mode.starts_with("external waits") && pair.is_some())) {
+    let mode_2 = cell.observed.graph_usage_mode_short() == Some("2");
+    if !(mode_2 && (cell.observed.external_nodes_from_nccl || pair.is_some())) {
         return None;
     }
     let evidence = cause_total(cell, CauseKind::ExternalEventWait)?
@@ -451,8 +451,7 @@ fn graph_usage_mode(a: &Analysis, index: usize, cell: &CellAnalysis) -> Found {
         let base = &a.cells[pair.base];
         let mode = base
             .requested_mode()
-            .map_or("0/1".to_owned(), |m| m.to_string());
-        // The pair's own figures: its untraced periods where it was judged on them.
+            .map_or("1".to_owned(), |m| m.to_string());
         // The pair's own figures, the program's where known: its untraced periods where it
         // was judged on them, else the untraced host step periods, else the traced ones.
         let untraced = pair
@@ -648,6 +647,13 @@ fn host_code_before_launch(cell: &CellAnalysis) -> Found {
         let basis = "none predicted: the host time before the launches was measured only as traced (a Kineto import, or a recording without untraced steps), and tracing lengthens it by an amount this run did not measure";
         return Some((evidence, None, basis.to_owned()));
     };
+    // Without host samples naming the code in those gaps, the host time before a launch can
+    // be the launch path itself (a replay loop's own Python, the replay call, event records):
+    // nothing a user could take off the path is known.
+    if sampled.is_empty() {
+        let basis = "none predicted: no host samples name the code in these gaps, and in a replay loop the host time before a launch is mostly the launch path itself (the loop, the replay call, event records)";
+        return Some((evidence, None, basis.to_owned()));
+    }
     let added = (traced.median - untraced.median).max(0.0);
     let mut saving = Saving::from_stat_minus(&before, added);
     let mut basis = if added > 0.0 {
@@ -1032,6 +1038,16 @@ mod tests {
         calls_us: f64,
         untraced_us: Option<f64>,
     ) -> (Vec<Remedy>, Vec<Withheld>) {
+        host_bound_graphed_with(before_us, calls_us, untraced_us, true)
+    }
+
+    /// [`host_bound_graphed`], with host samples naming one code in the gaps or none.
+    fn host_bound_graphed_with(
+        before_us: f64,
+        calls_us: f64,
+        untraced_us: Option<f64>,
+        named_code: bool,
+    ) -> (Vec<Remedy>, Vec<Withheld>) {
         let mut a = analysis(&[SyntheticCell::emu(true, 1, 30)]);
         let stat = |us: f64| Stat {
             median: us * 1e3,
@@ -1054,6 +1070,20 @@ mod tests {
         c.host_before_launch = Some(stat(before_us));
         c.period = Some(stat(before_us + calls_us + 20.0));
         c.untraced_period = untraced_us.map(stat);
+        c.host_time = named_code.then(|| super::super::host_samples::HostTime {
+            gaps: 29,
+            gap_ns: 29_000,
+            per_step: None,
+            samples: 40,
+            exact: false,
+            top: vec![super::super::host_samples::HostCode {
+                code: "model.py:12 prepare_inputs".into(),
+                calls: None,
+                innermost: "model.py:12 prepare_inputs".into(),
+                samples: 40,
+                share: 1.0,
+            }],
+        });
         remedies(&a)
     }
 
@@ -1082,6 +1112,21 @@ mod tests {
         let (given, withheld) = host_bound_graphed(100.0, 90.0, Some(120.0));
         assert!(given.is_empty(), "{given:?}");
         assert_eq!(withheld[0].remedy.kind, RemedyKind::HostCodeBeforeLaunch);
+    }
+
+    #[test]
+    fn host_time_before_a_launch_that_no_sample_names_is_no_saving() {
+        let (given, _) = host_bound_graphed(1_400.0, 90.0, Some(1_410.0));
+        assert_eq!(given.len(), 1, "named code: {given:?}");
+        // The same gaps with no host samples: they may be the replay loop's own launch path.
+        let (given, withheld) = host_bound_graphed_with(1_400.0, 90.0, Some(1_410.0), false);
+        assert!(given.is_empty(), "{given:?}");
+        assert_eq!(withheld[0].remedy.kind, RemedyKind::HostCodeBeforeLaunch);
+        assert!(
+            withheld[0].why.contains("no host samples name the code"),
+            "{}",
+            withheld[0].why
+        );
     }
 
     #[test]

@@ -31,12 +31,6 @@ pub const TRACER_SHARE_MIN_PERIODS: usize = 5;
 /// Fewest measured periods for a cell's untraced period to be stated.
 pub const UNTRACED_MIN_PERIODS: usize = 5;
 
-/// Share of a traced period difference that the cells' untraced host step periods must show
-/// too, in the same direction and beyond its spread, for the difference to be the program's
-/// and not the tracer's (when no device-side untraced period was measured): at half of it,
-/// most of the difference stays without tracing.
-pub const UNTRACED_CONFIRMS_SHARE: f64 = 0.5;
-
 // ---- What a comparison says ----
 
 /// Gap growth by cause under this (ns, either sign) is rounding, not a cause that moved: left

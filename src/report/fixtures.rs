@@ -355,12 +355,17 @@ pub fn fixture() -> (Vec<Trace>, Analysis) {
                 external_wait_nodes: usize::from(regime == Regime::Graphed),
                 external_record_nodes: usize::from(regime == Regime::Graphed),
                 host_nodes: 0,
-                graph_usage_mode: (regime == Regime::Graphed).then(|| "2 (mixing)".to_owned()),
+                graph_usage_mode: (regime == Regime::Graphed)
+                    .then(|| "2 (2 external event nodes, from NCCL)".to_owned()),
+                external_nodes_from_nccl: regime == Regime::Graphed,
                 graph_coverage: Some(if regime == Regime::Graphed { 1.0 } else { 0.0 }),
                 ..Observed::default()
             },
             mismatches: if cell == 1 {
-                vec!["requested graph usage mode 1, observed 2 (mixing)".into()]
+                vec![
+                    "requested graph usage mode 1, observed 2 (2 external event nodes, from NCCL)"
+                        .into(),
+                ]
             } else {
                 vec![]
             },

@@ -357,7 +357,10 @@ mod tests {
         assert_eq!(cell["step_count"], fixtures::STEPS);
         assert_eq!(cell["first_launch_steps"], 1);
         assert_eq!(cell["period"]["median"], fixtures::GRAPHED_PERIOD as f64);
-        assert_eq!(cell["observed"]["graph_usage_mode"], "2 (mixing)");
+        assert_eq!(
+            cell["observed"]["graph_usage_mode"],
+            "2 (2 external event nodes, from NCCL)"
+        );
         assert!(cell["sequence"].as_array().unwrap().len() == 5);
         assert!(v["regime_pairs"][0]["ratio"].as_f64().unwrap() > 1.0);
         assert_eq!(v["geomean_ratio"]["n"], 1);

@@ -36,7 +36,8 @@ fn cell_line(a: &Analysis, i: usize, c: &CellAnalysis) -> String {
         .unwrap_or_default();
     let mode = c
         .observed
-        .graph_usage_mode_short()
+        .graph_usage_mode
+        .as_deref()
         .map(|m| format!(" mode {m}"))
         .unwrap_or_default();
     let sampled = c
@@ -93,14 +94,20 @@ fn tracer_effect_note(p: &crate::analysis::CellComparison) -> String {
             String::new()
         };
     }
-    let untraced = p
-        .untraced_period_delta
-        .map(|d| format!(" (between untraced steps: Δ {} µs)", us2_signed(d)))
-        .unwrap_or_default();
+    let untraced = |within: &str| {
+        p.untraced_period_delta
+            .map(|d| format!(" (between untraced steps: Δ {} µs{within})", us2_signed(d)))
+            .unwrap_or_default()
+    };
+    // Analysis calls a difference the tracer's only where the untraced one is inside its
+    // spread (`within_tracer_effect`).
     if p.within_tracer_effect == Some(true) {
-        format!(" — within what tracing adds to a step: not a finding{untraced}")
+        format!(
+            " — within what tracing adds to a step: not a finding{}",
+            untraced(", within its spread")
+        )
     } else {
-        untraced
+        untraced("")
     }
 }
 

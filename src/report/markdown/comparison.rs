@@ -162,9 +162,14 @@ pub fn comparison_github(c: &Comparison, picture: Option<&str>) -> String {
 
 pub(crate) fn verdict_line(c: &Comparison) -> String {
     if c.breached.is_empty() {
-        let unjudged = crate::analysis::compare::unjudged_note(&c.cells)
-            .map(|note| format!("; {note}"))
-            .unwrap_or_default();
+        let unjudged = [
+            crate::analysis::compare::slower_within_threshold_note(&c.cells, c.threshold),
+            crate::analysis::compare::unjudged_note(&c.cells),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|note| format!("; {note}"))
+        .collect::<String>();
         format!(
             "PASS: no cell slower than {:.2}× beyond spread ({} cells compared{unjudged})",
             c.threshold,

@@ -988,7 +988,7 @@ mod tests {
         // The period table: graphed row with ratio and change, eager row as base.
         assert!(md.contains("### Workload `T=8,launch=\"replay\"`"), "{md}");
         assert!(
-            md.contains("| graphed mode=2 T=8 | graphed | 2 (mixing) | 3 | 28.00 | 28.00–28.00 | — | 28.00 n=2 | 1.04× | slower |"),
+            md.contains("| graphed mode=2 T=8 | graphed | 2 (2 external event nodes, from NCCL) | 3 | 28.00 | 28.00–28.00 | — | 28.00 n=2 | 1.04× | slower |"),
             "{md}"
         );
         assert!(
@@ -1007,7 +1007,7 @@ mod tests {
         assert!(md.contains("### Idle time per step, by cause"));
         assert!(md.contains("| graphed mode=2 T=8 | external event wait | 2.50 |"));
         assert!(
-            md.contains("requested ≠ observed: requested graph usage mode 1, observed 2 (mixing)")
+            md.contains("requested ≠ observed: requested graph usage mode 1, observed 2 (2 external event nodes, from NCCL)")
         );
     }
 
@@ -1070,6 +1070,18 @@ mod tests {
         assert!(md.contains("graphed mode=2 T=512 (base only)"));
         assert!(md.contains("synthetic trace, not recorded on a GPU"));
         assert!(md.contains("Base inputs") && md.contains("Head inputs"));
+    }
+
+    #[test]
+    fn a_pass_with_slower_rows_counts_them() {
+        let mut c = fixtures::comparison(1.02, vec![]);
+        c.cells[0].change = Some(crate::analysis::stats::Change::Slower);
+        c.cells[0].ratio = Some(1.01);
+        let md = comparison_markdown(&c);
+        assert!(
+            md.contains("**PASS: no cell slower than 1.02× beyond spread (2 cells compared; 1 slower beyond its spread, within 1.02×)**"),
+            "{md}"
+        );
     }
 
     #[test]

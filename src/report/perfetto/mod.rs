@@ -830,7 +830,9 @@ mod tests {
             "{p1}"
         );
         assert!(p1.contains("synthetic"), "{p1}");
-        assert!(procs[&(2, 0)].starts_with("graphed mode=2 T=8 [graphed, mode 2 (mixing)]"));
+        assert!(procs[&(2, 0)].starts_with(
+            "graphed mode=2 T=8 [graphed, mode 2 (2 external event nodes, from NCCL)]"
+        ));
         let threads = names(&v, "thread_name");
         for pid in [1, 2] {
             let mine: BTreeSet<&str> = threads
