@@ -49,8 +49,9 @@ fn json_gap_rows(json: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn the_screens_largest_gaps_are_the_json_reports_on_every_bundled_trace() {
+/// Every bundled gapscope trace (Kineto and third-party inputs have their own importers),
+/// analysed with the defaults: (path, analysis).
+fn bundled_analyses() -> Vec<(String, analysis::Analysis)> {
     let paths = common::files_under(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("traces"),
         &|p| {
@@ -58,18 +59,25 @@ fn the_screens_largest_gaps_are_the_json_reports_on_every_bundled_trace() {
             name.ends_with(".json") || name.ends_with(".json.gz")
         },
     );
+    paths
+        .into_iter()
+        .filter_map(|path| {
+            let t = trace::read_trace(&path).ok()?;
+            let name = path.display().to_string();
+            let a = analysis::analyze(
+                std::slice::from_ref(&t),
+                std::slice::from_ref(&name),
+                &AnalysisOptions::default(),
+            );
+            Some((name, a))
+        })
+        .collect()
+}
+
+#[test]
+fn the_screens_largest_gaps_are_the_json_reports_on_every_bundled_trace() {
     let mut with_gaps = 0;
-    for path in paths {
-        // Kineto and third-party inputs have their own importers; gapscope traces here.
-        let Ok(t) = trace::read_trace(&path) else {
-            continue;
-        };
-        let name = path.display().to_string();
-        let a = analysis::analyze(
-            std::slice::from_ref(&t),
-            std::slice::from_ref(&name),
-            &AnalysisOptions::default(),
-        );
+    for (name, a) in bundled_analyses() {
         let screen = analysis_summary(&a, None);
         let json: serde_json::Value = serde_json::from_str(&analysis_json(&a)).unwrap();
         let (on_screen, in_json) = (screen_gap_rows(&screen), json_gap_rows(&json));
@@ -106,24 +114,8 @@ fn md_saving(s: &serde_json::Value) -> String {
 /// its fix is NCCL graph usage mode 1 and the predicted saving is that measured cost.
 #[test]
 fn every_output_gives_each_pair_one_verdict_and_each_fix_one_prediction() {
-    let paths = common::files_under(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("traces"),
-        &|p| {
-            let name = p.to_string_lossy();
-            name.ends_with(".json") || name.ends_with(".json.gz")
-        },
-    );
     let (mut pairs, mut fixes, mut mode_costs) = (0, 0, 0);
-    for path in paths {
-        let Ok(t) = trace::read_trace(&path) else {
-            continue;
-        };
-        let name = path.display().to_string();
-        let a = analysis::analyze(
-            std::slice::from_ref(&t),
-            std::slice::from_ref(&name),
-            &AnalysisOptions::default(),
-        );
+    for (name, a) in bundled_analyses() {
         let screen = common::unwrapped(&analysis_summary(&a, None));
         let md = gapscope::report::markdown::analysis_markdown(&a);
         let json: serde_json::Value = serde_json::from_str(&analysis_json(&a)).unwrap();
