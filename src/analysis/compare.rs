@@ -402,6 +402,62 @@ pub fn unjudged_note(cells: &[CellComparison]) -> Option<String> {
     })
 }
 
+/// Which periods a compared pair's difference is the program's on, best first: the untraced
+/// periods it was judged on, else the untraced host step periods (the tracers' shares), else
+/// the traced periods. One choice for the headline's mode-2 cost and the mode remedy's
+/// saving, so that the two figures are one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairPeriods {
+    Untraced,
+    UntracedHost,
+    Traced,
+}
+
+impl PairPeriods {
+    pub fn of(pair: &CellComparison, base: &CellAnalysis, head: &CellAnalysis) -> PairPeriods {
+        use super::remedy::Saving;
+        if pair.judged_untraced && Saving::between_untraced_periods(head, base).is_some() {
+            PairPeriods::Untraced
+        } else if Saving::between_untraced_host_periods(head, base).is_some() {
+            PairPeriods::UntracedHost
+        } else {
+            PairPeriods::Traced
+        }
+    }
+
+    /// What moving from cell `from` to cell `to` saves a step, on these periods.
+    pub fn saving(self, from: &CellAnalysis, to: &CellAnalysis) -> Option<super::remedy::Saving> {
+        use super::remedy::Saving;
+        match self {
+            PairPeriods::Untraced => Saving::between_untraced_periods(from, to),
+            PairPeriods::UntracedHost => Saving::between_untraced_host_periods(from, to),
+            PairPeriods::Traced => Saving::between_periods(from, to),
+        }
+    }
+
+    /// A cell's median period of this kind, ns.
+    pub fn median(self, cell: &CellAnalysis) -> Option<f64> {
+        match self {
+            PairPeriods::Untraced => cell.untraced_period.map(|s| s.median),
+            PairPeriods::UntracedHost => cell.tracer_share.as_ref().map(|s| s.untraced.median),
+            PairPeriods::Traced => cell.period.map(|s| s.median),
+        }
+    }
+
+    pub fn untraced(self) -> bool {
+        self != PairPeriods::Traced
+    }
+
+    /// "untraced periods", as a remedy's basis names them.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PairPeriods::Untraced => "untraced periods",
+            PairPeriods::UntracedHost => "untraced host step periods",
+            PairPeriods::Traced => "periods",
+        }
+    }
+}
+
 /// "1 slower beyond its spread, within 1.02×" of the compared cells that are slower beyond the
 /// spread but not by more than `threshold`: a PASS that still has "slower" rows says so.
 pub fn slower_within_threshold_note(cells: &[CellComparison], threshold: f64) -> Option<String> {

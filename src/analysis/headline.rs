@@ -142,7 +142,7 @@ pub fn headline(a: &Analysis) -> Option<Headline> {
 /// The mode pair whose mode 2 is slower beyond the spread by most (and not within what tracing
 /// adds, which the mode line calls no finding): its mode-2 cell, its twin and the cost.
 fn by_mode_cost(a: &Analysis) -> Option<(usize, usize, ModeCost)> {
-    let (pair, p, delta) = a
+    let (pair, p, _) = a
         .mode_pairs
         .iter()
         .enumerate()
@@ -153,33 +153,13 @@ fn by_mode_cost(a: &Analysis) -> Option<(usize, usize, ModeCost)> {
         .filter(|(_, _, d)| *d > 0.0)
         .max_by(|x, y| x.2.total_cmp(&y.2))?;
     let (base, head) = (&a.cells[p.base], &a.cells[p.head]);
-    let untraced = p.judged_untraced && p.untraced_period_delta.is_some();
-    // Not judged on measured untraced periods: the untraced host step periods, where both
-    // cells have them, are the program's figures (as the mode remedy's saving takes them).
-    let host = !p.judged_untraced
-        && base.tracer_share.is_some()
-        && head.tracer_share.is_some()
-        && p.untraced_period_delta.is_some();
-    let median = |c: &CellAnalysis| {
-        if untraced {
-            c.untraced_period.map(|s| s.median)
-        } else if host {
-            c.tracer_share.as_ref().map(|s| s.untraced.median)
-        } else {
-            c.period.map(|s| s.median)
-        }
-    };
-    let delta = if host {
-        p.untraced_period_delta?
-    } else {
-        delta
-    };
+    let periods = super::compare::PairPeriods::of(p, base, head);
     let cost = ModeCost {
         pair,
-        delta_ns: delta,
-        base_ns: median(base)?,
-        head_ns: median(head)?,
-        untraced: untraced || host,
+        delta_ns: periods.saving(head, base)?.median,
+        base_ns: periods.median(base)?,
+        head_ns: periods.median(head)?,
+        untraced: periods.untraced(),
     };
     Some((p.head, p.base, cost))
 }

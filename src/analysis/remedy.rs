@@ -452,18 +452,10 @@ fn graph_usage_mode(a: &Analysis, index: usize, cell: &CellAnalysis) -> Found {
         let mode = base
             .requested_mode()
             .map_or("1".to_owned(), |m| m.to_string());
-        // The pair's own figures, the program's where known: its untraced periods where it
-        // was judged on them, else the untraced host step periods, else the traced ones.
-        let untraced = pair
-            .judged_untraced
-            .then(|| Saving::between_untraced_periods(cell, base))
-            .flatten();
-        let (saving, measured) = match (untraced, Saving::between_untraced_host_periods(cell, base))
-        {
-            (Some(s), _) => (Some(s), "untraced periods"),
-            (None, Some(s)) => (Some(s), "untraced host step periods"),
-            (None, None) => (Saving::between_periods(cell, base), "periods"),
-        };
+        // The pair's own figures, the program's where known (the headline's cost is the same
+        // figure: `PairPeriods`).
+        let periods = super::compare::PairPeriods::of(pair, base, cell);
+        let (saving, measured) = (periods.saving(cell, base), periods.describe());
         let basis = format!(
             "the {measured} of mode-{mode} cell `{}` of the same workload, measured",
             base.label
