@@ -443,12 +443,13 @@ pub(crate) fn headline_texts(
     a: &crate::analysis::Analysis,
     named: &dyn Fn(usize) -> String,
     short: &dyn Fn(usize) -> String,
-) -> [String; 5] {
+) -> [String; 6] {
     use crate::analysis::headline::Basis;
     let Some(h) = &a.headline else {
         return [
             Basis::PredictedSaving.title().to_owned(),
             "none (no cells)".to_owned(),
+            "largest cause".to_owned(),
             "—".to_owned(),
             "no change needed".to_owned(),
             String::new(),
@@ -501,8 +502,28 @@ pub(crate) fn headline_texts(
         ),
         None => "none (the step has no idle time)".to_owned(),
     };
-    // Mode 2's cost, on the periods its pair was judged on (its cause is the cell's external
-    // event wait; the parts of the difference are in the mode line).
+    // Mode 2's cost: its cause is the external event nodes, whose wait's gap grew between the
+    // modes (the pair's gap growth, traced; every part of the difference is in the mode line).
+    let (cause_label, cause) = match (&h.mode_cost, &h.cause) {
+        (Some(m), Some(wait)) => {
+            let grew = a
+                .mode_pairs
+                .get(m.pair)
+                .map(|p| p.gap_growth_of(crate::analysis::CauseKind::ExternalEventWait))
+                .filter(|g| *g != 0.0)
+                .map(|g| format!(", {} µs over mode 1 (traced)", us2_signed(g)))
+                .unwrap_or_default();
+            (
+                "cause",
+                format!(
+                    "mode 2's external event wait {} a step{grew}",
+                    stat_us(&wait.per_step)
+                ),
+            )
+        }
+        _ => ("largest cause", cause),
+    };
+    // Mode 2's cost, on the periods its pair was judged on.
     let (period, against) = match &h.mode_cost {
         Some(m) => {
             let share = m
@@ -533,6 +554,7 @@ pub(crate) fn headline_texts(
     [
         h.basis.title().to_owned(),
         format!("{} — {period}{against}", named(h.cell)),
+        cause_label.to_owned(),
         cause,
         fix,
         host_code,

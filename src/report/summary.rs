@@ -229,9 +229,10 @@ fn alias_named(a: &Analysis, i: usize) -> String {
 /// The three lines the screen leads with: the worst cell, its largest cause, its fix; then the
 /// host code sampled in its host-bound gaps when that cause is host-bound.
 fn headline(a: &Analysis, s: &mut String) {
-    let [title, worst, cause, fix, host] = super::headline_texts(a, &|i| alias_named(a, i), &alias);
+    let [title, worst, cause_label, cause, fix, host] =
+        super::headline_texts(a, &|i| alias_named(a, i), &alias);
     let _ = writeln!(s, "{title}: {worst}");
-    let _ = writeln!(s, "  largest cause: {cause}");
+    let _ = writeln!(s, "  {cause_label}: {cause}");
     let _ = writeln!(s, "  fix: {fix}");
     // After the three lines that answer: the host code behind a host-bound cause.
     if !host.is_empty() {

@@ -237,7 +237,12 @@ fn verdict_section(s: &mut String, a: &Analysis) {
             .get(i)
             .map_or_else(String::new, |c| md_cell(&c.label))
     };
-    let [title, worst, cause, fix, host] = crate::report::headline_texts(a, &label, &label);
+    let [title, worst, cause_label, cause, fix, host] =
+        crate::report::headline_texts(a, &label, &label);
+    let cause_label = match cause_label.split_at_checked(1) {
+        Some((first, rest)) => first.to_uppercase() + rest,
+        None => cause_label,
+    };
     let host = if host.is_empty() {
         String::new()
     } else {
@@ -245,7 +250,7 @@ fn verdict_section(s: &mut String, a: &Analysis) {
     };
     let _ = writeln!(
         s,
-        "### Verdict\n\n- **{title}:** {worst}\n- **Largest cause:** {cause}{host}\n- **Fix:** {fix}\n"
+        "### Verdict\n\n- **{title}:** {worst}\n- **{cause_label}:** {cause}{host}\n- **Fix:** {fix}\n"
     );
 }
 
