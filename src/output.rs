@@ -9,6 +9,11 @@
 //! Targets that are not regular files are written in place: devices and FIFOs, and open file
 //! descriptors named by path (`/dev/stdout`, `/dev/fd/N`, `/proc/self/fd/N`), which a rename
 //! could not replace.
+//!
+//! The same exit stops and removes what a command holds outside its outputs: a child process
+//! it waits for ([`run_child`], `nsys export`) is killed with its process group, and a
+//! temporary folder ([`TemporaryFolder`]) removed. Folders left by killed processes are
+//! removed by the next process that makes one.
 #![forbid(unsafe_code)]
 
 use std::fs::File;
@@ -24,15 +29,175 @@ fn temporaries() -> MutexGuard<'static, Vec<PathBuf>> {
     TEMPORARIES.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Removes every temporary file still being written and exits with `code` (from a signal
-/// handler). A commit in progress is finished first; none starts after, since the lock is held
-/// until the process is gone.
+/// Removes every temporary file still being written, kills the children waited for
+/// ([`run_child`]), removes the temporary folders ([`TemporaryFolder`]) and exits with `code`
+/// (from a signal handler). A commit in progress is finished first; none starts after, since
+/// the lock is held until the process is gone. The children's lock is held as long, so the
+/// thread that waited for a child never reports it killed.
 pub fn exit_removing_temporaries(code: i32) -> ! {
     let mut held = temporaries();
     for p in held.drain(..) {
         let _ = std::fs::remove_file(p);
     }
+    let mut cleanups = cleanups();
+    // The children first: none then writes into a folder being removed.
+    kill_process_groups(&cleanups.children);
+    for folder in cleanups.folders.drain(..) {
+        let _ = std::fs::remove_dir_all(folder);
+    }
     std::process::exit(code)
+}
+
+/// What a signal exit stops and removes besides the temporary files.
+struct Cleanups {
+    /// Temporary folders ([`TemporaryFolder`]).
+    folders: Vec<PathBuf>,
+    /// Children being waited for ([`run_child`]), each the leader of its own process group.
+    children: Vec<u32>,
+}
+
+static CLEANUPS: Mutex<Cleanups> = Mutex::new(Cleanups {
+    folders: Vec::new(),
+    children: Vec::new(),
+});
+
+fn cleanups() -> MutexGuard<'static, Cleanups> {
+    CLEANUPS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How long a signal exit waits for killed children to be gone before removing the folders.
+const KILLED_CHILDREN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Kills the process groups led by `children` (SIGKILL: a hung child may ignore anything
+/// else) and waits, at most [`KILLED_CHILDREN_WAIT`], until no process of them is left.
+fn kill_process_groups(children: &[u32]) {
+    use nix::sys::signal::{Signal, killpg};
+    use nix::unistd::Pid;
+    let groups: Vec<Pid> = children
+        .iter()
+        .filter_map(|&pid| i32::try_from(pid).ok())
+        .map(Pid::from_raw)
+        .collect();
+    for &group in &groups {
+        let _ = killpg(group, Signal::SIGKILL);
+    }
+    let deadline = std::time::Instant::now() + KILLED_CHILDREN_WAIT;
+    while groups.iter().any(|&g| killpg(g, None).is_ok()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Runs `command` to its end and collects its output, as [`std::process::Command::output`]
+/// does, in a process group of its own that a signal exit kills
+/// ([`exit_removing_temporaries`]): a child that hangs is not left running when gapscope is
+/// stopped.
+pub fn run_child(command: &mut std::process::Command) -> std::io::Result<std::process::Output> {
+    use std::os::unix::process::CommandExt;
+    command
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = {
+        // Spawned and registered under the lock: a signal sees the child or none of it.
+        let mut held = cleanups();
+        let child = command.spawn()?;
+        held.children.push(child.id());
+        child
+    };
+    let id = child.id();
+    let output = child.wait_with_output();
+    // A signal exit holds the lock until the process is gone: this waits for it then.
+    cleanups().children.retain(|&c| c != id);
+    output
+}
+
+/// A temporary folder, `gapscope-<purpose>-<pid>-<n>` in the system's temporary folder (only
+/// this user may enter it), removed when dropped and by a signal exit
+/// ([`exit_removing_temporaries`]). Making the first of a purpose removes the folders of that
+/// purpose whose process is gone (killed by SIGKILL, which no handler sees).
+pub struct TemporaryFolder(PathBuf);
+
+impl TemporaryFolder {
+    pub fn new(purpose: &str) -> std::io::Result<TemporaryFolder> {
+        use std::os::unix::fs::DirBuilderExt;
+        static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let root = std::env::temp_dir();
+        let mut held = cleanups();
+        remove_stale_folders(&root, purpose, &held.folders);
+        loop {
+            let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = root.join(folder_name(purpose, std::process::id(), n));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => {
+                    held.folders.push(path.clone());
+                    return Ok(TemporaryFolder(path));
+                }
+                // Another user's folder of that name (ours of a dead process were removed).
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TemporaryFolder {
+    fn drop(&mut self) {
+        let mut held = cleanups();
+        let _ = std::fs::remove_dir_all(&self.0);
+        held.folders.retain(|f| f != &self.0);
+    }
+}
+
+/// `gapscope-<purpose>-<pid>-<n>`.
+fn folder_name(purpose: &str, pid: u32, n: u64) -> String {
+    format!("gapscope-{purpose}-{pid}-{n}")
+}
+
+/// The process id in a folder's name of `purpose` ([`folder_name`]).
+fn folder_pid(name: &str, purpose: &str) -> Option<u32> {
+    let rest = name.strip_prefix("gapscope-")?.strip_prefix(purpose)?;
+    let (pid, n) = rest.strip_prefix('-')?.split_once('-')?;
+    n.parse::<u64>().ok()?;
+    pid.parse().ok()
+}
+
+/// Removes, once per purpose and process, this user's folders of `purpose` in `root` whose
+/// process is gone (`ours`: this process's own folders, kept; one with our pid not among them
+/// is a dead process's whose pid we reuse). Called with the lock held.
+fn remove_stale_folders(root: &Path, purpose: &str, ours: &[PathBuf]) {
+    use std::os::unix::fs::MetadataExt;
+    static CLEANED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut cleaned = CLEANED.lock().unwrap_or_else(PoisonError::into_inner);
+    if cleaned.iter().any(|p| p == purpose) {
+        return;
+    }
+    cleaned.push(purpose.to_owned());
+    // The owner of /proc/self is this process's user; without /proc nothing is known dead.
+    let (Ok(me), Ok(entries)) = (std::fs::metadata("/proc/self"), std::fs::read_dir(root)) else {
+        return;
+    };
+    let pid = std::process::id();
+    for entry in entries.flatten() {
+        let Some(owner) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| folder_pid(n, purpose))
+        else {
+            continue;
+        };
+        let path = entry.path();
+        // A folder, not a link to one; this user's.
+        let mine =
+            std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == me.uid());
+        let gone = owner == pid || process_alive(owner) == Some(false);
+        if mine && gone && !ours.contains(&path) {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
 }
 
 /// The commit: while it is held, temporaries are neither created nor removed by anyone else,
@@ -333,6 +498,22 @@ mod tests {
             "a.tmp",
         ] {
             assert_eq!(temporary_pid(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn folder_names_carry_their_process() {
+        assert_eq!(
+            folder_pid(&folder_name("nsys", 4321, 0), "nsys"),
+            Some(4321)
+        );
+        for other in [
+            "gapscope-nsys-12",
+            "gapscope-nsys-x-1",
+            "gapscope-nsysx-1-2",
+            "gapscope-other-1-2",
+        ] {
+            assert_eq!(folder_pid(other, "nsys"), None, "{other}");
         }
     }
 

@@ -139,6 +139,17 @@ fn path_with(dir: &Path, script: Option<&str>) -> String {
     dir.display().to_string()
 }
 
+/// A `PATH` whose `nsys` stands in for Nsight Systems: `nsys export … --output FILE REPORT`
+/// copies the committed export.
+fn path_with_copying_nsys(dir: &Path) -> String {
+    let script = format!(
+        "#!/bin/sh\nwhile [ $# -gt 1 ]; do [ \"$1\" = --output ] && out=$2; shift; done\n\
+         cp '{}' \"$out\"\n",
+        fixture("serial-event-node.sqlite")
+    );
+    format!("{}:/bin:/usr/bin", path_with(dir, Some(&script)))
+}
+
 #[test]
 fn a_report_without_nsys_names_the_export_command() {
     let dir = tempfile::tempdir().unwrap();
@@ -158,21 +169,12 @@ fn a_report_without_nsys_names_the_export_command() {
 
 #[test]
 fn a_report_is_exported_by_the_nsys_on_path_and_said_so() {
-    // A stand-in for nsys: `nsys export … --output FILE REPORT` copies the committed export.
     let dir = tempfile::tempdir().unwrap();
-    let script = format!(
-        "#!/bin/sh\nwhile [ $# -gt 1 ]; do [ \"$1\" = --output ] && out=$2; shift; done\n\
-         cp '{}' \"$out\"\n",
-        fixture("serial-event-node.sqlite")
-    );
     let rep = dir.path().join("run.nsys-rep");
     std::fs::write(&rep, b"a report").unwrap();
     let out = common::bin()
         .args(["analyze", rep.to_str().unwrap()])
-        .env(
-            "PATH",
-            format!("{}:/bin:/usr/bin", path_with(dir.path(), Some(&script))),
-        )
+        .env("PATH", path_with_copying_nsys(dir.path()))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
@@ -199,4 +201,109 @@ fn a_real_report_is_exported_by_nsys() {
     let rep = std::env::var("GAPSCOPE_TEST_NSYS_REP").expect("GAPSCOPE_TEST_NSYS_REP");
     let shape: Vec<String> = cells(&report(&[&rep])).into_iter().map(|c| c.0).collect();
     assert_eq!(shape, ["eager", "graphed", "graphed"]);
+}
+
+/// Whether process `pid` has ended (gone, or a zombie no one reaped yet).
+fn ended(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit(") ").next().unwrap_or("").starts_with('Z')
+    })
+}
+
+/// The `gapscope-nsys-*` folders in `tmp`.
+fn nsys_folders(tmp: &Path) -> Vec<String> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("gapscope-nsys-"))
+        .collect()
+}
+
+/// An `nsys` that hangs (it and a child of its own), stopped by SIGTERM or SIGINT sent to
+/// gapscope alone: gapscope exits 128 + N, and neither process nor the temporary folder is
+/// left (they were, orphaned, before).
+#[test]
+fn a_hung_nsys_is_killed_and_its_folder_removed_when_gapscope_is_stopped() {
+    use nix::sys::signal::Signal;
+    for (signal, code) in [(Signal::SIGTERM, 143), (Signal::SIGINT, 130)] {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        let pids = dir.path().join("pids");
+        let script = format!(
+            "#!/bin/sh\nsleep 600 &\necho $$ $! > '{0}.part'\nmv '{0}.part' '{0}'\nwait\n",
+            pids.display()
+        );
+        let rep = dir.path().join("run.nsys-rep");
+        std::fs::write(&rep, b"a report").unwrap();
+        let mut child = common::bin()
+            .args(["analyze", rep.to_str().unwrap()])
+            .env(
+                "PATH",
+                format!("{}:/bin:/usr/bin", path_with(dir.path(), Some(&script))),
+            )
+            .env("TMPDIR", &tmp)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        while !pids.exists() && started.elapsed().as_secs() < 20 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let nsys = std::fs::read_to_string(&pids).expect("the stand-in nsys started");
+        assert_eq!(nsys_folders(&tmp).len(), 1, "its export folder");
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, signal).unwrap();
+        let mut status = None;
+        while status.is_none() && started.elapsed().as_secs() < 30 {
+            status = child.try_wait().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let Some(status) = status else {
+            let _ = child.kill();
+            panic!("gapscope did not stop on {signal}");
+        };
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(status.code(), Some(code), "{signal}: {}", stderr(&out));
+        for p in nsys.split_whitespace() {
+            assert!(
+                ended(p),
+                "{signal}: process {p} of the stand-in nsys still runs"
+            );
+        }
+        assert_eq!(nsys_folders(&tmp), Vec::<String>::new(), "{signal}");
+    }
+}
+
+/// A folder left by a gapscope that was killed (SIGKILL: no handler runs) is removed by the
+/// next report's export; a live process's folder and other names are kept.
+#[test]
+fn a_dead_processs_export_folder_is_removed_by_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let stale = tmp.join(format!("gapscope-nsys-{dead}-0"));
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::write(stale.join("report.sqlite"), b"half an export").unwrap();
+    let live = format!("gapscope-nsys-{}-0", std::process::id());
+    let other = "gapscope-nsys-notes";
+    for keep in [&live, other] {
+        std::fs::create_dir(tmp.join(keep)).unwrap();
+    }
+    let rep = dir.path().join("run.nsys-rep");
+    std::fs::write(&rep, b"a report").unwrap();
+    let out = common::bin()
+        .args(["analyze", rep.to_str().unwrap()])
+        .env("PATH", path_with_copying_nsys(dir.path()))
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut left = nsys_folders(&tmp);
+    left.sort();
+    assert_eq!(left, [live.as_str(), other]);
 }

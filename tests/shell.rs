@@ -133,3 +133,27 @@ fn man_pages_cover_every_command() {
     assert!(record.contains("step\\-range"), "{record}");
     assert!(!Path::new(&man1).join("gapscope-help.1").exists());
 }
+
+/// `gapscope man DIR` writes every page or none: a page that cannot be written (here a folder
+/// in its place) leaves `DIR` as it was — no earlier page, no temporary — with one error line.
+#[test]
+fn man_dir_writes_every_page_or_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let man1 = dir.path().join("man1");
+    std::fs::create_dir_all(man1.join("gapscope-try.1")).unwrap();
+    let out = gapscope(&["man", man1.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("gapscope: error: ")
+            && err.contains("gapscope-try.1: cannot write: ")
+            && err.contains("no manual page written"),
+        "{err}"
+    );
+    let left: Vec<String> = std::fs::read_dir(&man1)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["gapscope-try.1"], "only what was there before");
+}

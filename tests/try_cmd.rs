@@ -68,6 +68,7 @@ fn try_folder(dir: &Path) {
         variants: labels.iter().map(|l| variant(l)).collect(),
         runs,
         interrupted: None,
+        recorded_in: None,
     };
     std::fs::write(
         dir.join("try-plan.json"),
@@ -553,9 +554,90 @@ fn the_h200_try_of_the_serial_event_program_is_judged_again_the_same_without_a_g
             && headline.contains("the gap is gone; the period's change is within"),
         "{headline}"
     );
+    // Recorded on another machine: its command's paths are that machine's, and said so.
+    assert_eq!(doc["recorded_elsewhere"], true);
+    assert!(
+        stdout(&out).contains("command (recorded elsewhere, its paths as given"),
+        "{}",
+        stdout(&out)
+    );
     let committed = std::fs::read_to_string(folder.join("try.md")).unwrap();
     let again = std::fs::read_to_string(out_dir.join("try.md")).unwrap();
     assert_eq!(again, committed);
+}
+
+/// Paths into the try folder are stored relative to it, however `-o` was given: the plan says
+/// where it was recorded, and a failed run's line names `runs/…`, not the machine's path.
+#[test]
+fn a_try_stores_paths_into_its_folder_relative_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().canonicalize().unwrap();
+    let program = format!(
+        "echo \"cannot read t/runs/1-0-BASE/a nor {}/t/runs/1-0-BASE/b\" >&2; exit 3",
+        cwd.display()
+    );
+    let run = bin()
+        .current_dir(&cwd)
+        .args(["try", "-o", "t", "--rounds", "1", "--env", "A=1", "--"])
+        .args(["sh", "-c", &program])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1), "{}", stderr(&run));
+    let plan = json(&cwd.join("t/try-plan.json"));
+    assert_eq!(plan["command"][0], "sh", "as given");
+    assert_eq!(
+        plan["runs"][0]["last_stderr"],
+        "cannot read runs/1-0-BASE/a nor runs/1-0-BASE/b"
+    );
+    assert_eq!(plan["recorded_in"], cwd.join("t").display().to_string());
+    let md = std::fs::read_to_string(cwd.join("t/try.md")).unwrap();
+    assert!(
+        md.contains("exit code 3: cannot read runs/1-0-BASE/a nor runs/1-0-BASE/b"),
+        "{md}"
+    );
+    assert!(!md.contains("recorded elsewhere"), "{md}");
+}
+
+/// A plan written before stderr paths were stored relative: its lines name the folder where
+/// it was recorded. Judged there, the paths read relative to the folder; moved (another
+/// folder or machine), they still do, and the report says the command is as given there.
+#[test]
+fn an_older_plans_paths_read_relative_to_its_folder_and_a_moved_one_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().canonicalize().unwrap().join("first");
+    std::fs::create_dir(&first).unwrap();
+    try_folder(&first);
+    let plan_path = first.join("try-plan.json");
+    let mut plan = json(&plan_path);
+    for run in plan["runs"].as_array_mut().unwrap() {
+        if run["variant"] == BROKEN {
+            let line = format!(
+                "cannot write {}/{}/trace.json",
+                first.display(),
+                run["folder"].as_str().unwrap()
+            );
+            run["last_stderr"] = line.into();
+        }
+    }
+    std::fs::write(&plan_path, plan.to_string()).unwrap();
+    let judged = |folder: &Path| {
+        let out = gapscope(&["try", "--from", folder.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        unwrapped(&stdout(&out))
+    };
+    let failed = format!("failed, round 1: exit code 1: cannot write runs/1-3-{BROKEN}/trace.json");
+    let here = judged(&first);
+    assert!(here.contains(&failed), "{here}");
+    assert!(!here.contains(&first.display().to_string()), "{here}");
+    assert!(!here.contains("recorded elsewhere"), "{here}");
+    let moved = dir.path().join("moved");
+    std::fs::rename(&first, &moved).unwrap();
+    let there = judged(&moved);
+    assert!(there.contains(&failed), "{there}");
+    assert!(
+        there.contains("command (recorded elsewhere, its paths as given there): `python step.py`"),
+        "{there}"
+    );
 }
 
 #[test]

@@ -101,6 +101,11 @@ pub struct Plan {
     /// Set when a signal stopped the try: what and when.
     #[serde(default)]
     pub interrupted: Option<String>,
+    /// The try folder's absolute path where the runs were recorded, so that `try --from`
+    /// tells a folder recorded elsewhere (another folder or machine), whose command's paths
+    /// are not this machine's. Older plans have none ([`Plan::recorded_in`] infers it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_in: Option<String>,
 }
 
 /// The most rounds a try takes: each is a run of the program per variant, so more is a mistake
@@ -150,6 +155,56 @@ impl Plan {
         })
     }
 
+    /// The names the runs' stderr lines give the try folder: the text before a run's own
+    /// folder (`/tmp/w1/try-serial` of `/tmp/w1/try-serial/runs/1-0-BASE/trace.json`), as
+    /// plans written before stderr paths were stored relative to the try folder have them.
+    fn folder_names_in_stderr(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for r in &self.runs {
+            let Some(line) = &r.last_stderr else {
+                continue;
+            };
+            let own = format!("/{}", r.folder);
+            for (at, _) in line.match_indices(&own) {
+                let after = line[at + own.len()..].chars().next();
+                if after.is_some_and(is_path_char) && after != Some('/') {
+                    continue;
+                }
+                let start = line[..at].rfind(|c: char| !is_path_char(c)).map_or(0, |i| {
+                    i + line[i..].chars().next().map_or(1, char::len_utf8)
+                });
+                let name = &line[start..at];
+                if !name.is_empty() && !names.iter().any(|n| n == name) {
+                    names.push(name.to_owned());
+                }
+            }
+        }
+        names
+    }
+
+    /// The try folder's absolute path where the runs were recorded: as the plan says, else
+    /// as an older plan's stderr lines name it; `None` when unknown.
+    pub fn recorded_in(&self) -> Option<String> {
+        self.recorded_in.clone().or_else(|| {
+            self.folder_names_in_stderr()
+                .into_iter()
+                .find(|n| n.starts_with('/'))
+        })
+    }
+
+    /// Rewrites the runs' stderr lines with the paths inside the try folder relative to it
+    /// (`runs/1-0-BASE/trace.json`), as `gapscope try` now stores them: an older plan's
+    /// name the folder as it was where it was recorded.
+    pub fn stderr_relative(&mut self) {
+        let mut names = self.folder_names_in_stderr();
+        names.extend(self.recorded_in.clone());
+        for r in &mut self.runs {
+            if let Some(line) = &r.last_stderr {
+                r.last_stderr = Some(relative_to_folder(line, &names));
+            }
+        }
+    }
+
     /// The rounds whose every run finished (an interrupted round is left out whole, so every
     /// variant is judged on the same rounds).
     pub fn complete_rounds(&self) -> Vec<usize> {
@@ -163,6 +218,42 @@ impl Plan {
             })
             .collect()
     }
+}
+
+/// Whether `c` may be part of a path in a line of text.
+fn is_path_char(c: char) -> bool {
+    !c.is_whitespace() && !"'\"`()[]{}<>,;|".contains(c)
+}
+
+/// `line` with every path under a folder named by one of `names` (each as given, or
+/// absolute) relative to that folder: `/tmp/t/runs/1-0-BASE/x.json` → `runs/1-0-BASE/x.json`
+/// for `/tmp/t`. A name counts only as a whole path's start (`/tmp/t` is not in `/tmp/tt/…`
+/// nor in `/x/tmp/t/…`).
+pub fn relative_to_folder(line: &str, names: &[String]) -> String {
+    let mut out = line.to_owned();
+    for name in names {
+        let name = name.trim_end_matches('/');
+        if name.is_empty() {
+            continue;
+        }
+        let prefix = format!("{name}/");
+        let mut kept = String::with_capacity(out.len());
+        let mut rest = out.as_str();
+        while let Some(at) = rest.find(&prefix) {
+            let starts_path = rest[..at]
+                .chars()
+                .next_back()
+                .is_none_or(|c| !is_path_char(c));
+            kept.push_str(&rest[..at]);
+            if !starts_path {
+                kept.push_str(&prefix);
+            }
+            rest = &rest[at + prefix.len()..];
+        }
+        kept.push_str(rest);
+        out = kept;
+    }
+    out
 }
 
 /// What a cell's verdict needs of one run: its periods, its idle time per step by cause and
@@ -391,6 +482,10 @@ pub struct TrialReport {
     /// Set when a signal stopped the try: the report covers the finished rounds only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partial: Option<String>,
+    /// The runs were recorded in another folder or on another machine (`try --from` of a
+    /// folder recorded elsewhere): the command's paths are as given there.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub recorded_elsewhere: bool,
     /// The first line of every output: which variant removed a gap, if one did.
     pub headline: String,
     /// BASE's failed runs, one line each.
@@ -497,6 +592,7 @@ pub fn judge(plan: &Plan, results: &[RunResult], expect_fix: Option<&str>) -> Tr
             )
         }),
         rounds_judged: rounds,
+        recorded_elsewhere: false,
         base_failures: failures(&base),
         variants,
         variant_only,
@@ -1164,7 +1260,54 @@ mod tests {
                 })
                 .collect(),
             interrupted: None,
+            recorded_in: None,
         }
+    }
+
+    #[test]
+    fn paths_inside_the_try_folder_read_relative_to_it() {
+        let names = ["/tmp/t".to_owned(), "out/".to_owned()];
+        for (line, relative) in [
+            (
+                "cannot read /tmp/t/runs/1-0-BASE/x.json: no",
+                "cannot read runs/1-0-BASE/x.json: no",
+            ),
+            ("'/tmp/t/a' and out/b", "'a' and b"),
+            // Not the folder: another one, or the name inside another path.
+            (
+                "/tmp/tt/a /x/tmp/t/a about/b",
+                "/tmp/tt/a /x/tmp/t/a about/b",
+            ),
+        ] {
+            assert_eq!(relative_to_folder(line, &names), relative, "{line}");
+        }
+    }
+
+    #[test]
+    fn an_older_plan_names_where_it_was_recorded_in_its_stderr_lines() {
+        let mut p = plan(&["A=1"], 1);
+        assert_eq!(p.recorded_in(), None);
+        p.runs[0].last_stderr = Some(
+            "analyse with: gapscope analyze /tmp/w1/try/runs/1-BASE/trace-pid1.json.gz".into(),
+        );
+        p.runs[1].last_stderr = Some("RuntimeError: in try/runs/1-A=1/log".into());
+        assert_eq!(p.recorded_in().as_deref(), Some("/tmp/w1/try"));
+        p.stderr_relative();
+        let lines: Vec<&str> = p
+            .runs
+            .iter()
+            .flat_map(|r| r.last_stderr.as_deref())
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "analyse with: gapscope analyze runs/1-BASE/trace-pid1.json.gz",
+                "RuntimeError: in runs/1-A=1/log"
+            ]
+        );
+        // A plan that says where it was recorded is taken at its word.
+        p.recorded_in = Some("/home/u/try".into());
+        assert_eq!(p.recorded_in().as_deref(), Some("/home/u/try"));
     }
 
     #[test]

@@ -142,7 +142,7 @@ pub enum Command {
         after_help = "Examples:\n  gapscope completions bash > ~/.local/share/bash-completion/completions/gapscope\n  gapscope completions zsh > ~/.zfunc/_gapscope     # with fpath+=(~/.zfunc) in .zshrc\n  gapscope completions fish > ~/.config/fish/completions/gapscope.fish"
     )]
     Completions { shell: clap_complete::Shell },
-    /// Print the manual page (roff) on stdout, or write one per command into DIR.
+    /// Print the manual page (roff) on stdout, or write one per command into DIR (all or none).
     #[command(
         after_help = "Examples:\n  gapscope man | man -l -\n  gapscope man ~/.local/share/man/man1"
     )]

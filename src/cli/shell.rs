@@ -6,6 +6,7 @@ use super::analyze::note_wrote;
 use super::args::Cli;
 use super::{Failure, check_output_folder, print_stdout};
 use clap::CommandFactory;
+use gapscope::output;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -42,8 +43,10 @@ fn render(cmd: clap::Command) -> Vec<u8> {
     out
 }
 
-/// Prints `gapscope.1` on stdout, or writes every page into `dir` (each file written whole,
-/// through a temporary name).
+/// Prints `gapscope.1` on stdout, or writes every page into `dir`, all or none: each page goes
+/// to a temporary file in `dir` first, and only when all are complete are they renamed into
+/// place; a failure removes the temporaries and the pages this run had already renamed, so
+/// `dir` never keeps part of a set (a lone `gapscope.1` on a full file system, as before).
 pub fn man(dir: Option<&Path>) -> Result<ExitCode, Failure> {
     let pages = man_pages();
     let Some(dir) = dir else {
@@ -53,9 +56,35 @@ pub fn man(dir: Option<&Path>) -> Result<ExitCode, Failure> {
     check_output_folder(dir)?;
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+    let cannot = |name: &str, e: std::io::Error| {
+        anyhow::anyhow!(
+            "{}: cannot write: {e}; no manual page written",
+            dir.join(name).display()
+        )
+    };
+    // Dropped on a failure, a staged page's temporary is removed.
+    let mut staged = Vec::with_capacity(pages.len());
     for (name, text) in &pages {
-        gapscope::output::write_atomically(&dir.join(name), text)?;
+        let page = output::stage_output(&dir.join(name), |w| w.write_all(text))
+            .map_err(|e| cannot(name, e))?;
+        staged.push((name, page));
     }
+    let mut lock = output::commit_lock();
+    let mut renamed: Vec<&String> = Vec::new();
+    let mut staged = staged.into_iter();
+    while let Some((name, page)) = staged.next() {
+        if let Err(e) = lock.keep(page) {
+            for (_, rest) in staged {
+                lock.discard(rest);
+            }
+            for done in renamed {
+                let _ = std::fs::remove_file(dir.join(done));
+            }
+            return Err(cannot(name, e).into());
+        }
+        renamed.push(name);
+    }
+    drop(lock);
     let names: Vec<String> = pages.iter().map(|(name, _)| name.clone()).collect();
     note_wrote("", dir, &names, None);
     Ok(ExitCode::SUCCESS)

@@ -261,9 +261,15 @@ fn run_once(
                     .unwrap_or_else(|| i32::from(super::exit::program_code(s)))
             });
             let stderr = std::fs::read(out.join("stderr.log")).unwrap_or_default();
-            record.last_stderr = last_line(&String::from_utf8_lossy(&stderr));
+            // Paths into the try folder kept relative to it, as the run folders are: the
+            // plan reads the same wherever the folder goes.
+            let names: Vec<String> = std::iter::once(dir.display().to_string())
+                .chain(std::fs::canonicalize(dir).map(|d| d.display().to_string()))
+                .collect();
+            record.last_stderr = last_line(&String::from_utf8_lossy(&stderr))
+                .map(|line| trial::relative_to_folder(&line, &names));
         }
-        Err(e) => record.last_stderr = Some(format!("{}: {e}", out.display())),
+        Err(e) => record.last_stderr = Some(format!("{}: {e}", record.folder)),
     }
     record.seconds = started.elapsed().as_secs_f64();
     record.traces = trace_names(&out);
@@ -292,6 +298,11 @@ fn run(a: &TryArgs) -> Result<ExitCode, Failure> {
     let exe = std::env::current_exe()
         .map_err(|e| anyhow::anyhow!("cannot find gapscope's own executable: {e}"))?;
     let stop = Stop::install();
+    // Written once to make the folder, then again saying where it is.
+    report::output::write_trial_plan(&dir, &plan)?;
+    plan.recorded_in = std::fs::canonicalize(&dir)
+        .ok()
+        .map(|d| d.display().to_string());
     report::output::write_trial_plan(&dir, &plan)?;
     note(&format!(
         "{} round(s) of BASE and {} variant(s), each run recorded into {}",
@@ -312,7 +323,7 @@ fn run(a: &TryArgs) -> Result<ExitCode, Failure> {
         ));
         report::output::write_trial_plan(&dir, &plan)?;
     }
-    let finished = finish(&dir, &plan, a.expect_fix.as_deref(), Some(&dir));
+    let finished = finish(&dir, &plan, a.expect_fix.as_deref(), Some(&dir), false);
     match stopped {
         // Stopped by a signal: the exit says so, as a shell's would, whatever the rounds that
         // ran gave (a failing BASE's error is said, not made the exit).
@@ -388,6 +399,7 @@ fn plan_of(a: &TryArgs) -> Result<(PathBuf, Plan), Failure> {
         variants,
         runs: Vec::new(),
         interrupted: None,
+        recorded_in: None,
     };
     Ok((dir, plan))
 }
@@ -440,7 +452,7 @@ fn from(dir: &Path, a: &TryArgs) -> Result<ExitCode, Failure> {
             dir.display()
         ))
     })?;
-    let plan: Plan = serde_json::from_str(&text)
+    let mut plan: Plan = serde_json::from_str(&text)
         .map_err(|e| bad_input(format!("{}: not a gapscope try plan: {e}", path.display())))?;
     if plan.gapscope_try != PLAN_VERSION {
         return Err(bad_input(format!(
@@ -459,7 +471,23 @@ fn from(dir: &Path, a: &TryArgs) -> Result<ExitCode, Failure> {
     if let Some(out) = &a.output {
         check_output_folder(out)?;
     }
-    finish(dir, &plan, a.expect_fix.as_deref(), a.output.as_deref())
+    let elsewhere = recorded_elsewhere(&plan, dir);
+    plan.stderr_relative();
+    finish(
+        dir,
+        &plan,
+        a.expect_fix.as_deref(),
+        a.output.as_deref(),
+        elsewhere,
+    )
+}
+
+/// Whether `plan`'s runs were recorded in a folder other than `dir` (moved, or copied from
+/// another machine); unknown (a plan that names no folder) is not.
+fn recorded_elsewhere(plan: &Plan, dir: &Path) -> bool {
+    plan.recorded_in().is_some_and(|recorded| {
+        std::fs::canonicalize(dir).map_or(true, |here| here != Path::new(&recorded))
+    })
 }
 
 /// What each run of `plan` gives: its cells' figures, or why none.
@@ -542,15 +570,18 @@ fn pictures(
 }
 
 /// Judges `plan`'s runs (traces under `dir`), prints the screen, writes `try.md` and `try.json`
-/// into `out`; the exit code of the verdict.
+/// into `out`; the exit code of the verdict. `elsewhere`: the runs were recorded in another
+/// folder or on another machine ([`recorded_elsewhere`]).
 fn finish(
     dir: &Path,
     plan: &Plan,
     expect_fix: Option<&str>,
     out: Option<&Path>,
+    elsewhere: bool,
 ) -> Result<ExitCode, Failure> {
     let results = results(dir, plan);
-    let report = trial::judge(plan, &results, expect_fix);
+    let mut report = trial::judge(plan, &results, expect_fix);
+    report.recorded_elsewhere = elsewhere;
     let rendered = report::output::trial_reports(&report, out.is_some());
     let path = out.map(|d| d.join("try.md").display().to_string());
     print_stdout(&report::summary::fit_screen(&report::trial::trial_summary(

@@ -54,10 +54,15 @@ fn preamble(r: &TrialReport) -> Vec<String> {
     let mut lines = vec![r.headline.clone()];
     lines.extend(r.partial.clone());
     lines.push(format!(
-        "{} of {} round(s) complete, BASE and {} variant(s) interleaved in each; command: `{}`",
+        "{} of {} round(s) complete, BASE and {} variant(s) interleaved in each; command{}: `{}`",
         r.rounds_judged.len(),
         r.rounds,
         r.variants.len(),
+        if r.recorded_elsewhere {
+            " (recorded elsewhere, its paths as given there)"
+        } else {
+            ""
+        },
         r.command
     ));
     lines.extend(r.base_failures.iter().map(|f| format!("BASE failed, {f}")));

@@ -10,7 +10,9 @@ use crate::trace::{
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags, Row};
 use rustc_hash::FxHashMap;
+use std::cell::RefCell;
 use std::path::Path;
+use std::rc::Rc;
 
 /// Tables of device records, one of which must have rows.
 const DEVICE_TABLES: [&str; 4] = [
@@ -26,12 +28,32 @@ const NVTX_RANGE_TYPES: [i64; 2] = [59, 60];
 /// The low bits of a `globalTid` that are the OS thread id; the rest is the `globalPid`.
 const TID_BITS: i64 = 0xFF_FFFF;
 
-/// An open export and its string table.
+/// An open export, and the strings of its `StringIds` read so far.
 struct Export<'p> {
     conn: Connection,
     path: &'p Path,
-    strings: FxHashMap<i64, String>,
+    strings: Strings,
 }
+
+/// The `StringIds` strings the imported tables name, read when first named and then kept: an
+/// export may hold far more strings than its records use (every one it ever interned), so
+/// they are never all read.
+struct Strings {
+    /// id → its text (`None`: no such id, or not text).
+    read: RefCell<FxHashMap<i64, Option<Rc<str>>>>,
+    /// Whether SQLite finds an id by its key (nsys's `id INTEGER PRIMARY KEY`): each string is
+    /// then looked up when first named. Without a key every lookup would scan the table, so
+    /// the strings the tables name are all read at open, in one scan ([`STRING_COLUMNS`]).
+    keyed: bool,
+}
+
+/// The columns that hold `StringIds` ids, of the tables imported.
+const STRING_COLUMNS: [(&str, &str); 4] = [
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "mangledName"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName"),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "nameId"),
+    ("NVTX_EVENTS", "textId"),
+];
 
 /// A column read: its name, and whether a missing one is an error (else it reads NULL).
 type Col = (&'static str, bool);
@@ -97,23 +119,82 @@ impl<'p> Export<'p> {
         let mut export = Export {
             conn,
             path,
-            strings: FxHashMap::default(),
+            strings: Strings {
+                read: RefCell::default(),
+                keyed: true,
+            },
         };
-        if export.columns("StringIds")?.is_none() {
+        let Some(have) = export.columns("StringIds")? else {
             return Err(NsysError::NotAnExport {
                 path: path.to_owned(),
                 missing: "StringIds".into(),
             });
+        };
+        export.require("StringIds", &have, &[("id", true), ("value", true)])?;
+        export.strings.keyed = export.strings_keyed()?;
+        if !export.strings.keyed {
+            export.read_named_strings()?;
         }
-        let mut strings = FxHashMap::default();
-        export.rows("StringIds", &[("id", true), ("value", true)], |r| {
-            if let (Some(id), Some(v)) = (int(r, 0, "id")?, text(r, 1)?) {
-                strings.insert(id, v);
-            }
-            Ok(())
-        })?;
-        export.strings = strings;
         Ok(export)
+    }
+
+    /// Whether SQLite looks a `StringIds` id up by a key rather than by a scan.
+    fn strings_keyed(&self) -> Result<bool, NsysError> {
+        let plan = self.texts(
+            "EXPLAIN QUERY PLAN SELECT value FROM StringIds WHERE id = 1",
+            3,
+        )?;
+        Ok(plan.iter().any(|step| step.starts_with("SEARCH")))
+    }
+
+    /// Column `i`, text, of every row of the query `sql`.
+    fn texts(&self, sql: &str, i: usize) -> Result<Vec<String>, NsysError> {
+        let err = |e: rusqlite::Error| sqlite_error(self.path, &e);
+        let mut stmt = self.conn.prepare(sql).map_err(err)?;
+        stmt.query_map([], |r| r.get::<_, String>(i))
+            .map_err(err)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err)
+    }
+
+    /// Reads, in one scan of `StringIds`, the strings that the tables' [`STRING_COLUMNS`] name
+    /// (an export whose `StringIds` has no key).
+    fn read_named_strings(&self) -> Result<(), NsysError> {
+        let mut named = Vec::new();
+        for (table, column) in STRING_COLUMNS {
+            if self
+                .columns(table)?
+                .is_some_and(|have| have.iter().any(|h| h == column))
+            {
+                named.push(format!("SELECT \"{column}\" FROM \"{table}\""));
+            }
+        }
+        if named.is_empty() {
+            return Ok(());
+        }
+        let sql = format!(
+            "SELECT id, value FROM StringIds WHERE id IN ({})",
+            named.join(" UNION ")
+        );
+        let err = |e: rusqlite::Error| sqlite_error(self.path, &e);
+        let mut stmt = self.conn.prepare(&sql).map_err(err)?;
+        let mut rows = stmt.query([]).map_err(err)?;
+        let mut read = self.strings.read.borrow_mut();
+        while let Some(r) = rows.next().map_err(err)? {
+            let row = (int(r, 0, "id"), text(r, 1));
+            let (id, value) = match row {
+                (Ok(Some(id)), Ok(value)) => (id, value),
+                (Err(m), _) | (_, Err(m)) => {
+                    return Err(self.malformed(format!("StringIds: {m}")));
+                }
+                (Ok(None), _) => continue,
+            };
+            // A later row of an id replaces an earlier one, as a keyed lookup finds the last.
+            if let Some(v) = value {
+                read.insert(id, Some(Rc::from(v)));
+            }
+        }
+        Ok(())
     }
 
     fn malformed(&self, message: String) -> NsysError {
@@ -137,16 +218,8 @@ impl<'p> Export<'p> {
         if exists == 0 {
             return Ok(None);
         }
-        let mut stmt = self
-            .conn
-            .prepare(&format!("PRAGMA table_info(\"{table}\")"))
-            .map_err(err)?;
-        let names = stmt
-            .query_map([], |r| r.get::<_, String>(1))
-            .map_err(err)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(err)?;
-        Ok(Some(names))
+        self.texts(&format!("PRAGMA table_info(\"{table}\")"), 1)
+            .map(Some)
     }
 
     /// Calls `f` on each row of `table` with `cols` in that order (a missing optional column
@@ -160,6 +233,27 @@ impl<'p> Export<'p> {
         let Some(have) = self.columns(table)? else {
             return Ok(false);
         };
+        let select = self.require(table, &have, cols)?;
+        let err = |e: rusqlite::Error| sqlite_error(self.path, &e);
+        let sql = format!("SELECT {} FROM \"{table}\"", select.join(", "));
+        let mut stmt = self.conn.prepare(&sql).map_err(err)?;
+        let mut rows = stmt.query([]).map_err(err)?;
+        let mut n = 0u64;
+        while let Some(row) = rows.next().map_err(err)? {
+            f(row).map_err(|m| self.malformed(format!("{table}, row {n}: {m}")))?;
+            n += 1;
+        }
+        Ok(true)
+    }
+
+    /// What to select of `table` (columns `have`) for `cols`: each column quoted, a missing
+    /// optional one as NULL; a missing required one is an error naming it.
+    fn require(
+        &self,
+        table: &str,
+        have: &[String],
+        cols: &[Col],
+    ) -> Result<Vec<String>, NsysError> {
         let mut select = Vec::with_capacity(cols.len());
         for &(name, required) in cols {
             if have.iter().any(|h| h == name) {
@@ -173,21 +267,40 @@ impl<'p> Export<'p> {
                 select.push("NULL".into());
             }
         }
-        let err = |e: rusqlite::Error| sqlite_error(self.path, &e);
-        let sql = format!("SELECT {} FROM \"{table}\"", select.join(", "));
-        let mut stmt = self.conn.prepare(&sql).map_err(err)?;
-        let mut rows = stmt.query([]).map_err(err)?;
-        let mut n = 0u64;
-        while let Some(row) = rows.next().map_err(err)? {
-            f(row).map_err(|m| self.malformed(format!("{table}, row {n}: {m}")))?;
-            n += 1;
-        }
-        Ok(true)
+        Ok(select)
     }
 
-    /// The string of a `StringIds` id.
-    fn string(&self, id: Option<i64>) -> Option<&str> {
-        id.and_then(|id| self.strings.get(&id)).map(String::as_str)
+    /// The string of a `StringIds` id, read from the export when first asked for.
+    fn string(&self, id: Option<i64>) -> Result<Option<Rc<str>>, String> {
+        let Some(id) = id else {
+            return Ok(None);
+        };
+        if let Some(known) = self.strings.read.borrow().get(&id) {
+            return Ok(known.clone());
+        }
+        if !self.strings.keyed {
+            // Every string the tables name was read at open.
+            return Ok(None);
+        }
+        let err = |e: rusqlite::Error| format!("StringIds: {e}");
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT value FROM StringIds WHERE id = ?1")
+            .map_err(err)?;
+        let mut rows = stmt.query([id]).map_err(err)?;
+        let mut value = None;
+        while let Some(r) = rows.next().map_err(err)? {
+            if let Some(v) = text(r, 0)? {
+                value = Some(Rc::from(v));
+            }
+        }
+        self.strings.read.borrow_mut().insert(id, value.clone());
+        Ok(value)
+    }
+
+    /// How many strings were read from `StringIds`.
+    fn strings_read(&self) -> usize {
+        self.strings.read.borrow().values().flatten().count()
     }
 
     /// `name → value` of a two-column table of metadata (`META_DATA_EXPORT`,
@@ -288,6 +401,15 @@ fn choose_process(e: &Export) -> Result<(Option<i64>, usize), NsysError> {
 
 /// Reads the export `file` into a trace; errors name it `path`.
 pub(super) fn import(file: &Path, path: &Path) -> Result<Trace, NsysError> {
+    import_counting_strings(file, path).map(|(trace, _)| trace)
+}
+
+/// [`import`], and how many strings of `StringIds` it read (the tests check that the strings
+/// no imported record names are not read).
+pub(super) fn import_counting_strings(
+    file: &Path,
+    path: &Path,
+) -> Result<(Trace, usize), NsysError> {
     let e = Export::open(file, path)?;
     let (pid, other_processes) = choose_process(&e)?;
     let in_process = |global_pid: Option<i64>| pid.is_none() || global_pid == pid;
@@ -296,13 +418,16 @@ pub(super) fn import(file: &Path, path: &Path) -> Result<Trace, NsysError> {
     };
     let mut b = TraceBuilder::new(Metadata::default());
     let mut ids: FxHashMap<i64, StrId> = FxHashMap::default();
-    let mut name_of = |b: &mut TraceBuilder, id: Option<i64>, fallback: &str| -> StrId {
-        match id {
-            Some(id) => *ids
-                .entry(id)
-                .or_insert_with(|| b.intern(e.string(Some(id)).unwrap_or(fallback))),
-            None => b.intern(fallback),
+    let mut name_of = |b: &mut TraceBuilder, id: Option<i64>, fallback: &str| {
+        let Some(id) = id else {
+            return Ok(b.intern(fallback));
+        };
+        if let Some(&name) = ids.get(&id) {
+            return Ok(name);
         }
+        let name = b.intern(e.string(Some(id))?.as_deref().unwrap_or(fallback));
+        ids.insert(id, name);
+        Ok(name)
     };
     read_kernels(&e, &mut b, &in_process, &mut name_of)?;
     read_mem_ops(&e, &mut b, &in_process)?;
@@ -333,10 +458,11 @@ pub(super) fn import(file: &Path, path: &Path) -> Result<Trace, NsysError> {
     trace.cap_long_names();
     trace.sort_records();
     trace.validate().map_err(|m| e.malformed(m.to_string()))?;
-    Ok(trace)
+    let read = e.strings_read();
+    Ok((trace, read))
 }
 
-type NameOf<'a> = dyn FnMut(&mut TraceBuilder, Option<i64>, &str) -> StrId + 'a;
+type NameOf<'a> = dyn FnMut(&mut TraceBuilder, Option<i64>, &str) -> Result<StrId, String> + 'a;
 
 fn read_kernels(
     e: &Export,
@@ -356,12 +482,12 @@ fn read_kernels(
         // The mangled name when there is one (demangled as recordings are), so kernels align
         // by name with `gapscope record`'s and torch.profiler's.
         let mangled = int(r, 6, "mangledName")?;
-        let name = match e.string(mangled) {
+        let name = match e.string(mangled)? {
             Some(m) if m.starts_with("_Z") => mangled,
             _ => int(r, 7, "demangledName")?.or(mangled),
         };
         let node = node_id(r, 8)?;
-        let name = name_of(b, name, "(unnamed kernel)");
+        let name = name_of(b, name, "(unnamed kernel)")?;
         let d = DeviceFields::of(r)?;
         b.trace
             .kernels
@@ -462,11 +588,15 @@ fn read_api_calls(
             return Ok(());
         }
         let name_id = int(r, 5, "nameId")?.unwrap_or(-1);
-        let name = *names.entry(name_id).or_insert_with(|| {
-            b.intern(api_name(
-                e.string(Some(name_id)).unwrap_or("(unnamed API call)"),
-            ))
-        });
+        let name = match names.get(&name_id) {
+            Some(&name) => name,
+            None => {
+                let raw = e.string(Some(name_id))?;
+                let name = b.intern(api_name(raw.as_deref().unwrap_or("(unnamed API call)")));
+                names.insert(name_id, name);
+                name
+            }
+        };
         b.trace.api_calls.push(ApiCall {
             start: uint(r, 0, "start")?,
             end: uint(r, 1, "end")?,
@@ -511,8 +641,8 @@ fn read_ranges(
         };
         let name = match text(r, 3)? {
             Some(t) => t,
-            None => match e.string(int(r, 4, "textId")?) {
-                Some(t) => t.to_owned(),
+            None => match e.string(int(r, 4, "textId")?)? {
+                Some(t) => t.to_string(),
                 None => return Ok(()),
             },
         };

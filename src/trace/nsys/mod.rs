@@ -27,6 +27,7 @@
 mod db;
 mod graph;
 
+use crate::output::TemporaryFolder;
 use crate::trace::{Trace, TraceError};
 use std::path::{Path, PathBuf};
 
@@ -92,8 +93,8 @@ pub fn read_nsys(path: &Path) -> Result<Trace, NsysError> {
     if !is_gzip_file(path) {
         return db::import(path, path);
     }
-    let dir = TempDir::new().map_err(|e| sqlite_io(path, e))?;
-    let file = dir.0.join("export.sqlite");
+    let dir = TemporaryFolder::new("nsys").map_err(|e| sqlite_io(path, e))?;
+    let file = dir.path().join("export.sqlite");
     gunzip(path, &file)?;
     db::import(&file, path)
 }
@@ -128,31 +129,13 @@ fn gunzip(path: &Path, to: &Path) -> Result<(), NsysError> {
     Ok(())
 }
 
-/// A temporary folder, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> std::io::Result<TempDir> {
-        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("gapscope-nsys-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        Ok(TempDir(dir))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Exports a `.nsys-rep` report with the `nsys` on `PATH` ([`export_report`]) and imports it;
-/// returns the trace and the export command (for the note that says so). Errors name the
-/// report.
+/// Exports a `.nsys-rep` report with the `nsys` on `PATH` ([`export_report`]) into a
+/// temporary folder and imports it; returns the trace and the export command (for the note
+/// that says so). Errors name the report. The folder is removed, and a running `nsys` killed,
+/// on every way out, a signal's included ([`crate::output::exit_removing_temporaries`]).
 pub fn read_report(path: &Path) -> Result<(Trace, String), NsysError> {
-    let dir = TempDir::new().map_err(|e| sqlite_io(path, e))?;
-    let sqlite = dir.0.join("report.sqlite");
+    let dir = TemporaryFolder::new("nsys").map_err(|e| sqlite_io(path, e))?;
+    let sqlite = dir.path().join("report.sqlite");
     let command = export_report(path, &sqlite)?;
     Ok((db::import(&sqlite, path)?, command))
 }
@@ -191,14 +174,15 @@ pub fn export_report(path: &Path, sqlite: &Path) -> Result<String, NsysError> {
         command: command.clone(),
         message,
     };
-    let output = std::process::Command::new(&nsys)
-        .args(["export", "--type", "sqlite", "--force-overwrite", "true"])
-        .arg("--output")
-        .arg(sqlite)
-        .arg(path)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| failed(e.to_string()))?;
+    let output = crate::output::run_child(
+        std::process::Command::new(&nsys)
+            .args(["export", "--type", "sqlite", "--force-overwrite", "true"])
+            .arg("--output")
+            .arg(sqlite)
+            .arg(path)
+            .stdin(std::process::Stdio::null()),
+    )
+    .map_err(|e| failed(e.to_string()))?;
     if !output.status.success() || !sqlite.is_file() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let last = stderr.lines().rev().find(|l| !l.trim().is_empty());

@@ -372,3 +372,54 @@ fn the_runner_under_nsys_left_no_cuda_activity() {
     let e = real("ht-decode-node.sqlite").unwrap_err();
     assert!(matches!(e, NsysError::NoCudaActivity { .. }), "{e}");
 }
+
+/// `StringIds` padded with `rows` strings no record names, each 5,000 characters (an export
+/// of 200,000 such rows once took 999 MB resident: every string was read at open).
+fn pad_strings(export: &Path, rows: i64) {
+    let mut db = Connection::open(export).unwrap();
+    let tx = db.transaction().unwrap();
+    let padding = "p".repeat(5_000);
+    for id in 0..rows {
+        tx.execute(
+            "INSERT INTO StringIds VALUES (?1, ?2)",
+            (1_000 + id, &padding),
+        )
+        .unwrap();
+    }
+    tx.commit().unwrap();
+}
+
+/// The same export with `StringIds` keyless (`id INTEGER`, no primary key, no index), so an
+/// id is found only by a scan.
+fn unkey_strings(export: &Path) {
+    Connection::open(export)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE keyless (id INTEGER, value TEXT NOT NULL);
+             INSERT INTO keyless SELECT id, value FROM StringIds;
+             DROP TABLE StringIds;
+             ALTER TABLE keyless RENAME TO StringIds;",
+        )
+        .unwrap();
+}
+
+#[test]
+fn only_the_strings_the_records_name_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = synthetic(dir.path());
+    let (expected, used) = db::import_counting_strings(&plain, &plain).unwrap();
+    // The mangled kernel name (its demangled one is not needed) and the 7 API names.
+    assert_eq!(used, 8);
+    let padded = dir.path().join("padded.sqlite");
+    std::fs::copy(&plain, &padded).unwrap();
+    pad_strings(&padded, 2_000);
+    let (trace, read) = db::import_counting_strings(&padded, &padded).unwrap();
+    assert_eq!(trace, expected);
+    assert_eq!(read, used, "of {} strings", used + 2_000);
+    // Without a key on the ids, one scan reads every string a column names: the kernel's
+    // demangled name too, none of the padding.
+    unkey_strings(&padded);
+    let (trace, read) = db::import_counting_strings(&padded, &padded).unwrap();
+    assert_eq!(trace, expected);
+    assert_eq!(read, used + 1);
+}
