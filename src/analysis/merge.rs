@@ -43,9 +43,9 @@
 //! get a warning, and a wide spread of the per-instance estimates shows a mismatch.
 
 use super::thresholds::OFFSET_SPREAD_WARN_NS;
+use crate::analysis::rank_summary::RankSummary;
+pub use crate::analysis::rank_summary::{COLLECTIVE_PREFIX, collective_ends, host};
 use crate::analysis::stats::{Change, Stat};
-use crate::analysis::summary::RankSummary;
-pub use crate::analysis::summary::{COLLECTIVE_PREFIX, collective_ends, host};
 use crate::analysis::{self, Analysis, AnalysisOptions};
 use crate::trace::{Source, Trace};
 use serde::Serialize;
@@ -313,7 +313,7 @@ impl RankInput {
 
     fn collective_ends(&self) -> BTreeMap<String, Vec<u64>> {
         match self {
-            RankInput::Trace(t) => super::summary::owned_collective_ends(t),
+            RankInput::Trace(t) => super::rank_summary::owned_collective_ends(t),
             RankInput::Summary(s) => s.collective_ends(),
         }
     }

@@ -7,7 +7,7 @@ use super::inputs::{expand_all, load_one};
 use super::{
     Failure, PhaseTimer, bad_input, check_output_folder, note, print_stdout, print_stdout_with,
 };
-use gapscope::analysis::{Analysis, AnalysisOptions, Analyzer, Detail, summary};
+use gapscope::analysis::{Analysis, AnalysisOptions, Analyzer, Detail, rank_summary};
 use gapscope::report;
 use gapscope::report::PerfettoFormat;
 use gapscope::report::output::Rendered;
@@ -53,7 +53,7 @@ pub fn command(
         let mut trace = load_one(p, out.steps.step_range.as_deref())?;
         timer.part("load");
         if summary.is_some() {
-            collectives = Some(summary::owned_collective_ends(&trace));
+            collectives = Some(rank_summary::owned_collective_ends(&trace));
         }
         analyzer.add(&mut trace, p.display().to_string());
         timer.part("analysis");
@@ -71,7 +71,7 @@ pub fn command(
     write_outputs(&kept, &reports, out, perfetto)?;
     if let (Some(file), Some(trace), Some(collectives)) = (summary, kept.first(), collectives) {
         let name = paths[0].display().to_string();
-        let json = summary::RankSummary::new(trace, &name, collectives, &analysis).to_json();
+        let json = rank_summary::RankSummary::new(trace, &name, collectives, &analysis).to_json();
         gapscope::output::write_atomically(file, json.as_bytes())?;
         note(&format!("wrote {}", file.display()));
     }

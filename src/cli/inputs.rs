@@ -3,7 +3,7 @@
 //! `--step-range` marks the steps, `--base-select`/`--head-select` keep some cells.
 
 use super::{Failure, bad_input, note};
-use gapscope::analysis::{self, Analysis, AnalysisOptions, summary};
+use gapscope::analysis::{self, Analysis, AnalysisOptions, rank_summary};
 use gapscope::trace::{self, Trace, TraceError};
 use std::path::{Path, PathBuf};
 
@@ -133,7 +133,7 @@ pub fn is_summary_file(path: &Path) -> bool {
     let mut head = Vec::with_capacity(256);
     std::fs::File::open(path)
         .and_then(|f| f.take(256).read_to_end(&mut head))
-        .is_ok_and(|_| summary::looks_like_summary(&head))
+        .is_ok_and(|_| rank_summary::looks_like_summary(&head))
 }
 
 /// `KEY=VALUE`: keeps only the cells whose request has it ([`Trace::select_cells`]).

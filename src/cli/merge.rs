@@ -7,7 +7,7 @@ use super::args::ClockArg;
 use super::inputs::{expand_all, is_summary_file, load_one};
 use super::{Failure, check_output_folder, note, print_stdout};
 use gapscope::analysis::merge::{self, RankInput};
-use gapscope::analysis::summary::RankSummary;
+use gapscope::analysis::rank_summary::RankSummary;
 use gapscope::report;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
