@@ -47,44 +47,88 @@ impl Regime {
     }
 }
 
-/// Why the device was idle during a gap, from evidence in the trace.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Cause {
-    /// The next op waits (through the DAG) on an external event-wait node; when an NCCL call
-    /// created it, this is NCCL graph usage mode 2 ("mixing").
-    /// (Boxed, as the other variant that carries names: every gap has a cause, and a cause
-    /// of eight bytes keeps a million gaps small.)
-    ExternalEventWait(Box<ExternalWait>),
-    /// A host node (e.g. NCCL's proxy callback) precedes the next op.
-    HostNode(Box<HostNodeEvidence>),
-    /// A memset/memcpy node that left no device record precedes the next op.
-    MemoryNode { node: u64, node_type: NodeType },
-    /// The next op joins work from another stream.
-    CrossStreamJoin { from_stream: u32 },
-    /// Before the first op of a graph replay: the launch boundary.
-    GraphLaunch,
-    /// Before the first op of a graph replay whose launch call had not returned when the
-    /// device went idle: the host's graph launch was the bottleneck.
-    GraphLaunchHostBound {
-        /// Duration of the launch call (e.g. `cuGraphLaunch`), ns.
-        launch_call_ns: u64,
-        /// The first launch of this executable graph in the trace.
-        first_launch: bool,
-    },
-    /// A plain kernel-to-kernel edge inside a graph: the graph's own dependency latency.
-    GraphDependency,
-    /// Eager: the op was launched by the host after the device had gone idle.
-    HostLaunchBound,
-    /// Eager: the op was queued in stream order before the device went idle and nothing else
-    /// held it: the device's own launch latency.
-    StreamOrderLatency,
-    /// Eager: the op's stream waited on an event (cudaStreamWaitEvent).
-    StreamWait,
-    /// Eager: a host synchronisation call held the launch back.
-    Synchronization,
-    /// No evidence found; kept visible.
-    Unattributed,
+/// Defines [`Cause`] and, from its one list of variants, [`CauseKind`] (the cause without its
+/// evidence), [`Cause::kind`] and [`CauseKind::ALL`]: the two enums cannot drift apart.
+macro_rules! causes {
+    (
+        $(#[$cause_meta:meta])*
+        pub enum Cause {
+            $(
+                $(#[$variant_meta:meta])*
+                $variant:ident $( ( $($tuple:tt)* ) )? $( { $($fields:tt)* } )?
+            ),* $(,)?
+        }
+    ) => {
+        $(#[$cause_meta])*
+        pub enum Cause {
+            $(
+                $(#[$variant_meta])*
+                $variant $( ( $($tuple)* ) )? $( { $($fields)* } )?
+            ),*
+        }
+
+        /// A cause without its details, for aggregation.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum CauseKind {
+            $($variant),*
+        }
+
+        impl Cause {
+            pub fn kind(&self) -> CauseKind {
+                match self {
+                    $(Cause::$variant { .. } => CauseKind::$variant),*
+                }
+            }
+        }
+
+        impl CauseKind {
+            /// Every kind, in the order of [`Cause`]'s variants.
+            pub const ALL: [CauseKind; [$(stringify!($variant)),*].len()] = [$(CauseKind::$variant),*];
+        }
+    };
+}
+
+causes! {
+    /// Why the device was idle during a gap, from evidence in the trace.
+    #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+    #[serde(tag = "kind", rename_all = "snake_case")]
+    pub enum Cause {
+        /// The next op waits (through the DAG) on an external event-wait node; when an NCCL call
+        /// created it, this is NCCL graph usage mode 2 ("mixing").
+        /// (Boxed, as the other variant that carries names: every gap has a cause, and a cause
+        /// of eight bytes keeps a million gaps small.)
+        ExternalEventWait(Box<ExternalWait>),
+        /// A host node (e.g. NCCL's proxy callback) precedes the next op.
+        HostNode(Box<HostNodeEvidence>),
+        /// A memset/memcpy node that left no device record precedes the next op.
+        MemoryNode { node: u64, node_type: NodeType },
+        /// The next op joins work from another stream.
+        CrossStreamJoin { from_stream: u32 },
+        /// Before the first op of a graph replay: the launch boundary.
+        GraphLaunch,
+        /// Before the first op of a graph replay whose launch call had not returned when the
+        /// device went idle: the host's graph launch was the bottleneck.
+        GraphLaunchHostBound {
+            /// Duration of the launch call (e.g. `cuGraphLaunch`), ns.
+            launch_call_ns: u64,
+            /// The first launch of this executable graph in the trace.
+            first_launch: bool,
+        },
+        /// A plain kernel-to-kernel edge inside a graph: the graph's own dependency latency.
+        GraphDependency,
+        /// Eager: the op was launched by the host after the device had gone idle.
+        HostLaunchBound,
+        /// Eager: the op was queued in stream order before the device went idle and nothing else
+        /// held it: the device's own launch latency.
+        StreamOrderLatency,
+        /// Eager: the op's stream waited on an event (cudaStreamWaitEvent).
+        StreamWait,
+        /// Eager: a host synchronisation call held the launch back.
+        Synchronization,
+        /// No evidence found; kept visible.
+        Unattributed,
+    }
 }
 
 /// The evidence of [`Cause::ExternalEventWait`].
@@ -157,42 +201,7 @@ pub struct HostNodeEvidence {
     pub library_call: Option<String>,
 }
 
-/// A cause without its details, for aggregation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CauseKind {
-    ExternalEventWait,
-    HostNode,
-    MemoryNode,
-    CrossStreamJoin,
-    GraphLaunch,
-    GraphLaunchHostBound,
-    GraphDependency,
-    HostLaunchBound,
-    StreamOrderLatency,
-    StreamWait,
-    Synchronization,
-    Unattributed,
-}
-
 impl Cause {
-    pub fn kind(&self) -> CauseKind {
-        match self {
-            Cause::ExternalEventWait(_) => CauseKind::ExternalEventWait,
-            Cause::HostNode(_) => CauseKind::HostNode,
-            Cause::MemoryNode { .. } => CauseKind::MemoryNode,
-            Cause::CrossStreamJoin { .. } => CauseKind::CrossStreamJoin,
-            Cause::GraphLaunch => CauseKind::GraphLaunch,
-            Cause::GraphLaunchHostBound { .. } => CauseKind::GraphLaunchHostBound,
-            Cause::GraphDependency => CauseKind::GraphDependency,
-            Cause::HostLaunchBound => CauseKind::HostLaunchBound,
-            Cause::StreamOrderLatency => CauseKind::StreamOrderLatency,
-            Cause::StreamWait => CauseKind::StreamWait,
-            Cause::Synchronization => CauseKind::Synchronization,
-            Cause::Unattributed => CauseKind::Unattributed,
-        }
-    }
-
     /// One-line description naming the evidence (node ids, API, library, setting).
     pub fn label(&self) -> String {
         match self {
@@ -249,21 +258,6 @@ impl CauseKind {
             CauseKind::Unattributed => "unattributed",
         }
     }
-
-    pub const ALL: [CauseKind; 12] = [
-        CauseKind::ExternalEventWait,
-        CauseKind::HostNode,
-        CauseKind::MemoryNode,
-        CauseKind::CrossStreamJoin,
-        CauseKind::GraphLaunch,
-        CauseKind::GraphLaunchHostBound,
-        CauseKind::GraphDependency,
-        CauseKind::HostLaunchBound,
-        CauseKind::StreamOrderLatency,
-        CauseKind::StreamWait,
-        CauseKind::Synchronization,
-        CauseKind::Unattributed,
-    ];
 }
 
 /// An interval in which the device (all streams together) was idle inside a step.
