@@ -1,84 +1,16 @@
 //! Alignment of op sequences (graphed ↔ eager, base ↔ head) and the pairing of cells: which
 //! eager cell a graphed one is compared with, and which graph usage modes. The comparisons
-//! themselves are [`super::compare`]'s.
+//! themselves are [`super::cell_comparison`]'s.
 //!
-//! Sequences are aligned by a longest common subsequence over op names, so an op present in one
-//! regime only (a memset node, a fill kernel a framework adds before a replay) leaves a one-sided
-//! entry instead of shifting every later pair.
+//! Sequences are aligned by a longest common subsequence over op names (`lcs.rs`), so an op
+//! present in one regime only (a memset node, a fill kernel a framework adds before a replay)
+//! leaves a one-sided entry instead of shifting every later pair.
 #![forbid(unsafe_code)]
 
-use super::{CellAnalysis, Confidence, NotPaired, PairBasis, Pairing, Regime};
-
-/// Above this many DP cells (n × m) the alignment falls back to a greedy linear matcher:
-/// a "step" of tens of thousands of kernels (e.g. a profiler annotation around a whole
-/// iteration) must not cost gigabytes.
-const LCS_MAX_CELLS: usize = 4_000_000;
-
-/// Matched index pairs (i in `a`, j in `b`) of a longest common subsequence, in order (exact
-/// up to `LCS_MAX_CELLS`, greedy beyond).
-pub fn lcs_pairs<T: PartialEq>(a: &[T], b: &[T]) -> Vec<(usize, usize)> {
-    let (n, m) = (a.len(), b.len());
-    if n.saturating_mul(m) > LCS_MAX_CELLS {
-        return greedy_pairs(a, b);
-    }
-    // lengths[i][j] = LCS of a[i..], b[j..]; (n+1)(m+1) cells, steps are short.
-    let width = m + 1;
-    let mut lengths = vec![0u32; (n + 1) * width];
-    for i in (0..n).rev() {
-        for j in (0..m).rev() {
-            lengths[i * width + j] = if a[i] == b[j] {
-                lengths[(i + 1) * width + j + 1] + 1
-            } else {
-                lengths[(i + 1) * width + j].max(lengths[i * width + j + 1])
-            };
-        }
-    }
-    let (mut i, mut j) = (0, 0);
-    let mut pairs = Vec::new();
-    while i < n && j < m {
-        if a[i] == b[j] {
-            pairs.push((i, j));
-            i += 1;
-            j += 1;
-        } else if lengths[(i + 1) * width + j] >= lengths[i * width + j + 1] {
-            i += 1;
-        } else {
-            j += 1;
-        }
-    }
-    pairs
-}
-
-/// Linear-time matching for long sequences: walk both; on a mismatch, look a short window
-/// ahead in each for the nearest resynchronisation and skip the unmatched ops.
-fn greedy_pairs<T: PartialEq>(a: &[T], b: &[T]) -> Vec<(usize, usize)> {
-    const WINDOW: usize = 32;
-    let (mut i, mut j) = (0, 0);
-    let mut pairs = Vec::with_capacity(a.len().min(b.len()));
-    while i < a.len() && j < b.len() {
-        if a[i] == b[j] {
-            pairs.push((i, j));
-            i += 1;
-            j += 1;
-            continue;
-        }
-        // Smallest skip (di in a, dj in b) that makes the two agree again.
-        let best = (1..=WINDOW)
-            .flat_map(|d| (0..=d).map(move |di| (di, d - di)))
-            .find(|&(di, dj)| i + di < a.len() && j + dj < b.len() && a[i + di] == b[j + dj]);
-        match best {
-            Some((di, dj)) => {
-                i += di;
-                j += dj;
-            }
-            None => {
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    pairs
-}
+use super::cell::CellAnalysis;
+use super::lcs::lcs_pairs;
+use super::model::{Confidence, Regime};
+use serde::Serialize;
 
 /// Full alignment of two name sequences: every position of each appears once, matched or not.
 pub fn align_names(a: &[String], b: &[String]) -> Vec<(Option<usize>, Option<usize>)> {
@@ -101,6 +33,37 @@ pub fn align_names(a: &[String], b: &[String]) -> Vec<(Option<usize>, Option<usi
         }
     }
     out
+}
+
+/// What an eager ↔ graphed pair rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PairBasis {
+    /// The two cells' requests name the same workload (`gapscope run`, marked cells).
+    Workload,
+    /// The graph's op names and the eager step's, aligned (no shared marker).
+    KernelSequence,
+    /// The library kernels of a compiled graph (all but the compiler's own) and the eager
+    /// step's kernels of those names, aligned (no shared marker).
+    LibraryKernels,
+}
+
+/// How an eager ↔ graphed pair was made, said wherever the pair is shown.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pairing {
+    pub basis: PairBasis,
+    pub confidence: Confidence,
+    /// e.g. "paired by kernel sequence: 87 % of the graph's 7 ops match the eager step's by
+    /// name, in order (6 of 7; the eager step has 7)".
+    pub text: String,
+}
+
+/// A graphed cell with no eager partner, and why, when an eager cell was there to pair with.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NotPaired {
+    pub cell: usize,
+    pub closest: Option<usize>,
+    pub text: String,
 }
 
 /// Pairs each graphed cell with the eager cell of the same workload (and graph usage mode, when

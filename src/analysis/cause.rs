@@ -9,16 +9,34 @@
 //! So attributed + unattributed = measured idle time exactly, per step.
 #![forbid(unsafe_code)]
 
+use super::cell::{CauseTotal, CellAnalysis, Observed, SequenceEntry};
+use super::host_samples;
+use super::model::{
+    Cause, CauseKind, Confidence, ExternalWait, Gap, HostNodeEvidence, Op, Regime, Step,
+    TraceTimeline,
+};
 use super::stats::Stat;
 use super::steps::CellSteps;
 use super::timeline::LaunchIndex;
-use super::{
-    AnalysisOptions, Cause, CauseKind, CauseTotal, CellAnalysis, Confidence, ExternalWait, Gap,
-    HostNodeEvidence, Observed, Op, Regime, SequenceEntry, Step, TraceTimeline,
-};
 use crate::trace::{NodeType, Trace};
 use rustc_hash::FxHashMap;
 use std::collections::HashSet;
+
+/// Options of the analysis.
+#[derive(Debug, Clone)]
+pub struct AnalysisOptions {
+    /// Eager: a gap counts as host launch-bound when the op's launch call returned no earlier
+    /// than this many ns before the previous op ended (the device had nothing queued).
+    pub launch_slack_ns: u64,
+}
+
+impl Default for AnalysisOptions {
+    fn default() -> Self {
+        AnalysisOptions {
+            launch_slack_ns: 500,
+        }
+    }
+}
 
 /// Per-trace indexes shared by the cells of one trace.
 pub struct TraceContext<'a> {
@@ -641,7 +659,7 @@ pub fn analyze_cell(
     let host_before_launch = host_before_launch(&with_period);
     let mut sequence = canonical_sequence(ctx, timeline, &with_period);
     let host_time = ctx.host_samples.as_ref().and_then(|index| {
-        super::host_samples::add_to_sequence(
+        add_to_sequence(
             index,
             trace,
             &ctx.launches,
@@ -678,7 +696,7 @@ pub fn analyze_cell(
         host_time,
         sequence,
         reference: meta_cell.map(|c| c.reference.clone()).unwrap_or_default(),
-        sampled: super::Sampled::of_cell(
+        sampled: super::cell::Sampled::of_cell(
             trace.metadata.sampling.as_ref(),
             cell.graph_group.as_ref(),
         ),
@@ -768,8 +786,8 @@ fn tracer_share(ctx: &TraceContext, cell: &CellSteps) -> Option<super::tracer_sh
         None => {
             use super::tracer_share::StepsOf;
             let steps = match cell.regime_split {
-                Some(super::Regime::Graphed) => StepsOf::Graphed,
-                Some(super::Regime::Eager) => StepsOf::Ungraphed,
+                Some(super::model::Regime::Graphed) => StepsOf::Graphed,
+                Some(super::model::Regime::Eager) => StepsOf::Ungraphed,
                 None => StepsOf::All,
             };
             cell.cell
@@ -995,7 +1013,7 @@ impl Column {
             gap_q.push(if q < s.ops.len() { q } else { usize::MAX });
         }
         Column {
-            pairs: (seq != canonical).then(|| super::align::lcs_pairs(canonical, seq)),
+            pairs: (seq != canonical).then(|| super::lcs::lcs_pairs(canonical, seq)),
             gap_q,
         }
     }
@@ -1128,6 +1146,85 @@ fn mismatches(
         }
     }
     out
+}
+
+/// Where a step's gaps sit in a cell's op sequence: the position of each gap's op (matched by
+/// name and occurrence: the k-th op of that name in the step is the sequence's k-th of it),
+/// `None` for an op the sequence does not have.
+pub struct Positions<'s> {
+    position: FxHashMap<(&'s str, usize), usize>,
+}
+
+impl<'s> Positions<'s> {
+    pub fn new(sequence: &'s [SequenceEntry]) -> Positions<'s> {
+        let mut position = FxHashMap::default();
+        let mut seen: FxHashMap<&str, usize> = FxHashMap::default();
+        for (p, e) in sequence.iter().enumerate() {
+            let k = seen.entry(e.name.as_str()).or_default();
+            position.insert((e.name.as_str(), *k), p);
+            *k += 1;
+        }
+        Positions { position }
+    }
+
+    /// The position of each of `step`'s gaps.
+    pub fn of_gaps(&self, trace: &Trace, ops: &[Op], step: &Step) -> Vec<Option<usize>> {
+        let mut seen: FxHashMap<u32, usize> = FxHashMap::default();
+        let mut occurrence: FxHashMap<usize, usize> = FxHashMap::default();
+        for &i in &step.ops {
+            let k = seen.entry(ops[i].name).or_default();
+            occurrence.insert(i, *k);
+            *k += 1;
+        }
+        step.gaps
+            .iter()
+            .map(|g| {
+                let k = *occurrence.get(&g.after)?;
+                let name = trace.str(ops.get(g.after)?.name);
+                self.position.get(&(name, k)).copied()
+            })
+            .collect()
+    }
+}
+
+/// Sets [`SequenceEntry::host_time`] of each position of `sequence` whose gap is host-bound:
+/// the host-bound gaps before the op at that position in `steps` ([`Positions`]), each on the
+/// thread of its op's launch call. Returns the host time of every host-bound gap of the steps
+/// together ([`host_samples::CELL_TOP_CODES`] codes), `None` when they have none.
+fn add_to_sequence(
+    index: &host_samples::SampleIndex,
+    trace: &Trace,
+    launches: &LaunchIndex,
+    ops: &[Op],
+    steps: &[&Step],
+    sequence: &mut [SequenceEntry],
+) -> Option<host_samples::HostTime> {
+    let mut gaps: Vec<Vec<(u64, u64, u32)>> = vec![Vec::new(); sequence.len()];
+    let mut per_step = Vec::with_capacity(steps.len());
+    let positions = Positions::new(sequence);
+    for step in steps {
+        let mut in_step = 0;
+        for (g, p) in step.gaps.iter().zip(positions.of_gaps(trace, ops, step)) {
+            let thread = launches.call(ops[g.after].corr).map(|c| c.2);
+            if let (Some(p), Some(thread), true) =
+                (p, thread, host_samples::is_host_bound(g.cause.kind()))
+            {
+                gaps[p].push((g.start, g.end, thread));
+                in_step += g.len();
+            }
+        }
+        per_step.push(in_step);
+    }
+    for (entry, gaps) in sequence.iter_mut().zip(&gaps) {
+        if host_samples::is_host_bound(entry.gap_cause) {
+            entry.host_time = Some(index.attribute(gaps));
+        }
+    }
+    let all = gaps.concat();
+    (!all.is_empty()).then(|| host_samples::HostTime {
+        per_step: Stat::of_ns(per_step),
+        ..index.attribute_top(&all, host_samples::CELL_TOP_CODES)
+    })
 }
 
 #[cfg(test)]

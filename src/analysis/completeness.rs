@@ -192,8 +192,8 @@ pub fn check(trace: &Trace) -> Completeness {
 /// span of a cell's launches, a device record inside its steps.
 pub(crate) fn touched_cells(
     c: &Completeness,
-    cells: &[super::CellAnalysis],
-    timeline: &super::TraceTimeline,
+    cells: &[super::cell::CellAnalysis],
+    timeline: &super::model::TraceTimeline,
     launches: &super::timeline::LaunchIndex,
 ) -> Vec<usize> {
     let mut touched = Vec::new();

@@ -9,22 +9,11 @@
 //! interval of the cell.
 #![forbid(unsafe_code)]
 
+use super::cell::{CellAnalysis, EagerInGraphed};
+use super::model::{Regime, TraceTimeline};
 use super::provenance::ProvenanceIndex;
 use super::timeline::LaunchIndex;
-use super::{CellAnalysis, Regime, TraceTimeline};
 use rustc_hash::FxHashMap;
-use serde::Serialize;
-
-/// Graphed steps of a cell that launched eager ops as well.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct EagerInGraphed {
-    /// Steps with eager ops, of the cell's graphed steps.
-    pub steps: usize,
-    pub of: usize,
-    /// The eager ops those steps launched, and their device time (ns).
-    pub ops: usize,
-    pub device_ns: u64,
-}
 
 /// Per op of a cell: launched by a graph replay, or eagerly.
 #[derive(Default)]

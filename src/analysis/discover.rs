@@ -42,9 +42,9 @@
 //! holding [`MIN_LOOP_OPS`] ops, which chance repeats in a long stream do not reach.
 #![forbid(unsafe_code)]
 
+use super::model::{Op, TraceTimeline};
 use super::stats::{Change, Stat};
 use super::timeline::LaunchIndex;
-use super::{Op, TraceTimeline};
 use crate::trace::{MarkerKind, Trace, step_range_rule};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -735,7 +735,7 @@ fn graph_phase(unit: &[u32], graphs: &[Vec<u32>]) -> Option<usize> {
         };
         for k in (0..unit.len()).filter(|&k| unit[k] == first) {
             let rotated: Vec<u32> = unit[k..].iter().chain(&unit[..k]).copied().collect();
-            let matched = super::align::lcs_pairs(&rotated, g).len();
+            let matched = super::lcs::lcs_pairs(&rotated, g).len();
             if 2 * matched >= g.len().min(unit.len()) && best.is_none_or(|b| matched > b.0) {
                 best = Some((matched, k));
             }
@@ -763,7 +763,7 @@ fn symbols_of<'o>(ops: impl Iterator<Item = &'o Op>) -> Symbols {
             *ids.entry((op.name, op.kind as u8, op.stream))
                 .or_insert_with(|| {
                     name_of.push(op.name);
-                    kernel_symbol.push(op.kind == super::OpKind::Kernel);
+                    kernel_symbol.push(op.kind == super::model::OpKind::Kernel);
                     next
                 })
         })

@@ -3,9 +3,11 @@
 //! Decided here, once; the renderers print it.
 #![forbid(unsafe_code)]
 
-use super::remedy::RemedyKind;
+use super::cell::CellAnalysis;
+use super::cell_comparison::{CellComparison, Paired};
+use super::model::CauseKind;
+use super::remedy::{Remedy, RemedyKind};
 use super::stats::Stat;
-use super::{Analysis, CauseKind, CellAnalysis, CellComparison};
 use serde::Serialize;
 
 /// Why the headline's cell leads.
@@ -48,9 +50,10 @@ pub struct LeadingCause {
     pub share_of_step: Option<f64>,
 }
 
-/// The step a picture of the headline draws: step `step` (a position in each cell's steps) of
-/// the eager ↔ graphed pair `pair` (an index into [`Analysis::regime_pairs`]): the step whose
-/// periods are closest to both cells' medians.
+/// The step a picture of the headline draws: step `step` (a position in each cell's steps) of the
+/// eager ↔ graphed pair `pair` (an index into
+/// [`Analysis::regime_pairs`](super::analyzer::Analysis::regime_pairs)): the step whose periods are
+/// closest to both cells' medians.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Picture {
     pub pair: usize,
@@ -60,19 +63,19 @@ pub struct Picture {
 /// See the module doc.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Headline {
-    /// Index into [`Analysis::cells`].
+    /// Index into [`Analysis::cells`](super::analyzer::Analysis::cells).
     pub cell: usize,
     pub basis: Basis,
     /// What the user can gain on the cell a step (ns): the fix's predicted saving, else the
     /// slowdown against its twin, else 0.
     pub gain_ns: f64,
-    /// The twin the cell is slower than (an index into [`Analysis::cells`]), for
-    /// [`Basis::SlowerThanTwin`].
+    /// The twin the cell is slower than (an index into
+    /// [`Analysis::cells`](super::analyzer::Analysis::cells)), for [`Basis::SlowerThanTwin`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub twin: Option<usize>,
     pub cause: Option<LeadingCause>,
-    /// The fix: an index into [`Analysis::remedies`]; `None`: no change needed (no fix gapscope
-    /// knows predicts a saving beyond its spread).
+    /// The fix: an index into [`Analysis::remedies`](super::analyzer::Analysis::remedies); `None`:
+    /// no change needed (no fix gapscope knows predicts a saving beyond its spread).
     pub fix: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub picture: Option<Picture>,
@@ -81,10 +84,11 @@ pub struct Headline {
     pub mode_cost: Option<ModeCost>,
 }
 
-/// What mode 2 costs a step over mode 1, as its pair ([`Analysis::mode_pairs`]) judged it.
+/// What mode 2 costs a step over mode 1, as its pair
+/// ([`Analysis::mode_pairs`](super::analyzer::Analysis::mode_pairs)) judged it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModeCost {
-    /// Index into [`Analysis::mode_pairs`].
+    /// Index into [`Analysis::mode_pairs`](super::analyzer::Analysis::mode_pairs).
     pub pair: usize,
     /// Mode 2 − mode 1 on the periods the verdict was judged on (ns).
     pub delta_ns: f64,
@@ -104,11 +108,10 @@ impl ModeCost {
 }
 
 /// The headline of `a` (its remedies and pairs made); `None` without cells.
-pub fn headline(a: &Analysis) -> Option<Headline> {
+pub fn headline(a: &Paired, remedies: &[Remedy]) -> Option<Headline> {
     if let Some((cell, twin, mode_cost)) = by_mode_cost(a) {
         // The fix of mode 2 itself: the graph usage mode, when it is given.
-        let fix = a
-            .remedies
+        let fix = remedies
             .iter()
             .position(|r| r.cell == cell && r.kind == RemedyKind::GraphUsageMode);
         return Some(Headline {
@@ -123,7 +126,7 @@ pub fn headline(a: &Analysis) -> Option<Headline> {
             mode_cost: Some(mode_cost),
         });
     }
-    let (cell, basis, gain_ns, twin, fix) = by_fix(a)
+    let (cell, basis, gain_ns, twin, fix) = by_fix(remedies)
         .or_else(|| by_slowdown(a))
         .or_else(|| by_idle(a))?;
     let cause = leading_cause(&a.cells[cell]);
@@ -141,7 +144,7 @@ pub fn headline(a: &Analysis) -> Option<Headline> {
 
 /// The mode pair whose mode 2 is slower beyond the spread by most (and not within what tracing
 /// adds, which the mode line calls no finding): its mode-2 cell, its twin and the cost.
-fn by_mode_cost(a: &Analysis) -> Option<(usize, usize, ModeCost)> {
+fn by_mode_cost(a: &Paired) -> Option<(usize, usize, ModeCost)> {
     let (pair, p, _) = a
         .mode_pairs
         .iter()
@@ -153,7 +156,7 @@ fn by_mode_cost(a: &Analysis) -> Option<(usize, usize, ModeCost)> {
         .filter(|(_, _, d)| *d > 0.0)
         .max_by(|x, y| x.2.total_cmp(&y.2))?;
     let (base, head) = (&a.cells[p.base], &a.cells[p.head]);
-    let periods = super::compare::PairPeriods::of(p, base, head);
+    let periods = super::cell_comparison::PairPeriods::of(p, base, head);
     let cost = ModeCost {
         pair,
         delta_ns: periods.saving(head, base)?.median,
@@ -167,8 +170,8 @@ fn by_mode_cost(a: &Analysis) -> Option<(usize, usize, ModeCost)> {
 type Choice = (usize, Basis, f64, Option<usize>, Option<usize>);
 
 /// The given fix with the largest predicted saving, and its cell.
-fn by_fix(a: &Analysis) -> Option<Choice> {
-    a.remedies
+fn by_fix(remedies: &[Remedy]) -> Option<Choice> {
+    remedies
         .iter()
         .enumerate()
         .filter_map(|(i, r)| Some((i, r.cell, r.predicted_saving_ns?.median)))
@@ -177,10 +180,10 @@ fn by_fix(a: &Analysis) -> Option<Choice> {
 }
 
 /// The pair (eager ↔ graphed, mode 1 ↔ mode 2) whose head is slower beyond the spread by most.
-fn by_slowdown(a: &Analysis) -> Option<Choice> {
+fn by_slowdown(a: &Paired) -> Option<Choice> {
     a.regime_pairs
         .iter()
-        .chain(&a.mode_pairs)
+        .chain(a.mode_pairs)
         .filter(|p| p.change == Some(super::stats::Change::Slower))
         .filter_map(|p| Some((p, judged_delta(p)?)))
         .filter(|(_, d)| *d > 0.0)
@@ -199,7 +202,7 @@ fn judged_delta(p: &CellComparison) -> Option<f64> {
 
 /// The cell with the largest share of its step idle, an eager cell whose graphed twin is
 /// faster last (the user has the better version already); else the first.
-fn by_idle(a: &Analysis) -> Option<Choice> {
+fn by_idle(a: &Paired) -> Option<Choice> {
     let replaced = |i: usize| {
         a.regime_pairs
             .iter()
@@ -227,7 +230,7 @@ fn leading_cause_of(c: &CellAnalysis, kind: CauseKind) -> Option<LeadingCause> {
     cause_entry(c, c.idle_by_cause.iter().find(|t| t.cause == kind)?)
 }
 
-fn cause_entry(c: &CellAnalysis, top: &super::CauseTotal) -> Option<LeadingCause> {
+fn cause_entry(c: &CellAnalysis, top: &super::cell::CauseTotal) -> Option<LeadingCause> {
     let step = c.period.or(c.first_launch_period).map(|p| p.median);
     Some(LeadingCause {
         cause: top.cause,
@@ -238,7 +241,7 @@ fn cause_entry(c: &CellAnalysis, top: &super::CauseTotal) -> Option<LeadingCause
 }
 
 /// The eager ↔ graphed pair `cell` is in (else the one losing most), and its most typical step.
-fn picture(a: &Analysis, cell: usize) -> Option<Picture> {
+fn picture(a: &Paired, cell: usize) -> Option<Picture> {
     let delta = |p: &CellComparison| p.period_delta.unwrap_or(f64::MIN);
     let (pair, p) = a
         .regime_pairs

@@ -10,9 +10,8 @@
 //! samples is its share of the gaps' time. Fewer than [`MIN_SAMPLES`] samples name nothing.
 #![forbid(unsafe_code)]
 
-use super::timeline::LaunchIndex;
-use super::{CauseKind, Op, SequenceEntry, Step};
-use crate::trace::{HostFrame, HostSamples, Trace};
+use super::model::CauseKind;
+use crate::trace::{HostFrame, HostSamples};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -178,7 +177,7 @@ impl<'a> SampleIndex<'a> {
     }
 
     /// [`SampleIndex::attribute`], listing `most` codes.
-    fn attribute_top(&self, gaps: &[(u64, u64, u32)], most: usize) -> HostTime {
+    pub fn attribute_top(&self, gaps: &[(u64, u64, u32)], most: usize) -> HostTime {
         let stacks: Vec<(u32, u64)> = gaps
             .iter()
             .flat_map(|&(s, e, thread)| self.stacks_in(thread, s, e))
@@ -249,83 +248,6 @@ impl<'a> SampleIndex<'a> {
         });
         codes.into_iter().take(most).map(|(_, c)| c).collect()
     }
-}
-
-/// Where a step's gaps sit in a cell's op sequence: the position of each gap's op (matched by
-/// name and occurrence: the k-th op of that name in the step is the sequence's k-th of it),
-/// `None` for an op the sequence does not have.
-pub struct Positions<'s> {
-    position: FxHashMap<(&'s str, usize), usize>,
-}
-
-impl<'s> Positions<'s> {
-    pub fn new(sequence: &'s [SequenceEntry]) -> Positions<'s> {
-        let mut position = FxHashMap::default();
-        let mut seen: FxHashMap<&str, usize> = FxHashMap::default();
-        for (p, e) in sequence.iter().enumerate() {
-            let k = seen.entry(e.name.as_str()).or_default();
-            position.insert((e.name.as_str(), *k), p);
-            *k += 1;
-        }
-        Positions { position }
-    }
-
-    /// The position of each of `step`'s gaps.
-    pub fn of_gaps(&self, trace: &Trace, ops: &[Op], step: &Step) -> Vec<Option<usize>> {
-        let mut seen: FxHashMap<u32, usize> = FxHashMap::default();
-        let mut occurrence: FxHashMap<usize, usize> = FxHashMap::default();
-        for &i in &step.ops {
-            let k = seen.entry(ops[i].name).or_default();
-            occurrence.insert(i, *k);
-            *k += 1;
-        }
-        step.gaps
-            .iter()
-            .map(|g| {
-                let k = *occurrence.get(&g.after)?;
-                let name = trace.str(ops.get(g.after)?.name);
-                self.position.get(&(name, k)).copied()
-            })
-            .collect()
-    }
-}
-
-/// Sets [`SequenceEntry::host_time`] of each position of `sequence` whose gap is host-bound:
-/// the host-bound gaps before the op at that position in `steps` ([`Positions`]), each on the
-/// thread of its op's launch call. Returns the host time of every host-bound gap of the steps
-/// together ([`CELL_TOP_CODES`] codes), `None` when they have none.
-pub fn add_to_sequence(
-    index: &SampleIndex,
-    trace: &Trace,
-    launches: &LaunchIndex,
-    ops: &[Op],
-    steps: &[&Step],
-    sequence: &mut [SequenceEntry],
-) -> Option<HostTime> {
-    let mut gaps: Vec<Vec<(u64, u64, u32)>> = vec![Vec::new(); sequence.len()];
-    let mut per_step = Vec::with_capacity(steps.len());
-    let positions = Positions::new(sequence);
-    for step in steps {
-        let mut in_step = 0;
-        for (g, p) in step.gaps.iter().zip(positions.of_gaps(trace, ops, step)) {
-            let thread = launches.call(ops[g.after].corr).map(|c| c.2);
-            if let (Some(p), Some(thread), true) = (p, thread, is_host_bound(g.cause.kind())) {
-                gaps[p].push((g.start, g.end, thread));
-                in_step += g.len();
-            }
-        }
-        per_step.push(in_step);
-    }
-    for (entry, gaps) in sequence.iter_mut().zip(&gaps) {
-        if is_host_bound(entry.gap_cause) {
-            entry.host_time = Some(index.attribute(gaps));
-        }
-    }
-    let all = gaps.concat();
-    (!all.is_empty()).then(|| HostTime {
-        per_step: super::stats::Stat::of_ns(per_step),
-        ..index.attribute_top(&all, CELL_TOP_CODES)
-    })
 }
 
 /// The host code whose share of a cell's host-bound gaps changed most between two cells.

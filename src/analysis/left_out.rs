@@ -6,22 +6,10 @@
 //! here, and a cell whose steps leave out a material share of the device work says so.
 #![forbid(unsafe_code)]
 
+use super::cell::{CellAnalysis, LeftOut};
+use super::model::TraceTimeline;
 use super::thresholds::LEFT_OUT_MIN_SHARE;
 use super::timeline::LaunchIndex;
-use super::{CellAnalysis, TraceTimeline};
-use serde::Serialize;
-
-/// Device work that ran inside a cell's step windows but was launched outside its steps (ops
-/// without a launch call in the trace are not counted: the completeness check names those).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct LeftOut {
-    /// Ops that started in a step's window and belong to none of the cell's steps, and their
-    /// device time in the windows (ns).
-    pub ops: usize,
-    pub device_ns: u64,
-    /// Their share (0…1) of the device time in the windows (theirs and the steps' own ops').
-    pub share: f64,
-}
 
 /// Fills `observed.left_out` of each cell of marked steps (graph-launch cells and loops found
 /// in the kernel sequence have no markers to move) whose windows hold at least

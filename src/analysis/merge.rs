@@ -42,11 +42,12 @@
 //! assumes every trace starts at the same collective: traces whose collective counts differ
 //! get a warning, and a wide spread of the per-instance estimates shows a mismatch.
 
+use super::analyzer::{self, Analysis};
+use super::cause::AnalysisOptions;
 use super::thresholds::OFFSET_SPREAD_WARN_NS;
 use crate::analysis::rank_summary::RankSummary;
 pub use crate::analysis::rank_summary::{COLLECTIVE_PREFIX, collective_ends, host};
 use crate::analysis::stats::{Change, Stat};
-use crate::analysis::{self, Analysis, AnalysisOptions};
 use crate::trace::{Source, Trace};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -552,7 +553,7 @@ fn rank_cells(
         RankInput::Trace(s) => {
             let mut s = *s;
             shift_in_place(&mut s, shift_ns);
-            let a = analysis::analyze(
+            let a = analyzer::analyze(
                 std::slice::from_ref(&s),
                 &[path.to_owned()],
                 &AnalysisOptions::default(),

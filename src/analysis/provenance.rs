@@ -12,8 +12,8 @@
 //! per op of the trace's timeline.
 #![forbid(unsafe_code)]
 
-use super::Op;
 use super::host_samples::own_code;
+use super::model::Op;
 use super::timeline::LaunchIndex;
 use crate::trace::{GraphNode, HostFrame, HostRanges, StrId, Trace};
 use rustc_hash::FxHashMap;

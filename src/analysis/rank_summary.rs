@@ -12,8 +12,9 @@
 //! summary holds as they are); only the merged Perfetto trace needs the traces themselves.
 #![forbid(unsafe_code)]
 
+use super::analyzer::Analysis;
+use super::model::{CauseKind, OpKind};
 use super::stats::Stat;
-use super::{Analysis, CauseKind, OpKind};
 use crate::trace::{Source, Trace};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

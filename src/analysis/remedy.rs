@@ -5,12 +5,15 @@
 //! a cell must show before the remedy is given. Renderers only print [`Remedy`] values.
 #![forbid(unsafe_code)]
 
+use super::cell::CellAnalysis;
+use super::cell_comparison::{CellComparison, Paired};
+use super::model::{CauseKind, Regime};
+use super::saving::Saving;
 use super::stats::Stat;
 use super::thresholds::{
     FRESH_GRAPH_MIN_EXCESS_NS, FRESH_GRAPH_MIN_RATIO, MATERIAL_SHARE_OF_STEP, MIN_STEPS_TO_JUDGE,
     RESOLUTION_NS,
 };
-use super::{Analysis, CauseKind, CellAnalysis, CellComparison, Regime};
 use serde::Serialize;
 
 /// A fix gapscope knows for a cause it attributes.
@@ -123,104 +126,11 @@ pub const REMEDIES: [RemedySpec; 5] = [
     },
 ];
 
-/// Time saved per step, ns (positive = faster): median, p10–p90 and the steps behind it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Saving {
-    pub median: f64,
-    pub p10: f64,
-    pub p90: f64,
-    /// Steps behind the figure (for a difference of two cells, the smaller side's).
-    pub n: usize,
-}
-
-impl Saving {
-    /// A per-step sample of saved time, minus a constant (e.g. the latency that would remain).
-    fn from_stat_minus(s: &Stat, remaining: f64) -> Saving {
-        Saving {
-            median: s.median - remaining,
-            p10: s.p10 - remaining,
-            p90: s.p90 - remaining,
-            n: s.n,
-        }
-    }
-
-    /// `from − to`: the median is the difference of the medians. The spread is that of every
-    /// pairwise difference of run-block medians (the run-to-run spread, as
-    /// [`super::stats::Change::from_runs`] judges changes) when both sides have ≥ 2 blocks,
-    /// else the widest per-step one: `from.p10 − to.p90` to `from.p90 − to.p10`.
-    fn difference(from: &Stat, from_runs: &[f64], to: &Stat, to_runs: &[f64]) -> Saving {
-        let mut pairwise: Vec<f64> = from_runs
-            .iter()
-            .flat_map(|f| to_runs.iter().map(move |t| f - t))
-            .collect();
-        let runs = (from_runs.len() >= 2 && to_runs.len() >= 2)
-            .then(|| Stat::of(&mut pairwise))
-            .flatten();
-        let (p10, p90) = match runs {
-            Some(r) => (r.p10, r.p90),
-            None => (from.p10 - to.p90, from.p90 - to.p10),
-        };
-        Saving {
-            median: from.median - to.median,
-            p10,
-            p90,
-            n: from.n.min(to.n),
-        }
-    }
-
-    /// What moving from cell `from` to cell `to` saves a step, from their untraced periods
-    /// (each measured window a run), when both have one.
-    pub fn between_untraced_periods(from: &CellAnalysis, to: &CellAnalysis) -> Option<Saving> {
-        Some(Saving::difference(
-            from.untraced_period.as_ref()?,
-            &from.untraced_window_medians,
-            to.untraced_period.as_ref()?,
-            &to.untraced_window_medians,
-        ))
-    }
-
-    /// What moving from cell `from` to cell `to` saves a step, from their untraced host step
-    /// periods (the tracers' shares), when both have one and no device-side untraced period
-    /// was measured. The host periods carry no run blocks, and their per-step spreads say
-    /// nothing of how well the difference is known: the spread is the traced periods' run
-    /// blocks' ([`Saving::between_periods`]), set around the untraced difference.
-    pub fn between_untraced_host_periods(from: &CellAnalysis, to: &CellAnalysis) -> Option<Saving> {
-        let median =
-            from.tracer_share.as_ref()?.untraced.median - to.tracer_share.as_ref()?.untraced.median;
-        let traced = Saving::between_periods(from, to)?;
-        Some(Saving {
-            median,
-            p10: median - (traced.median - traced.p10),
-            p90: median + (traced.p90 - traced.median),
-            n: traced.n,
-        })
-    }
-
-    /// What moving from cell `from` to cell `to` saves a step, from their steady periods.
-    pub fn between_periods(from: &CellAnalysis, to: &CellAnalysis) -> Option<Saving> {
-        Some(Saving::difference(
-            from.period.as_ref()?,
-            &from.period_block_medians,
-            to.period.as_ref()?,
-            &to.period_block_medians,
-        ))
-    }
-
-    pub fn spread(&self) -> f64 {
-        self.p90 - self.p10
-    }
-
-    /// Whether the saving has a spread to give ([`super::thresholds::MIN_STEPS_TO_JUDGE`]).
-    pub fn has_spread(&self) -> bool {
-        self.n >= super::thresholds::MIN_STEPS_TO_JUDGE
-    }
-}
-
 /// A remedy for one cell, with its predicted saving.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Remedy {
     pub kind: RemedyKind,
-    /// Index into [`Analysis::cells`].
+    /// Index into [`Analysis::cells`](super::analyzer::Analysis::cells).
     pub cell: usize,
     pub action: String,
     /// The cause (its label) or figures the remedy was derived from.
@@ -255,7 +165,7 @@ pub struct Withheld {
 /// saving is not beyond its spread (its p10 is not above zero) or under
 /// [`MATERIAL_SHARE_OF_STEP`] of the step, or they would capture in a graph a step whose graphed
 /// twin is in the analysis already (the eager ↔ graphed comparison is the finding then).
-pub fn remedies(a: &Analysis) -> (Vec<Remedy>, Vec<Withheld>) {
+pub fn remedies(a: &Paired) -> (Vec<Remedy>, Vec<Withheld>) {
     let mut given = Vec::new();
     let mut withheld = Vec::new();
     for r in candidates(a) {
@@ -295,7 +205,7 @@ fn steps_behind(r: &Remedy, cell: &CellAnalysis) -> usize {
 }
 
 /// Why a capture remedy is not one: the step's graphed twin is in the analysis already.
-fn graphed_twin(a: &Analysis, r: &Remedy) -> Option<String> {
+fn graphed_twin(a: &Paired, r: &Remedy) -> Option<String> {
     if r.kind != RemedyKind::CaptureInGraph {
         return None;
     }
@@ -310,7 +220,7 @@ fn graphed_twin(a: &Analysis, r: &Remedy) -> Option<String> {
 /// beyond its spread exactly when their pair is slower, so that the fix and the mode line give
 /// one answer: `Some(Ok)` when the pair is slower, `Some(Err(why))` when not; `None` for any
 /// other remedy.
-fn judged_by_pair(a: &Analysis, r: &Remedy) -> Option<Result<(), String>> {
+fn judged_by_pair(a: &Paired, r: &Remedy) -> Option<Result<(), String>> {
     if r.kind != RemedyKind::GraphUsageMode {
         return None;
     }
@@ -365,7 +275,7 @@ fn immaterial(r: &Remedy, cell: &CellAnalysis) -> Option<String> {
 }
 
 /// Every remedy whose evidence the analysis shows, given or not.
-fn candidates(a: &Analysis) -> Vec<Remedy> {
+fn candidates(a: &Paired) -> Vec<Remedy> {
     let mut out = Vec::new();
     for (index, cell) in a.cells.iter().enumerate() {
         for spec in &REMEDIES {
@@ -423,7 +333,7 @@ fn has_dag(cell: &CellAnalysis) -> bool {
         .is_some_and(|m| !m.starts_with("unknown"))
 }
 
-fn cause_total(cell: &CellAnalysis, kind: CauseKind) -> Option<&super::CauseTotal> {
+fn cause_total(cell: &CellAnalysis, kind: CauseKind) -> Option<&super::cell::CauseTotal> {
     cell.idle_by_cause.iter().find(|t| t.cause == kind)
 }
 
@@ -435,7 +345,7 @@ fn has_steady_steps(cell: &CellAnalysis) -> bool {
 
 type Found = Option<(String, Option<Saving>, String)>;
 
-fn graph_usage_mode(a: &Analysis, index: usize, cell: &CellAnalysis) -> Found {
+fn graph_usage_mode(a: &Paired, index: usize, cell: &CellAnalysis) -> Found {
     // Mode 2 as observed: external event-wait nodes created inside an NCCL call; or external
     // waits made elsewhere (NCCL's serial-event shape built by hand) where the same workload
     // ran without them too, which shows what mode 1 would save.
@@ -454,7 +364,7 @@ fn graph_usage_mode(a: &Analysis, index: usize, cell: &CellAnalysis) -> Found {
             .map_or("1".to_owned(), |m| m.to_string());
         // The pair's own figures, the program's where known (the headline's cost is the same
         // figure: `PairPeriods`).
-        let periods = super::compare::PairPeriods::of(pair, base, cell);
+        let periods = super::cell_comparison::PairPeriods::of(pair, base, cell);
         let (saving, measured) = (periods.saving(cell, base), periods.describe());
         let basis = format!(
             "the {measured} of mode-{mode} cell `{}` of the same workload, measured",
@@ -489,7 +399,7 @@ fn graph_usage_mode(a: &Analysis, index: usize, cell: &CellAnalysis) -> Found {
     ))
 }
 
-fn capture_in_graph(a: &Analysis, index: usize, cell: &CellAnalysis) -> Found {
+fn capture_in_graph(a: &Paired, index: usize, cell: &CellAnalysis) -> Found {
     let host_bound = cause_total(cell, CauseKind::HostLaunchBound)?;
     let evidence = format!(
         "{}: {:.2} µs idle per step (largest cause)",
@@ -516,7 +426,7 @@ fn capture_in_graph(a: &Analysis, index: usize, cell: &CellAnalysis) -> Found {
     ))
 }
 
-fn warm_up_fresh_graphs(a: &Analysis, cell: &CellAnalysis) -> Found {
+fn warm_up_fresh_graphs(a: &Paired, cell: &CellAnalysis) -> Found {
     let first = cell.first_launch_period.as_ref()?;
     let (replays, saving, basis) = if has_steady_steps(cell) {
         let replays = cell.period.as_ref()?;
@@ -545,7 +455,7 @@ fn warm_up_fresh_graphs(a: &Analysis, cell: &CellAnalysis) -> Found {
 
 /// A graphed cell of the same workload with steady replays, same observed graph usage mode
 /// first (a mode-2 graph's first launches are not judged against mode-1 replays).
-fn replay_cell<'a>(a: &'a Analysis, cell: &CellAnalysis) -> Option<&'a CellAnalysis> {
+fn replay_cell<'a>(a: &'a Paired, cell: &CellAnalysis) -> Option<&'a CellAnalysis> {
     let key = cell.workload_key_without(&["launch"]);
     let candidates: Vec<&CellAnalysis> = a
         .cells
@@ -755,48 +665,18 @@ fn measured_saving(pair: &CellComparison, b: &CellAnalysis, h: &CellAnalysis) ->
     Saving::between_periods(b, h)
 }
 
-/// The fixes of a selection of an input's cells (`compare --base-select`) are those the
-/// analysis of the whole input gave them: a selection leaves out cells a fix is judged by (the
-/// mode-1 twin beside a mode-2 graph), and `analyze` and `compare` must give one answer.
-/// A selected cell takes the remedies of the whole input's cell with the same label and match
-/// key; the selection's own are dropped.
-pub fn adopt_remedies(selected: &mut Analysis, whole: &Analysis) {
-    let same = |w: usize| {
-        let cell = &whole.cells[w];
-        selected
-            .cells
-            .iter()
-            .position(|c| c.label == cell.label && c.match_key() == cell.match_key())
-    };
-    selected.remedies = whole
-        .remedies
-        .iter()
-        .filter_map(|r| {
-            Some(Remedy {
-                cell: same(r.cell)?,
-                ..r.clone()
-            })
-        })
-        .collect();
-    selected.withheld_remedies = whole
-        .withheld_remedies
-        .iter()
-        .filter_map(|w| {
-            let cell = same(w.remedy.cell)?;
-            let mut w = w.clone();
-            w.remedy.cell = cell;
-            Some(w)
-        })
-        .collect();
-}
-
 /// For every matched pair whose BASE cell has a remedy with a predicted saving: predicted vs
 /// measured saving, or `NotApplied` when HEAD's cell still shows the cause.
-pub fn realised(base: &Analysis, head: &Analysis, matched: &[CellComparison]) -> Vec<RemedyCheck> {
+pub fn realised(
+    base: &[CellAnalysis],
+    base_remedies: &[Remedy],
+    head: &[CellAnalysis],
+    matched: &[CellComparison],
+) -> Vec<RemedyCheck> {
     let mut checks = Vec::new();
     for pair in matched {
-        let (b, h) = (&base.cells[pair.base], &head.cells[pair.head]);
-        for remedy in base.remedies.iter().filter(|r| r.cell == pair.base) {
+        let (b, h) = (&base[pair.base], &head[pair.head]);
+        for remedy in base_remedies.iter().filter(|r| r.cell == pair.base) {
             let Some(predicted) = remedy.predicted_saving_ns else {
                 continue;
             };
@@ -881,7 +761,7 @@ pub fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::{AnalysisOptions, analyze};
+    use crate::analysis::{Analysis, AnalysisOptions, analyze};
     use crate::trace::synthetic::{self, SyntheticCell};
 
     fn analysis(cells: &[SyntheticCell]) -> Analysis {
@@ -934,7 +814,7 @@ mod tests {
     /// A compared pair whose change is `change`.
     fn pair(change: Option<crate::analysis::stats::Change>) -> CellComparison {
         let (_, a) = crate::report::fixtures::fixture();
-        let mut p = crate::analysis::compare::compare_cells(0, 1, &a.cells[0], &a.cells[1]);
+        let mut p = crate::analysis::cell_comparison::compare_cells(0, 1, &a.cells[0], &a.cells[1]);
         p.change = change;
         p
     }
@@ -1000,7 +880,7 @@ mod tests {
         fresh.first_launch_period = fresh.period;
         fresh.period_block_medians = crate::analysis::stats::block_medians(&periods, 10);
         a.cells.push(fresh);
-        (a.remedies, a.withheld_remedies) = remedies(&a);
+        (a.remedies, a.withheld_remedies) = remedies(&a.paired());
         a
     }
 
@@ -1076,7 +956,7 @@ mod tests {
                 share: 1.0,
             }],
         });
-        remedies(&a)
+        remedies(&a.paired())
     }
 
     #[test]

@@ -14,8 +14,8 @@
 //! executable graph that the markers also launch are warm-up and left out.
 #![forbid(unsafe_code)]
 
-use super::TraceTimeline;
 use super::discover::{self, StepFinding, StepSource};
+use super::model::TraceTimeline;
 use super::timeline::LaunchIndex;
 use crate::trace::{GraphNode, MarkerKind, NodeType, Trace};
 use serde::Serialize;
@@ -29,7 +29,7 @@ pub struct CellSteps {
     pub steps: Vec<Vec<usize>>,
     /// Set when one marked cell held both eager steps and graph replays (e.g. one NVTX range
     /// name around both in a user's program): the regime observed, which splits it in two.
-    pub regime_split: Option<super::Regime>,
+    pub regime_split: Option<super::model::Regime>,
     /// Set for cells of graph launches outside step markers: what the graph is and how it
     /// was launched.
     pub graph_group: Option<GraphGroup>,
@@ -191,8 +191,8 @@ pub fn split_mixed_regimes(
             (Vec::new(), e)
         };
         let kinds = [
-            (Some(super::Regime::Eager), false, e),
-            (Some(super::Regime::Graphed), false, g),
+            (Some(super::model::Regime::Eager), false, e),
+            (Some(super::model::Regime::Graphed), false, g),
             (None, true, c),
         ];
         let split = kinds.iter().filter(|k| !k.2.is_empty()).count() > 1;

@@ -1,7 +1,7 @@
 //! The device timeline: kernels, memcpys and memsets of one trace in start order.
 #![forbid(unsafe_code)]
 
-use super::{Op, OpKind, TraceTimeline};
+use super::model::{Op, OpKind, TraceTimeline};
 use crate::trace::{ApiCall, Kernel, MemOp, Trace};
 
 /// Collects the trace's device operations, sorted by (start, end). Records with zero

@@ -304,35 +304,6 @@ impl TracerShare {
     }
 }
 
-/// What CUPTI itself adds that the reports say beside each cell it recorded (not a Kineto
-/// import, not a synthetic trace): that its first launches are inflated by kernel tracing
-/// ([`super::CellAnalysis::first_launches_inflated_by_cupti`]), and, for a graph cell whose steps
-/// lose time to host-bound graph launches, the graph's size behind CUPTI's per-node launch cost
-/// ([`super::CellAnalysis::cupti_launch_cost`]).
-pub fn mark_cupti_costs(a: &mut super::Analysis) {
-    for c in &mut a.cells {
-        let recorded = a.inputs.get(c.trace).map(|i| i.source) == Some(crate::trace::Source::Cupti);
-        if !recorded {
-            continue;
-        }
-        c.first_launches_inflated_by_cupti = c.first_launch_period.is_some();
-        c.cupti_launch_cost = c.graph_group.as_ref().and_then(|group| {
-            let host_bound = c
-                .idle_by_cause
-                .iter()
-                .find(|t| t.cause == super::CauseKind::GraphLaunchHostBound)?;
-            let nodes = match group.identity.node_counts.values().sum::<usize>() {
-                0 => group.identity.op_names.len(),
-                n => n,
-            };
-            Some(super::CuptiLaunchCost {
-                nodes,
-                host_bound_per_step: host_bound.per_step.median,
-            })
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

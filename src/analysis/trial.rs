@@ -7,10 +7,11 @@
 //! the verdict needs of each cell, so a try of many rounds holds one analysis at a time.
 #![forbid(unsafe_code)]
 
+use super::analyzer::Analysis;
+use super::model::CauseKind;
 use super::remedy::RemedyKind;
 use super::stats::{Stat, us};
 use super::thresholds::{MIN_ROUNDS_FOR_SPREAD, REMOVED_SHARE, RESOLUTION_NS};
-use super::{Analysis, CauseKind};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

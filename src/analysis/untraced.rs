@@ -11,11 +11,11 @@
 //! its median is one run-to-run sample, as a traced cell's block medians are.
 #![forbid(unsafe_code)]
 
+use super::model::{Op, TraceTimeline};
 use super::stats::Stat;
 use super::steps::CellSteps;
 use super::thresholds::UNTRACED_MIN_PERIODS;
 use super::timeline::LaunchIndex;
-use super::{Op, TraceTimeline};
 use crate::trace::Trace;
 use rustc_hash::FxHashMap;
 

@@ -29,7 +29,7 @@ pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
         analyze(&head_traces, &head_names),
     );
     if let Some(whole) = &whole_base {
-        analysis::remedy::adopt_remedies(&mut base, whole);
+        analysis::compare::adopt_remedies(&mut base, whole);
     }
     note_damage(&base);
     note_damage(&head);

@@ -442,7 +442,7 @@ pub fn compare_between(
         .collect();
     let delta = hp.median - bp.median;
     CellComparison {
-        kernel_durations: crate::analysis::compare::kernel_durations(
+        kernel_durations: crate::analysis::cell_comparison::kernel_durations(
             &aligned,
             b,
             h,

@@ -115,7 +115,7 @@ pub(crate) fn op_with_provenance(e: &crate::analysis::SequenceEntry) -> String {
 }
 
 /// "3 of 40 graphed steps also launched 12 eager op(s) (45.10 µs of device time)".
-pub(crate) fn eager_in_graphed_label(e: &crate::analysis::coverage::EagerInGraphed) -> String {
+pub(crate) fn eager_in_graphed_label(e: &crate::analysis::EagerInGraphed) -> String {
     format!(
         "{} of {} graphed steps also launched {} eager op(s) ({} µs of device time): part of this phase ran eagerly",
         e.steps,
@@ -126,7 +126,7 @@ pub(crate) fn eager_in_graphed_label(e: &crate::analysis::coverage::EagerInGraph
 }
 
 /// "its steps leave out 63.2 % of the device work that ran in their windows (3036 op(s), …)".
-pub(crate) fn left_out_label(l: &crate::analysis::left_out::LeftOut) -> String {
+pub(crate) fn left_out_label(l: &crate::analysis::LeftOut) -> String {
     format!(
         "its steps leave out {:.1} % of the device work that ran in their windows ({} op(s), {} µs): \
          launched outside the step ranges, it counts as idle here; a step range around the whole \

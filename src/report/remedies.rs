@@ -3,7 +3,7 @@
 //! comparison). The remedies themselves are data in [`crate::analysis::remedy`].
 
 use super::{md_cell, us2};
-use crate::analysis::remedy::Saving;
+use crate::analysis::saving::Saving;
 use crate::analysis::{Analysis, Comparison};
 use std::fmt::Write;
 

@@ -1026,7 +1026,7 @@ mod tests {
         a.cells[1].sequence[3].duration = Stat::of(&mut [9_980.0, 9_980.0, 9_980.0]).unwrap();
         // The analysis decides which kernels differ; the report prints them.
         let p = &a.regime_pairs[0];
-        let check = crate::analysis::compare::kernel_durations(
+        let check = crate::analysis::cell_comparison::kernel_durations(
             &p.aligned,
             &a.cells[p.base],
             &a.cells[p.head],

@@ -719,7 +719,8 @@ fn gap_host_time<'a>(
     if cell.sequence.iter().all(|e| e.host_time.is_none()) {
         return out;
     }
-    use crate::analysis::host_samples::{Positions, is_host_bound};
+    use crate::analysis::cause::Positions;
+    use crate::analysis::host_samples::is_host_bound;
     let positions = Positions::new(&cell.sequence);
     for (si, step) in cell.steps.iter().enumerate() {
         for (gi, p) in positions.of_gaps(trace, ops, step).into_iter().enumerate() {
