@@ -1934,10 +1934,7 @@ fn a_recording_that_says_it_chose_its_step_range_is_read_by_the_field_not_the_no
     t.metadata
         .notes
         .retain(|n| !n.contains("chosen by the recorder"));
-    assert_eq!(
-        analysis::discover::chosen_step_range(&t).as_deref(),
-        Some("decode_step")
-    );
+    assert_eq!(t.metadata.chosen_step_range(), Some("decode_step"));
 }
 
 /// `examples/serial_event.py` (NCCL's serial-event shape of mode 2) under default `gapscope

@@ -1201,7 +1201,7 @@ pub fn step_range_hint(
 /// `gapscope record` would have chosen: the plain host range [`step_range_hint`] names, when
 /// [`step_range_rule::MIN_RANGES`] of its ranges hold device work. Its ranges become the steps
 /// ([`Trace::mark_steps`]) and the workload says it was chosen, as `record`'s choice does
-/// ([`chosen_step_range`]). Returns the name; `None` (the trace unchanged) when the trace has
+/// ([`crate::trace::Metadata::chosen_step_range`]). Returns the name; `None` (the trace unchanged) when the trace has
 /// step markers or no range qualifies.
 pub fn choose_step_range(trace: &mut Trace) -> Option<String> {
     if trace.markers.iter().any(|m| m.kind == MarkerKind::Step) {
@@ -1218,20 +1218,8 @@ pub fn choose_step_range(trace: &mut Trace) -> Option<String> {
     {
         return None;
     }
-    let workload = &mut trace.metadata.workload;
-    workload.insert("step_range".to_owned(), hint.name.clone().into());
-    workload.insert(crate::trace::STEP_RANGE_CHOSEN.to_owned(), true.into());
+    trace.metadata.set_step_range(&hint.name, true);
     Some(hint.name)
-}
-
-/// The step range `gapscope record` chose itself (none was given): the workload's
-/// `step_range`, when the workload says the recorder chose it (older recordings' notes are
-/// read into that field when the trace is read).
-pub fn chosen_step_range(trace: &Trace) -> Option<String> {
-    let workload = &trace.metadata.workload;
-    let name = workload.get("step_range")?.as_str()?;
-    let chosen = workload.get(crate::trace::STEP_RANGE_CHOSEN)?.as_bool() == Some(true);
-    chosen.then(|| name.to_owned())
 }
 
 /// How a trace's eager steps were found, for every report.
@@ -1372,27 +1360,6 @@ mod tests {
         assert_eq!(flag("## forward ##"), "--step-range '## forward ##'");
         assert_eq!(flag("measure|forward"), "--step-range 'measure|forward'");
         assert_eq!(flag("it's"), "--step-range 'it'\\''s'");
-    }
-
-    #[test]
-    fn a_chosen_step_range_is_read_from_the_workload() {
-        // (An older recording's note is read into the workload when the trace is read:
-        // trace::upgrade.)
-        let mut t = Trace::new(Default::default());
-        assert_eq!(chosen_step_range(&t), None, "no step range");
-        t.metadata
-            .workload
-            .insert("step_range".into(), "decode_step".into());
-        assert_eq!(chosen_step_range(&t), None, "a given step range");
-        let note = "recorder: step range `decode_step` chosen by the recorder: …".to_string();
-        t.metadata.notes.push(note);
-        assert_eq!(chosen_step_range(&t), None, "notes are not read here");
-        let chosen = crate::trace::STEP_RANGE_CHOSEN;
-        t.metadata.workload.insert(chosen.into(), false.into());
-        assert_eq!(chosen_step_range(&t), None, "the workload's word is final");
-        t.metadata.notes.clear();
-        t.metadata.workload.insert(chosen.into(), true.into());
-        assert_eq!(chosen_step_range(&t).as_deref(), Some("decode_step"));
     }
 
     #[test]

@@ -266,7 +266,7 @@ pub fn split_cells(
     }
     // A cell of one step has no period: loops inside it are its steps.
     let mut finding = StepFinding {
-        chosen_step_range: discover::chosen_step_range(trace),
+        chosen_step_range: trace.metadata.chosen_step_range().map(str::to_owned),
         chosen_on_import: trace.metadata.source == crate::trace::Source::Nsys,
         ..Default::default()
     };

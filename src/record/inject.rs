@@ -37,14 +37,14 @@
 //! would overwrite its parent's file with a copy of its state).
 //!
 //! Environment read at initialisation: `GAPSCOPE_OUT` (folder, default: the current one),
-//! `GAPSCOPE_STEP_RANGE` (NVTX ranges of that name become [`crate::trace::MarkerKind::Step`] markers of cell
-//! 0), `GAPSCOPE_TRACE_BUDGET` (launches traced per executable graph and steps traced, default
+//! `GAPSCOPE_STEP_RANGE` ([`crate::record::step_range`]), `GAPSCOPE_TRACE_BUDGET` (launches traced per executable graph and steps traced, default
 //! [`TraceBudget::DEFAULT_LIMIT`]; 0: all), the rank variables of [`rank_name`] and the world-size
 //! variables of [`world_size`].
 
 use crate::record::cupti::{Recorder, RecorderConfig, TraceBudget};
 use crate::record::env::trace_file_name;
 use crate::record::spill::{SpillHeader, SpillWriter, spill_path};
+use crate::record::step_range::{STEP_RANGE_VAR, StepRange};
 use crate::settings::Setting;
 use crate::trace::{self, Cell, Metadata, Source, Versions};
 use std::collections::BTreeMap;
@@ -54,8 +54,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-/// Environment variable naming the NVTX range that marks one step.
-pub const STEP_RANGE_VAR: &str = Setting::StepRange.name();
 /// Launches traced per executable graph and steps traced (`gapscope record --trace-budget`).
 pub const TRACE_BUDGET_VAR: &str = Setting::TraceBudget.name();
 /// `all`: an activity record for every CUDA API call, not only those the analysis reads.
@@ -98,7 +96,6 @@ static SIGNAL_BACKTRACE: AtomicBool = AtomicBool::new(false);
 struct Config {
     /// Absolute, so a later `chdir` of the program does not move it.
     out: PathBuf,
-    step_range: Option<String>,
     command: String,
     rank_name: String,
     rank: u32,
@@ -175,7 +172,6 @@ impl Config {
         };
         Config {
             out,
-            step_range: env(Setting::StepRange),
             command: command_line(),
             rank_name: rank_name(var, pid),
             rank: numeric_var(&var, &RANK_VARS).unwrap_or(0),
@@ -250,6 +246,7 @@ fn install_panic_hook() {
 
 fn initialize() -> Result<(), String> {
     let config = Config::from_env();
+    let step_range = StepRange::from_env();
     let mut recorder_config = RecorderConfig {
         all_api_calls: env(Setting::CuptiApi).is_some_and(|v| v == "all"),
         sync_records: env(Setting::CuptiSync).is_some_and(|v| v == "1"),
@@ -282,10 +279,8 @@ fn initialize() -> Result<(), String> {
             TraceBudget::DEFAULT_LIMIT
         }
     };
-    recorder_config.trace_budget = TraceBudget {
-        limit,
-        step_range: config.step_range.clone(),
-    };
+    recorder_config.trace_budget = TraceBudget { limit };
+    recorder_config.step_range = step_range.clone();
     // Delivery relies on the recorder's own flush thread: CUPTI's flush period
     // (`cuptiActivityFlushPeriod`) hands back only full buffers.
     let spilling = env(Setting::Spill).is_some_and(|v| v == "1");
@@ -310,7 +305,7 @@ fn initialize() -> Result<(), String> {
         let header = SpillHeader {
             file_name: trace_file_name(&config.rank_name),
             pid: config.pid,
-            step_range: config.step_range.clone(),
+            step_range: step_range.given().map(str::to_owned),
             metadata,
         };
         match SpillWriter::create(&spill_path(&config.out, config.pid), &header) {
@@ -442,9 +437,7 @@ fn write_trace(signal: Option<c_int>) {
     // From here on the trace is written whole (or not at all, by choice): what was delivered
     // to `gapscope record` is not needed.
     let spill = spill_path(&config.out, config.pid);
-    if let Some(step) = &step_range {
-        trace.mark_steps(step);
-    }
+    step_range.mark(&mut trace);
     // A launcher (torchrun, mpirun) or helper process that initialised CUDA but ran nothing
     // would otherwise leave an empty trace that looks like a rank.
     if trace.kernels.is_empty() && trace.memcpys.is_empty() && trace.memsets.is_empty() {
@@ -468,17 +461,10 @@ fn metadata(config: &Config, recorder: &Recorder, signal: Option<c_int>) -> Meta
     let mut workload = BTreeMap::new();
     workload.insert("command".to_string(), config.command.clone().into());
     workload.insert("pid".to_string(), config.pid.into());
-    let step_range = recorder.step_range();
-    if let Some(s) = &step_range {
-        workload.insert("step_range".to_string(), s.clone().into());
-        if recorder.step_range_chosen() {
-            workload.insert(trace::STEP_RANGE_CHOSEN.to_string(), true.into());
-        }
-    }
     let mut notes = vec![
         "recorded by CUDA injection (gapscope record): the program ran unmodified".to_string(),
     ];
-    if step_range.is_none() {
+    if recorder.step_range().name().is_none() {
         notes.push(format!(
             "no {STEP_RANGE_VAR} given and none chosen: NVTX ranges are plain ranges, steps come from graph launches and the kernel sequence"
         ));
@@ -750,7 +736,6 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, context: *mut st
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::MarkerKind;
 
     fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |name| {
@@ -792,41 +777,5 @@ mod tests {
         assert_eq!(world_size(vars(&[("OMPI_COMM_WORLD_SIZE", "4")])), 4);
         assert_eq!(world_size(vars(&[("SLURM_NTASKS", "16")])), 16);
         assert_eq!(world_size(vars(&[("WORLD_SIZE", "0")])), 1);
-    }
-
-    #[test]
-    fn step_ranges_become_step_markers_of_cell_0() {
-        use crate::trace::{Marker, Trace, TraceBuilder};
-        let mut b = TraceBuilder::new(Metadata {
-            cells: vec![Cell::default()],
-            ..Default::default()
-        });
-        let step = b.intern("step");
-        let other = b.intern("forward");
-        b.trace.markers = vec![
-            Marker {
-                start: 1,
-                end: 5,
-                name: step,
-                ..Default::default()
-            },
-            Marker {
-                start: 2,
-                end: 3,
-                name: other,
-                ..Default::default()
-            },
-        ];
-        let mut t: Trace = b.finish();
-        t.mark_steps("step");
-        assert_eq!(t.markers[0].kind, MarkerKind::Step);
-        assert_eq!(t.markers[0].cell, Some(0));
-        assert_eq!(t.markers[1].kind, MarkerKind::Range);
-        assert_eq!(t.markers[1].cell, None);
-        t.validate().unwrap();
-        // A name that never occurs changes nothing.
-        let before = t.clone();
-        t.mark_steps("nope");
-        assert_eq!(t, before);
     }
 }

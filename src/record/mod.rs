@@ -10,6 +10,8 @@
 //! * [`thread_ids`]: the kernel id of a Python thread py-spy names by its pthread id only
 //!   (CPython 3.9 and 3.10);
 //! * [`inject`]: the CUDA injection entry point of `libgapscope.so` (one recorder per process);
+//! * [`step_range`]: the NVTX range that marks one step, given or chosen, from the command line
+//!   to the trace;
 //! * [`spill`]: the records an injected recorder hands to `gapscope record` as it goes, and
 //!   the trace written from them when the program was killed before writing its own.
 
@@ -18,6 +20,7 @@ pub mod env;
 pub mod host_sampler;
 pub mod inject;
 pub mod spill;
+pub mod step_range;
 pub mod thread_ids;
 
 /// A `python3 -c PROGRAM` child, once it has printed its first line (`PROGRAM` prints one

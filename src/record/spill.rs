@@ -16,6 +16,7 @@
 //! delivery.
 #![forbid(unsafe_code)]
 
+use crate::record::step_range::StepRange;
 use crate::trace::{ApiCall, GraphDag, HostRanges, Kernel, Marker, Metadata, Sampling, Trace};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -294,14 +295,11 @@ pub fn rebuild(path: &Path, why: &str) -> Result<Recovered, SpillError> {
         trace.graph = g;
     }
     trace.sort_records();
-    if let Some(step) = header.step_range.as_ref().or(chosen_step_range.as_ref()) {
-        trace.mark_steps(step);
-        let workload = &mut trace.metadata.workload;
-        workload.insert("step_range".to_string(), step.clone().into());
-        if header.step_range.is_none() {
-            workload.insert(crate::trace::STEP_RANGE_CHOSEN.to_string(), true.into());
-        }
+    let step_range = StepRange::new(header.step_range.clone());
+    if let Some(chosen) = chosen_step_range {
+        step_range.choose(chosen);
     }
+    step_range.mark(&mut trace);
     trace.metadata.notes.push(format!(
         "gapscope record: process {} {why} without writing its trace; this trace was written from the {deliveries} deliveries its recorder made as CUPTI completed activity buffers: missing are the records of the buffers not completed when it died (about the last second of its work), NVTX ranges still open, and graphs built after its last delivery{}",
         header.pid,
@@ -519,7 +517,7 @@ mod tests {
         );
         assert_eq!(t.metadata.workload["step_range"], "step");
         assert_eq!(
-            crate::analysis::discover::chosen_step_range(t).as_deref(),
+            t.metadata.chosen_step_range(),
             Some("step"),
             "the workload says the recorder chose it"
         );

@@ -188,6 +188,28 @@ pub fn memcpy_kind_name(kind: u32) -> &'static str {
 /// The workload key `gapscope record` sets (to `true`) when it chose the `step_range` itself.
 pub const STEP_RANGE_CHOSEN: &str = "step_range_chosen";
 
+/// The workload key naming the range whose ranges are the trace's steps.
+const STEP_RANGE: &str = "step_range";
+
+impl Metadata {
+    /// Says in the workload that the ranges named `name` are the steps, and whether the
+    /// recorder (or an import) chose that range itself rather than being given it.
+    pub fn set_step_range(&mut self, name: &str, chosen: bool) {
+        self.workload.insert(STEP_RANGE.to_owned(), name.into());
+        if chosen {
+            self.workload
+                .insert(STEP_RANGE_CHOSEN.to_owned(), true.into());
+        }
+    }
+
+    /// The step range the recorder (or an import) chose itself, none being given (older
+    /// recordings' notes are read into that field when the trace is read).
+    pub fn chosen_step_range(&self) -> Option<&str> {
+        let chosen = self.workload.get(STEP_RANGE_CHOSEN)?.as_bool() == Some(true);
+        chosen.then(|| self.workload.get(STEP_RANGE)?.as_str())?
+    }
+}
+
 /// The longest name kept whole (longer ones: [`Trace::cap_long_names`]).
 pub const NAME_CAP_BYTES: usize = 4 << 10;
 
@@ -784,6 +806,35 @@ mod tests {
             .filter(|m| m.kind == MarkerKind::Step)
             .map(|m| (m.start, m.end))
             .collect()
+    }
+
+    #[test]
+    fn a_chosen_step_range_is_read_from_the_workload() {
+        // (An older recording's note is read into the workload when the trace is read:
+        // trace::upgrade.)
+        let mut t = Trace::new(Default::default());
+        assert_eq!(t.metadata.chosen_step_range(), None, "no step range");
+        t.metadata
+            .workload
+            .insert("step_range".into(), "decode_step".into());
+        assert_eq!(t.metadata.chosen_step_range(), None, "a given step range");
+        let note = "recorder: step range `decode_step` chosen by the recorder: …".to_string();
+        t.metadata.notes.push(note);
+        assert_eq!(
+            t.metadata.chosen_step_range(),
+            None,
+            "notes are not read here"
+        );
+        let chosen = STEP_RANGE_CHOSEN;
+        t.metadata.workload.insert(chosen.into(), false.into());
+        assert_eq!(
+            t.metadata.chosen_step_range(),
+            None,
+            "the workload's word is final"
+        );
+        t.metadata.notes.clear();
+        t.metadata.workload.insert(chosen.into(), true.into());
+        assert_eq!(t.metadata.chosen_step_range(), Some("decode_step"));
     }
 
     #[test]

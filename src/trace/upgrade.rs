@@ -61,16 +61,17 @@ fn unended_ranges_from_notes(trace: &mut Trace) {
 /// Recordings made before the workload said the recorder chose its `step_range` ([`STEP_RANGE_CHOSEN`])
 /// say it in a note: "step range `NAME` chosen by the recorder".
 fn step_range_choice_from_notes(trace: &mut Trace) {
-    let workload = &mut trace.metadata.workload;
-    if workload.contains_key(STEP_RANGE_CHOSEN) {
+    let metadata = &mut trace.metadata;
+    if metadata.workload.contains_key(STEP_RANGE_CHOSEN) {
         return;
     }
-    let Some(name) = workload.get("step_range").and_then(|v| v.as_str()) else {
+    let Some(name) = metadata.workload.get("step_range").and_then(|v| v.as_str()) else {
         return;
     };
     let said = format!("step range `{name}` chosen by the recorder");
-    if trace.metadata.notes.iter().any(|n| n.contains(&said)) {
-        workload.insert(STEP_RANGE_CHOSEN.to_owned(), true.into());
+    if metadata.notes.iter().any(|n| n.contains(&said)) {
+        let name = name.to_owned();
+        metadata.set_step_range(&name, true);
     }
 }
 

@@ -252,11 +252,7 @@ fn deliver(shared: &Shared) {
         s
     });
     let dropped = shared.dropped.load(Ordering::Relaxed) + zero;
-    let chosen = shared
-        .budget
-        .as_ref()
-        .filter(|b| b.chooser.is_some())
-        .and_then(|b| b.step_range.get().cloned());
+    let chosen = shared.step_range.chosen().map(str::to_owned);
     if let Err(e) = d.writer.deliver(part, dag, sampling, dropped, chosen) {
         let path = d.writer.path().display().to_string();
         *guard = None;

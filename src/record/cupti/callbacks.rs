@@ -351,7 +351,7 @@ pub(super) fn pace(shared: &Shared) {
     };
     // A program that pushes no range holding work marks no steps, though a chooser watches
     // it: time paces its sampling (a model library's generate()).
-    let marked = budget.step_range.get().is_some()
+    let marked = shared.step_range.name().is_some()
         || (WATCHING.load(Ordering::Relaxed)
             && budget
                 .chooser
@@ -534,11 +534,12 @@ fn on_nvtx(event: &NvtxCallback<'_>) {
             let Some(shared) = active() else {
                 return;
             };
+            // Steps count for a budget only.
             let step_range = shared
                 .budget
                 .as_ref()
-                .and_then(|b| b.step_range.get())
-                .map(String::as_bytes);
+                .and(shared.step_range.name())
+                .map(str::as_bytes);
             let message = event.pushed_message();
             let is_step = step_range.is_some() && message == step_range;
             let outermost_step = is_step && !inside_step();
@@ -597,7 +598,7 @@ fn outermost_range_ended() {
         }
     };
     if let Some(name) = chosen {
-        let _ = budget.step_range.set(name);
+        shared.step_range.choose(name);
     }
     WATCHING.store(false, Ordering::SeqCst);
     disarm_watch(&shared);
@@ -888,8 +889,7 @@ mod tests {
     use crate::record::cupti::params::testing;
     use crate::record::cupti::state::{ACTIVE, clear_api_recorded, record_api_from_callbacks};
     use std::ffi::c_void;
-    use std::sync::atomic::AtomicU64;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
     /// An API enter or exit callback over `d`, as CUPTI makes it.
     fn api(domain: sys::CUpti_CallbackDomain, cbid: u32, d: &sys::CUpti_CallbackData) {
@@ -998,18 +998,11 @@ mod tests {
     }
 
     fn shared_with_budget(limit: u32, step_range: Option<&str>) -> Shared {
-        Shared {
-            state: Mutex::new(State::new()),
-            dropped: AtomicU64::new(0),
-            flush_lock: Mutex::new(()),
-            flush_stopped: Default::default(),
-            budget: Some(Budget::new(&super::super::budget::TraceBudget {
-                limit,
-                step_range: step_range.map(str::to_owned),
-            })),
-            loaded: Default::default(),
-            tracing_flag: Default::default(),
-        }
+        super::super::recorder::shared_state(&super::super::RecorderConfig {
+            trace_budget: super::super::budget::TraceBudget { limit },
+            step_range: crate::record::step_range::StepRange::new(step_range.map(str::to_owned)),
+            ..Default::default()
+        })
     }
 
     #[test]
@@ -1213,7 +1206,7 @@ mod tests {
         };
         let budget = shared.budget.as_ref().unwrap();
         for _ in 0..step_choice::CHOOSE_AFTER {
-            assert_eq!(budget.step_range.get(), None);
+            assert_eq!(shared.step_range.name(), None);
             nvtx_call(NVTX_RANGE_PUSH_A, c"load_batch");
             nvtx_call(NVTX_RANGE_POP, c"");
             nvtx_call(NVTX_RANGE_PUSH_A, c"decode_step");
@@ -1223,7 +1216,7 @@ mod tests {
             kernel_launch();
             nvtx_call(NVTX_RANGE_POP, c"");
         }
-        let chosen = budget.step_range.get().cloned();
+        let chosen = shared.step_range.chosen().map(str::to_owned);
         let watching = WATCHING.load(Ordering::SeqCst);
         let steps_at_choice = lock(&budget.decisions).steps();
         nvtx_call(NVTX_RANGE_PUSH_A, c"decode_step");

@@ -4,6 +4,7 @@
 
 use super::budget::TraceBudget;
 use super::sys;
+use crate::record::step_range::StepRange;
 use crate::settings::Setting;
 
 /// Recorder settings.
@@ -38,6 +39,9 @@ pub struct RecorderConfig {
     pub all_api_calls: bool,
     /// Which launches and steps are traced (default: all). `gapscope record` sets a limit.
     pub trace_budget: TraceBudget,
+    /// The NVTX range (default domain, ASCII name) that marks one step, if given; with a
+    /// budget and none given, the recorder chooses one.
+    pub step_range: StepRange,
     /// `cuptiActivityFlushPeriod`: CUPTI's worker hands back buffers at least this often
     /// (`None`: only when full or flushed). `gapscope record` sets it, so that the records it
     /// is handed as buffers complete ([`crate::record::spill`]) lag at most this far behind;
@@ -218,6 +222,7 @@ impl Default for RecorderConfig {
             api_callbacks: ApiCallbacks::default(),
             all_api_calls: false,
             trace_budget: TraceBudget::UNLIMITED,
+            step_range: StepRange::default(),
             flush_period_ms: None,
         }
     }

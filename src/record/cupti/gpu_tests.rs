@@ -277,10 +277,7 @@ fn trace_budget_pauses_a_replayed_graph_and_resumes_for_a_new_one() {
         panic!("needs an NVIDIA GPU and its driver: {e}");
     }
     let rec = Recorder::start(RecorderConfig {
-        trace_budget: super::TraceBudget {
-            limit: 4,
-            step_range: None,
-        },
+        trace_budget: super::TraceBudget { limit: 4 },
         ..RecorderConfig::default()
     })
     .expect("recorder starts");
@@ -350,13 +347,11 @@ fn a_step_range_given_without_a_budget_is_the_recordings() {
     }
     // `--trace-budget 0 --step-range decode_step`: no budget exists, the range still marks steps.
     let rec = Recorder::start(RecorderConfig {
-        trace_budget: super::TraceBudget {
-            limit: 0,
-            step_range: Some("decode_step".into()),
-        },
+        trace_budget: super::TraceBudget { limit: 0 },
+        step_range: crate::record::step_range::StepRange::new(Some("decode_step".into())),
         ..RecorderConfig::default()
     })
     .expect("recorder starts");
-    assert_eq!(rec.step_range().as_deref(), Some("decode_step"));
-    assert!(!rec.step_range_chosen());
+    assert_eq!(rec.step_range().name(), Some("decode_step"));
+    assert_eq!(rec.step_range().chosen(), None);
 }

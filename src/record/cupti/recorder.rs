@@ -16,6 +16,7 @@ use super::params;
 use super::result::{Subscriber, SubscriberHandle};
 use super::state::{self, ACTIVE, PANICS, Shared, State, lock};
 use super::sys;
+use crate::record::step_range::StepRange;
 use crate::settings::Setting;
 use crate::trace::{ApiDomain, Cell, Marker, MarkerKind, Metadata, StrId, Trace};
 use std::marker::PhantomData;
@@ -44,9 +45,6 @@ pub struct Recorder {
     torn_down: bool,
     /// Problems met during teardown (they become trace notes).
     teardown_problems: Vec<String>,
-    /// The step range given to the recorder: it marks steps also where no budget samples
-    /// (`--trace-budget 0`), when [`Shared::budget`] does not exist.
-    given_step_range: Option<String>,
 }
 
 /// An open host range; it is recorded when dropped. Drop it on the thread that opened it.
@@ -113,18 +111,7 @@ impl Recorder {
         {
             return Err(CuptiError::AlreadyRecording);
         }
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::new()),
-            dropped: Default::default(),
-            flush_lock: Mutex::new(()),
-            flush_stopped: Default::default(),
-            budget: config
-                .trace_budget
-                .is_limited()
-                .then(|| Budget::new(&config.trace_budget)),
-            loaded: Default::default(),
-            tracing_flag: Default::default(),
-        });
+        let shared = Arc::new(shared_state(&config));
         // From here on, dropping `rec` (on any error) undoes what was done.
         let mut rec = Recorder {
             shared: shared.clone(),
@@ -136,7 +123,6 @@ impl Recorder {
             api_enabled: Vec::new(),
             torn_down: false,
             teardown_problems: Vec::new(),
-            given_step_range: config.trace_budget.step_range.clone(),
         };
         rec.subscribe()?;
         *lock(&ACTIVE) = Some(shared);
@@ -472,20 +458,10 @@ impl Recorder {
         state::BUDGET_ON.store(true, Ordering::Relaxed);
     }
 
-    /// The step range of this recording: the one given, or the one chosen so far.
-    pub fn step_range(&self) -> Option<String> {
-        match &self.shared.budget {
-            Some(budget) => budget.step_range.get().cloned(),
-            None => self.given_step_range.clone(),
-        }
-    }
-
-    /// Whether [`Recorder::step_range`] is the recorder's own choice (none was given).
-    pub fn step_range_chosen(&self) -> bool {
-        self.shared
-            .budget
-            .as_ref()
-            .is_some_and(|b| b.chooser.is_some() && b.step_range.get().is_some())
+    /// The step range of this recording as it stands: the one given, or the one chosen so
+    /// far (a copy: it outlives [`Recorder::finish`]).
+    pub fn step_range(&self) -> StepRange {
+        self.shared.step_range.clone()
     }
 
     /// Every runtime (with `runtime`) and driver (with `driver`) call CUPTI names, and whether
@@ -991,7 +967,7 @@ impl Recorder {
         let Some(budget) = &self.shared.budget else {
             return;
         };
-        let step_range = budget.step_range.get().map(String::as_str);
+        let step_range = self.shared.step_range.name();
         let longest = budget.switch_ns.load(Ordering::Relaxed);
         if let Some(chooser) = &budget.chooser {
             metadata
@@ -1071,6 +1047,25 @@ impl Drop for Recorder {
     }
 }
 
+/// The state a recorder of `config` shares with its callbacks: a budget only when it is
+/// limited, the step range whether or not there is one.
+pub(super) fn shared_state(config: &RecorderConfig) -> Shared {
+    let step_range = config.step_range.clone();
+    Shared {
+        state: Mutex::new(State::new()),
+        dropped: Default::default(),
+        flush_lock: Mutex::new(()),
+        flush_stopped: Default::default(),
+        budget: config
+            .trace_budget
+            .is_limited()
+            .then(|| Budget::new(&config.trace_budget, &step_range)),
+        step_range,
+        loaded: Default::default(),
+        tracing_flag: Default::default(),
+    }
+}
+
 /// Serialises the tests that start a real Recorder (one per process at a time).
 #[cfg(test)]
 pub(crate) static TEST_RECORDER_LOCK: Mutex<()> = Mutex::new(());
@@ -1112,6 +1107,36 @@ fn fault_note(fault: &super::decode::Fault, trace: &crate::trace::Trace, lost: u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 56 g / 58 d: `--trace-budget 0 --step-range NAME` made no budget, and the step
+    /// range lived only in the budget, so its steps went unmarked. The recorder holds it apart.
+    #[test]
+    fn a_step_range_is_the_recorders_with_or_without_a_budget() {
+        use crate::record::cupti::TraceBudget;
+        for limit in [0, 16] {
+            let shared = shared_state(&RecorderConfig {
+                trace_budget: TraceBudget { limit },
+                step_range: StepRange::new(Some("decode_step".into())),
+                ..Default::default()
+            });
+            assert_eq!(shared.budget.is_some(), limit > 0);
+            assert_eq!(shared.step_range.name(), Some("decode_step"), "{limit}");
+            assert_eq!(shared.step_range.chosen(), None);
+            assert!(
+                shared.budget.is_none_or(|b| b.chooser.is_none()),
+                "nothing to choose"
+            );
+        }
+        let open = shared_state(&RecorderConfig {
+            trace_budget: TraceBudget { limit: 16 },
+            ..Default::default()
+        });
+        assert!(
+            open.budget.is_some_and(|b| b.chooser.is_some()),
+            "a budget chooses one"
+        );
+        assert_eq!(open.step_range.name(), None);
+    }
 
     #[test]
     fn default_config() {

@@ -95,6 +95,8 @@ pub(crate) struct Shared {
     pub flush_stopped: std::sync::atomic::AtomicBool,
     /// The trace budget, when one is set (`None`: everything is traced).
     pub budget: Option<Budget>,
+    /// The NVTX range that marks one step: given, or chosen by the budget's watch.
+    pub step_range: crate::record::step_range::StepRange,
     /// The CUDA libraries loaded, as last walked (at context creation and graph
     /// instantiation: a trace written from a signal handler cannot walk).
     pub loaded: Mutex<LoadedSnapshot>,

@@ -42,8 +42,6 @@ pub struct TraceBudget {
     /// Launches traced first per executable graph, and steps per kind of step, before the
     /// sample thins out (`sampled`); 0: no limit.
     pub limit: u32,
-    /// The NVTX range (default domain, ASCII name) that marks one eager step, if any.
-    pub step_range: Option<String>,
 }
 
 /// A budget's value that [`TraceBudget::parse_limit`] refuses (the text as given): typed for
@@ -69,10 +67,7 @@ impl TraceBudget {
     }
 
     /// No limit: everything is traced (the recorder's default; `gapscope run` wants every step).
-    pub const UNLIMITED: TraceBudget = TraceBudget {
-        limit: 0,
-        step_range: None,
-    };
+    pub const UNLIMITED: TraceBudget = TraceBudget { limit: 0 };
 
     /// Whether any launch or step can go untraced.
     pub fn is_limited(&self) -> bool {

@@ -6,10 +6,12 @@ use super::super::sys;
 use super::markers::KeepWindows;
 use super::step_choice::StepRangeChooser;
 use super::{BudgetState, Level, TraceBudget, measured_of};
+use crate::record::step_range::StepRange;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
-use std::sync::{Mutex, OnceLock};
 
-/// A trace budget at work: its decisions, the kinds it switches and the step range it counts.
+/// A trace budget at work: its decisions, the kinds it switches and the watch that chooses the
+/// step range it counts (the step range itself is the recorder's, [`StepRange`]).
 #[derive(Debug)]
 pub(crate) struct Budget {
     /// What tracing should be; held only while deciding, never while CUPTI is called (a CUPTI
@@ -38,9 +40,6 @@ pub(crate) struct Budget {
     pub subscriber: AtomicUsize,
     /// Longest time one pause or resume took, in ns (for the trace notes).
     pub switch_ns: AtomicU64,
-    /// The step range's name, compared with NVTX push messages: the one given, or the one
-    /// `chooser` picked.
-    pub step_range: OnceLock<String>,
     /// With no step range given: the watch over outermost NVTX ranges that picks one.
     pub chooser: Option<Mutex<StepRangeChooser>>,
     /// The kernel-launch callbacks the watch needs to see device work inside a range, enabled
@@ -53,8 +52,9 @@ pub(crate) struct Budget {
 }
 
 impl Budget {
-    /// A budget of `config` (limited), tracing on, nothing applied or switched yet.
-    pub fn new(config: &TraceBudget) -> Budget {
+    /// A budget of `config` (limited), tracing on, nothing applied or switched yet; it watches
+    /// for a step range unless `step_range` was given.
+    pub fn new(config: &TraceBudget, step_range: &StepRange) -> Budget {
         Budget {
             decisions: Mutex::new(BudgetState::new(config.limit)),
             applied: Mutex::new(Some(Level::Traced)),
@@ -64,12 +64,7 @@ impl Budget {
             api_callbacks: Mutex::new(Vec::new()),
             subscriber: AtomicUsize::new(0),
             switch_ns: AtomicU64::new(0),
-            step_range: config
-                .step_range
-                .clone()
-                .map(OnceLock::from)
-                .unwrap_or_default(),
-            chooser: config.step_range.is_none().then(Default::default),
+            chooser: (!step_range.is_given()).then(Default::default),
             watch_callbacks: Mutex::new(Vec::new()),
             // As many untraced occurrences kept after each pause as a traced window holds.
             markers: Mutex::new(KeepWindows::new(measured_of(config.limit))),
