@@ -36,7 +36,7 @@ fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
         gapscope::report::stderr::line(&format!(
             "emu: internal error: {}",
-            gapscope::panic_message(info)
+            gapscope::panic_message::one_line(info)
         ));
     }));
     let args: Vec<String> = std::env::args().collect();

@@ -15,7 +15,9 @@
 //! | `cuda.rs` | | the one libcuda loader and "is CUDA here" check |
 //! | `exit.rs` | | every exit code, by name |
 //! | `output.rs` | | every output file written whole or not at all (a temporary renamed into place), and the temporaries removed on a signal |
-//! | `settings.rs` | | every `GAPSCOPE_*` environment variable, read in one place |
+//! | `settings.rs` | | every `GAPSCOPE_*` environment variable, read by one rule (trimmed; a value refused is one line) |
+//! | `threads.rs`, `parallel.rs` | | how many threads work split over cores gets, and the split itself (`parallel_map`) |
+//! | `panic_message.rs` | | a panic's message as one line, for the hooks that print one |
 //! | `library_search.rs` | | where CUPTI and NCCL are looked for (variable, the program's Python environment, `LD_LIBRARY_PATH`, the toolkit): pure, tested on fake trees |
 //! | `main.rs`, `cli/` | the command line | every clap struct, and the commands: the glue from arguments to the stages (`record`: running a program with the injection library, `try`: its rounds) |
 //!
@@ -33,165 +35,15 @@ pub mod exit;
 pub mod experiment;
 pub mod library_search;
 pub mod output;
+pub mod panic_message;
+pub mod parallel;
 pub mod record;
 pub mod report;
 pub mod settings;
+pub mod threads;
 pub mod trace;
 pub mod workload;
 
-/// A panic's message as one line, for panic hooks that must not print a multi-line report
-/// (the injection library, examples).
-pub fn panic_message(info: &std::panic::PanicHookInfo<'_>) -> String {
-    let payload = info.payload();
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "panic".into())
-        .replace('\n', " ")
-}
-
-/// Threads for work split over cores (the Kineto import, step attribution): see
-/// [`thread_count`]. (The command line refuses a `GAPSCOPE_THREADS` that is no positive number
-/// first: [`threads_setting`].)
-pub fn worker_threads() -> usize {
-    thread_count(threads_setting().ok().flatten(), available_cores())
-}
-
-/// The threads for `asked` threads (`GAPSCOPE_THREADS`) on a machine of `cores`: what was asked,
-/// at most the cores (a thread more only waits for a core, and each split of the work spawns
-/// them anew: `GAPSCOPE_THREADS=1000000` made 17,801 threads for a 100-rank merge, 3× slower);
-/// when none was asked, the cores, at most 8.
-pub fn thread_count(asked: Option<usize>, cores: usize) -> usize {
-    let cores = cores.max(1);
-    match asked {
-        Some(asked) => asked.clamp(1, cores),
-        None => cores.min(8),
-    }
-}
-
-/// The cores this process may run on (1 when unknown).
-fn available_cores() -> usize {
-    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
-}
-
-/// One line when `GAPSCOPE_THREADS` asks for more threads than [`worker_threads`] gives.
-pub fn threads_capped_note() -> Option<String> {
-    let asked = threads_setting().ok().flatten()?;
-    let used = worker_threads();
-    (asked > used).then(|| {
-        format!("{}={asked}: using {used} threads, one per core available (more would only wait for a core)", settings::Setting::Threads)
-    })
-}
-
-/// `GAPSCOPE_THREADS`: `None` when unset or empty, else the positive count it names; anything
-/// else (`0`, `-1`, `abc`) is an error, as one line.
-pub fn threads_setting() -> Result<Option<usize>, BadThreadsSetting> {
-    let Some(value) = settings::Setting::Threads.read_os() else {
-        return Ok(None);
-    };
-    let text = value.to_string_lossy();
-    let text = text.trim();
-    if text.is_empty() {
-        return Ok(None);
-    }
-    match text.parse::<usize>() {
-        Ok(n) if n > 0 => Ok(Some(n)),
-        _ => Err(BadThreadsSetting {
-            text: text.to_owned(),
-        }),
-    }
-}
-
-/// A `GAPSCOPE_THREADS` that [`threads_setting`] refuses (its trimmed text): typed for the
-/// command line, which refuses it before any work.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "{}={text:?}: expected a positive number of threads (or unset it for the cores available, at most 8)",
-    settings::Setting::Threads
-)]
-pub struct BadThreadsSetting {
-    pub text: String,
-}
-
-/// `items` mapped through `f` on up to [`worker_threads`] threads, in order: the result is the
-/// one a plain `map` gives. Threads take chunks in turn, so uneven items balance out.
-pub fn parallel_map<T: Send, U: Send>(items: Vec<T>, f: impl Fn(T) -> U + Sync) -> Vec<U> {
-    parallel_map_on(worker_threads(), items, f)
-}
-
-/// [`parallel_map`] on up to `threads` threads.
-pub fn parallel_map_on<T: Send, U: Send>(
-    threads: usize,
-    items: Vec<T>,
-    f: impl Fn(T) -> U + Sync,
-) -> Vec<U> {
-    let threads = threads.min(items.len());
-    if threads <= 1 {
-        return items.into_iter().map(f).collect();
-    }
-    let chunk = items.len().div_ceil(threads * 4);
-    let mut chunks = Vec::new();
-    let mut items = items.into_iter();
-    loop {
-        let part: Vec<T> = items.by_ref().take(chunk).collect();
-        if part.is_empty() {
-            break;
-        }
-        chunks.push(part);
-    }
-    let queue = std::sync::Mutex::new(chunks.into_iter().enumerate());
-    let work = || {
-        let mut done = Vec::new();
-        while let Some((k, part)) = queue.lock().ok().and_then(|mut q| q.next()) {
-            done.push((k, part.into_iter().map(&f).collect::<Vec<U>>()));
-        }
-        done
-    };
-    let mut results = std::thread::scope(|scope| {
-        let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
-        let mut all = work();
-        for h in helpers {
-            match h.join() {
-                Ok(done) => all.extend(done),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
-        all
-    });
-    results.sort_unstable_by_key(|(k, _)| *k);
-    results.into_iter().flat_map(|(_, part)| part).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_thread_count_is_what_was_asked_at_most_the_cores() {
-        assert_eq!(thread_count(Some(1_000_000), 16), 16);
-        assert_eq!(thread_count(Some(3), 2), 2);
-        assert_eq!(thread_count(Some(4), 16), 4);
-        // Asked for nothing: the cores, at most 8.
-        assert_eq!(thread_count(None, 64), 8);
-        assert_eq!(thread_count(None, 2), 2);
-        // Never none, even on a machine that says it has no core.
-        assert_eq!(thread_count(Some(5), 0), 1);
-        assert_eq!(thread_count(None, 0), 1);
-    }
-
-    #[test]
-    fn parallel_map_keeps_the_order_of_a_plain_map() {
-        for len in [0, 1, 2, 7, 100, 1001] {
-            let items: Vec<u64> = (0..len).collect();
-            let want: Vec<u64> = items.iter().map(|x| x * x + 1).collect();
-            for threads in [1, 2, 3, 8, 64] {
-                assert_eq!(
-                    parallel_map_on(threads, items.clone(), |x| x * x + 1),
-                    want,
-                    "{len} items on {threads} threads"
-                );
-            }
-        }
-    }
-}
+// The analysis calls these by their old path; its files are being moved by issue 58 a.
+pub use parallel::{parallel_map, parallel_map_on};
+pub use threads::worker_threads;

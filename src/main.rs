@@ -19,10 +19,10 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(e),
     };
     // Read by the import and the analysis deep down: refused here, before any work.
-    if let Err(e) = gapscope::threads_setting() {
+    if let Err(e) = gapscope::settings::threads() {
         return fail(Failure::bad_input(e));
     }
-    if let Some(line) = gapscope::threads_capped_note() {
+    if let Some(line) = gapscope::threads::capped_note() {
         cli::note(&line);
     }
     let given = cli::args::run_sweep_flags_given(&matches);

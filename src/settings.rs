@@ -1,6 +1,7 @@
-//! Every `GAPSCOPE_*` environment variable: its name, what it does, and the one place it is
-//! read ([`Setting::read`], [`Setting::read_os`]). The table of variables in
-//! docs/environment.md is checked against [`Setting::ALL`].
+//! Every `GAPSCOPE_*` environment variable: its name, what it does, and the one rule it is read
+//! by ([`Setting::read`]: trimmed, empty is unset; [`Setting::parse`]: a value refused is one
+//! [`BadSetting`] line; [`Setting::read_os`] for paths and presence only). The table of
+//! variables in docs/environment.md is checked against [`Setting::ALL`].
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -121,15 +122,72 @@ settings! {
 }
 
 impl Setting {
-    /// Its value, when set and Unicode.
+    /// Its value, trimmed, when set, Unicode and not empty.
     pub fn read(self) -> Option<String> {
-        std::env::var(self.name()).ok()
+        trimmed(&std::env::var(self.name()).ok()?)
     }
 
-    /// Its value, when set.
+    /// Its value as the system holds it, when set: for a path, or only whether it is set.
     pub fn read_os(self) -> Option<OsString> {
         std::env::var_os(self.name())
     }
+
+    /// Its value turned into a `T` by `parse`, read as [`Setting::read`] reads (`Ok(None)` when
+    /// unset or empty); a value `parse` refuses, or one that is not Unicode, is a
+    /// [`BadSetting`] naming the variable, the value and what was `expected`.
+    pub fn parse<T>(
+        self,
+        expected: &'static str,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<Option<T>, BadSetting> {
+        let value = self.read_os().map(|v| v.to_string_lossy().into_owned());
+        self.parse_value(value.as_deref(), expected, parse)
+    }
+
+    /// [`Setting::parse`] of the variable's value `value`.
+    fn parse_value<T>(
+        self,
+        value: Option<&str>,
+        expected: &'static str,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<Option<T>, BadSetting> {
+        let Some(text) = value.and_then(trimmed) else {
+            return Ok(None);
+        };
+        match parse(&text) {
+            Some(value) => Ok(Some(value)),
+            None => Err(BadSetting {
+                setting: self,
+                text,
+                expected,
+            }),
+        }
+    }
+}
+
+/// A variable's text trimmed; `None` when nothing is left.
+fn trimmed(text: &str) -> Option<String> {
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// A value [`Setting::parse`] refuses: one line, `NAME="VALUE": expected WHAT`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{setting}={text:?}: expected {expected}")]
+pub struct BadSetting {
+    pub setting: Setting,
+    /// The value, trimmed.
+    pub text: String,
+    pub expected: &'static str,
+}
+
+/// `GAPSCOPE_THREADS`: the positive count of threads it names (`None`: unset); the command line
+/// refuses anything else (`0`, `-1`, `abc`) before any work.
+pub fn threads() -> Result<Option<usize>, BadSetting> {
+    Setting::Threads.parse(
+        "a positive number of threads (or unset it for the cores available, at most 8)",
+        |t| t.parse::<usize>().ok().filter(|&n| n > 0),
+    )
 }
 
 impl std::fmt::Display for Setting {
@@ -141,6 +199,22 @@ impl std::fmt::Display for Setting {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One rule for every variable: trimmed, empty is unset, a refused value is one line.
+    #[test]
+    fn values_are_trimmed_and_a_refused_one_is_one_line() {
+        let number = |value: Option<&str>| {
+            Setting::Threads.parse_value(value, "a number", |t| t.parse::<u32>().ok())
+        };
+        assert_eq!(number(Some(" 12 \n")), Ok(Some(12)));
+        assert_eq!(number(Some("   ")), Ok(None), "empty is unset");
+        assert_eq!(number(None), Ok(None));
+        assert_eq!(
+            number(Some(" 1x ")).unwrap_err().to_string(),
+            "GAPSCOPE_THREADS=\"1x\": expected a number"
+        );
+        assert_eq!(trimmed(" name ").as_deref(), Some("name"));
+    }
 
     #[test]
     fn names_are_unique_and_prefixed() {

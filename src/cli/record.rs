@@ -17,9 +17,8 @@
 use super::exit;
 use anyhow::{Context, bail};
 use gapscope::record::cupti::CuptiError;
-use gapscope::record::env::OUT_VAR;
+use gapscope::record::env::{OUT_VAR, TRACE_BUDGET_VAR};
 use gapscope::record::host_sampler::{self, HostSampling, Sampler};
-use gapscope::record::inject::TRACE_BUDGET_VAR;
 use gapscope::record::step_range::STEP_RANGE_VAR;
 use gapscope::report::stderr;
 use gapscope::settings::Setting;

@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 /// Environment variable naming the folder the traces are written to.
 pub const OUT_VAR: &str = crate::settings::Setting::Out.name();
 
+/// Launches traced per executable graph and steps traced (`gapscope record --trace-budget`).
+pub const TRACE_BUDGET_VAR: &str = crate::settings::Setting::TraceBudget.name();
+
 /// Set (to `1`) by `gapscope record`: the injected recorder delivers as it goes.
 pub const SPILL_VAR: &str = crate::settings::Setting::Spill.name();
 

@@ -33,7 +33,7 @@ impl StepRange {
     /// The step range `gapscope record` handed the injected process (a name, or one to
     /// choose).
     pub fn from_env() -> StepRange {
-        StepRange::new(Setting::StepRange.read().filter(|s| !s.is_empty()))
+        StepRange::new(Setting::StepRange.read())
     }
 
     /// The name, when it was given.

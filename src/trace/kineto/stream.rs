@@ -31,7 +31,7 @@ impl Default for ImportOptions {
             // starts early (benches/README.md, issue 29 round 2); large enough that a
             // block's threads cost little.
             block_bytes: 4 << 20,
-            threads: crate::worker_threads(),
+            threads: crate::threads::worker_threads(),
             parallel_min_bytes: 1 << 20,
         }
     }

@@ -123,12 +123,10 @@ pub fn read_id_file(path: &Path, not_before: SystemTime) -> Option<NcclUniqueId>
 }
 
 fn env_secs(setting: Setting, default: u64) -> Result<u64, WorkloadError> {
-    match setting.read() {
-        Some(v) => v.trim().parse().map_err(|_| {
-            WorkloadError::Config(format!("{setting}={v:?} is not a number of seconds"))
-        }),
-        None => Ok(default),
-    }
+    setting
+        .parse("a number of seconds", |t| t.parse().ok())
+        .map(|secs| secs.unwrap_or(default))
+        .map_err(|e| WorkloadError::Config(e.to_string()))
 }
 
 /// Shares the unique id through `path`: rank 0 creates and writes it, the others poll.
