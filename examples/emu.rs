@@ -34,7 +34,7 @@ fn main() -> ExitCode {
     // cudarc panics when a library or symbol is missing; the checks in EmuSetup::new come
     // first, and this hook keeps any other panic to one line.
     std::panic::set_hook(Box::new(|info| {
-        gapscope::report::stderr::line(&format!(
+        gapscope::messages::line(&format!(
             "emu: internal error: {}",
             gapscope::panic_message::one_line(info)
         ));
@@ -45,7 +45,7 @@ fn main() -> ExitCode {
         Some(a) => match a.trim().parse::<usize>() {
             Ok(n) if n >= 1 => n,
             _ => {
-                gapscope::report::stderr::line(&format!(
+                gapscope::messages::line(&format!(
                     "emu: iters must be a positive integer, not {a:?} (usage: emu [iters] [single|alt|per])"
                 ));
                 return ExitCode::from(1);
@@ -56,7 +56,7 @@ fn main() -> ExitCode {
     match std::panic::catch_unwind(|| run(iters, launch)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) => {
-            gapscope::report::stderr::line(&format!("emu: {e}"));
+            gapscope::messages::line(&format!("emu: {e}"));
             ExitCode::from(1)
         }
         Err(_) => ExitCode::from(1),

@@ -18,7 +18,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(50);
     if let Err(e) = run(steps) {
-        gapscope::report::stderr::line(&format!("record_tiny: {e}"));
+        gapscope::messages::line(&format!("record_tiny: {e}"));
         std::process::exit(1);
     }
 }

@@ -3,7 +3,7 @@
 //! were, files of the set not written this time are removed, and no temporary file is ever left.
 #![no_main]
 
-use gapscope::report::output::OutputSet;
+use gapscope::report::output_set::OutputSet;
 use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeMap;
 
@@ -64,7 +64,7 @@ fuzz_target!(|data: &[u8]| {
             let e = e.unwrap();
             let n = e.file_name().to_string_lossy().into_owned();
             assert!(!n.ends_with(".tmp"), "temporary left: {n}");
-            if n != gapscope::report::output::LOCK_FILE {
+            if n != gapscope::report::output_set::LOCK_FILE {
                 present.insert(n, std::fs::read(e.path()).unwrap());
             }
         }

@@ -3,7 +3,7 @@
 //! `trace-0.json` and `trace-1.json` written by `gapscope record` under torchrun) put on one
 //! clock ([`ClockAlignment`]), analysed rank by rank, with a row per rank and the slowest rank
 //! of each cell marked ([`Merged`]). Its report (Markdown, JSON, the merged Perfetto trace) is
-//! rendered by [`crate::report::merge`] and written by [`crate::report::output`].
+//! rendered by [`crate::report::merge`] and written by [`crate::report::output_set`].
 //!
 //! # Per-rank figures
 //!

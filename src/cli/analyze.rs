@@ -10,7 +10,7 @@ use super::{
 use gapscope::analysis::{Analysis, AnalysisOptions, Analyzer, Detail, rank_summary};
 use gapscope::report;
 use gapscope::report::PerfettoFormat;
-use gapscope::report::output::Rendered;
+use gapscope::report::output_set::Rendered;
 use gapscope::trace::Trace;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -66,7 +66,7 @@ pub fn command(
     timer.lap("analysis across traces");
     note_damage(&analysis);
     check_origin_step(&analysis, out.origin.origin_step)?;
-    let reports = report::output::analysis_reports(&analysis);
+    let reports = report::output_set::analysis_reports(&analysis);
     print_summary(&reports, out)?;
     write_outputs(&kept, &reports, out, perfetto)?;
     if let (Some(file), Some(trace), Some(collectives)) = (summary, kept.first(), collectives) {
@@ -107,7 +107,7 @@ pub fn export(
     Ok(ExitCode::SUCCESS)
 }
 
-/// The analysis set into `-o DIR` when given ([`report::output::write_analysis_set`]), its
+/// The analysis set into `-o DIR` when given ([`report::output_set::write_analysis_set`]), its
 /// Perfetto trace in `perfetto`, then what was written, as notes.
 pub fn write_outputs(
     traces: &[Trace],
@@ -118,8 +118,13 @@ pub fn write_outputs(
     let Some(dir) = &out.output else {
         return Ok(());
     };
-    let written =
-        report::output::write_analysis_set(dir, traces, reports, out.origin.origin_step, perfetto)?;
+    let written = report::output_set::write_analysis_set(
+        dir,
+        traces,
+        reports,
+        out.origin.origin_step,
+        perfetto,
+    )?;
     if !written.iter().any(|n| n == "step.svg") {
         note("no eager/graphed pair in the input: no step.svg");
     }
@@ -150,7 +155,7 @@ pub fn wrote_notes(
     written: &[String],
     then: Option<&str>,
 ) -> Vec<String> {
-    let dir = gapscope::report::printable(&dir.display().to_string()).into_owned();
+    let dir = gapscope::messages::printable(&dir.display().to_string()).into_owned();
     let fits = |line: &str| line.chars().count() <= NOTE_WIDTH;
     let whole = format!("{prefix}wrote {dir}/{{{}}}", written.join(","));
     let with_then = match then {
@@ -166,7 +171,7 @@ pub fn wrote_notes(
         let mut notes = vec![format!("{prefix}wrote into {dir}:")];
         let mut line = String::new();
         for name in written {
-            let name = gapscope::report::printable(name);
+            let name = gapscope::messages::printable(name);
             if !line.is_empty() && !fits(&format!("  {line}, {name}")) {
                 notes.push(format!("  {line},"));
                 line.clear();
@@ -241,9 +246,9 @@ fn export_one(
             "no eager/graphed pair in the input: nothing to draw, no SVG written".into(),
         ));
     }
-    let reports = report::output::analysis_reports(analysis);
+    let reports = report::output_set::analysis_reports(analysis);
     gapscope::output::write_atomically_with(output, |w| {
-        report::output::write_analysis_file(name, w, traces, &reports, origin_step)
+        report::output_set::write_analysis_file(name, w, traces, &reports, origin_step)
     })?;
     Ok(())
 }

@@ -43,18 +43,19 @@ pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
     }
     // compare.md shows the picture only where it is written beside it.
     let pictured = a.output.is_some()
-        && report::output::comparison_files(&comparison).contains(&report::output::COMPARISON_SVG);
-    let reports = report::output::comparison_reports(&comparison, pictured);
+        && report::output_set::comparison_files(&comparison)
+            .contains(&report::output_set::COMPARISON_SVG);
+    let reports = report::output_set::comparison_reports(&comparison, pictured);
     if a.print.json {
         print_stdout(reports.json())?;
     } else if a.print.full {
         print_stdout(reports.markdown())?;
     } else if a.format.is_some() {
-        let picture = a
-            .output
-            .as_ref()
-            .filter(|_| pictured)
-            .map(|d| d.join(report::output::COMPARISON_SVG).display().to_string());
+        let picture = a.output.as_ref().filter(|_| pictured).map(|d| {
+            d.join(report::output_set::COMPARISON_SVG)
+                .display()
+                .to_string()
+        });
         print_stdout(&report::markdown::comparison_github(
             &comparison,
             picture.as_deref(),
@@ -70,7 +71,7 @@ pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
     }
     if let Some(dir) = &a.output {
         let written =
-            report::output::write_comparison_set(dir, &reports, [&base_traces, &head_traces])?;
+            report::output_set::write_comparison_set(dir, &reports, [&base_traces, &head_traces])?;
         note_wrote("", dir, &written, None);
     }
     Ok(super::exit::of_comparison(!comparison.breached.is_empty()))

@@ -40,7 +40,7 @@ pub fn command(
     // A refused merge is bad input (exit 2).
     let merged =
         merge::merge_inputs(ranks, names, clock.map(Into::into)).map_err(Failure::bad_input)?;
-    let reports = report::output::merge_reports(&merged);
+    let reports = report::output_set::merge_reports(&merged);
     // The terminal gets plain lines of the screen's width; Markdown tables only in report.md.
     if json {
         print_stdout(reports.json())?;
@@ -50,8 +50,11 @@ pub fn command(
         )))?;
     }
     if let Some(dir) = output {
-        let written =
-            report::output::write_merge_set(dir, &reports, (summaries == 0).then_some(perfetto))?;
+        let written = report::output_set::write_merge_set(
+            dir,
+            &reports,
+            (summaries == 0).then_some(perfetto),
+        )?;
         if summaries > 0 {
             note(&format!(
                 "{summaries} of the inputs are rank summaries, which hold no timelines: no {}",

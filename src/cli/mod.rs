@@ -1,7 +1,7 @@
 #![forbid(unsafe_code)]
 //! The binary's command line: the clap structs ([`args`]) and, per command, the glue between
 //! them and the library: load the inputs ([`inputs`]), call the analysis, hand the output set
-//! to [`gapscope::report::output`], print stdout. Nothing here analyses, renders or writes
+//! to [`gapscope::report::output_set`], print stdout. Nothing here analyses, renders or writes
 //! files itself.
 //!
 //! Exit codes: 0 success; 1 runtime failure (GPU, libraries); 2 bad input (usage, unreadable or
@@ -10,8 +10,8 @@
 //!
 //! Messages: every line gapscope itself writes to stderr is `gapscope: note: …`,
 //! `gapscope: warning: …` or, last and once, `gapscope: error: …`, each escaped to one line
-//! ([`gapscope::report::printable`]: a newline in a path cannot split it), through
-//! [`gapscope::report::stderr`], so that a full or closed stderr changes no exit code. A command checks its
+//! ([`gapscope::messages::printable`]: a newline in a path cannot split it), through
+//! [`gapscope::messages`], so that a full or closed stderr changes no exit code. A command checks its
 //! output folder before any work ([`check_output_folder`]), writes stdout before its files (a
 //! full stdout fails the command with nothing written), and says what it wrote only once
 //! everything succeeded.
@@ -32,9 +32,9 @@ use gapscope::trace::TraceError;
 use std::io::Write;
 use std::path::Path;
 
-/// Notes and the error line: written as [`gapscope::report::stderr`] writes every stderr line
+/// Notes and the error line: written as [`gapscope::messages`] writes every stderr line
 /// (one line each; a full or closed stderr changes no exit code).
-pub use gapscope::report::stderr::{error, note};
+pub use gapscope::messages::{error, note};
 
 /// The one line of a failure: the outermost context and its causes joined (a cause that a
 /// message already ends with, as "cannot read: <io error>", is not repeated).

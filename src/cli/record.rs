@@ -16,11 +16,11 @@
 
 use super::exit;
 use anyhow::{Context, bail};
+use gapscope::messages;
 use gapscope::record::cupti::CuptiError;
 use gapscope::record::env::{OUT_VAR, TRACE_BUDGET_VAR};
 use gapscope::record::host_sampler::{self, HostSampling, Sampler};
 use gapscope::record::step_range::STEP_RANGE_VAR;
-use gapscope::report::stderr;
 use gapscope::settings::Setting;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -166,7 +166,7 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     let cupti_env = gapscope::library_search::Environment::current(args.command.clone());
     let cupti = match gapscope::record::cupti::cupti_library(&cupti_env) {
         Ok(cupti) => {
-            stderr::line(&cupti.note());
+            messages::line(&cupti.note());
             Some(cupti)
         }
         Err(e) => match cupti_failure(
@@ -178,7 +178,7 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         ) {
             CuptiFailure::Stop => return Err(e.into()),
             CuptiFailure::Note(note) => {
-                stderr::line(&note);
+                messages::line(&note);
                 None
             }
         },
@@ -211,7 +211,7 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     // Registered before the program starts, so that no signal in between ends gapscope alone.
     let signals = signal_hook::iterator::Signals::new(FORWARDED_SIGNALS).ok();
     if args.host_samples == HostSampling::Native {
-        stderr::note(host_sampler::NATIVE_NOT_BUILT);
+        messages::note(host_sampler::NATIVE_NOT_BUILT);
     }
     let sampling = args.host_samples != HostSampling::Off;
     if sampling {
@@ -224,13 +224,13 @@ pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
         // As shells do: 127 for a program not found, 126 for one that cannot be run.
         Err(e) => {
             let (code, what) = exit::not_started(e.kind());
-            stderr::error(&format!("{}: {what} ({e})", program.to_string_lossy()));
+            messages::error(&format!("{}: {what} ({e})", program.to_string_lossy()));
             return Ok(code);
         }
     };
 
     let (written, recovered) = traces_written(&out, &before, child_pid, status);
-    let note = stderr::note;
+    let note = messages::note;
     if let Some(why) = sampled.as_ref().and_then(host_sampler::Sampled::note) {
         note(&why);
     }
@@ -271,7 +271,7 @@ fn traces_written(
         }
     });
     for problem in problems {
-        stderr::warning(&problem);
+        messages::warning(&problem);
     }
     written.extend(recovered.iter().cloned());
     (written, recovered)
@@ -330,7 +330,7 @@ fn list_traces(
     recovered: &[PathBuf],
     mut sampled: Option<&mut host_sampler::Sampled>,
 ) {
-    let note = stderr::note;
+    let note = messages::note;
     for p in written {
         match gapscope::trace::read_trace(p) {
             Ok(t) => {
@@ -340,13 +340,13 @@ fn list_traces(
                 let host = match host {
                     Ok(said) => said.map_or(String::new(), |said| format!(", {said}")),
                     Err(e) => {
-                        stderr::warning(&e.to_string());
+                        messages::warning(&e.to_string());
                         String::new()
                     }
                 };
                 note(&wrote_line(p, &t, &host, recovered.contains(p)))
             }
-            Err(e) => stderr::warning(&e.to_string()),
+            Err(e) => messages::warning(&e.to_string()),
         }
     }
     if !written.is_empty() {

@@ -17,7 +17,7 @@ pub fn command(args: RunArgs, given: &[String]) -> Result<ExitCode, Failure> {
     let sweep = args.sweep_options().map_err(Failure::bad_input)?;
     sweep.validate().map_err(Failure::bad_input)?;
     check_output_folder(&args.output)?;
-    let gpu = !args.bundled && gapscope::workload::gpu_available();
+    let gpu = !args.bundled && gapscope::experiment::gpu_available();
     if !gpu {
         remove_temporaries_on_signal();
     }
@@ -69,7 +69,7 @@ pub fn command(args: RunArgs, given: &[String]) -> Result<ExitCode, Failure> {
         origin: Default::default(),
         steps: Default::default(),
     };
-    let reports = report::output::analysis_reports(&analysis);
+    let reports = report::output_set::analysis_reports(&analysis);
     print_summary(&reports, &out)?;
     write_outputs(&traces, &reports, &out, args.perfetto.format())?;
     Ok(ExitCode::SUCCESS)
@@ -94,9 +94,9 @@ fn merge_ranks(
         // Our own recordings failing to merge is a runtime failure (exit 1), not bad input.
         let merged = merge::merge(traces, names, None).map_err(Failure::runtime)?;
         let out = dir.join("merged");
-        let written = report::output::write_merge_set(
+        let written = report::output_set::write_merge_set(
             &out,
-            &report::output::merge_reports(&merged),
+            &report::output_set::merge_reports(&merged),
             Some(perfetto),
         )?;
         note_wrote("ranks compared: ", &out, &written, None);

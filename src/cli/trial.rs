@@ -18,7 +18,7 @@ use gapscope::analysis::trial::{
     self, BASE_LABEL, EnvSetting, PLAN_VERSION, Plan, RunFigures, RunRecord, RunResult, Variant,
 };
 use gapscope::report;
-use gapscope::report::output::TRIAL_PLAN;
+use gapscope::report::output_set::TRIAL_PLAN;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -147,7 +147,7 @@ fn last_line(stderr: &str) -> Option<String> {
         .iter()
         .find_map(|p| line.strip_prefix(p))
         .unwrap_or(line);
-    let line = report::printable(line);
+    let line = gapscope::messages::printable(line);
     Some(if line.chars().count() > MAX_LINE_CHARS {
         line.chars().take(MAX_LINE_CHARS - 1).collect::<String>() + "…"
     } else {
@@ -299,11 +299,11 @@ fn run(a: &TryArgs) -> Result<ExitCode, Failure> {
         .map_err(|e| anyhow::anyhow!("cannot find gapscope's own executable: {e}"))?;
     let stop = Stop::install();
     // Written once to make the folder, then again saying where it is.
-    report::output::write_trial_plan(&dir, &plan)?;
+    report::output_set::write_trial_plan(&dir, &plan)?;
     plan.recorded_in = std::fs::canonicalize(&dir)
         .ok()
         .map(|d| d.display().to_string());
-    report::output::write_trial_plan(&dir, &plan)?;
+    report::output_set::write_trial_plan(&dir, &plan)?;
     note(&format!(
         "{} round(s) of BASE and {} variant(s), each run recorded into {}",
         a.rounds,
@@ -321,7 +321,7 @@ fn run(a: &TryArgs) -> Result<ExitCode, Failure> {
             "stopped by {name} in round {round} of {}",
             a.rounds
         ));
-        report::output::write_trial_plan(&dir, &plan)?;
+        report::output_set::write_trial_plan(&dir, &plan)?;
     }
     let finished = finish(&dir, &plan, a.expect_fix.as_deref(), Some(&dir), false);
     match stopped {
@@ -423,7 +423,7 @@ fn run_rounds(
             let r = run_once(exe, dir, folder, (round, v), command, stop);
             note(&progress(&r, plan.rounds));
             plan.runs.push(r);
-            report::output::write_trial_plan(dir, plan)?;
+            report::output_set::write_trial_plan(dir, plan)?;
         }
     }
     Ok(())
@@ -539,7 +539,7 @@ fn pictures(
     plan: &Plan,
     results: &[RunResult],
     report: &trial::TrialReport,
-) -> Vec<report::output::TrialPicture> {
+) -> Vec<report::output_set::TrialPicture> {
     report
         .variants
         .iter()
@@ -558,7 +558,7 @@ fn pictures(
                 .and_then(|cell| comparison.cells.iter().position(|m| m.base_label == cell))
                 .and_then(|i| gapscope::analysis::compare::pair_picture(&comparison, i))
                 .or_else(|| gapscope::analysis::compare::headline_picture(&comparison));
-            Some(report::output::TrialPicture {
+            Some(report::output_set::TrialPicture {
                 variant: v.label.clone(),
                 comparison,
                 traces: [base_traces, head_traces],
@@ -582,7 +582,7 @@ fn finish(
     let results = results(dir, plan);
     let mut report = trial::judge(plan, &results, expect_fix);
     report.recorded_elsewhere = elsewhere;
-    let rendered = report::output::trial_reports(&report, out.is_some());
+    let rendered = report::output_set::trial_reports(&report, out.is_some());
     let path = out.map(|d| d.join("try.md").display().to_string());
     print_stdout(&report::summary::fit_screen(&report::trial::trial_summary(
         &report,
@@ -590,7 +590,7 @@ fn finish(
     )))?;
     if let Some(out) = out {
         let pictures = pictures(dir, plan, &results, &report);
-        let written = report::output::write_trial_set(out, &rendered, &pictures)?;
+        let written = report::output_set::write_trial_set(out, &rendered, &pictures)?;
         note_wrote("", out, &written, None);
     }
     if !report.rounds_judged.is_empty() && report.base_failures.len() == report.rounds_judged.len()

@@ -513,7 +513,7 @@ pub(super) fn run_emu(
             break;
         }
         let r = run_emu_cell(&mut setup, mode, graphed, launch, &mut obs)?;
-        crate::report::stderr::note(&r.line());
+        crate::messages::note(&r.line());
         recorder.flush()?;
         bar.inc(1);
     }

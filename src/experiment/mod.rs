@@ -16,14 +16,21 @@ pub mod ranks;
 
 pub use plan::{InvalidSweep, RankSweepError, SweepError, SweepOptions, Workload};
 
+use crate::messages;
 use crate::record::cupti::{Recorder, RecorderConfig};
-use crate::report::stderr;
 use crate::trace::Trace;
 use crate::workload::collective::WorkloadError;
 use plan::uses_nccl;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+/// True when the sweep can run here: a CUDA driver the recorder can use and at least one device
+/// (never panics). Asked here, above both, so that the workload knows nothing of the recorder.
+pub fn gpu_available() -> bool {
+    crate::record::cupti::ensure_cuda_driver().is_ok()
+        && crate::cuda::device_count().is_ok_and(|n| n > 0)
+}
 
 fn interrupt_flag() -> Arc<AtomicBool> {
     let flag = Arc::new(AtomicBool::new(false));
@@ -104,7 +111,7 @@ fn run_rank_sets(
             sets.len(),
             list.join(", ")
         );
-        stderr::note(&format!(
+        messages::note(&format!(
             "{label}: {gpus} rank process(es), logs in {}",
             logs.display()
         ));
@@ -126,7 +133,7 @@ fn run_rank_sets(
             std::time::Duration::from_secs(args.rank_timeout),
             &label,
         )?;
-        stderr::note(&format!(
+        messages::note(&format!(
             "{label}: done in {:.1} s",
             started.elapsed().as_secs_f64()
         ));
@@ -165,7 +172,7 @@ pub fn run_sweep(args: &SweepOptions, output: &Path) -> Result<Vec<(PathBuf, Tra
         ..RecorderConfig::default()
     })?);
     if let Some(cupti) = crate::record::cupti::loaded_cupti_library() {
-        stderr::line(&cupti.note());
+        messages::line(&cupti.note());
     }
     let (trace, overhead) = match args.workload {
         Workload::HtDecode => cells::run_ht_decode(args, recorder, &stop)?,
@@ -184,7 +191,7 @@ pub fn run_sweep(args: &SweepOptions, output: &Path) -> Result<Vec<(PathBuf, Tra
         trace.metadata.world as usize,
     ));
     crate::trace::write_trace(&path, &trace)?;
-    stderr::note(&format!(
+    messages::note(&format!(
         "wrote {} ({} kernels, {} cells, {} dropped records)",
         path.display(),
         trace.kernels.len(),

@@ -1,25 +1,24 @@
 #![forbid(unsafe_code)]
 //! Outputs: Perfetto (Chrome trace JSON), Markdown (a PR comment), JSON summary, SVG of one
 //! aligned step, the rank-merge report ([`merge`]), `gapscope try`'s report ([`trial`]), stdout
-//! summaries ([`summary`]) and the one writer of output sets ([`output`]); every line on stderr
-//! goes through [`stderr`].
+//! summaries ([`summary`]) and the one writer of output sets ([`output_set`]). Every report and
+//! screen is escaped by [`crate::messages`].
 //!
 //! Every renderer is pure: it reads the traces and the analysis results
 //! ([`crate::analysis::Analysis`], [`crate::analysis::Comparison`],
 //! [`crate::analysis::merge::Merged`]) and returns a `String` or writes to a
-//! `&mut dyn std::io::Write`. Files are written only by [`output`]: every `-o DIR` set (analyze,
-//! run, compare, merge) all or nothing through [`output::OutputSet`]; `export`'s single file
+//! `&mut dyn std::io::Write`. Files are written only by [`output_set`]: every `-o DIR` set (analyze,
+//! run, compare, merge) all or nothing through [`output_set::OutputSet`]; `export`'s single file
 //! goes through [`crate::output::write_atomically`].
 
-pub(crate) use stderr::printable_report;
-pub use stderr::{printable, printable_lines};
+// The renderers below reach these as `crate::report::…` too.
+use crate::messages::{printable, printable_report};
 pub mod json;
 pub mod markdown;
 pub mod merge;
-pub mod output;
+pub mod output_set;
 pub mod perfetto;
 pub mod remedies;
-pub mod stderr;
 pub mod summary;
 pub mod svg;
 pub mod trial;
@@ -186,7 +185,7 @@ pub(crate) fn xml_escape(s: &str) -> String {
             c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('?'),
             // Invisible characters that reorder or hide the text around them (a kernel name
             // from a trace with U+202E), shown as report.md and the terminal show them.
-            c if stderr::is_format_char(c) => out.extend(c.escape_default()),
+            c if crate::messages::is_format_char(c) => out.extend(c.escape_default()),
             c => out.push(c),
         }
     }
@@ -323,19 +322,6 @@ mod tests {
         assert_eq!(xml_escape("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&apos;");
         assert_eq!(xml_escape("k\u{202e}x\u{200b}"), "k\\u{202e}x\\u{200b}");
         assert_eq!(md_cell("a|b\nc"), "a\\|b\\nc");
-        assert_eq!(printable("red \u{1b}[31m\r\n"), "red \\u{1b}[31m\\r\\n");
-        assert_eq!(printable_lines("a\tb\n\u{9b}c"), "a\tb\n\\u{9b}c");
-        // Bidirectional overrides and isolates, zero-width and byte-order marks, separators.
-        assert_eq!(
-            printable("k\u{202e}lanrek\u{2066}\u{200b}\u{feff}\u{2028}é"),
-            "k\\u{202e}lanrek\\u{2066}\\u{200b}\\u{feff}\\u{2028}é"
-        );
-        assert_eq!(printable_lines("a\n\u{200f}b"), "a\n\\u{200f}b");
-        assert!(matches!(
-            printable("naïve→ü"),
-            std::borrow::Cow::Borrowed(_)
-        ));
-        assert!(matches!(printable("plain"), std::borrow::Cow::Borrowed(_)));
         assert_eq!(
             cause_kind_id(CauseKind::ExternalEventWait),
             "external_event_wait"
@@ -412,7 +398,7 @@ mod end_to_end {
         let t = std::time::Instant::now();
         let md = analysis_markdown(&a);
         let js = analysis_json(&a);
-        stderr::line(&format!(
+        crate::messages::line(&format!(
             "{} kernels: analysis {analysed:?}, chrome trace {exported:?} ({} MB), md+json {:?} ({} + {} bytes)",
             traces[0].kernels.len(),
             counted.0 >> 20,

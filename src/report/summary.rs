@@ -555,7 +555,7 @@ pub fn comparison_summary(c: &Comparison, full_report: Option<&str>) -> String {
             md_cell(&short_label(&c.unmatched.join("; ")))
         );
     }
-    let files = crate::report::output::comparison_files(c);
+    let files = crate::report::output_set::comparison_files(c);
     let line = match full_report {
         // The report first; the rest of what was written beside it.
         Some(path) => format!("Full report: {path} (with {})", files[1..].join(", ")),

@@ -122,10 +122,3 @@ pub(crate) fn raw_ptr<T>(slice: &CudaSlice<T>, stream: &CudaStream) -> Result<u6
     require_untracked(stream.context())?;
     Ok(cuda::device_addr(slice, stream))
 }
-
-/// True when a CUDA driver the recorder can use and at least one device are present (never
-/// panics).
-pub fn gpu_available() -> bool {
-    crate::record::cupti::ensure_cuda_driver().is_ok()
-        && crate::cuda::device_count().is_ok_and(|n| n > 0)
-}

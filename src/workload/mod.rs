@@ -20,5 +20,3 @@ pub mod device;
 pub mod emu;
 pub mod htdecode;
 pub mod spin;
-
-pub use device::gpu_available;

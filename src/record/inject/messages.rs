@@ -1,12 +1,12 @@
 //! The lines the injection library writes on the traced program's stderr.
 
 /// A `gapscope: warning: …` line from inside the traced process (it runs on regardless; a
-/// stderr it cannot write to loses the line, see [`crate::report::stderr`]).
+/// stderr it cannot write to loses the line, see [`crate::messages`]).
 pub(super) fn say(msg: &str) {
-    crate::report::stderr::warning(msg);
+    crate::messages::warning(msg);
 }
 
 /// `gapscope: note: MSG` on the traced process's stderr, on one line.
 pub(super) fn say_note(msg: &str) {
-    crate::report::stderr::note(msg);
+    crate::messages::note(msg);
 }

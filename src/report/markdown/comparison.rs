@@ -18,7 +18,7 @@ pub fn comparison_markdown(c: &Comparison) -> String {
 /// `compare.md` of an output set that holds the picture ([`picture_line`]), shown under the
 /// verdict.
 pub fn comparison_markdown_pictured(c: &Comparison) -> String {
-    comparison_markdown_with(c, Some(crate::report::output::COMPARISON_SVG))
+    comparison_markdown_with(c, Some(crate::report::output_set::COMPARISON_SVG))
 }
 
 /// `![…](path)`: the picture of the comparison's headline pair, at `path`; `None` without one.

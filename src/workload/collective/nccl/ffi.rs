@@ -192,7 +192,7 @@ pub fn load_nccl() -> Result<&'static NcclLib, WorkloadError> {
     static LIB: OnceLock<Result<NcclLib, String>> = OnceLock::new();
     LIB.get_or_init(|| {
         let lib = load_nccl_uncached()?;
-        crate::report::stderr::line(&library_search::using_note(
+        crate::messages::line(&library_search::using_note(
             &NCCL,
             &lib.path,
             &format!("version {}", lib.version),

@@ -110,3 +110,25 @@ pub(crate) fn is_format_char(c: char) -> bool {
             .iter()
             .any(|&(first, last)| (first..=last).contains(&c))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_and_format_characters_are_escaped() {
+        assert_eq!(printable("red \u{1b}[31m\r\n"), "red \\u{1b}[31m\\r\\n");
+        assert_eq!(printable_lines("a\tb\n\u{9b}c"), "a\tb\n\\u{9b}c");
+        // Bidirectional overrides and isolates, zero-width and byte-order marks, separators.
+        assert_eq!(
+            printable("k\u{202e}lanrek\u{2066}\u{200b}\u{feff}\u{2028}é"),
+            "k\\u{202e}lanrek\\u{2066}\\u{200b}\\u{feff}\\u{2028}é"
+        );
+        assert_eq!(printable_lines("a\n\u{200f}b"), "a\n\\u{200f}b");
+        assert!(matches!(
+            printable("naïve→ü"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert!(matches!(printable("plain"), std::borrow::Cow::Borrowed(_)));
+    }
+}
