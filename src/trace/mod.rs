@@ -133,15 +133,15 @@ pub enum InvalidTrace {
 /// Parses a trace from bytes. `path` is only used in error messages.
 pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
     refuse_other_pytorch_file(bytes, path)?;
-    check_start(bytes).map_err(|message| TraceError::Malformed {
+    check_start(bytes).map_err(|e| TraceError::Malformed {
         path: path.to_owned(),
-        message,
+        message: e.to_string(),
     })?;
     // Check the version before the full parse so a newer schema is refused with the right
     // message rather than with a field error.
-    let version = peek_schema_version(bytes).map_err(|message| TraceError::Malformed {
+    let version = peek_schema_version(bytes).map_err(|e| TraceError::Malformed {
         path: path.to_owned(),
-        message,
+        message: e.to_string(),
     })?;
     if version != u64::from(SCHEMA_VERSION) {
         return Err(TraceError::UnsupportedVersion {
@@ -262,9 +262,9 @@ fn parse_opened<R: Read>(opened: input::Opened<R>, path: &Path) -> Result<Trace,
     let head = opened.head();
     refuse_other_pytorch_file(head, path)?;
     if head.len() == input::HEAD_BYTES || head.is_empty() {
-        check_start(head).map_err(|message| TraceError::Malformed {
+        check_start(head).map_err(|e| TraceError::Malformed {
             path: path.to_owned(),
-            message,
+            message: e.to_string(),
         })?;
     }
     let bytes = opened
@@ -312,14 +312,50 @@ fn refuse_other_pytorch_file(head: &[u8], path: &Path) -> Result<(), TraceError>
 /// How much of a file is looked at before it is read whole.
 const HEAD_BYTES: usize = input::HEAD_BYTES;
 
+/// Why the input is no gapscope trace, found before or instead of the full parse: displays as
+/// [`TraceError::Malformed`]'s message.
+#[derive(Debug, thiserror::Error)]
+enum NotATrace {
+    #[error("the file is empty")]
+    Empty,
+    #[error("no JSON value in the first {bytes} bytes")]
+    NoJsonValue { bytes: usize },
+    #[error(
+        "not JSON: byte {byte:#04x} at offset {offset} after the opening `{{` (a key or `}}` must follow)"
+    )]
+    NoKeyAfterBrace { byte: u8, offset: usize },
+    #[error(
+        "this is a gapscope report (report.json), not a trace: analyse the trace files it was made from"
+    )]
+    GapscopeReport,
+    #[error(
+        "the top level is an array; a gapscope trace is an object with `schema_version` (torch.profiler traces are objects with `traceEvents`)"
+    )]
+    TopLevelArray,
+    #[error("the top level is null, not an object")]
+    TopLevelNull,
+    #[error("the top level is a single value, not an object")]
+    TopLevelValue,
+    #[error("not JSON: byte {byte:#04x} at offset {offset} (a gapscope trace is a JSON object)")]
+    NotJson { byte: u8, offset: usize },
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error("missing field `schema_version`")]
+    NoSchemaVersion,
+    #[error("`schema_version` {0} is not a non-negative integer")]
+    VersionNotNonNegative(serde_json::Number),
+    #[error("`schema_version` must be an integer, found {0}")]
+    VersionNotInteger(serde_json::Value),
+}
+
 /// A trace is a JSON object: say what else the input is, from its first bytes.
-fn check_start(bytes: &[u8]) -> Result<(), String> {
+fn check_start(bytes: &[u8]) -> Result<(), NotATrace> {
     let head = &bytes[..bytes.len().min(HEAD_BYTES)];
     let Some(at) = head.iter().position(|b| !b.is_ascii_whitespace()) else {
         return Err(if bytes.is_empty() {
-            "the file is empty".into()
+            NotATrace::Empty
         } else {
-            format!("no JSON value in the first {} bytes", head.len())
+            NotATrace::NoJsonValue { bytes: head.len() }
         });
     };
     match head[at] {
@@ -328,34 +364,31 @@ fn check_start(bytes: &[u8]) -> Result<(), String> {
             if let Some(next) = head[at + 1..].iter().position(|b| !b.is_ascii_whitespace())
                 && !matches!(head[at + 1 + next], b'"' | b'}')
             {
-                return Err(format!(
-                    "not JSON: byte {:#04x} at offset {} after the opening `{{` (a key or `}}` must follow)",
-                    head[at + 1 + next],
-                    at + 1 + next
-                ));
+                return Err(NotATrace::NoKeyAfterBrace {
+                    byte: head[at + 1 + next],
+                    offset: at + 1 + next,
+                });
             }
-            if head.windows(25).any(|w| w == b"\"gapscope_report_version\"") {
-                return Err(
-                    "this is a gapscope report (report.json), not a trace: analyse the trace files it was made from".into(),
-                );
+            if head
+                .windows(25)
+                .any(|w| w == b"\"gapscope_report_version\"")
+            {
+                return Err(NotATrace::GapscopeReport);
             }
             Ok(())
         }
-        b'[' => Err(
-            "the top level is an array; a gapscope trace is an object with `schema_version` (torch.profiler traces are objects with `traceEvents`)".into(),
-        ),
-        b'n' => Err("the top level is null, not an object".into()),
-        b'"' | b'-' | b'0'..=b'9' | b't' | b'f' => {
-            Err("the top level is a single value, not an object".into())
-        }
-        other => Err(format!(
-            "not JSON: byte {other:#04x} at offset {at} (a gapscope trace is a JSON object)"
-        )),
+        b'[' => Err(NotATrace::TopLevelArray),
+        b'n' => Err(NotATrace::TopLevelNull),
+        b'"' | b'-' | b'0'..=b'9' | b't' | b'f' => Err(NotATrace::TopLevelValue),
+        other => Err(NotATrace::NotJson {
+            byte: other,
+            offset: at,
+        }),
     }
 }
 
 /// Finds `schema_version` among the top-level keys without building the whole document.
-fn peek_schema_version(bytes: &[u8]) -> Result<u64, String> {
+fn peek_schema_version(bytes: &[u8]) -> Result<u64, NotATrace> {
     if let Some(v) = leading_schema_version(bytes) {
         return Ok(v);
     }
@@ -389,20 +422,16 @@ fn leading_schema_version(bytes: &[u8]) -> Option<u64> {
 }
 
 /// Slow path: a full tokenising pass that keeps only `schema_version`.
-fn walk_for_schema_version(bytes: &[u8]) -> Result<u64, String> {
+fn walk_for_schema_version(bytes: &[u8]) -> Result<u64, NotATrace> {
     #[derive(serde::Deserialize)]
     struct VersionOnly {
         schema_version: Option<serde_json::Value>,
     }
-    let head: VersionOnly = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let head: VersionOnly = serde_json::from_slice(bytes)?;
     match head.schema_version {
-        None => Err("missing field `schema_version`".into()),
-        Some(serde_json::Value::Number(n)) => n
-            .as_u64()
-            .ok_or_else(|| format!("`schema_version` {n} is not a non-negative integer")),
-        Some(other) => Err(format!(
-            "`schema_version` must be an integer, found {other}"
-        )),
+        None => Err(NotATrace::NoSchemaVersion),
+        Some(serde_json::Value::Number(n)) => n.as_u64().ok_or(NotATrace::VersionNotNonNegative(n)),
+        Some(other) => Err(NotATrace::VersionNotInteger(other)),
     }
 }
 
@@ -869,8 +898,8 @@ mod tests {
             br#"{"other":1}"#,
         ] {
             assert_eq!(
-                leading_schema_version(doc).map(Ok),
-                leading_schema_version(doc).map(|_| walk_for_schema_version(doc)),
+                leading_schema_version(doc).map(Some),
+                leading_schema_version(doc).map(|_| walk_for_schema_version(doc).ok()),
                 "{}",
                 String::from_utf8_lossy(doc)
             );
@@ -881,8 +910,8 @@ mod tests {
             None
         );
         assert_eq!(
-            peek_schema_version(br#"{"metadata":1,"schema_version":7}"#),
-            Ok(7)
+            peek_schema_version(br#"{"metadata":1,"schema_version":7}"#).ok(),
+            Some(7)
         );
         assert!(peek_schema_version(br#"{"schema_version":-1}"#).is_err());
     }

@@ -449,9 +449,9 @@ fn switch_kinds(
     cupti: Option<&Cupti>,
     from: Level,
     to: Level,
-) -> Result<(), String> {
+) -> Result<(), SwitchError> {
     let Some(cupti) = cupti else {
-        return Err("libcupti not loaded".into());
+        return Err(SwitchError::NotLoaded);
     };
     let began = std::time::Instant::now();
     // Planned from copies: no lock of ours is held while CUPTI runs.
@@ -493,8 +493,18 @@ fn switch_kinds(
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(failed.join(", "))
+        Err(SwitchError::Refused(failed))
     }
+}
+
+/// Why the budget's switch did not happen; displays inside the trace note that says so.
+#[derive(Debug, thiserror::Error)]
+enum SwitchError {
+    #[error("libcupti not loaded")]
+    NotLoaded,
+    /// Each switch CUPTI refused (`op: CUPTI_ERROR_…`).
+    #[error("{}", .0.join(", "))]
+    Refused(Vec<String>),
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -710,15 +720,24 @@ fn intern_creation(state: &mut State, raw: &RawCreation) -> Creation {
 // ---------------------------------------------------------------------------------------------
 
 /// A graph callback's failure, as a trace note says it.
-fn failed(e: CuptiError) -> String {
-    e.brief()
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.brief())]
+struct GraphCallbackError(#[from] CuptiError);
+
+/// Why the driver did not give a node's type.
+#[derive(Debug, thiserror::Error)]
+enum NodeTypeError {
+    #[error("libcuda not loaded")]
+    NoDriver,
+    #[error("cuGraphNodeGetType failed (CUresult {0})")]
+    Failed(u32),
 }
 
 /// Asks the driver for a node's type (CUpti_GraphData.nodeType reads 0 for every node on
 /// CUDA 13.0). Returns the type and the correlation ids of the driver calls this made.
-fn driver_node_type(gd: &GraphEvent<'_>) -> (Result<u32, String>, Vec<u32>) {
+fn driver_node_type(gd: &GraphEvent<'_>) -> (Result<u32, NodeTypeError>, Vec<u32>) {
     let Some(driver) = loader::driver_loaded() else {
-        return (Err("libcuda not loaded".into()), Vec::new());
+        return (Err(NodeTypeError::NoDriver), Vec::new());
     };
     let _ = SELF_QUERY.try_with(|q| q.set(true));
     let found = gd.driver_node_type(driver);
@@ -726,10 +745,7 @@ fn driver_node_type(gd: &GraphEvent<'_>) -> (Result<u32, String>, Vec<u32>) {
     let corr = SELF_CORR
         .try_with(|c| std::mem::take(&mut *c.borrow_mut()))
         .unwrap_or_default();
-    (
-        found.map_err(|rc| format!("cuGraphNodeGetType failed (CUresult {rc})")),
-        corr,
-    )
+    (found.map_err(NodeTypeError::Failed), corr)
 }
 
 fn on_resource(event: &ResourceCallback<'_>) {
@@ -762,25 +778,29 @@ fn on_resource(event: &ResourceCallback<'_>) {
     let result = match cbid {
         sys::CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED => node_created(cupti, &shared, &gd),
         sys::CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED => node_cloned(cupti, &shared, &gd),
-        sys::CUPTI_CBID_RESOURCE_GRAPHNODE_DEPENDENCY_CREATED => {
-            gd.node_id(cupti).map_err(failed).and_then(|node| {
-                let dep = gd.dependency_id(cupti).map_err(failed)?;
+        sys::CUPTI_CBID_RESOURCE_GRAPHNODE_DEPENDENCY_CREATED => gd
+            .node_id(cupti)
+            .map_err(GraphCallbackError::from)
+            .and_then(|node| {
+                let dep = gd.dependency_id(cupti)?;
                 lock(&shared.state).graph.dependency_created(node, dep);
                 Ok(())
-            })
-        }
-        _ => gd.exec_id(cupti).map_err(failed).and_then(|exec| {
-            // A reused handle starts its count afresh even if the template is unknown.
-            if let Some(budget) = &shared.budget {
-                lock(&budget.decisions).exec_created(gd.exec_handle(), exec);
-            }
-            let template = gd.graph_id(cupti).map_err(failed)?;
-            lock(&shared.state).graph.exec_created(exec, template);
-            // The libraries a program loads late (torch's NCCL on its first collective) are
-            // loaded by its first capture.
-            shared.refresh_loaded(Queries::WithoutRuntime);
-            Ok(())
-        }),
+            }),
+        _ => gd
+            .exec_id(cupti)
+            .map_err(GraphCallbackError::from)
+            .and_then(|exec| {
+                // A reused handle starts its count afresh even if the template is unknown.
+                if let Some(budget) = &shared.budget {
+                    lock(&budget.decisions).exec_created(gd.exec_handle(), exec);
+                }
+                let template = gd.graph_id(cupti)?;
+                lock(&shared.state).graph.exec_created(exec, template);
+                // The libraries a program loads late (torch's NCCL on its first collective) are
+                // loaded by its first capture.
+                shared.refresh_loaded(Queries::WithoutRuntime);
+                Ok(())
+            }),
     };
     if let Err(e) = result {
         lock(&shared.state).problem(format!("graph callback {cbid}: {e}; event skipped"));
@@ -789,7 +809,7 @@ fn on_resource(event: &ResourceCallback<'_>) {
 
 fn node_type_or_fallback(
     state: &mut State,
-    found: Result<u32, String>,
+    found: Result<u32, NodeTypeError>,
     cupti_type: u32,
 ) -> NodeType {
     match found {
@@ -803,9 +823,13 @@ fn node_type_or_fallback(
     }
 }
 
-fn node_created(cupti: &Cupti, shared: &Shared, gd: &GraphEvent<'_>) -> Result<(), String> {
-    let id = gd.node_id(cupti).map_err(failed)?;
-    let graph = gd.graph_id(cupti).map_err(failed)?;
+fn node_created(
+    cupti: &Cupti,
+    shared: &Shared,
+    gd: &GraphEvent<'_>,
+) -> Result<(), GraphCallbackError> {
+    let id = gd.node_id(cupti)?;
+    let graph = gd.graph_id(cupti)?;
     let (ty, corr) = driver_node_type(gd);
     let raw = raw_creation(now(cupti));
     // The library calls on the stack (node creation is not a hot path). Without a
@@ -841,10 +865,14 @@ fn node_created(cupti: &Cupti, shared: &Shared, gd: &GraphEvent<'_>) -> Result<(
     Ok(())
 }
 
-fn node_cloned(cupti: &Cupti, shared: &Shared, gd: &GraphEvent<'_>) -> Result<(), String> {
-    let id = gd.node_id(cupti).map_err(failed)?;
-    let template = gd.original_node_id(cupti).map_err(failed)?;
-    let graph = gd.graph_id(cupti).map_err(failed)?;
+fn node_cloned(
+    cupti: &Cupti,
+    shared: &Shared,
+    gd: &GraphEvent<'_>,
+) -> Result<(), GraphCallbackError> {
+    let id = gd.node_id(cupti)?;
+    let template = gd.original_node_id(cupti)?;
+    let graph = gd.graph_id(cupti)?;
     let known = lock(&shared.state).graph.get(template).is_some();
     let (ty, corr) = if known {
         (Ok(sys::CU_GRAPH_NODE_TYPE_KERNEL), Vec::new()) // unused: copied from the template

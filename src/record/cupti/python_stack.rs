@@ -86,13 +86,23 @@ pub(crate) fn creating_stack() -> CreatingStack {
     }
 }
 
+/// Why py-spy cannot read a process's Python stacks; displays as one line.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SpyRefused {
+    #[error("process id {0} out of range")]
+    PidOutOfRange(u32),
+    /// py-spy's own error, its first line.
+    #[error("{0}")]
+    Spy(String),
+}
+
 /// A reader of process `pid`'s Python stacks, never pausing it.
-pub(crate) fn open(pid: u32) -> Result<py_spy::PythonSpy, String> {
+pub(crate) fn open(pid: u32) -> Result<py_spy::PythonSpy, SpyRefused> {
     let config = crate::record::host_sampler::py_spy_config();
-    let raw = i32::try_from(pid).map_err(|_| format!("process id {pid} out of range"))?;
+    let raw = i32::try_from(pid).map_err(|_| SpyRefused::PidOutOfRange(pid))?;
     py_spy::PythonSpy::new(raw, &config).map_err(|e| {
         let text = format!("{e:#}");
-        text.lines().next().unwrap_or("").to_owned()
+        SpyRefused::Spy(text.lines().next().unwrap_or("").to_owned())
     })
 }
 

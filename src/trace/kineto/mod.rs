@@ -35,6 +35,7 @@
 #![forbid(unsafe_code)]
 
 mod bytes;
+mod error;
 mod numbers;
 mod scan;
 mod stream;
@@ -50,6 +51,7 @@ use crate::trace::{
     ApiCall, ApiDomain, Cell, DeviceInfo, Kernel, Marker, MarkerKind, MemOp, Metadata, Source,
     StrId, Trace, TraceBuilder, Versions,
 };
+use error::{EventError, UnusableTrace};
 use rustc_hash::FxHashMap;
 use scan::{ArgVal, Cat, RawEvent, Str};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -204,7 +206,7 @@ fn import_json(reader: impl Read, path: &Path, opts: &ImportOptions) -> Result<T
     if let Err(e) = parsed {
         return Err(imp.error(path, e));
     }
-    imp.finish().map_err(malformed)
+    imp.finish().map_err(|e| malformed(e.to_string()))
 }
 
 /// A serde_json error's message without its " at line L column C".
@@ -254,8 +256,8 @@ impl Sink {
         }
     }
 
-    fn name(&mut self, name: Option<Str>, what: &str) -> Result<StrId, String> {
-        let name = name.ok_or_else(|| format!("{what} event without \"name\""))?;
+    fn name(&mut self, name: Option<Str>, what: &'static str) -> Result<StrId, EventError> {
+        let name = name.ok_or(EventError::NoName { what })?;
         if name.escaped {
             return Ok(self.b.intern(&name.text()?));
         }
@@ -288,7 +290,7 @@ impl Sink {
     }
 
     /// Turns one event into a record (or skips it).
-    fn add_event(&mut self, ev: &RawEvent) -> Result<(), String> {
+    fn add_event(&mut self, ev: &RawEvent) -> Result<(), EventError> {
         if !ev.imported() {
             return Ok(());
         }
@@ -296,17 +298,12 @@ impl Sink {
             self.mtia_events += 1;
             return Ok(());
         }
-        let start = ev
-            .ts
-            .ok_or("complete (\"X\") event without \"ts\"")?
-            .to_ns("ts")?;
+        let start = ev.ts.ok_or(EventError::NoTime { key: "ts" })?.to_ns("ts")?;
         let dur = ev
             .dur
-            .ok_or("complete (\"X\") event without \"dur\"")?
+            .ok_or(EventError::NoTime { key: "dur" })?
             .to_ns("dur")?;
-        let end = start
-            .checked_add(dur)
-            .ok_or("\"ts\" + \"dur\" overflows 64-bit nanoseconds")?;
+        let end = start.checked_add(dur).ok_or(EventError::EndOverflows)?;
         let what = ev.cat.label();
         let a = &ev.args;
         match ev.cat {
@@ -367,7 +364,7 @@ impl Sink {
     }
 
     /// A copy or memset event, `start` to `end` ns.
-    fn add_mem_op(&mut self, ev: &RawEvent, start: u64, end: u64) -> Result<(), String> {
+    fn add_mem_op(&mut self, ev: &RawEvent, start: u64, end: u64) -> Result<(), EventError> {
         let what = ev.cat.label();
         let name = self.name(ev.name, what)?;
         let kind = if ev.cat == Cat::Memcpy {
@@ -515,27 +512,20 @@ impl Importer {
     }
 
     /// After the document: time base, device, cells, checks.
-    fn finish(mut self) -> Result<Trace, String> {
+    fn finish(mut self) -> Result<Trace, UnusableTrace> {
         if !self.saw_events {
-            return Err("no \"traceEvents\" array".into());
+            return Err(UnusableTrace::NoTraceEvents);
         }
         let python = std::mem::take(&mut self.sink.python);
         let mut trace = self.sink.b.finish();
         trace.host_samples = python_stacks(&trace, python);
         if trace.kernels.is_empty() && trace.memcpys.is_empty() && trace.memsets.is_empty() {
             if self.sink.mtia_events > 0 {
-                return Err(format!(
-                    "MTIA device activity ({} \"mtia_runtime\"/\"mtia_ccp_events\" events) and \
-                     no CUDA GPU activity: MTIA traces are not supported (gapscope reads CUDA \
-                     GPU traces)",
-                    self.sink.mtia_events
-                ));
+                return Err(UnusableTrace::MtiaOnly {
+                    events: self.sink.mtia_events,
+                });
             }
-            return Err(
-                "no GPU activity (no \"kernel\", \"gpu_memcpy\" or \"gpu_memset\" \
-                        events): profile with ProfilerActivity.CUDA"
-                    .into(),
-            );
+            return Err(UnusableTrace::NoGpuActivity);
         }
         mark_graph_launches(&mut trace);
         let device = trace.first_device();
@@ -557,7 +547,7 @@ impl Importer {
         trace.kernels.shrink_to_fit();
         trace.api_calls.shrink_to_fit();
         trace.markers.shrink_to_fit();
-        trace.validate().map_err(|e| e.to_string())?;
+        trace.validate()?;
         Ok(trace)
     }
 
@@ -814,7 +804,7 @@ struct DeviceArgs {
 }
 
 impl DeviceArgs {
-    fn of(a: &scan::Args, what: &str) -> Result<DeviceArgs, String> {
+    fn of(a: &scan::Args, what: &'static str) -> Result<DeviceArgs, EventError> {
         Ok(DeviceArgs {
             device: arg_u32(a.device, what, "device")?.unwrap_or(0),
             stream: required(arg_u32(a.stream, what, "stream")?, what, "stream")?,
@@ -829,27 +819,28 @@ impl DeviceArgs {
     }
 }
 
-fn arg_u64(v: ArgVal, what: &str, key: &str) -> Result<Option<u64>, String> {
+fn arg_u64(v: ArgVal, what: &'static str, key: &'static str) -> Result<Option<u64>, EventError> {
     match v {
         None => Ok(None),
-        Some(None) => Err(format!(
-            "{what} event: args \"{key}\" is not a non-negative integer"
-        )),
+        Some(None) => Err(EventError::NotAnInteger { what, key }),
         Some(Some(x)) => Ok(Some(x)),
     }
 }
 
-fn arg_u32(v: ArgVal, what: &str, key: &str) -> Result<Option<u32>, String> {
+fn arg_u32(v: ArgVal, what: &'static str, key: &'static str) -> Result<Option<u32>, EventError> {
     arg_u64(v, what, key)?
         .map(|x| {
-            u32::try_from(x)
-                .map_err(|_| format!("{what} event: args \"{key}\" {x} does not fit 32 bits"))
+            u32::try_from(x).map_err(|_| EventError::Over32Bits {
+                what,
+                key,
+                value: x,
+            })
         })
         .transpose()
 }
 
-fn required(v: Option<u32>, what: &str, key: &str) -> Result<u32, String> {
-    v.ok_or_else(|| format!("{what} event without a non-negative integer args \"{key}\""))
+fn required(v: Option<u32>, what: &'static str, key: &'static str) -> Result<u32, EventError> {
+    v.ok_or(EventError::RequiredArg { what, key })
 }
 
 #[derive(Clone, Copy)]

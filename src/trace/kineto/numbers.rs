@@ -3,6 +3,8 @@
 //! Kineto's three decimals allow ([`Num::to_ns`]).
 #![forbid(unsafe_code)]
 
+use super::error::EventError;
+
 /// A JSON number as written (its grammar checked), with its digits read.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Num<'a> {
@@ -55,22 +57,20 @@ impl Num<'_> {
 
     /// Microseconds (`ts`, `dur`) to nanoseconds, rounded to the nearest. Kineto writes three
     /// decimals, read exactly from the digits; anything else goes through `f64`.
-    pub(super) fn to_ns(self, what: &str) -> Result<u64, String> {
+    pub(super) fn to_ns(self, what: &'static str) -> Result<u64, EventError> {
         if !self.exponent && self.frac_digits <= 3 && self.int_digits <= 15 && !self.negative {
             return Ok(exact_ns(self.int.unwrap_or(0), self.frac, self.frac_digits));
         }
         if let Some(us) = self.as_plain_u64() {
             return us
                 .checked_mul(1000)
-                .ok_or_else(|| format!("\"{what}\" {us} µs overflows 64-bit nanoseconds"));
+                .ok_or(EventError::TimeOverflows { what, us });
         }
         let us = self.as_f64();
         let ns = (us * 1000.0).round();
         // 2^64 as f64; anything at or above it does not fit.
         if !(0.0..18_446_744_073_709_551_616.0).contains(&ns) {
-            return Err(format!(
-                "\"{what}\" {us} µs is not a non-negative time that fits in 64-bit nanoseconds"
-            ));
+            return Err(EventError::TimeOutOfRange { what, us });
         }
         Ok(ns as u64)
     }
@@ -86,11 +86,11 @@ pub(super) enum Time<'a> {
 }
 
 impl Time<'_> {
-    pub(super) fn to_ns(self, what: &str) -> Result<u64, String> {
+    pub(super) fn to_ns(self, what: &'static str) -> Result<u64, EventError> {
         match self {
             Time::Ns(ns) => Ok(ns),
             Time::Number(text) => read_number(text, 0)
-                .map_err(|(_, message)| message.to_owned())?
+                .map_err(|(_, message)| EventError::Number(message))?
                 .to_ns(what),
         }
     }

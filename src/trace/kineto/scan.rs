@@ -15,6 +15,7 @@
 use super::bytes::{
     controls_inside, find_string_special, find_structural, flat_bytes, flat_lines_bytes,
 };
+use super::error::EventError;
 use super::numbers::{Num, Time, digits, ends_value, exact_ns, read_number};
 
 /// Deepest nesting accepted inside an event (as serde_json's default limit).
@@ -106,7 +107,7 @@ pub(super) struct Str<'a> {
 
 impl Str<'_> {
     /// The string's text: borrowed when there are no escapes.
-    pub(super) fn text(&self) -> Result<std::borrow::Cow<'_, str>, String> {
+    pub(super) fn text(&self) -> Result<std::borrow::Cow<'_, str>, EventError> {
         if self.escaped {
             let mut quoted = Vec::with_capacity(self.raw.len() + 2);
             quoted.push(b'"');
@@ -114,11 +115,11 @@ impl Str<'_> {
             quoted.push(b'"');
             serde_json::from_slice::<String>(&quoted)
                 .map(Into::into)
-                .map_err(|e| format!("invalid string: {e}"))
+                .map_err(|e| EventError::InvalidString(e.to_string()))
         } else {
             std::str::from_utf8(self.raw)
                 .map(Into::into)
-                .map_err(|_| "a string is not valid UTF-8".to_owned())
+                .map_err(|_| EventError::NotUtf8)
         }
     }
 }
@@ -503,7 +504,7 @@ impl<'a> Scanner<'a> {
         }
         let text = s.text().or_else(|m| {
             self.pos = at;
-            self.bad(m)
+            self.bad(m.to_string())
         })?;
         Ok(f(text.as_bytes()))
     }
@@ -557,7 +558,7 @@ impl<'a> Scanner<'a> {
                 let s = self.string()?;
                 let text = s.text().or_else(|m| {
                     self.pos = at;
-                    self.bad(m)
+                    self.bad(m.to_string())
                 })?;
                 Ok(text.parse::<u32>().unwrap_or_else(|_| hash_tid(&text)))
             }
@@ -642,7 +643,7 @@ impl<'a> Scanner<'a> {
             .text()
             .or_else(|m| {
                 self.pos = at;
-                self.bad(m)
+                self.bad(m.to_string())
             })?
             .into_owned();
         Ok(decoded.as_bytes())

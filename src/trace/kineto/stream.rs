@@ -497,8 +497,8 @@ fn run(
         let start = s.pos;
         match s.event(&mut ev) {
             Ok(()) => {
-                if let Err(message) = sink.add_event(&ev) {
-                    return bad(start, message, expect);
+                if let Err(e) = sink.add_event(&ev) {
+                    return bad(start, e.to_string(), expect);
                 }
                 sink.events += 1;
                 expect = Expect::Next;

@@ -83,7 +83,7 @@ struct DeviceFields {
 }
 
 impl DeviceFields {
-    fn of(r: &Row) -> Result<DeviceFields, String> {
+    fn of(r: &Row) -> Result<DeviceFields, CellError> {
         Ok(DeviceFields {
             start: uint(r, 0, "start")?,
             end: uint(r, 1, "end")?,
@@ -228,7 +228,7 @@ impl<'p> Export<'p> {
         &self,
         table: &str,
         cols: &[Col],
-        mut f: impl FnMut(&Row) -> Result<(), String>,
+        mut f: impl FnMut(&Row) -> Result<(), CellError>,
     ) -> Result<bool, NsysError> {
         let Some(have) = self.columns(table)? else {
             return Ok(false);
@@ -271,7 +271,7 @@ impl<'p> Export<'p> {
     }
 
     /// The string of a `StringIds` id, read from the export when first asked for.
-    fn string(&self, id: Option<i64>) -> Result<Option<Rc<str>>, String> {
+    fn string(&self, id: Option<i64>) -> Result<Option<Rc<str>>, CellError> {
         let Some(id) = id else {
             return Ok(None);
         };
@@ -282,7 +282,7 @@ impl<'p> Export<'p> {
             // Every string the tables name was read at open.
             return Ok(None);
         }
-        let err = |e: rusqlite::Error| format!("StringIds: {e}");
+        let err = CellError::StringIds;
         let mut stmt = self
             .conn
             .prepare_cached("SELECT value FROM StringIds WHERE id = ?1")
@@ -332,37 +332,56 @@ fn tested() -> String {
         .join(", ")
 }
 
+/// Why a row's cell cannot be read; `what` names its column. Displays after the table and row
+/// ([`Export::rows`]).
+#[derive(Debug, thiserror::Error)]
+enum CellError {
+    #[error(transparent)]
+    Read(#[from] rusqlite::Error),
+    /// A string asked for by its id (read on demand).
+    #[error("StringIds: {0}")]
+    StringIds(rusqlite::Error),
+    #[error("{what} is not an integer")]
+    NotAnInteger { what: &'static str },
+    #[error("{what} is NULL")]
+    Null { what: &'static str },
+    #[error("{what} {value} is negative")]
+    Negative { what: &'static str, value: i64 },
+    #[error("{what} {value} does not fit 32 bits")]
+    Over32Bits { what: &'static str, value: u64 },
+}
+
 /// An integer cell (`None` for NULL); text or a blob is an error naming the column.
-fn int(r: &Row, i: usize, what: &str) -> Result<Option<i64>, String> {
-    match r.get_ref(i).map_err(|e| e.to_string())? {
+fn int(r: &Row, i: usize, what: &'static str) -> Result<Option<i64>, CellError> {
+    match r.get_ref(i)? {
         ValueRef::Null => Ok(None),
         ValueRef::Integer(v) => Ok(Some(v)),
-        _ => Err(format!("{what} is not an integer")),
+        _ => Err(CellError::NotAnInteger { what }),
     }
 }
 
 /// A text cell (`None` for NULL or another type).
-fn text(r: &Row, i: usize) -> Result<Option<String>, String> {
-    Ok(match r.get_ref(i).map_err(|e| e.to_string())? {
+fn text(r: &Row, i: usize) -> Result<Option<String>, CellError> {
+    Ok(match r.get_ref(i)? {
         ValueRef::Text(t) => Some(String::from_utf8_lossy(t).into_owned()),
         _ => None,
     })
 }
 
 /// A non-negative integer that must be there.
-fn uint(r: &Row, i: usize, what: &str) -> Result<u64, String> {
-    let v = int(r, i, what)?.ok_or_else(|| format!("{what} is NULL"))?;
-    u64::try_from(v).map_err(|_| format!("{what} {v} is negative"))
+fn uint(r: &Row, i: usize, what: &'static str) -> Result<u64, CellError> {
+    let v = int(r, i, what)?.ok_or(CellError::Null { what })?;
+    u64::try_from(v).map_err(|_| CellError::Negative { what, value: v })
 }
 
 /// A non-negative integer of 32 bits that must be there.
-fn uint32(r: &Row, i: usize, what: &str) -> Result<u32, String> {
+fn uint32(r: &Row, i: usize, what: &'static str) -> Result<u32, CellError> {
     let v = uint(r, i, what)?;
-    u32::try_from(v).map_err(|_| format!("{what} {v} does not fit 32 bits"))
+    u32::try_from(v).map_err(|_| CellError::Over32Bits { what, value: v })
 }
 
 /// A graph node id (NULL or absent: 0, outside graphs).
-fn node_id(r: &Row, i: usize) -> Result<u64, String> {
+fn node_id(r: &Row, i: usize) -> Result<u64, CellError> {
     Ok(int(r, i, "graphNodeId")?.map_or(0, |v| v as u64))
 }
 
@@ -462,7 +481,7 @@ pub(super) fn import_counting_strings(
     Ok((trace, read))
 }
 
-type NameOf<'a> = dyn FnMut(&mut TraceBuilder, Option<i64>, &str) -> Result<StrId, String> + 'a;
+type NameOf<'a> = dyn FnMut(&mut TraceBuilder, Option<i64>, &str) -> Result<StrId, CellError> + 'a;
 
 fn read_kernels(
     e: &Export,
@@ -646,7 +665,10 @@ fn read_ranges(
                 None => return Ok(()),
             },
         };
-        let end = u64::try_from(end).map_err(|_| format!("end {end} is negative"))?;
+        let end = u64::try_from(end).map_err(|_| CellError::Negative {
+            what: "end",
+            value: end,
+        })?;
         let name = b.intern(&name);
         b.trace.markers.push(Marker {
             start: uint(r, 0, "start")?,

@@ -34,7 +34,7 @@ pub enum WorkloadError {
     },
     /// The NCCL library could not be found or lacks a symbol.
     #[error("NCCL not available: {0}")]
-    NcclUnavailable(String),
+    NcclUnavailable(NcclLoadError),
     /// An NCCL call returned an error.
     #[error("NCCL call {call} failed: {code} ({detail})")]
     Nccl {
@@ -48,6 +48,24 @@ pub enum WorkloadError {
     /// File I/O (e.g. the NCCL unique-id file).
     #[error("I/O error on {path}: {detail}")]
     Io { path: String, detail: String },
+}
+
+/// Why NCCL could not be loaded (kept for every later caller, hence `Clone`).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NcclLoadError {
+    /// No candidate opened: where it was looked for, and each loader error.
+    #[error(
+        "searched {searched} ({}); install it into the Python environment (pip install nvidia-nccl-cu13) or set NCCL_LIB to the full path of libnccl.so.2",
+        .failures.join("; ")
+    )]
+    NotFound {
+        searched: String,
+        failures: Vec<String>,
+    },
+    #[error("{name}: {reason}")]
+    MissingSymbol { name: &'static str, reason: String },
+    #[error("ncclGetVersion returned {0}")]
+    Version(i32),
 }
 
 impl WorkloadError {

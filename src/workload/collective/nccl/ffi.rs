@@ -5,7 +5,7 @@
 
 use super::version::NcclVersion;
 use crate::library_search::{self, Environment, FileSystem, NCCL, Origin, mapped_path};
-use crate::workload::collective::{GraphUsageMode, WorkloadError};
+use crate::workload::collective::{GraphUsageMode, NcclLoadError, WorkloadError};
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::fmt;
 use std::sync::OnceLock;
@@ -126,7 +126,7 @@ impl fmt::Debug for NcclLib {
 /// Finds NCCL where [`crate::library_search`] says (`$NCCL_LIB`, the Python environment,
 /// `LD_LIBRARY_PATH`, the toolkit, then by soname): (the library, the file, where it was
 /// found), or every place searched and the loader's errors.
-fn open_nccl() -> Result<(libloading::Library, String, Origin), String> {
+fn open_nccl() -> Result<(libloading::Library, String, Origin), NcclLoadError> {
     let this_process = std::env::current_exe()
         .map(|p| vec![p.into_os_string()])
         .unwrap_or_default();
@@ -143,28 +143,33 @@ fn open_nccl() -> Result<(libloading::Library, String, Origin), String> {
             Err(e) => errors.push(format!("{}: {e}", candidate.path.display()).replace('\n', " ")),
         }
     }
-    Err(format!(
-        "searched {} ({}); install it into the Python environment (pip install nvidia-nccl-cu13) or set NCCL_LIB to the full path of libnccl.so.2",
-        search.searched_line(&NCCL),
-        errors.join("; ")
-    ))
+    Err(NcclLoadError::NotFound {
+        searched: search.searched_line(&NCCL),
+        failures: errors,
+    })
 }
 
-fn load_nccl_uncached() -> Result<NcclLib, String> {
+fn load_nccl_uncached() -> Result<NcclLib, NcclLoadError> {
     let (lib, name, origin) = open_nccl()?;
     // SAFETY (symbol lookups): each type matches the declaration in nccl.h; the pointers are
     // copied out and stay valid because the library is never unloaded.
-    unsafe fn sym<T: Copy>(lib: &libloading::Library, name: &str) -> Result<T, String> {
+    unsafe fn sym<T: Copy>(
+        lib: &libloading::Library,
+        name: &'static str,
+    ) -> Result<T, NcclLoadError> {
         unsafe { lib.get::<T>(name.as_bytes()) }
             .map(|s| *s)
-            .map_err(|e| format!("{name}: {e}"))
+            .map_err(|e| NcclLoadError::MissingSymbol {
+                name,
+                reason: e.to_string(),
+            })
     }
     unsafe {
         let get_version: FnGetVersion = sym(&lib, "ncclGetVersion")?;
         let mut code: c_int = 0;
         let rc = get_version(&mut code);
         if rc != 0 {
-            return Err(format!("ncclGetVersion returned {rc}"));
+            return Err(NcclLoadError::Version(rc));
         }
         let path = std::fs::read_to_string("/proc/self/maps")
             .ok()
@@ -189,7 +194,7 @@ fn load_nccl_uncached() -> Result<NcclLib, String> {
 /// Loads NCCL once per process (see [`crate::library_search`] for the search order) and says
 /// which one (`gapscope: note: using NCCL from …`).
 pub fn load_nccl() -> Result<&'static NcclLib, WorkloadError> {
-    static LIB: OnceLock<Result<NcclLib, String>> = OnceLock::new();
+    static LIB: OnceLock<Result<NcclLib, NcclLoadError>> = OnceLock::new();
     LIB.get_or_init(|| {
         let lib = load_nccl_uncached()?;
         crate::messages::line(&library_search::using_note(
