@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Runs every command of README.md's ```sh blocks as written, in a scratch copy of the working
-tree, with the README's own install commands putting `gapscope` on PATH. Fails on the first
-command that does not do what the README says.
+"""Runs every command of the ```sh blocks of README.md, then of each docs/*.md (sorted by name), as
+written, in order, in one scratch copy of the working tree, with the README's own install commands
+(which come first) putting `gapscope` on PATH; a page's commands may use files its earlier commands
+made. Each command is reported as `PAGE:LINE: cmd`; fails when any command does not do what its page
+says (every command is run, the failures are counted).
 
 Without a GPU, `gapscope record -- CMD` still starts CMD (no CUDA: nothing is traced); it passes
 when gapscope's last stderr line is its own note or error about the program (exited with status
 N, command not found), since the program itself needs torch and a GPU. `gapscope try` runs its
 program under record the same way: without a GPU it passes when every BASE run failed (its error
-line says so), as does `try --from` the folder it left. Everything else must exit 0. README_CHECK_SKIP_TESTS=1 leaves out the README's test command (.ci/run runs it itself first).
+line says so), as does `try --from` the folder it left. Everything else must exit 0.
+README_CHECK_SKIP_TESTS=1 leaves out the README's test command (.ci/run runs it itself first).
 """
 import os
 import re
@@ -62,11 +65,22 @@ def has_gpu():
         ["nvidia-smi", "-L"], capture_output=True).returncode == 0
 
 
+def pages():
+    """README.md, then docs/*.md sorted: (page, [(line, command)])."""
+    names = ["README.md"] + sorted(
+        os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md"))
+    out = []
+    for name in names:
+        with open(os.path.join(ROOT, name)) as f:
+            out.append((name, commands(f.read())))
+    return out
+
+
 def main():
-    with open(os.path.join(ROOT, "README.md")) as f:
-        cmds = commands(f.read())
-    if not cmds:
+    by_page = pages()
+    if not by_page[0][1]:
         sys.exit("readme_check: no ```sh commands in README.md")
+    cmds = [(page, line, cmd) for page, page_cmds in by_page for line, cmd in page_cmds]
     scratch = tempfile.mkdtemp(prefix="gapscope-readme-")
     tree = os.path.join(scratch, "gapscope")
     copy_tree(tree)
@@ -79,9 +93,10 @@ def main():
     env.setdefault("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
     gpu = has_gpu()
     failures = 0
-    for line, cmd in cmds:
+    began_all = time.monotonic()
+    for page, line, cmd in cmds:
         if os.environ.get("README_CHECK_SKIP_TESTS") == "1" and "cargo test" in cmd:
-            print(f"README.md:{line}: {cmd}\n  not run here: .ci/run ran the test command before this check")
+            print(f"{page}:{line}: {cmd}\n  not run here: .ci/run ran the test command before this check")
             continue
         began = time.monotonic()
         p = subprocess.run(cmd, shell=True, cwd=tree, env=env, capture_output=True, text=True)
@@ -101,13 +116,15 @@ def main():
             why = f"no GPU: every run of the program failed under record, as expected ({last})"
         else:
             ok, why = False, f"exit {p.returncode}"
-        print(f"README.md:{line}: {cmd}\n  {'ok' if ok else 'FAILED'}: {why} ({took:.1f} s)")
+        print(f"{page}:{line}: {cmd}\n  {'ok' if ok else 'FAILED'}: {why} ({took:.1f} s)")
         if not ok:
             failures += 1
             print("  stdout tail:\n    " + "\n    ".join(p.stdout.strip().splitlines()[-8:]))
             print("  stderr tail:\n    " + "\n    ".join(err_lines[-8:]))
     shutil.rmtree(scratch, ignore_errors=True)
-    print(f"readme_check: {len(cmds) - failures} of {len(cmds)} README commands as documented")
+    counts = ", ".join(f"{page} {len(c)}" for page, c in by_page if c)
+    took_all = time.monotonic() - began_all
+    print(f"readme_check: {len(cmds) - failures} of {len(cmds)} commands as documented ({counts}; {took_all:.0f} s)")
     sys.exit(1 if failures else 0)
 
 
