@@ -22,6 +22,7 @@ pub mod remedies;
 pub mod summary;
 pub mod svg;
 pub mod trial;
+pub mod trial_files;
 
 #[cfg(test)]
 pub(crate) mod fixtures;

@@ -11,6 +11,7 @@
 //! that are symlinks are followed; devices and FIFOs are written in place (they cannot be
 //! replaced) as soon as they are filled.
 
+pub use super::trial_files::{TRIAL_SET, TRIAL_SVG, trial_files, variant_picture_stem};
 use crate::analysis::merge::Merged;
 use crate::analysis::trial::TrialReport;
 use crate::analysis::{Analysis, Comparison};
@@ -184,9 +185,6 @@ pub fn comparison_files(c: &Comparison) -> Vec<&'static str> {
         .filter(|name| pictured || name.ends_with(".md") || name.ends_with(".json"))
         .collect()
 }
-
-/// The files of a try's report (`try -o`, `try --from DIR -o OUT`).
-pub const TRIAL_SET: [&str; 2] = ["try.md", "try.json"];
 
 /// The files of a rank-merge set (`merge -o`, `run`'s `merged/` folders).
 pub const MERGE_SET: [&str; 4] = [
@@ -396,42 +394,6 @@ pub struct TrialPicture {
     pub headline: Option<crate::analysis::compare::PairPicture>,
     /// Try's verdict on that cell, in words (the picture's one round judges nothing).
     pub verdict: String,
-}
-
-/// The rounds picture of a try (`try.svg`).
-pub const TRIAL_SVG: &str = "try.svg";
-
-/// `try-VARIANT`: the name (without extension) of a variant's pictures, its label with every
-/// character but letters, digits and `-_=.` as `_`.
-pub fn variant_picture_stem(label: &str) -> String {
-    let safe: String = label
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_=.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("try-{safe}")
-}
-
-/// The files `try -o` writes for `r`, in the order written: try.md, try.json, try.svg, then
-/// each judged variant's SVG and Perfetto trace.
-pub fn trial_files(r: &TrialReport) -> Vec<String> {
-    let mut files: Vec<String> = TRIAL_SET.iter().map(|f| (*f).to_owned()).collect();
-    files.push(TRIAL_SVG.to_owned());
-    for v in r
-        .variants
-        .iter()
-        .filter(|v| crate::analysis::trial::pictured(v))
-    {
-        let stem = variant_picture_stem(&v.label);
-        files.push(format!("{stem}.svg"));
-        files.push(format!("{stem}.perfetto-trace"));
-    }
-    files
 }
 
 /// Writes `try.md`, `try.json`, `try.svg` and each of `pictures` (`try-VARIANT.svg`,

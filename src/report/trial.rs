@@ -136,7 +136,7 @@ pub fn trial_summary(r: &TrialReport, full_report: Option<&str>) -> String {
     if let Some(e) = &r.expect_fix {
         let _ = writeln!(s, "Expected fix: {}", e.why.replace("**", ""));
     }
-    let files = crate::report::output_set::trial_files(r);
+    let files = crate::report::trial_files::trial_files(r);
     match full_report {
         Some(path) => {
             let _ = write!(s, "Full report: {path} (with {})", files[1..].join(", "));
@@ -218,7 +218,7 @@ fn trial_markdown_with(r: &TrialReport, pictured: bool) -> String {
         let _ = writeln!(
             s,
             "![each round's period per cell, BASE and every variant]({})\n",
-            crate::report::output_set::TRIAL_SVG
+            crate::report::trial_files::TRIAL_SVG
         );
         for v in r
             .variants
@@ -229,7 +229,7 @@ fn trial_markdown_with(r: &TrialReport, pictured: bool) -> String {
                 s,
                 "![{}: BASE above the variant, one step of each]({}.svg)\n",
                 md_cell(&v.label),
-                crate::report::output_set::variant_picture_stem(&v.label)
+                crate::report::trial_files::variant_picture_stem(&v.label)
             );
         }
     }
