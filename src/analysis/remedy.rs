@@ -525,10 +525,8 @@ fn host_code_before_launch(cell: &CellAnalysis) -> Found {
         })
         .unwrap_or_default();
     // The code the host samples name in those gaps, where there are enough of them.
-    let sampled = cell
-        .host_time
-        .as_ref()
-        .filter(|t| !t.top.is_empty())
+    let named = cell.host_time.as_ref().filter(|t| !t.named().is_empty());
+    let sampled = named
         .map(|t| format!("; sampled there: {}", t.describe()))
         .unwrap_or_default();
     let evidence = format!(
@@ -552,7 +550,7 @@ fn host_code_before_launch(cell: &CellAnalysis) -> Found {
     // Without host samples naming the code in those gaps, the host time before a launch can
     // be the launch path itself (a replay loop's own Python, the replay call, event records):
     // nothing a user could take off the path is known.
-    if sampled.is_empty() {
+    if named.is_none() {
         let basis = "none predicted: no host samples name the code in these gaps, and in a replay loop the host time before a launch is mostly the launch path itself (the loop, the replay call, event records)";
         return Some((evidence, None, basis.to_owned()));
     }
