@@ -25,8 +25,8 @@ use super::python_stack::CreatingStack;
 use super::result::SubscriberHandle;
 use super::state::{
     API_FROM_CALLBACKS, BUDGET_ON, NODE_FRAMES, PANICS, PAUSE_FILTER, SWITCH_AWAITS_PROGRAM_THREAD,
-    Shared, State, WATCH_ARMED, WATCHING, active, api_recorded, current_thread_id, lock,
-    lock_within,
+    Shared, State, WATCH_ARMED, WATCHING, WRAPPER_COVERAGE, WRAPPER_DECIDES, WrapperCoverage,
+    active, api_recorded, current_thread_id, lock, lock_within,
 };
 use super::sys;
 use crate::trace::{NodeType, StrId};
@@ -133,22 +133,26 @@ fn track_api_stack(d: &ApiCallback<'_>) -> Option<usize> {
     let _ = API_STACK.try_with(|stack| {
         let mut stack = stack.borrow_mut();
         if d.entering() {
+            // A launch through the preloaded library's wrapper was counted and decided there.
+            let wrapped = is_graph_launch(domain, cbid) && in_launch_wrapper();
             if WATCHING.load(Ordering::Relaxed)
+                && !wrapped
                 && is_any_launch(domain, cbid)
                 && !stack.iter().any(|f| is_any_launch(f.domain, f.cbid))
             {
-                let _ = OUTER_RANGE.try_with(|r| {
-                    if let Some((_, launches)) = r.borrow_mut().as_mut() {
-                        *launches += 1;
-                    }
-                });
+                count_watched_launch();
             }
             // The outermost graph launch (a runtime launch calls the driver's) decides.
             if BUDGET_ON.load(Ordering::Relaxed)
                 && is_graph_launch(domain, cbid)
                 && !stack.iter().any(|f| is_graph_launch(f.domain, f.cbid))
             {
-                launched = d.launched_graph_exec();
+                if wrapped {
+                    wrapper_covers_launches();
+                } else {
+                    launched = d.launched_graph_exec();
+                    launch_bypassed_wrapper();
+                }
             }
             let (wait_external, record_external) = d.external_flags();
             let entered = if API_FROM_CALLBACKS.load(Ordering::Relaxed)
@@ -197,16 +201,7 @@ fn budget_sees_call(d: &ApiCallback<'_>, launched: Option<usize>) {
         return;
     };
     if let Some(exec) = launched {
-        if inside_step() {
-            step_did(StepContent::Replay(exec));
-            if let Some(budget) = &shared.budget {
-                lock(&budget.decisions).graph_launch_in_step(exec);
-            }
-        } else {
-            // The launch's host time, for what tracing adds to a replay (`launch_periods`).
-            let at = loader::loaded().map_or(0, now);
-            budget_decides(&shared, |b| b.graph_launch(exec, at));
-        }
+        graph_launch_decided(&shared, exec);
     } else if capture_begin {
         if entering {
             step_did(StepContent::Building);
@@ -224,6 +219,117 @@ fn budget_sees_call(d: &ApiCallback<'_>, launched: Option<usize>) {
     } else {
         step_did(StepContent::Building);
         budget_decides(&shared, |b| b.graph_building());
+    }
+}
+
+/// The budget's decision on an outermost launch of `exec`, from CUPTI's callback or from the
+/// preloaded library's wrapper.
+fn graph_launch_decided(shared: &Shared, exec: usize) {
+    if inside_step() {
+        step_did(StepContent::Replay(exec));
+        if let Some(budget) = &shared.budget {
+            lock(&budget.decisions).graph_launch_in_step(exec);
+        }
+    } else {
+        // The launch's host time, for what tracing adds to a replay (`launch_periods`).
+        let at = loader::loaded().map_or(0, now);
+        budget_decides(shared, |b| b.graph_launch(exec, at));
+    }
+}
+
+/// Counts a launch in this thread's open outermost range, while the step range is chosen.
+fn count_watched_launch() {
+    let _ = OUTER_RANGE.try_with(|r| {
+        if let Some((_, launches)) = r.borrow_mut().as_mut() {
+            *launches += 1;
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Graph launches decided in the preloaded library's wrapper (`launch_wrapper`)
+// ---------------------------------------------------------------------------------------------
+//
+// Between sampled windows a replay should cost what it costs the program. CUPTI's graph-launch
+// callbacks (a runtime and a driver one, each entered and left) made a 20 µs replay host-bound
+// on an H100; the wrapper decides before the runtime runs, and once CUPTI's callbacks have
+// seen a launch come through it, they are paused with the budget's other callbacks.
+
+thread_local! {
+    /// Set while this thread runs a graph launch the wrapper decided on.
+    static IN_LAUNCH_WRAPPER: StdCell<bool> = const { StdCell::new(false) };
+}
+
+fn in_launch_wrapper() -> bool {
+    IN_LAUNCH_WRAPPER.try_with(|w| w.get()).unwrap_or(false)
+}
+
+/// The wrapper is about to launch `exec`: the budget decides here, as on an outermost launch in
+/// a callback. Returns whether the caller must call [`graph_launch_wrapper_left`] after the
+/// launch (false where the callbacks decide: no budget, a nested call, the setting off).
+pub(super) fn graph_launch_wrapper_entered(exec: usize) -> bool {
+    if !BUDGET_ON.load(Ordering::Relaxed) || !WRAPPER_DECIDES.load(Ordering::Relaxed) {
+        return false;
+    }
+    let outermost = API_STACK
+        .try_with(|s| s.borrow().is_empty())
+        .unwrap_or(false);
+    if !outermost || in_launch_wrapper() || IN_LAUNCH_WRAPPER.try_with(|w| w.set(true)).is_err() {
+        return false;
+    }
+    if SWITCH_AWAITS_PROGRAM_THREAD.load(Ordering::Relaxed) {
+        switch_for_the_pacer();
+    }
+    if WATCHING.load(Ordering::Relaxed) {
+        count_watched_launch();
+    }
+    if let Some(shared) = active() {
+        graph_launch_decided(&shared, exec);
+    }
+    true
+}
+
+/// The wrapper's launch returned.
+pub(super) fn graph_launch_wrapper_left() {
+    let _ = IN_LAUNCH_WRAPPER.try_with(|w| w.set(false));
+}
+
+/// A launch came through the wrapper: unless one bypassed it, the graph-launch callbacks join
+/// the budget's paused callbacks (off below `Level::Traced`, from its next switch on).
+fn wrapper_covers_launches() {
+    if WRAPPER_COVERAGE
+        .compare_exchange(
+            WrapperCoverage::Unknown as u8,
+            WrapperCoverage::Covers as u8,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        )
+        .is_err()
+    {
+        return;
+    }
+    if let Some(shared) = active()
+        && let Some(budget) = &shared.budget
+    {
+        let mut paused = lock(&budget.api_callbacks);
+        for call in GRAPH_LAUNCH_CBIDS {
+            if !paused.contains(&call) {
+                paused.push(call);
+            }
+        }
+    }
+}
+
+/// A graph launch the wrapper did not see (a driver call, a runtime the wrapper does not
+/// stand in for): the graph-launch callbacks stay on for the rest of the recording. (This
+/// callback ran, so they are on now.)
+fn launch_bypassed_wrapper() {
+    let before = WRAPPER_COVERAGE.swap(WrapperCoverage::Bypassed as u8, Ordering::SeqCst);
+    if before == WrapperCoverage::Covers as u8
+        && let Some(shared) = active()
+        && let Some(budget) = &shared.budget
+    {
+        lock(&budget.api_callbacks).retain(|c| !GRAPH_LAUNCH_CBIDS.contains(c));
     }
 }
 
@@ -1212,6 +1318,81 @@ mod tests {
             NVTX_STACK.with(|s| s.borrow().is_empty()),
             "pushes and pops pair up"
         );
+    }
+
+    /// A launch through the preloaded library's wrapper is decided there once (its callbacks
+    /// decide nothing) and puts the graph-launch callbacks among those the budget pauses; a
+    /// launch that bypasses the wrapper is decided in its callback and keeps them on for good.
+    #[test]
+    fn the_launch_wrapper_decides_once_and_a_bypassing_launch_keeps_the_callbacks_on() {
+        let _one = lock(&super::super::recorder::TEST_RECORDER_LOCK);
+        let shared = Arc::new(shared_with_budget(8, None));
+        *lock(&ACTIVE) = Some(shared.clone());
+        BUDGET_ON.store(true, Ordering::Relaxed);
+        WRAPPER_DECIDES.store(true, Ordering::SeqCst);
+        WRAPPER_COVERAGE.store(WrapperCoverage::Unknown as u8, Ordering::SeqCst);
+        let exec: usize = 0xa11c;
+        let (rt, drv) = (
+            sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+            sys::CUPTI_CB_DOMAIN_DRIVER_API,
+        );
+        let rt_cbid = sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000;
+        let drv_cbid = sys::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch;
+        let [rt_enter, rt_exit] = launch_callbacks(&exec);
+        let [drv_enter, drv_exit] = launch_callbacks(&exec);
+        let wrapped_launch = |callbacks_on: bool| {
+            assert!(graph_launch_wrapper_entered(exec));
+            if callbacks_on {
+                api(rt, rt_cbid, &rt_enter);
+                api(drv, drv_cbid, &drv_enter);
+                api(drv, drv_cbid, &drv_exit);
+                api(rt, rt_cbid, &rt_exit);
+            }
+            graph_launch_wrapper_left();
+        };
+        let budget = shared.budget.as_ref().unwrap();
+        let paused_launch_callbacks = || {
+            let paused = lock(&budget.api_callbacks);
+            GRAPH_LAUNCH_CBIDS
+                .iter()
+                .filter(|c| paused.contains(c))
+                .count()
+        };
+        wrapped_launch(true);
+        assert_eq!(
+            WRAPPER_COVERAGE.load(Ordering::SeqCst),
+            WrapperCoverage::Covers as u8
+        );
+        assert_eq!(paused_launch_callbacks(), GRAPH_LAUNCH_CBIDS.len());
+        wrapped_launch(false); // between windows: no callback at all
+        wrapped_launch(true);
+        assert_eq!(
+            lock(&budget.decisions).launches(exec),
+            3,
+            "each launch once"
+        );
+        // A driver launch the wrapper never saw.
+        api(drv, drv_cbid, &drv_enter);
+        api(drv, drv_cbid, &drv_exit);
+        assert_eq!(lock(&budget.decisions).launches(exec), 4);
+        assert_eq!(
+            WRAPPER_COVERAGE.load(Ordering::SeqCst),
+            WrapperCoverage::Bypassed as u8
+        );
+        assert_eq!(paused_launch_callbacks(), 0, "on for good");
+        wrapped_launch(true);
+        assert_eq!(
+            WRAPPER_COVERAGE.load(Ordering::SeqCst),
+            WrapperCoverage::Bypassed as u8
+        );
+        assert_eq!(paused_launch_callbacks(), 0);
+        assert_eq!(lock(&budget.decisions).launches(exec), 5);
+        // With the setting off, the wrapper leaves every decision to the callbacks.
+        WRAPPER_DECIDES.store(false, Ordering::SeqCst);
+        assert!(!graph_launch_wrapper_entered(exec));
+        *lock(&ACTIVE) = None;
+        BUDGET_ON.store(false, Ordering::Relaxed);
+        WRAPPER_COVERAGE.store(WrapperCoverage::Unknown as u8, Ordering::SeqCst);
     }
 
     /// With no step range given, the outermost range around kernel launches becomes the step

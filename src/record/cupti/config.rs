@@ -425,6 +425,8 @@ pub(super) struct Diagnostics {
     /// recordings in which the pacer thread had switched CUPTI came out damaged on an H100
     /// (one correlation id for every kernel and API call, or launch records doubled).
     pub pacing: bool,
+    /// `GAPSCOPE_BUDGET_LAUNCH_WRAPPER=0`: graph launches decided in CUPTI's callbacks only.
+    pub no_launch_wrapper: bool,
 }
 
 impl Diagnostics {
@@ -468,6 +470,7 @@ impl Diagnostics {
             flush_period_ms: get(Setting::CuptiFlushPeriodMs).and_then(|v| v.trim().parse().ok()),
             no_measuring: get(Setting::BudgetMeasure).is_some_and(|v| v.trim() == "0"),
             pacing: get(Setting::BudgetPace).is_some_and(|v| v.trim() == "1"),
+            no_launch_wrapper: get(Setting::BudgetLaunchWrapper).is_some_and(|v| v.trim() == "0"),
         }
     }
 
@@ -502,13 +505,14 @@ mod tests {
                     Setting::CuptiApiFrom => "callbacks",
                     Setting::BudgetMeasure => "0",
                     Setting::BudgetPace => "1",
+                    Setting::BudgetLaunchWrapper => "0",
                     _ => return None,
                 }
                 .to_owned(),
             )
         });
         assert_eq!(d.skip_kinds, ["DRIVER", "RUNTIME"]);
-        assert!(d.no_measuring && d.pacing);
+        assert!(d.no_measuring && d.pacing && d.no_launch_wrapper);
         assert_eq!(d.per_thread_buffers, Some(false));
         assert_eq!(d.host_pinned, Some(true));
         assert!(d.skip_node_frames);

@@ -27,6 +27,7 @@ mod frames;
 #[cfg(test)]
 mod gpu_tests;
 mod graph;
+mod launch_wrapper;
 mod loaded;
 mod loader;
 mod local_symbols;

@@ -14,7 +14,7 @@ use super::loaded::Queries;
 use super::loader::{self, Cupti};
 use super::params;
 use super::result::{Subscriber, SubscriberHandle};
-use super::state::{self, ACTIVE, PANICS, Shared, State, lock};
+use super::state::{self, ACTIVE, PANICS, Shared, State, WrapperCoverage, lock};
 use super::sys;
 use crate::record::step_range::StepRange;
 use crate::settings::Setting;
@@ -455,6 +455,8 @@ impl Recorder {
                 .collect();
             state::WATCHING.store(true, Ordering::SeqCst);
         }
+        state::WRAPPER_COVERAGE.store(WrapperCoverage::Unknown as u8, Ordering::SeqCst);
+        state::WRAPPER_DECIDES.store(!diagnostics.no_launch_wrapper, Ordering::SeqCst);
         state::BUDGET_ON.store(true, Ordering::Relaxed);
     }
 
@@ -794,6 +796,10 @@ impl Recorder {
         if let Some(budget) = &shared.budget {
             state::BUDGET_ON.store(false, Ordering::Relaxed);
             state::WATCHING.store(false, Ordering::SeqCst);
+            state::WRAPPER_DECIDES.store(false, Ordering::SeqCst);
+            if let Some(note) = wrapper_note(state::WRAPPER_COVERAGE.load(Ordering::SeqCst)) {
+                lock(&shared.state).problem(note);
+            }
             let wait = std::time::Duration::from_millis(200);
             match state::lock_within(&budget.decisions, wait) {
                 Some(mut decisions) => decisions.freeze(),
@@ -1067,6 +1073,21 @@ pub(super) fn shared_state(config: &RecorderConfig) -> Shared {
 }
 
 /// Serialises the tests that start a real Recorder (one per process at a time).
+/// The trace's note on how the budget saw graph launches (`None` where it saw none).
+fn wrapper_note(coverage: u8) -> Option<&'static str> {
+    if coverage == WrapperCoverage::Covers as u8 {
+        Some(
+            "trace budget: graph launches decided in the preloaded library's cudaGraphLaunch, their CUPTI callbacks off between sampled windows",
+        )
+    } else if coverage == WrapperCoverage::Bypassed as u8 {
+        Some(
+            "trace budget: a graph launch bypassed the preloaded library's cudaGraphLaunch (a driver call, or a runtime it does not stand in for), so the graph-launch callbacks stayed on between sampled windows",
+        )
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 pub(crate) static TEST_RECORDER_LOCK: Mutex<()> = Mutex::new(());
 

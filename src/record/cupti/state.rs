@@ -10,7 +10,7 @@ use super::loaded::{LoadedSnapshot, Queries};
 use super::sys;
 use crate::trace::{Cell, Marker};
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Locks a mutex, ignoring poisoning (a panic caught at the FFI edge must not stop recording).
@@ -142,6 +142,25 @@ pub(crate) static WATCH_ARMED: AtomicBool = AtomicBool::new(false);
 /// record of a program carrying one correlation id; launches recorded twice) while no
 /// recording switched from the program's own callbacks ever did.
 pub(crate) static SWITCH_AWAITS_PROGRAM_THREAD: AtomicBool = AtomicBool::new(false);
+
+/// Whether the preloaded library's graph-launch wrapper (`launch_wrapper`) makes the budget's
+/// decisions (`GAPSCOPE_BUDGET_LAUNCH_WRAPPER=0` leaves them to CUPTI's callbacks).
+pub(crate) static WRAPPER_DECIDES: AtomicBool = AtomicBool::new(false);
+
+/// Whether the wrapper is known to see this program's graph launches
+/// ([`WrapperCoverage`] as a number).
+pub(crate) static WRAPPER_COVERAGE: AtomicU8 = AtomicU8::new(WrapperCoverage::Unknown as u8);
+
+/// What the graph launches seen by CUPTI's callbacks so far say of the preloaded library's
+/// wrapper: once one came through it, the graph-launch callbacks are paused with the other
+/// budget callbacks; once one did not, they stay on for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum WrapperCoverage {
+    Unknown = 0,
+    Covers = 1,
+    Bypassed = 2,
+}
 
 /// Whether node creation walks the creating thread's frames for its library function
 /// (`GAPSCOPE_CUPTI_NODE_FRAMES=0` turns it off, to measure what provenance costs).
