@@ -14,7 +14,7 @@
 //! | `report/` | say it | Markdown, JSON, Perfetto, SVG, the terminal summary, `trial` (`try`'s screen and try.md), and `output_set` (the one writer of every output set) |
 //! | `cuda.rs` | | the one libcuda loader and "is CUDA here" check |
 //! | `exit.rs` | | every exit code, by name |
-//! | `messages.rs` | | every line gapscope writes to stderr (`gapscope: note: …`), and the escaping that keeps a name from a trace or a path on one line |
+//! | `messages.rs` | | every line gapscope writes to stderr (`gapscope: note: …`), the escaping that keeps a name from a trace or a path on one line, and the quoting of a word for a shell |
 //! | `output.rs` | | every output file written whole or not at all (a temporary renamed into place), and the temporaries removed on a signal |
 //! | `settings.rs` | | every `GAPSCOPE_*` environment variable, read by one rule (trimmed; a value refused is one line) |
 //! | `threads.rs`, `parallel.rs` | | how many threads work split over cores gets, and the split itself (`parallel_map`) |

@@ -1,7 +1,8 @@
 #![forbid(unsafe_code)]
 //! The one home of every line gapscope writes to stderr (`gapscope: note: …`,
 //! `gapscope: warning: …` and `gapscope: error: …`, each escaped to one line) and of the
-//! escaping itself ([`printable`]), which every report and screen goes through too.
+//! escaping itself ([`printable`]), which every report and screen goes through too, and of the
+//! quoting of a word for a POSIX shell (`shell_word`).
 //!
 //! A stderr that cannot be written (`2>/dev/full`, a reader that has gone) loses the line and
 //! nothing else: the command goes on and exits with the code it would have had. (`eprintln!`
@@ -57,6 +58,17 @@ pub(crate) fn printable_report(text: String) -> String {
     match printable_lines(&text) {
         std::borrow::Cow::Borrowed(_) => text,
         std::borrow::Cow::Owned(escaped) => escaped,
+    }
+}
+
+/// `word` as a POSIX shell reads it back: as it is when it holds only characters no shell
+/// treats specially, else in single quotes (a quote inside closed, escaped and reopened).
+pub(crate) fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-.,:/=@%+".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 

@@ -74,3 +74,39 @@ fn greedy_pairs<T: PartialEq>(a: &[T], b: &[T]) -> Vec<(usize, usize)> {
     }
     pairs
 }
+
+/// LCS length of `a` and `b` over alignments that stay within `band` of the diagonal: exact
+/// whenever the LCS leaves at most `band` ops of each unmatched.
+pub(super) fn banded_lcs(a: &[u32], b: &[u32], band: usize) -> usize {
+    let m = b.len();
+    let mut prev = vec![0usize; m + 1];
+    let mut cur = vec![0usize; m + 1];
+    for i in 1..=a.len() {
+        let lo = i.saturating_sub(band).max(1);
+        let hi = (i + band).min(m);
+        if lo > 1 {
+            cur[lo - 1] = 0;
+        }
+        for j in lo..=hi {
+            cur[j] = if a[i - 1] == b[j - 1] {
+                prev[j - 1] + 1
+            } else {
+                prev[j].max(cur[j - 1])
+            };
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[m]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn banded_lcs_is_exact_within_the_band() {
+        assert_eq!(banded_lcs(&[1, 2, 3, 4], &[1, 2, 9, 3, 4], 2), 4);
+        assert_eq!(banded_lcs(&[1, 2, 3], &[1, 2, 3], 2), 3);
+        assert_eq!(banded_lcs(&[], &[1], 2), 0);
+    }
+}

@@ -606,7 +606,7 @@ pub fn judge(plan: &Plan, results: &[RunResult], expect_fix: Option<&str>) -> Tr
 pub fn shell_line(args: &[String]) -> String {
     let quoted: Vec<String> = args
         .iter()
-        .map(|a| super::discover::shell_word(a))
+        .map(|a| crate::messages::shell_word(a))
         .collect();
     quoted.join(" ")
 }
