@@ -3,7 +3,7 @@
 #![forbid(unsafe_code)]
 
 use super::cells::FoundSteps;
-use super::step_range::RangeHint;
+use super::range_hint::RangeHint;
 use serde::Serialize;
 
 /// How a trace's eager steps were found, for every report.
@@ -37,7 +37,7 @@ pub struct StepFinding {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chosen_step_range: Option<String>,
     /// That range was chosen when the trace was imported
-    /// ([`choose_step_range`](super::step_range::choose_step_range)), not by `gapscope record`.
+    /// ([`choose_step_range`](super::range_hint::choose_step_range)), not by `gapscope record`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub chosen_on_import: bool,
 }
