@@ -120,7 +120,7 @@ fn run(cli: Cli, given: &[String]) -> Result<ExitCode, Failure> {
         Command::Merge {
             traces,
             output,
-            json,
+            json: cli::args::JsonArg { json },
             clock,
             perfetto,
         } => cli::merge::command(&traces, output.as_deref(), json, clock, perfetto.format()),
