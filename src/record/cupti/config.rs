@@ -431,6 +431,14 @@ pub(super) struct Diagnostics {
 /// names hold it).
 const SKIP_EXPECTED: &str = "activity kinds, comma-separated, of CONCURRENT_KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, SYNCHRONIZATION, CUDA_EVENT";
 
+/// The kind a [`KINDS`] label enables: `CONCURRENT_KERNEL` of
+/// `cuptiActivityEnable(CONCURRENT_KERNEL)`.
+fn kind_name(label: &str) -> &str {
+    label
+        .trim_start_matches("cuptiActivityEnable(")
+        .trim_end_matches(')')
+}
+
 impl Diagnostics {
     /// From the environment (under `record` and `gapscope run` alike): a value refused is said
     /// in one line and its default taken; `gapscope record` refuses it before the program runs
@@ -454,14 +462,7 @@ impl Diagnostics {
                 .map(str::to_owned)
                 .collect()
         };
-        let kind_names: Vec<&str> = KINDS
-            .iter()
-            .map(|(_, label)| {
-                label
-                    .trim_start_matches("cuptiActivityEnable(")
-                    .trim_end_matches(')')
-            })
-            .collect();
+        let kind_names: Vec<&str> = KINDS.iter().map(|&(_, label)| kind_name(label)).collect();
         let skip_kinds = kept(
             Setting::CuptiSkip.parse_from(get, SKIP_EXPECTED, |t| {
                 let words: Vec<String> = list(t).iter().map(|w| w.to_uppercase()).collect();
@@ -538,8 +539,11 @@ mod tests {
 
     #[test]
     fn diagnostics_read_every_switch_and_default_to_none() {
-        assert_eq!(Diagnostics::from_lookup(|_| None), Diagnostics::default());
-        let d = Diagnostics::from_lookup(|name| {
+        assert_eq!(
+            Diagnostics::read(&|_| None),
+            (Diagnostics::default(), Vec::new())
+        );
+        let (d, refused) = Diagnostics::read(&|name| {
             Some(
                 match name {
                     Setting::CuptiSkip => " driver, ,runtime",
@@ -548,7 +552,7 @@ mod tests {
                     Setting::CuptiHostPinned => "1",
                     Setting::CuptiNodeFrames => "0",
                     Setting::CuptiGraphTrace => "1",
-                    Setting::CuptiAttr => "0=67108864, 6=4,bad,7=x",
+                    Setting::CuptiAttr => "0=67108864, 6=4,",
                     Setting::CuptiFlushPeriodMs => " 10",
                     Setting::BudgetPauseFilter => "0",
                     Setting::CuptiApiFrom => "callbacks",
@@ -559,6 +563,7 @@ mod tests {
                 .to_owned(),
             )
         });
+        assert_eq!(refused, []);
         assert_eq!(d.skip_kinds, ["DRIVER", "RUNTIME"]);
         assert!(d.no_measuring && d.pacing);
         assert_eq!(d.per_thread_buffers, Some(false));
@@ -572,6 +577,63 @@ mod tests {
         assert!(d.api_record_wanted("cudaGraphLaunch_v10000"));
         assert!(!d.api_record_wanted("cudaMemcpyAsync_v3020"));
         assert!(Diagnostics::default().api_record_wanted("cudaMemcpyAsync_v3020"));
+    }
+
+    /// A value a switch does not take is refused, one line each, and its default kept: never
+    /// half-read (`GAPSCOPE_CUPTI_ATTR`'s good pairs are not kept without its bad one).
+    #[test]
+    fn diagnostics_refuse_bad_values_and_keep_their_defaults() {
+        let (d, refused) = Diagnostics::read(&|name| {
+            Some(
+                match name {
+                    Setting::CuptiSkip => "driver,nonsense",
+                    Setting::CuptiAttr => "0=67108864,bad",
+                    Setting::CuptiFlushPeriodMs => "-5",
+                    Setting::CuptiHostPinned => "yes",
+                    Setting::BudgetPace => "1",
+                    _ => return None,
+                }
+                .to_owned(),
+            )
+        });
+        let refused: Vec<(Setting, &str, &str)> = refused
+            .iter()
+            .map(|e| (e.setting, e.text.as_str(), e.expected))
+            .collect();
+        assert_eq!(
+            refused,
+            [
+                (Setting::CuptiSkip, "driver,nonsense", SKIP_EXPECTED),
+                (
+                    Setting::CuptiAttr,
+                    "0=67108864,bad",
+                    "`ATTR=VALUE` pairs of numbers, comma-separated (e.g. `0=67108864`)"
+                ),
+                (
+                    Setting::CuptiFlushPeriodMs,
+                    "-5",
+                    "a number of milliseconds"
+                ),
+                (Setting::CuptiHostPinned, "yes", "`0` or `1`"),
+            ]
+        );
+        assert_eq!(
+            d,
+            Diagnostics {
+                pacing: true,
+                ..Diagnostics::default()
+            }
+        );
+    }
+
+    /// `GAPSCOPE_CUPTI_SKIP`'s refusal names every kind it can skip.
+    #[test]
+    fn the_skip_refusal_names_every_kind() {
+        for (_, label) in KINDS {
+            let kind = kind_name(label);
+            assert!(SKIP_EXPECTED.contains(kind), "{kind}");
+        }
+        assert!(!SKIP_EXPECTED.contains("GRAPH_TRACE"));
     }
 
     #[test]

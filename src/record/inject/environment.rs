@@ -188,6 +188,48 @@ mod tests {
         }
     }
 
+    /// Each value refused is one line, and the recorder takes that setting's default.
+    #[test]
+    fn recorder_settings_refused_keep_their_defaults() {
+        let get = |s: Setting| {
+            Some(
+                match s {
+                    Setting::CuptiApi => "all",
+                    Setting::CuptiSync => "yes",
+                    Setting::CuptiCallbacks => "launches",
+                    Setting::CuptiBufferKib => " 64 ",
+                    Setting::TraceBudget => "-1",
+                    _ => return None,
+                }
+                .to_owned(),
+            )
+        };
+        let (config, refused) = read_recorder_config(&get, StepRange::default());
+        let refused: Vec<(Setting, &str, &str)> = refused
+            .iter()
+            .map(|e| (e.setting, e.text.as_str(), e.expected))
+            .collect();
+        assert_eq!(
+            refused,
+            [
+                (Setting::CuptiSync, "yes", "`0` or `1`"),
+                (
+                    Setting::CuptiCallbacks,
+                    "launches",
+                    "`all`, `graph-building`, `graph-building-with-launches` or `off`"
+                ),
+                (Setting::TraceBudget, "-1", TraceBudget::EXPECTED),
+            ]
+        );
+        let default = RecorderConfig::default();
+        assert!(config.all_api_calls && !config.sync_records);
+        assert_eq!(config.api_callbacks, default.api_callbacks);
+        assert_eq!(config.buffer_bytes, 64 * 1024);
+        assert_eq!(config.trace_budget.limit, TraceBudget::DEFAULT_LIMIT);
+        assert_eq!(refused_settings(&get).len(), 3);
+        assert_eq!(refused_settings(&|_| None), []);
+    }
+
     #[test]
     fn rank_comes_from_the_first_numeric_rank_variable() {
         assert_eq!(rank_name(vars(&[("RANK", "3")]), 42), "3");
