@@ -119,13 +119,7 @@ fn run(cli: Cli, given: &[String]) -> Result<ExitCode, Failure> {
             cli::record::check_settings()?;
             Ok(cli::record::run(&args.into())?)
         }
-        Command::Try(args) => {
-            // Every run is recorded as `record` does: refused once, before the first.
-            if args.from.is_none() {
-                cli::record::check_settings()?;
-            }
-            cli::trial::command(&args)
-        }
+        Command::Try(args) => cli::trial::command(&args),
         Command::Merge {
             traces,
             output,
