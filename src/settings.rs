@@ -209,6 +209,13 @@ pub struct BadSetting {
     pub expected: &'static str,
 }
 
+impl BadSetting {
+    /// The variable, its value and what was expected.
+    pub fn parts(&self) -> (Setting, &str, &'static str) {
+        (self.setting, &self.text, self.expected)
+    }
+}
+
 /// A value read by [`Setting::parse_from`], or `None` (its default) with the refusal added to
 /// `refused`: for a reader that says every value it refuses and goes on (the injection
 /// library never stops the program).

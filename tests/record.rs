@@ -246,21 +246,29 @@ fn cdylib_exports_initialize_injection() {
 /// Loads the real cdylib into a process that finds no CUPTI (through Python's ctypes) and calls
 /// `InitializeInjection` twice: both calls fail the same way, with one `gapscope:` line on
 /// stderr, and the process carries on.
+/// A Python process that loads the built injection library and calls its entry point `calls`
+/// times (printing what each returned), with `env` and its trace folder in `dir`: no CUPTI
+/// where it is named, so the injection fails on any machine, GPU or not.
+fn inject_without_cupti(dir: &Path, calls: usize, env: &[(&str, &str)]) -> Output {
+    let lib = built_library();
+    let script = format!(
+        "import ctypes\nl = ctypes.CDLL({:?})\nprint({})",
+        lib.display().to_string(),
+        vec!["l.InitializeInjection()"; calls].join(", ")
+    );
+    Command::new("python3")
+        .args(["-c", &script])
+        .env("GAPSCOPE_OUT", dir.join("out"))
+        .env("CUPTI_LIB", dir.join("no-such-libcupti.so"))
+        .envs(env.iter().copied())
+        .output()
+        .expect("python3 runs")
+}
+
 #[test]
 fn injection_without_cuda_fails_in_one_line_and_only_once() {
-    let lib = built_library();
     let dir = tempfile::tempdir().unwrap();
-    let script = format!(
-        "import ctypes\nl = ctypes.CDLL({:?})\nprint(l.InitializeInjection(), l.InitializeInjection())",
-        lib.display().to_string()
-    );
-    let out = Command::new("python3")
-        .args(["-c", &script])
-        .env("GAPSCOPE_OUT", dir.path().join("out"))
-        // No CUPTI where it is named: the injection fails on any machine, GPU or not.
-        .env("CUPTI_LIB", dir.path().join("no-such-libcupti.so"))
-        .output()
-        .expect("python3 runs");
+    let out = inject_without_cupti(dir.path(), 2, &[]);
     let err = stderr(&out);
     let got = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert_eq!(out.status.code(), Some(0), "{err}");
@@ -342,19 +350,8 @@ refused_settings! {
 /// takes the default and goes on (here to fail for want of CUPTI, as without the setting).
 #[test]
 fn the_injection_library_says_a_bad_setting_and_goes_on() {
-    let lib = built_library();
     let dir = tempfile::tempdir().unwrap();
-    let script = format!(
-        "import ctypes\nl = ctypes.CDLL({:?})\nprint(l.InitializeInjection())",
-        lib.display().to_string()
-    );
-    let out = Command::new("python3")
-        .args(["-c", &script])
-        .env("GAPSCOPE_OUT", dir.path().join("out"))
-        .env("GAPSCOPE_CUPTI_SYNC", "yes")
-        .env("CUPTI_LIB", dir.path().join("no-such-libcupti.so"))
-        .output()
-        .expect("python3 runs");
+    let out = inject_without_cupti(dir.path(), 1, &[("GAPSCOPE_CUPTI_SYNC", "yes")]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     let lines: Vec<&str> = err.trim_end().lines().collect();

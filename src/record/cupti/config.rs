@@ -596,12 +596,8 @@ mod tests {
                 .to_owned(),
             )
         });
-        let refused: Vec<(Setting, &str, &str)> = refused
-            .iter()
-            .map(|e| (e.setting, e.text.as_str(), e.expected))
-            .collect();
         assert_eq!(
-            refused,
+            refused.iter().map(BadSetting::parts).collect::<Vec<_>>(),
             [
                 (Setting::CuptiSkip, "driver,nonsense", SKIP_EXPECTED),
                 (

@@ -205,12 +205,8 @@ mod tests {
             )
         };
         let (config, refused) = read_recorder_config(&get, StepRange::default());
-        let refused: Vec<(Setting, &str, &str)> = refused
-            .iter()
-            .map(|e| (e.setting, e.text.as_str(), e.expected))
-            .collect();
         assert_eq!(
-            refused,
+            refused.iter().map(BadSetting::parts).collect::<Vec<_>>(),
             [
                 (Setting::CuptiSync, "yes", "`0` or `1`"),
                 (
