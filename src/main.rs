@@ -115,12 +115,15 @@ fn run(cli: Cli, given: &[String]) -> Result<ExitCode, Failure> {
             print_stdout(&summary)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Record(args) => Ok(cli::record::run(&args.into())?),
+        Command::Record(args) => {
+            cli::record::check_settings()?;
+            Ok(cli::record::run(&args.into())?)
+        }
         Command::Try(args) => cli::trial::command(&args),
         Command::Merge {
             traces,
             output,
-            json,
+            json: cli::args::JsonArg { json },
             clock,
             perfetto,
         } => cli::merge::command(&traces, output.as_deref(), json, clock, perfetto.format()),

@@ -142,8 +142,36 @@ impl Setting {
         expected: &'static str,
         parse: impl FnOnce(&str) -> Option<T>,
     ) -> Result<Option<T>, BadSetting> {
-        let value = self.read_os().map(|v| v.to_string_lossy().into_owned());
-        self.parse_value(value.as_deref(), expected, parse)
+        self.parse_from(&Setting::environment_value, expected, parse)
+    }
+
+    /// [`Setting::parse`] of the value `get` gives the variable: the environment's
+    /// ([`Setting::environment_value`]) or, in a test, its own.
+    pub fn parse_from<T>(
+        self,
+        get: &dyn Fn(Setting) -> Option<String>,
+        expected: &'static str,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<Option<T>, BadSetting> {
+        self.parse_value(get(self).as_deref(), expected, parse)
+    }
+
+    /// A switch, `0` (off) or `1` (on), by [`Setting::parse_from`]'s rule.
+    pub fn switch_from(
+        self,
+        get: &dyn Fn(Setting) -> Option<String>,
+    ) -> Result<Option<bool>, BadSetting> {
+        self.parse_from(get, "`0` or `1`", |t| match t {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        })
+    }
+
+    /// The variable's value in the environment as [`Setting::parse`] reads it: untrimmed, made
+    /// Unicode lossily; `None` when unset.
+    pub fn environment_value(self) -> Option<String> {
+        self.read_os().map(|v| v.to_string_lossy().into_owned())
     }
 
     /// [`Setting::parse`] of the variable's value `value`.
@@ -181,6 +209,23 @@ pub struct BadSetting {
     /// The value, trimmed.
     pub text: String,
     pub expected: &'static str,
+}
+
+impl BadSetting {
+    /// The variable, its value and what was expected.
+    pub fn parts(&self) -> (Setting, &str, &'static str) {
+        (self.setting, &self.text, self.expected)
+    }
+}
+
+/// A value read by [`Setting::parse_from`], or `None` (its default) with the refusal added to
+/// `refused`: for a reader that says every value it refuses and goes on (the injection
+/// library never stops the program).
+pub fn kept<T>(read: Result<Option<T>, BadSetting>, refused: &mut Vec<BadSetting>) -> Option<T> {
+    read.unwrap_or_else(|e| {
+        refused.push(e);
+        None
+    })
 }
 
 /// `GAPSCOPE_THREADS`: the positive count of threads it names (`None`: unset); the command line

@@ -246,21 +246,29 @@ fn cdylib_exports_initialize_injection() {
 /// Loads the real cdylib into a process that finds no CUPTI (through Python's ctypes) and calls
 /// `InitializeInjection` twice: both calls fail the same way, with one `gapscope:` line on
 /// stderr, and the process carries on.
+/// A Python process that loads the built injection library and calls its entry point `calls`
+/// times (printing what each returned), with `env` and its trace folder in `dir`: no CUPTI
+/// where it is named, so the injection fails on any machine, GPU or not.
+fn inject_without_cupti(dir: &Path, calls: usize, env: &[(&str, &str)]) -> Output {
+    let lib = built_library();
+    let script = format!(
+        "import ctypes\nl = ctypes.CDLL({:?})\nprint({})",
+        lib.display().to_string(),
+        vec!["l.InitializeInjection()"; calls].join(", ")
+    );
+    Command::new("python3")
+        .args(["-c", &script])
+        .env("GAPSCOPE_OUT", dir.join("out"))
+        .env("CUPTI_LIB", dir.join("no-such-libcupti.so"))
+        .envs(env.iter().copied())
+        .output()
+        .expect("python3 runs")
+}
+
 #[test]
 fn injection_without_cuda_fails_in_one_line_and_only_once() {
-    let lib = built_library();
     let dir = tempfile::tempdir().unwrap();
-    let script = format!(
-        "import ctypes\nl = ctypes.CDLL({:?})\nprint(l.InitializeInjection(), l.InitializeInjection())",
-        lib.display().to_string()
-    );
-    let out = Command::new("python3")
-        .args(["-c", &script])
-        .env("GAPSCOPE_OUT", dir.path().join("out"))
-        // No CUPTI where it is named: the injection fails on any machine, GPU or not.
-        .env("CUPTI_LIB", dir.path().join("no-such-libcupti.so"))
-        .output()
-        .expect("python3 runs");
+    let out = inject_without_cupti(dir.path(), 2, &[]);
     let err = stderr(&out);
     let got = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert_eq!(out.status.code(), Some(0), "{err}");
@@ -271,6 +279,91 @@ fn injection_without_cuda_fails_in_one_line_and_only_once() {
         "{err}"
     );
     assert!(!dir.path().join("out").exists(), "{err}");
+}
+
+/// `gapscope record` with `var=value` refuses it in one line before the program runs (nor is
+/// the injection library looked for): bad input, exit 2.
+fn refused_before_the_program_runs(var: &str, value: &str, expected: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gapscope"))
+        .args(["record", "-o", "traces", "--", "sh", "-c", "echo ran"])
+        .env("GAPSCOPE_INJECTION_LIB", "/nonexistent/libgapscope.so")
+        .env(var, value)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "gapscope: error: {var}={:?}: expected {expected}",
+            value.trim()
+        )
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
+    assert!(!dir.path().join("traces").exists(), "nothing created");
+}
+
+/// One test per setting the recorder reads: its bad value and the line that refuses it.
+macro_rules! refused_settings {
+    ($($test:ident: $var:literal = $value:literal => $expected:literal;)+) => {
+        $(
+            #[test]
+            fn $test() {
+                refused_before_the_program_runs($var, $value, $expected);
+            }
+        )+
+    };
+}
+
+refused_settings! {
+    cupti_api_refuses_a_word_but_all: "GAPSCOPE_CUPTI_API" = "some" => "`all` (or unset)";
+    cupti_sync_is_a_switch: "GAPSCOPE_CUPTI_SYNC" = "yes" => "`0` or `1`";
+    cupti_callbacks_refuses_an_unknown_set: "GAPSCOPE_CUPTI_CALLBACKS" = "launches"
+        => "`all`, `graph-building`, `graph-building-with-launches` or `off`";
+    cupti_buffer_kib_refuses_zero_before_the_program_runs: "GAPSCOPE_CUPTI_BUFFER_KIB" = "0"
+        => "a positive number of KiB";
+    cupti_skip_refuses_an_unknown_kind: "GAPSCOPE_CUPTI_SKIP" = "DRIVER,KERNELS"
+        => "activity kinds, comma-separated, of CONCURRENT_KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, SYNCHRONIZATION, CUDA_EVENT";
+    cupti_api_only_refuses_an_empty_list: "GAPSCOPE_CUPTI_API_ONLY" = " , "
+        => "parts of API call names, comma-separated (e.g. `Launch,EventRecord`)";
+    cupti_per_thread_buffers_is_a_switch: "GAPSCOPE_CUPTI_PER_THREAD_BUFFERS" = "on" => "`0` or `1`";
+    cupti_host_pinned_is_a_switch: "GAPSCOPE_CUPTI_HOST_PINNED" = "false" => "`0` or `1`";
+    cupti_node_frames_is_a_switch: "GAPSCOPE_CUPTI_NODE_FRAMES" = "off" => "`0` or `1`";
+    cupti_api_from_refuses_a_word_but_callbacks: "GAPSCOPE_CUPTI_API_FROM" = "callback"
+        => "`callbacks` (or unset)";
+    cupti_graph_trace_is_a_switch: "GAPSCOPE_CUPTI_GRAPH_TRACE" = "2" => "`0` or `1`";
+    cupti_attr_refuses_a_pair_that_is_not_numbers: "GAPSCOPE_CUPTI_ATTR" = "0=67108864,6=x"
+        => "`ATTR=VALUE` pairs of numbers, comma-separated (e.g. `0=67108864`)";
+    cupti_flush_period_refuses_a_non_number: "GAPSCOPE_CUPTI_FLUSH_PERIOD_MS" = "10ms"
+        => "a number of milliseconds";
+    budget_pause_filter_is_a_switch: "GAPSCOPE_BUDGET_PAUSE_FILTER" = "no" => "`0` or `1`";
+    budget_measure_is_a_switch: "GAPSCOPE_BUDGET_MEASURE" = "-1" => "`0` or `1`";
+    budget_pace_is_a_switch: "GAPSCOPE_BUDGET_PACE" = "true" => "`0` or `1`";
+    spill_is_a_switch: "GAPSCOPE_SPILL" = " 2 " => "`0` or `1`";
+    tracing_flag_is_a_switch: "GAPSCOPE_TRACING_FLAG" = "yes" => "`0` or `1`";
+    signal_backtrace_is_a_switch: "GAPSCOPE_SIGNAL_BACKTRACE" = "y" => "`0` or `1`";
+}
+
+/// The injected library never stops the program for a bad setting: it says it in one line,
+/// takes the default and goes on (here to fail for want of CUPTI, as without the setting).
+#[test]
+fn the_injection_library_says_a_bad_setting_and_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = inject_without_cupti(dir.path(), 1, &[("GAPSCOPE_CUPTI_SYNC", "yes")]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let lines: Vec<&str> = err.trim_end().lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert_eq!(
+        lines[0],
+        "gapscope: warning: GAPSCOPE_CUPTI_SYNC=\"yes\": expected `0` or `1`; using the default"
+    );
+    assert!(
+        lines[1].starts_with("gapscope: warning: not tracing this process: "),
+        "{err}"
+    );
 }
 
 /// `os._exit` skips `atexit`, where a traced process writes its trace; `record` preloads the

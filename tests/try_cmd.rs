@@ -319,6 +319,26 @@ fn bad_input_is_one_line_exit_2_and_nothing_written() {
     let err = fails_in_one_line(&out_env, 2);
     assert!(err.contains("BASE: GAPSCOPE_TRACE_BUDGET=zzz"), "{err}");
     assert!(!out.exists());
+    // The recorder's own settings, from a variant: refused at once, naming the variant.
+    let err = fails_in_one_line(
+        &gapscope(&[
+            "try",
+            "--env",
+            "GAPSCOPE_CUPTI_ATTR=6=x",
+            "-o",
+            o,
+            "--",
+            "true",
+        ]),
+        2,
+    );
+    assert!(
+        err.contains(
+            "GAPSCOPE_CUPTI_ATTR=6=x: GAPSCOPE_CUPTI_ATTR=\"6=x\": expected `ATTR=VALUE` pairs"
+        ),
+        "{err}"
+    );
+    assert!(!out.exists());
     // A folder that is no try folder, and a plan that is no plan.
     std::fs::create_dir(&out).unwrap();
     let err = fails_in_one_line(&gapscope(&["try", "--from", o]), 2);

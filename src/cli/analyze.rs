@@ -257,10 +257,10 @@ fn export_one(
 /// Markdown report (`--full`) or the JSON report (`--json`).
 pub fn print_summary(reports: &Rendered<'_, Analysis>, out: &OutputArgs) -> Result<(), Failure> {
     let analysis = reports.value;
-    if out.print.json && out.output.is_none() && !reports.has_json() {
+    if out.print.json() && out.output.is_none() && !reports.has_json() {
         // No output set shares it: written as it is made, not held.
         print_stdout_with(|w| report::json::write_analysis_json(analysis, w))
-    } else if out.print.json {
+    } else if out.print.json() {
         print_stdout(reports.json())
     } else if out.print.full {
         print_stdout(reports.markdown())

@@ -1,6 +1,7 @@
 #![forbid(unsafe_code)]
 //! Every clap struct of the command line, and their conversions into the library's plain
-//! types ([`RecordArgs`] → [`RecordOptions`], [`ClockArg`] → [`ClockAlignment`]).
+//! types ([`RecordArgs`] → [`RecordOptions`], [`SweepArgs`] → [`SweepOptions`], [`ClockArg`] →
+//! [`ClockAlignment`]).
 //!
 //! Renamed flags keep their old spelling as a hidden alias, so scripts do not break:
 //! `--origin-step` (was `--align-step`) and `merge --clock` (was `merge --align`).
@@ -8,9 +9,12 @@
 use super::record::RecordOptions;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gapscope::analysis::merge::ClockAlignment;
-use gapscope::experiment::{RankSweepError, SweepOptions};
+use gapscope::experiment::{RankSweepError, SweepOptions, Workload};
+use gapscope::record::cupti::ApiCallbacks;
 use gapscope::record::host_sampler::HostSampling;
 use gapscope::report::PerfettoFormat;
+use gapscope::workload::capture::Launch;
+use gapscope::workload::collective::{Backend, BackendArg};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -128,9 +132,8 @@ pub enum Command {
         /// only when every input is a trace).
         #[arg(short, long)]
         output: Option<PathBuf>,
-        /// Print the JSON report on stdout instead of the summary.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonArg,
         /// Clock alignment; default: collectives when the traces name several hosts, else none.
         #[arg(long, value_enum, alias = "align")]
         clock: Option<ClockArg>,
@@ -189,15 +192,29 @@ pub struct OriginStepArg {
     pub origin_step: Option<usize>,
 }
 
+/// `--json`, shared by `merge` and [`PrintArgs`].
+#[derive(Args, Clone, Copy, Default)]
+pub struct JsonArg {
+    /// Print the JSON report on stdout instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// What stdout gets instead of the summary: `--json` or `--full`, not both.
 #[derive(Args, Clone, Copy, Default)]
 pub struct PrintArgs {
-    /// Print the JSON report on stdout instead of the summary.
-    #[arg(long, conflicts_with = "full")]
-    pub json: bool,
+    #[command(flatten)]
+    pub json: JsonArg,
     /// Print the whole Markdown report on stdout instead of the summary.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "json")]
     pub full: bool,
+}
+
+impl PrintArgs {
+    /// `--json`: the JSON report on stdout.
+    pub fn json(self) -> bool {
+        self.json.json
+    }
 }
 
 /// `-o`, stdout and steps of `analyze` (and `run`, which sets them itself).
@@ -237,7 +254,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub perfetto: PerfettoArg,
     #[command(flatten)]
-    pub sweep: SweepOptions,
+    pub sweep: SweepArgs,
     /// A rank process started by `gapscope run`: its sweep, serialised by the parent.
     #[arg(long = "rank-sweep", value_name = "JSON", hide = true)]
     pub rank_sweep: Option<String>,
@@ -248,9 +265,112 @@ impl RunArgs {
     pub fn sweep_options(&self) -> Result<SweepOptions, RankSweepError> {
         match &self.rank_sweep {
             Some(json) => SweepOptions::from_rank_sweep(json),
-            None => Ok(self.sweep.clone()),
+            None => Ok(self.sweep.clone().into()),
         }
     }
+}
+
+/// What `gapscope run` sweeps on the GPU (flattened into its arguments): every flag, its
+/// default and its help; [`SweepOptions`] is what they ask, for the library.
+#[derive(Args, Clone)]
+pub struct SweepArgs {
+    #[arg(long, value_enum, default_value_t = WorkloadArg::HtDecode)]
+    pub workload: WorkloadArg,
+    /// Tokens per step (T), comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,4,8,16,32,64,128,256,512"
+    )]
+    pub tokens: Vec<usize>,
+    /// Graph usage modes, comma-separated (0, 1, 2).
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
+    pub modes: Vec<u8>,
+    /// Graph launch patterns, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "replay,fresh"
+    )]
+    pub launch: Vec<Launch>,
+    /// Timed steps per cell.
+    #[arg(long, default_value_t = 200)]
+    pub steps: usize,
+    /// Untimed eager steps before timing (graph replays are all recorded: the report shows
+    /// first launches apart).
+    #[arg(long, default_value_t = 20)]
+    pub warmup: usize,
+    /// Which all-gather runs.
+    #[arg(long, value_parser = BackendArg, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+    /// Simulated ranks of the emulated all-gather.
+    #[arg(long, default_value_t = 8)]
+    pub ranks: usize,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+    /// CUPTI activity buffer size in KiB (tiny values provoke dropped records).
+    #[arg(long, default_value_t = 8192)]
+    pub cupti_buffer_kib: usize,
+    /// Most CUPTI activity buffers at once (0: no limit); with tiny buffers this provokes
+    /// dropped records, which every report then shows.
+    #[arg(long, default_value_t = 0)]
+    pub cupti_max_buffers: usize,
+    /// API calls that get a CUPTI callback: only those that build graphs (default), or all.
+    #[arg(long, value_enum, default_value_t = ApiCallbacks::GraphBuilding)]
+    pub cupti_api_callbacks: ApiCallbacks,
+    /// Record every executed event record with its device timestamp (CUPTI KIND_CUDA_EVENT).
+    #[arg(long)]
+    pub cupti_event_records: bool,
+    /// After recording, run every cell again untraced in the same process and report the
+    /// traced/untraced CUDA-event period ratio.
+    #[arg(long)]
+    pub overhead: bool,
+    /// NCCL ranks, one process and one GPU each, started by gapscope (default: every GPU when
+    /// there are two or more). Under torchrun, srun or mpirun each launched process is one
+    /// rank instead.
+    #[arg(long, value_name = "N")]
+    pub gpus: Option<usize>,
+    /// Seconds a set of rank processes may run before it is stopped.
+    #[arg(long, value_name = "S", default_value_t = 3600)]
+    pub rank_timeout: u64,
+}
+
+impl From<SweepArgs> for SweepOptions {
+    fn from(a: SweepArgs) -> SweepOptions {
+        SweepOptions {
+            workload: match a.workload {
+                WorkloadArg::HtDecode => Workload::HtDecode,
+                WorkloadArg::Emu => Workload::Emu,
+            },
+            tokens: a.tokens,
+            modes: a.modes,
+            launch: a.launch,
+            steps: a.steps,
+            warmup: a.warmup,
+            backend: a.backend,
+            ranks: a.ranks,
+            device: a.device,
+            cupti_buffer_kib: a.cupti_buffer_kib,
+            cupti_max_buffers: a.cupti_max_buffers,
+            cupti_api_callbacks: a.cupti_api_callbacks,
+            cupti_event_records: a.cupti_event_records,
+            overhead: a.overhead,
+            gpus: a.gpus,
+            rank_timeout: a.rank_timeout,
+            rank_process: false,
+        }
+    }
+}
+
+/// `run --workload`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WorkloadArg {
+    /// nccl_ep-style HT decode: routing map, routing all-gather, preprocessing, dispatch, combine.
+    HtDecode,
+    /// examples/probe/emu.cu's step: spin 5 µs → collective stand-in → spin 10 µs → spin 5 µs.
+    Emu,
 }
 
 /// Arguments of `gapscope compare`.
@@ -424,8 +544,10 @@ pub fn run_sweep_flags_given(matches: &clap::ArgMatches) -> Vec<String> {
     let Some(("run", run)) = matches.subcommand() else {
         return Vec::new();
     };
-    SweepOptions::flag_ids()
-        .into_iter()
+    // clap's own ids of the flags, so none is listed by hand.
+    SweepArgs::augment_args(clap::Command::new("run"))
+        .get_arguments()
+        .map(|a| a.get_id().to_string())
         .filter(|id| run.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
         .collect()
 }
@@ -433,8 +555,6 @@ pub fn run_sweep_flags_given(matches: &clap::ArgMatches) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gapscope::record::cupti::ApiCallbacks;
-    use gapscope::workload::collective::Backend;
     use std::path::Path;
 
     /// `gapscope run`'s output folder and sweep, parsed as the real command line does.

@@ -46,7 +46,7 @@ pub fn command(a: &CompareArgs) -> Result<ExitCode, Failure> {
         && report::output_set::comparison_files(&comparison)
             .contains(&report::output_set::COMPARISON_SVG);
     let reports = report::output_set::comparison_reports(&comparison, pictured);
-    if a.print.json {
+    if a.print.json() {
         print_stdout(reports.json())?;
     } else if a.print.full {
         print_stdout(reports.markdown())?;

@@ -152,6 +152,18 @@ fn preload_list(lib: &Path, existing: Option<std::ffi::OsString>) -> std::ffi::O
     list
 }
 
+/// Refuses, before any program runs, a `GAPSCOPE_*` value the injection library could not use
+/// (in the program it would only say so and record with the default): bad input (exit 2), the
+/// first such value's one line.
+pub fn check_settings() -> Result<(), super::Failure> {
+    let refused =
+        gapscope::record::inject::environment::refused_settings(&Setting::environment_value);
+    match refused.into_iter().next() {
+        Some(e) => Err(super::Failure::bad_input(e)),
+        None => Ok(()),
+    }
+}
+
 /// Runs `gapscope record`; returns the child's exit status.
 pub fn run(args: &RecordOptions) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().ok();

@@ -364,6 +364,14 @@ fn check_record_settings(variants: &[Variant]) -> Result<(), Failure> {
             super::args::HostSamplesArg::from_str(&h, false)
                 .map_err(|_| refused(samples, &h, "expected off, python or native".to_owned()))?;
         }
+        // The recorder's own (`GAPSCOPE_CUPTI_*`…), which `record` refuses before its program.
+        let get = |s: gapscope::settings::Setting| value(s.name());
+        if let Some(e) = gapscope::record::inject::environment::refused_settings(&get)
+            .into_iter()
+            .next()
+        {
+            return Err(bad_input(format!("{}: {e}", v.label)));
+        }
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ use crate::record::cupti::{ApiCallbacks, CuptiError};
 use crate::trace::TraceError;
 use crate::workload::capture::Launch;
 use crate::workload::collective::nccl::RankInfo;
-use crate::workload::collective::{Backend, BackendArg, GraphUsageMode, WorkloadError};
+use crate::workload::collective::{Backend, GraphUsageMode, WorkloadError};
 use crate::workload::htdecode::HtDecodeError;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,84 +25,54 @@ pub enum SweepError {
     Trace(#[from] TraceError),
 }
 
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
+/// Which step the sweep runs (`run --workload`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Workload {
-    /// nccl_ep-style HT decode: routing map, routing all-gather, preprocessing, dispatch, combine.
+    /// nccl_ep-style HT decode.
     HtDecode,
-    /// examples/probe/emu.cu's step: spin 5 µs → collective stand-in → spin 10 µs → spin 5 µs.
+    /// examples/probe/emu.cu's step.
     Emu,
 }
 
-/// What `gapscope run` sweeps: its command-line flags (flattened into `run`'s arguments) and
-/// what a rank process it starts is handed ([`SweepOptions::rank_command_line`]).
-#[derive(Debug, Clone, clap::Args, serde::Serialize, serde::Deserialize)]
+/// What `gapscope run` sweeps: what its command-line flags ask (the binary's `run` arguments
+/// convert into this, where each flag, its default and its help are defined) and what a rank
+/// process it starts is handed ([`SweepOptions::rank_command_line`]).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SweepOptions {
-    #[arg(long, value_enum, default_value_t = Workload::HtDecode)]
     pub workload: Workload,
-    /// Tokens per step (T), comma-separated.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "1,2,4,8,16,32,64,128,256,512"
-    )]
+    /// Tokens per step (T).
     pub tokens: Vec<usize>,
-    /// Graph usage modes, comma-separated (0, 1, 2).
-    #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
+    /// Graph usage modes (0, 1, 2).
     pub modes: Vec<u8>,
-    /// Graph launch patterns, comma-separated.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "replay,fresh"
-    )]
+    /// Graph launch patterns.
     pub launch: Vec<Launch>,
     /// Timed steps per cell.
-    #[arg(long, default_value_t = 200)]
     pub steps: usize,
-    /// Untimed eager steps before timing (graph replays are all recorded: the report shows
-    /// first launches apart).
-    #[arg(long, default_value_t = 20)]
+    /// Untimed eager steps before timing.
     pub warmup: usize,
     /// Which all-gather runs.
-    #[arg(long, value_parser = BackendArg, default_value_t = Backend::Auto)]
     pub backend: Backend,
     /// Simulated ranks of the emulated all-gather.
-    #[arg(long, default_value_t = 8)]
     pub ranks: usize,
     /// CUDA device ordinal.
-    #[arg(long, default_value_t = 0)]
     pub device: usize,
-    /// CUPTI activity buffer size in KiB (tiny values provoke dropped records).
-    #[arg(long, default_value_t = 8192)]
+    /// CUPTI activity buffer size in KiB.
     pub cupti_buffer_kib: usize,
-    /// Most CUPTI activity buffers at once (0: no limit); with tiny buffers this provokes
-    /// dropped records, which every report then shows.
-    #[arg(long, default_value_t = 0)]
+    /// Most CUPTI activity buffers at once (0: no limit).
     pub cupti_max_buffers: usize,
-    /// API calls that get a CUPTI callback: only those that build graphs (default), or all.
-    #[arg(long, value_enum, default_value_t = ApiCallbacks::GraphBuilding)]
+    /// API calls that get a CUPTI callback.
     pub cupti_api_callbacks: ApiCallbacks,
-    /// Record every executed event record with its device timestamp (CUPTI KIND_CUDA_EVENT).
-    #[arg(long)]
+    /// Record every executed event record with its device timestamp.
     pub cupti_event_records: bool,
-    /// After recording, run every cell again untraced in the same process and report the
-    /// traced/untraced CUDA-event period ratio.
-    #[arg(long)]
+    /// After recording, run every cell again untraced and report the period ratio.
     pub overhead: bool,
-    /// NCCL ranks, one process and one GPU each, started by gapscope (default: every GPU when
-    /// there are two or more). Under torchrun, srun or mpirun each launched process is one
-    /// rank instead.
-    #[arg(long, value_name = "N")]
+    /// NCCL ranks started by gapscope, one process and one GPU each (`None`: every GPU when
+    /// there are two or more).
     pub gpus: Option<usize>,
     /// Seconds a set of rank processes may run before it is stopped.
-    #[arg(long, value_name = "S", default_value_t = 3600)]
     pub rank_timeout: u64,
     /// This process is one rank started by `gapscope run`: record and write the trace only
     /// (set from `run --rank-sweep`, never a flag of its own).
-    #[arg(skip)]
     #[serde(default)]
     pub rank_process: bool,
 }
@@ -204,16 +174,6 @@ impl SweepOptions {
         let mut options: SweepOptions = serde_json::from_str(json).map_err(RankSweepError)?;
         options.rank_process = true;
         Ok(options)
-    }
-
-    /// The ids of the flags that choose what a GPU sweep records (`tokens`, `modes`…): clap's
-    /// own, so none is listed by hand.
-    pub fn flag_ids() -> Vec<String> {
-        use clap::Args;
-        SweepOptions::augment_args(clap::Command::new("run"))
-            .get_arguments()
-            .map(|a| a.get_id().to_string())
-            .collect()
     }
 }
 

@@ -389,9 +389,8 @@ pub fn deliver_then_die(
         .map(PathBuf::from)
         .context("spill-test-child runs under gapscope record (GAPSCOPE_OUT unset)")?;
     anyhow::ensure!(
-        crate::settings::Setting::Spill
-            .read()
-            .is_some_and(|v| v == "1"),
+        crate::settings::Setting::Spill.switch_from(&crate::settings::Setting::environment_value)
+            == Ok(Some(true)),
         "spill-test-child runs under gapscope record ({} unset)",
         crate::record::env::SPILL_VAR
     );

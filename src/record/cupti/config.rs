@@ -5,7 +5,7 @@
 use super::budget::TraceBudget;
 use super::sys;
 use crate::record::step_range::StepRange;
-use crate::settings::Setting;
+use crate::settings::{BadSetting, Setting, kept};
 
 /// Recorder settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -429,49 +429,102 @@ pub(super) struct Diagnostics {
     pub no_launch_wrapper: bool,
 }
 
+/// `GAPSCOPE_CUPTI_SKIP`'s words: the kinds of [`KINDS`] (a word matches the kinds whose
+/// names hold it).
+const SKIP_EXPECTED: &str = "activity kinds, comma-separated, of CONCURRENT_KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, SYNCHRONIZATION, CUDA_EVENT";
+
+/// The kind a [`KINDS`] label enables: `CONCURRENT_KERNEL` of
+/// `cuptiActivityEnable(CONCURRENT_KERNEL)`.
+fn kind_name(label: &str) -> &str {
+    label
+        .trim_start_matches("cuptiActivityEnable(")
+        .trim_end_matches(')')
+}
+
 impl Diagnostics {
+    /// From the environment (under `record` and `gapscope run` alike): a value refused is said
+    /// in one line and its default taken; `gapscope record` refuses it before the program runs
+    /// ([`crate::record::inject::refused_settings`]).
     pub fn from_env() -> Diagnostics {
-        Diagnostics::from_lookup(Setting::read)
+        let (diagnostics, refused) = Diagnostics::read(&Setting::environment_value);
+        for e in refused {
+            crate::messages::warning(&format!("{e}; using the default"));
+        }
+        diagnostics
     }
 
-    fn from_lookup(get: impl Fn(Setting) -> Option<String>) -> Diagnostics {
-        let list = |name: Setting, upper: bool| {
-            get(name).map(|v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(|s| {
-                        if upper {
-                            s.to_uppercase()
-                        } else {
-                            s.to_owned()
-                        }
-                    })
-                    .collect::<Vec<_>>()
-            })
+    /// Every switch from `get` ([`Setting::parse_from`]'s rule), with the values refused (each
+    /// left at its default).
+    pub(crate) fn read(get: &dyn Fn(Setting) -> Option<String>) -> (Diagnostics, Vec<BadSetting>) {
+        let mut refused = Vec::new();
+        let list = |text: &str| -> Vec<String> {
+            text.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
         };
-        Diagnostics {
-            skip_kinds: list(Setting::CuptiSkip, true).unwrap_or_default(),
-            api_only: list(Setting::CuptiApiOnly, false),
-            per_thread_buffers: get(Setting::CuptiPerThreadBuffers).map(|v| v.trim() != "0"),
-            host_pinned: get(Setting::CuptiHostPinned).map(|v| v.trim() != "0"),
-            skip_node_frames: get(Setting::CuptiNodeFrames).is_some_and(|v| v.trim() == "0"),
-            keep_filter_on_pause: get(Setting::BudgetPauseFilter).is_some_and(|v| v.trim() == "0"),
-            api_from_callbacks: get(Setting::CuptiApiFrom).is_some_and(|v| v.trim() == "callbacks"),
-            graph_trace: get(Setting::CuptiGraphTrace).is_some_and(|v| v.trim() == "1"),
-            size_attributes: list(Setting::CuptiAttr, false)
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|pair| {
-                    let (attr, value) = pair.split_once('=')?;
-                    Some((attr.trim().parse().ok()?, value.trim().parse().ok()?))
-                })
-                .collect(),
-            flush_period_ms: get(Setting::CuptiFlushPeriodMs).and_then(|v| v.trim().parse().ok()),
-            no_measuring: get(Setting::BudgetMeasure).is_some_and(|v| v.trim() == "0"),
-            pacing: get(Setting::BudgetPace).is_some_and(|v| v.trim() == "1"),
-            no_launch_wrapper: get(Setting::BudgetLaunchWrapper).is_some_and(|v| v.trim() == "0"),
-        }
+        let kind_names: Vec<&str> = KINDS.iter().map(|&(_, label)| kind_name(label)).collect();
+        let skip_kinds = kept(
+            Setting::CuptiSkip.parse_from(get, SKIP_EXPECTED, |t| {
+                let words: Vec<String> = list(t).iter().map(|w| w.to_uppercase()).collect();
+                let known = |w: &String| kind_names.iter().any(|k| k.contains(w.as_str()));
+                (!words.is_empty() && words.iter().all(known)).then_some(words)
+            }),
+            &mut refused,
+        );
+        let api_only = kept(
+            Setting::CuptiApiOnly.parse_from(
+                get,
+                "parts of API call names, comma-separated (e.g. `Launch,EventRecord`)",
+                |t| Some(list(t)).filter(|parts| !parts.is_empty()),
+            ),
+            &mut refused,
+        );
+        let api_from_callbacks = kept(
+            Setting::CuptiApiFrom.parse_from(get, "`callbacks` (or unset)", |t| {
+                (t == "callbacks").then_some(true)
+            }),
+            &mut refused,
+        );
+        let size_attributes = kept(
+            Setting::CuptiAttr.parse_from(
+                get,
+                "`ATTR=VALUE` pairs of numbers, comma-separated (e.g. `0=67108864`)",
+                |t| {
+                    let pairs = list(t);
+                    let pair = |p: &String| {
+                        let (attr, value) = p.split_once('=')?;
+                        Some((attr.trim().parse().ok()?, value.trim().parse().ok()?))
+                    };
+                    let parsed: Option<Vec<(u32, usize)>> = pairs.iter().map(pair).collect();
+                    parsed.filter(|p| !p.is_empty())
+                },
+            ),
+            &mut refused,
+        );
+        let flush_period_ms = kept(
+            Setting::CuptiFlushPeriodMs
+                .parse_from(get, "a number of milliseconds", |t| t.parse::<u32>().ok()),
+            &mut refused,
+        );
+        let mut switch = |setting: Setting| kept(setting.switch_from(get), &mut refused);
+        let diagnostics = Diagnostics {
+            skip_kinds: skip_kinds.unwrap_or_default(),
+            api_only,
+            per_thread_buffers: switch(Setting::CuptiPerThreadBuffers),
+            host_pinned: switch(Setting::CuptiHostPinned),
+            skip_node_frames: switch(Setting::CuptiNodeFrames) == Some(false),
+            keep_filter_on_pause: switch(Setting::BudgetPauseFilter) == Some(false),
+            api_from_callbacks: api_from_callbacks.unwrap_or(false),
+            graph_trace: switch(Setting::CuptiGraphTrace) == Some(true),
+            size_attributes: size_attributes.unwrap_or_default(),
+            flush_period_ms,
+            no_measuring: switch(Setting::BudgetMeasure) == Some(false),
+            pacing: switch(Setting::BudgetPace) == Some(true),
+            no_launch_wrapper: switch(Setting::BudgetLaunchWrapper) == Some(false),
+        };
+        (diagnostics, refused)
     }
 
     /// Whether the API call `name` keeps its activity record.
@@ -489,8 +542,11 @@ mod tests {
 
     #[test]
     fn diagnostics_read_every_switch_and_default_to_none() {
-        assert_eq!(Diagnostics::from_lookup(|_| None), Diagnostics::default());
-        let d = Diagnostics::from_lookup(|name| {
+        assert_eq!(
+            Diagnostics::read(&|_| None),
+            (Diagnostics::default(), Vec::new())
+        );
+        let (d, refused) = Diagnostics::read(&|name| {
             Some(
                 match name {
                     Setting::CuptiSkip => " driver, ,runtime",
@@ -499,7 +555,7 @@ mod tests {
                     Setting::CuptiHostPinned => "1",
                     Setting::CuptiNodeFrames => "0",
                     Setting::CuptiGraphTrace => "1",
-                    Setting::CuptiAttr => "0=67108864, 6=4,bad,7=x",
+                    Setting::CuptiAttr => "0=67108864, 6=4,",
                     Setting::CuptiFlushPeriodMs => " 10",
                     Setting::BudgetPauseFilter => "0",
                     Setting::CuptiApiFrom => "callbacks",
@@ -511,6 +567,7 @@ mod tests {
                 .to_owned(),
             )
         });
+        assert_eq!(refused, []);
         assert_eq!(d.skip_kinds, ["DRIVER", "RUNTIME"]);
         assert!(d.no_measuring && d.pacing && d.no_launch_wrapper);
         assert_eq!(d.per_thread_buffers, Some(false));
@@ -524,6 +581,59 @@ mod tests {
         assert!(d.api_record_wanted("cudaGraphLaunch_v10000"));
         assert!(!d.api_record_wanted("cudaMemcpyAsync_v3020"));
         assert!(Diagnostics::default().api_record_wanted("cudaMemcpyAsync_v3020"));
+    }
+
+    /// A value a switch does not take is refused, one line each, and its default kept: never
+    /// half-read (`GAPSCOPE_CUPTI_ATTR`'s good pairs are not kept without its bad one).
+    #[test]
+    fn diagnostics_refuse_bad_values_and_keep_their_defaults() {
+        let (d, refused) = Diagnostics::read(&|name| {
+            Some(
+                match name {
+                    Setting::CuptiSkip => "driver,nonsense",
+                    Setting::CuptiAttr => "0=67108864,bad",
+                    Setting::CuptiFlushPeriodMs => "-5",
+                    Setting::CuptiHostPinned => "yes",
+                    Setting::BudgetPace => "1",
+                    _ => return None,
+                }
+                .to_owned(),
+            )
+        });
+        assert_eq!(
+            refused.iter().map(BadSetting::parts).collect::<Vec<_>>(),
+            [
+                (Setting::CuptiSkip, "driver,nonsense", SKIP_EXPECTED),
+                (
+                    Setting::CuptiAttr,
+                    "0=67108864,bad",
+                    "`ATTR=VALUE` pairs of numbers, comma-separated (e.g. `0=67108864`)"
+                ),
+                (
+                    Setting::CuptiFlushPeriodMs,
+                    "-5",
+                    "a number of milliseconds"
+                ),
+                (Setting::CuptiHostPinned, "yes", "`0` or `1`"),
+            ]
+        );
+        assert_eq!(
+            d,
+            Diagnostics {
+                pacing: true,
+                ..Diagnostics::default()
+            }
+        );
+    }
+
+    /// `GAPSCOPE_CUPTI_SKIP`'s refusal names every kind it can skip.
+    #[test]
+    fn the_skip_refusal_names_every_kind() {
+        for (_, label) in KINDS {
+            let kind = kind_name(label);
+            assert!(SKIP_EXPECTED.contains(kind), "{kind}");
+        }
+        assert!(!SKIP_EXPECTED.contains("GRAPH_TRACE"));
     }
 
     #[test]

@@ -40,6 +40,14 @@ pub(crate) mod sys;
 
 pub use budget::{NotALimit, TraceBudget};
 pub use config::{ApiCallbacks, RecorderConfig, api_record_wanted};
+
+/// The values of the recorder's diagnostic switches (`GAPSCOPE_CUPTI_SKIP`…) from `get` that
+/// it refuses: said and left at their defaults when recording starts.
+pub(crate) fn refused_diagnostics(
+    get: &dyn Fn(crate::settings::Setting) -> Option<String>,
+) -> Vec<crate::settings::BadSetting> {
+    config::Diagnostics::read(get).1
+}
 pub use error::CuptiError;
 pub use loader::{MIN_CUPTI_API_VERSION, cupti_cuda_major, device_info, ensure_cuda_driver};
 pub use recorder::{MarkerGuard, Recorder};

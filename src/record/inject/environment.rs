@@ -4,7 +4,7 @@
 use super::messages::say;
 use crate::record::cupti::{ApiCallbacks, RecorderConfig, TraceBudget};
 use crate::record::step_range::StepRange;
-use crate::settings::Setting;
+use crate::settings::{BadSetting, Setting, kept};
 use std::path::PathBuf;
 
 /// Rank variables, first set (and numeric) wins: torchrun/torch.distributed, torchrun's local
@@ -90,46 +90,89 @@ impl Config {
 /// The recorder's settings from the environment; a value it cannot use is said in one line
 /// and the default taken.
 pub(super) fn recorder_config(step_range: StepRange) -> RecorderConfig {
-    let mut config = RecorderConfig {
-        all_api_calls: Setting::CuptiApi.read().is_some_and(|v| v == "all"),
-        sync_records: Setting::CuptiSync.read().is_some_and(|v| v == "1"),
-        step_range,
-        ..RecorderConfig::default()
-    };
-    if let Some(v) = Setting::CuptiCallbacks.read() {
-        match <ApiCallbacks as clap::ValueEnum>::from_str(&v, false) {
-            Ok(callbacks) => config.api_callbacks = callbacks,
-            Err(e) => say(&format!(
-                "{}: {e}; using the default",
-                Setting::CuptiCallbacks
-            )),
-        }
+    let (config, refused) = read_recorder_config(&Setting::environment_value, step_range);
+    for e in refused {
+        say(&format!("{e}; using the default"));
     }
-    // Diagnostics: host activity buffer size in KiB (default 8 MiB).
-    match Setting::CuptiBufferKib.parse("a positive number of KiB", |t| {
-        t.parse::<usize>().ok().filter(|&kib| kib > 0)
-    }) {
-        Ok(Some(kib)) => config.buffer_bytes = kib * 1024,
-        Ok(None) => {}
-        Err(e) => say(&format!("{e}; using the default")),
-    }
-    let limit = match Setting::TraceBudget
-        .read()
-        .map(|v| TraceBudget::parse_limit(&v))
-    {
-        None => TraceBudget::DEFAULT_LIMIT,
-        Some(Ok(n)) => n,
-        Some(Err(e)) => {
-            say(&format!(
-                "{}: {e}; using the default {}",
-                Setting::TraceBudget,
-                TraceBudget::DEFAULT_LIMIT
-            ));
-            TraceBudget::DEFAULT_LIMIT
-        }
-    };
-    config.trace_budget = TraceBudget { limit };
     config
+}
+
+/// The recorder's settings from `get` ([`Setting::parse_from`]'s rule), with the values
+/// refused (each left at its default).
+fn read_recorder_config(
+    get: &dyn Fn(Setting) -> Option<String>,
+    step_range: StepRange,
+) -> (RecorderConfig, Vec<BadSetting>) {
+    let mut refused = Vec::new();
+    let all_api_calls = kept(
+        Setting::CuptiApi.parse_from(get, "`all` (or unset)", |t| (t == "all").then_some(true)),
+        &mut refused,
+    );
+    let sync_records = kept(Setting::CuptiSync.switch_from(get), &mut refused);
+    let api_callbacks = kept(
+        Setting::CuptiCallbacks.parse_from(
+            get,
+            "`all`, `graph-building`, `graph-building-with-launches` or `off`",
+            |t| <ApiCallbacks as clap::ValueEnum>::from_str(t, false).ok(),
+        ),
+        &mut refused,
+    );
+    // Diagnostics: host activity buffer size in KiB (default 8 MiB).
+    let buffer_kib = kept(
+        Setting::CuptiBufferKib.parse_from(get, "a positive number of KiB", |t| {
+            t.parse::<usize>().ok().filter(|&kib| kib > 0)
+        }),
+        &mut refused,
+    );
+    let limit = kept(
+        Setting::TraceBudget.parse_from(get, TraceBudget::EXPECTED, |t| {
+            TraceBudget::parse_limit(t).ok()
+        }),
+        &mut refused,
+    );
+    let default = RecorderConfig::default();
+    let config = RecorderConfig {
+        all_api_calls: all_api_calls.unwrap_or(false),
+        sync_records: sync_records.unwrap_or(false),
+        api_callbacks: api_callbacks.unwrap_or(default.api_callbacks),
+        buffer_bytes: buffer_kib.map_or(default.buffer_bytes, |kib| kib * 1024),
+        trace_budget: TraceBudget {
+            limit: limit.unwrap_or(TraceBudget::DEFAULT_LIMIT),
+        },
+        step_range,
+        ..default
+    };
+    (config, refused)
+}
+
+/// A switch of the injected process (`0` or `1`, default off); a value it cannot use is said
+/// in one line and the default taken.
+pub(super) fn switch(setting: Setting) -> bool {
+    let mut refused = Vec::new();
+    let on = kept(
+        setting.switch_from(&Setting::environment_value),
+        &mut refused,
+    );
+    for e in refused {
+        say(&format!("{e}; using the default"));
+    }
+    on == Some(true)
+}
+
+/// The switches the injected process reads besides the recorder's settings.
+pub(super) const SWITCHES: [Setting; 3] = [
+    Setting::Spill,
+    Setting::TracingFlag,
+    Setting::SignalBacktrace,
+];
+
+/// The values of the `GAPSCOPE_*` settings the injection library reads that it would refuse
+/// (say, and take the default): `gapscope record` refuses them before the program runs.
+pub fn refused_settings(get: &dyn Fn(Setting) -> Option<String>) -> Vec<BadSetting> {
+    let (_, mut refused) = read_recorder_config(get, StepRange::default());
+    refused.extend(crate::record::cupti::refused_diagnostics(get));
+    refused.extend(SWITCHES.iter().filter_map(|s| s.switch_from(get).err()));
+    refused
 }
 
 #[cfg(test)]
@@ -143,6 +186,44 @@ mod tests {
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| v.to_string())
         }
+    }
+
+    /// Each value refused is one line, and the recorder takes that setting's default.
+    #[test]
+    fn recorder_settings_refused_keep_their_defaults() {
+        let get = |s: Setting| {
+            Some(
+                match s {
+                    Setting::CuptiApi => "all",
+                    Setting::CuptiSync => "yes",
+                    Setting::CuptiCallbacks => "launches",
+                    Setting::CuptiBufferKib => " 64 ",
+                    Setting::TraceBudget => "-1",
+                    _ => return None,
+                }
+                .to_owned(),
+            )
+        };
+        let (config, refused) = read_recorder_config(&get, StepRange::default());
+        assert_eq!(
+            refused.iter().map(BadSetting::parts).collect::<Vec<_>>(),
+            [
+                (Setting::CuptiSync, "yes", "`0` or `1`"),
+                (
+                    Setting::CuptiCallbacks,
+                    "launches",
+                    "`all`, `graph-building`, `graph-building-with-launches` or `off`"
+                ),
+                (Setting::TraceBudget, "-1", TraceBudget::EXPECTED),
+            ]
+        );
+        let default = RecorderConfig::default();
+        assert!(config.all_api_calls && !config.sync_records);
+        assert_eq!(config.api_callbacks, default.api_callbacks);
+        assert_eq!(config.buffer_bytes, 64 * 1024);
+        assert_eq!(config.trace_budget.limit, TraceBudget::DEFAULT_LIMIT);
+        assert_eq!(refused_settings(&get).len(), 3);
+        assert_eq!(refused_settings(&|_| None), []);
     }
 
     #[test]

@@ -41,6 +41,9 @@
 //! (launches traced per executable graph and steps traced, default
 //! [`crate::record::cupti::TraceBudget::DEFAULT_LIMIT`]; 0: all), the rank variables of
 //! [`environment::rank_name`] and the world-size variables of [`environment::world_size`].
+//! A `GAPSCOPE_*` value it cannot use (`GAPSCOPE_CUPTI_ATTR=x`) is said in one line and its
+//! default taken, the program traced on; `gapscope record` refuses it before the program runs
+//! ([`environment::refused_settings`]).
 //!
 //! Its parts, one job each: [`environment`] (what the process is told), `panic_hook`,
 //! [`exit_calls`] (libc's `exit`, `_exit` and `kill` stood in for), `signals` (with
@@ -126,11 +129,11 @@ fn initialize() -> Result<(), String> {
     let recorder_config = environment::recorder_config(step_range.clone());
     // Delivery relies on the recorder's own flush thread: CUPTI's flush period
     // (`cuptiActivityFlushPeriod`) hands back only full buffers.
-    let spilling = Setting::Spill.read().is_some_and(|v| v == "1");
+    let spilling = environment::switch(Setting::Spill);
     let mut recorder = Recorder::start(recorder_config).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&config.out)
         .map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;
-    if Setting::TracingFlag.read().is_some_and(|v| v == "1")
+    if environment::switch(Setting::TracingFlag)
         && let Err(e) = recorder.say_tracing_in(&config.out, config.pid)
     {
         say_note(&format!(

@@ -126,7 +126,7 @@ pub fn reraise(sig: c_int) {
 pub(super) fn install_handlers() {
     // Read here: a signal handler must not read the environment.
     SIGNAL_BACKTRACE.store(
-        Setting::SignalBacktrace.read().is_some_and(|v| v == "1"),
+        super::environment::switch(Setting::SignalBacktrace),
         Ordering::Relaxed,
     );
     for sig in [SIGTERM, SIGINT, SIGSEGV, SIGABRT] {

@@ -47,7 +47,7 @@ pub struct TraceBudget {
 /// A budget's value that [`TraceBudget::parse_limit`] refuses (the text as given): typed for
 /// its callers, the command line's value parser and the recorder's setting.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{text:?} is not a whole number of launches and steps (0: trace everything)")]
+#[error("{text:?} is not {expected}", expected = TraceBudget::EXPECTED)]
 pub struct NotALimit {
     pub text: String,
 }
@@ -57,6 +57,9 @@ impl TraceBudget {
     /// and few enough that at the length of a short benchmark (a few hundred steps) most steps
     /// run untraced, so that tracing's host cost does not become the program's typical step.
     pub const DEFAULT_LIMIT: u32 = 16;
+
+    /// What a budget's value is, as [`NotALimit`] and a refused `GAPSCOPE_TRACE_BUDGET` say.
+    pub const EXPECTED: &str = "a whole number of launches and steps (0: trace everything)";
 
     /// The one reader of a budget's value (`--trace-budget N`, `GAPSCOPE_TRACE_BUDGET`): a
     /// whole number, 0 for no limit.
