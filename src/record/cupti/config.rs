@@ -425,8 +425,10 @@ pub(super) struct Diagnostics {
     /// recordings in which the pacer thread had switched CUPTI came out damaged on an H100
     /// (one correlation id for every kernel and API call, or launch records doubled).
     pub pacing: bool,
-    /// `GAPSCOPE_BUDGET_LAUNCH_WRAPPER=0`: graph launches decided in CUPTI's callbacks only.
-    pub no_launch_wrapper: bool,
+    /// `GAPSCOPE_BUDGET_LAUNCH_WRAPPER=1`: graph launches decided in the preloaded library's
+    /// `cudaGraphLaunch` (`launch_wrapper`), their CUPTI callbacks paused between windows. Off
+    /// by default until it has run on a GPU.
+    pub launch_wrapper: bool,
 }
 
 /// `GAPSCOPE_CUPTI_SKIP`'s words: the kinds of [`KINDS`] (a word matches the kinds whose
@@ -522,7 +524,7 @@ impl Diagnostics {
             flush_period_ms,
             no_measuring: switch(Setting::BudgetMeasure) == Some(false),
             pacing: switch(Setting::BudgetPace) == Some(true),
-            no_launch_wrapper: switch(Setting::BudgetLaunchWrapper) == Some(false),
+            launch_wrapper: switch(Setting::BudgetLaunchWrapper) == Some(true),
         };
         (diagnostics, refused)
     }
@@ -561,7 +563,7 @@ mod tests {
                     Setting::CuptiApiFrom => "callbacks",
                     Setting::BudgetMeasure => "0",
                     Setting::BudgetPace => "1",
-                    Setting::BudgetLaunchWrapper => "0",
+                    Setting::BudgetLaunchWrapper => "1",
                     _ => return None,
                 }
                 .to_owned(),
@@ -569,7 +571,7 @@ mod tests {
         });
         assert_eq!(refused, []);
         assert_eq!(d.skip_kinds, ["DRIVER", "RUNTIME"]);
-        assert!(d.no_measuring && d.pacing && d.no_launch_wrapper);
+        assert!(d.no_measuring && d.pacing && d.launch_wrapper);
         assert_eq!(d.per_thread_buffers, Some(false));
         assert_eq!(d.host_pinned, Some(true));
         assert!(d.skip_node_frames);

@@ -456,7 +456,7 @@ impl Recorder {
             state::WATCHING.store(true, Ordering::SeqCst);
         }
         state::WRAPPER_COVERAGE.store(WrapperCoverage::Unknown as u8, Ordering::SeqCst);
-        state::WRAPPER_DECIDES.store(!diagnostics.no_launch_wrapper, Ordering::SeqCst);
+        state::WRAPPER_DECIDES.store(diagnostics.launch_wrapper, Ordering::SeqCst);
         state::BUDGET_ON.store(true, Ordering::Relaxed);
     }
 

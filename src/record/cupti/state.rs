@@ -144,7 +144,7 @@ pub(crate) static WATCH_ARMED: AtomicBool = AtomicBool::new(false);
 pub(crate) static SWITCH_AWAITS_PROGRAM_THREAD: AtomicBool = AtomicBool::new(false);
 
 /// Whether the preloaded library's graph-launch wrapper (`launch_wrapper`) makes the budget's
-/// decisions (`GAPSCOPE_BUDGET_LAUNCH_WRAPPER=0` leaves them to CUPTI's callbacks).
+/// decisions (`GAPSCOPE_BUDGET_LAUNCH_WRAPPER=1`; else CUPTI's callbacks make them).
 pub(crate) static WRAPPER_DECIDES: AtomicBool = AtomicBool::new(false);
 
 /// Whether the wrapper is known to see this program's graph launches
