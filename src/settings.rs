@@ -106,7 +106,7 @@ settings! {
     BudgetMeasure = "GAPSCOPE_BUDGET_MEASURE", Diagnostic,
         "`0`: a trace budget's pause records nothing, with no measured launches or steps (no untraced periods).";
     BudgetLaunchWrapper = "GAPSCOPE_BUDGET_LAUNCH_WRAPPER", Diagnostic,
-        "`1`: a trace budget decides on graph launches in the preloaded library's `cudaGraphLaunch`, their CUPTI callbacks off between sampled windows.";
+        "`1` (a build with the `launch-wrapper` feature): a trace budget decides on graph launches in the preloaded library's `cudaGraphLaunch`, their CUPTI callbacks off between sampled windows.";
     BudgetPace = "GAPSCOPE_BUDGET_PACE", Diagnostic,
         "`1`: programs with no steps or graph launches to count are sampled by time, not traced whole.";
     Timings = "GAPSCOPE_TIMINGS", Developer,

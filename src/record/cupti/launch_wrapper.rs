@@ -1,5 +1,5 @@
 //! This library's stand-ins for the CUDA runtime's `cudaGraphLaunch` and `cudaGraphLaunch_ptsz`
-//! (under `gapscope record`, which preloads it): the trace budget decides on each graph launch
+//! (under `gapscope record`, which preloads it; built with the `launch-wrapper` feature): the trace budget decides on each graph launch
 //! here, before the runtime runs (`callbacks::graph_launch_wrapper_entered`), so that between
 //! sampled windows a replay pays no CUPTI callback. Each then calls the function it stands in
 //! for: the next definition after this library, or, where the runtime was loaded privately
@@ -22,12 +22,14 @@ static GRAPH_LAUNCH: OnceLock<Option<GraphLaunch>> = OnceLock::new();
 static GRAPH_LAUNCH_PTSZ: OnceLock<Option<GraphLaunch>> = OnceLock::new();
 
 /// Stands in for the runtime's `cudaGraphLaunch` when this library is preloaded.
+#[cfg(feature = "launch-wrapper")]
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaGraphLaunch(exec: *mut c_void, stream: *mut c_void) -> c_int {
     launch(&GRAPH_LAUNCH, c"cudaGraphLaunch", exec, stream)
 }
 
 /// Stands in for the runtime's `cudaGraphLaunch_ptsz` (per-thread default stream builds).
+#[cfg(feature = "launch-wrapper")]
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaGraphLaunch_ptsz(exec: *mut c_void, stream: *mut c_void) -> c_int {
     launch(&GRAPH_LAUNCH_PTSZ, c"cudaGraphLaunch_ptsz", exec, stream)
@@ -55,10 +57,13 @@ fn launch(
 
 /// The function `name` that this library stands in for.
 fn definition_after_this_library(name: &CStr) -> Option<GraphLaunch> {
+    #[cfg(feature = "launch-wrapper")]
     let ours = match name.to_bytes() {
         b"cudaGraphLaunch" => cudaGraphLaunch as GraphLaunch as usize,
         _ => cudaGraphLaunch_ptsz as GraphLaunch as usize,
     };
+    #[cfg(not(feature = "launch-wrapper"))]
+    let ours = 0;
     // SAFETY: dlsym only looks the name up in the loader's tables.
     let next = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
     if next != 0 && next != ours {
