@@ -1218,6 +1218,54 @@ mod tests {
         [enter, exit]
     }
 
+    /// The graph-launch callbacks of `exec`: the runtime's launch (with the driver's launch it
+    /// makes inside), or the driver's alone.
+    struct GraphLaunchCalls {
+        runtime: [sys::CUpti_CallbackData; 2],
+        driver: [sys::CUpti_CallbackData; 2],
+    }
+
+    impl GraphLaunchCalls {
+        const RT: (sys::CUpti_CallbackDomain, u32) = (
+            sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+            sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+        );
+        const DRV: (sys::CUpti_CallbackDomain, u32) = (
+            sys::CUPTI_CB_DOMAIN_DRIVER_API,
+            sys::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+        );
+
+        fn of(exec: &usize) -> GraphLaunchCalls {
+            GraphLaunchCalls {
+                runtime: launch_callbacks(exec),
+                driver: launch_callbacks(exec),
+            }
+        }
+
+        fn runtime_launch(&self) {
+            let ((rt, rt_cbid), (drv, drv_cbid)) = (Self::RT, Self::DRV);
+            api(rt, rt_cbid, &self.runtime[0]);
+            api(drv, drv_cbid, &self.driver[0]); // the runtime's own driver call
+            api(drv, drv_cbid, &self.driver[1]);
+            api(rt, rt_cbid, &self.runtime[1]);
+        }
+
+        fn driver_launch(&self) {
+            let (drv, drv_cbid) = Self::DRV;
+            api(drv, drv_cbid, &self.driver[0]);
+            api(drv, drv_cbid, &self.driver[1]);
+        }
+    }
+
+    /// A recorder's shared state with a budget of `limit`, active with its budget on, as while
+    /// recording.
+    fn recording_with_budget(limit: u32, step_range: Option<&str>) -> Arc<Shared> {
+        let shared = Arc::new(shared_with_budget(limit, step_range));
+        *lock(&ACTIVE) = Some(shared.clone());
+        BUDGET_ON.store(true, Ordering::Relaxed);
+        shared
+    }
+
     #[test]
     fn api_calls_recorded_from_callbacks_are_kept_per_domain_and_cbid() {
         let _one = lock(&super::super::recorder::TEST_RECORDER_LOCK);
@@ -1277,24 +1325,10 @@ mod tests {
     #[test]
     fn the_budget_counts_each_launch_once_and_leaves_launches_inside_steps_to_the_step() {
         let _one = lock(&super::super::recorder::TEST_RECORDER_LOCK);
-        let shared = Arc::new(shared_with_budget(8, Some("decode_step")));
-        *lock(&ACTIVE) = Some(shared.clone());
-        BUDGET_ON.store(true, Ordering::Relaxed);
+        let shared = recording_with_budget(8, Some("decode_step"));
         let exec: usize = 0xe5ec;
-        let (rt, drv) = (
-            sys::CUPTI_CB_DOMAIN_RUNTIME_API,
-            sys::CUPTI_CB_DOMAIN_DRIVER_API,
-        );
-        let rt_cbid = sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000;
-        let drv_cbid = sys::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch;
-        let [rt_enter, rt_exit] = launch_callbacks(&exec);
-        let [drv_enter, drv_exit] = launch_callbacks(&exec);
-        let runtime_launch = || {
-            api(rt, rt_cbid, &rt_enter);
-            api(drv, drv_cbid, &drv_enter); // the runtime's own driver call
-            api(drv, drv_cbid, &drv_exit);
-            api(rt, rt_cbid, &rt_exit);
-        };
+        let calls = GraphLaunchCalls::of(&exec);
+        let runtime_launch = || calls.runtime_launch();
         runtime_launch();
         runtime_launch();
         nvtx_call(NVTX_RANGE_PUSH_A, c"decode_step");
@@ -1326,27 +1360,15 @@ mod tests {
     #[test]
     fn the_launch_wrapper_decides_once_and_a_bypassing_launch_keeps_the_callbacks_on() {
         let _one = lock(&super::super::recorder::TEST_RECORDER_LOCK);
-        let shared = Arc::new(shared_with_budget(8, None));
-        *lock(&ACTIVE) = Some(shared.clone());
-        BUDGET_ON.store(true, Ordering::Relaxed);
+        let shared = recording_with_budget(8, None);
         WRAPPER_DECIDES.store(true, Ordering::SeqCst);
         WRAPPER_COVERAGE.store(WrapperCoverage::Unknown as u8, Ordering::SeqCst);
         let exec: usize = 0xa11c;
-        let (rt, drv) = (
-            sys::CUPTI_CB_DOMAIN_RUNTIME_API,
-            sys::CUPTI_CB_DOMAIN_DRIVER_API,
-        );
-        let rt_cbid = sys::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000;
-        let drv_cbid = sys::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch;
-        let [rt_enter, rt_exit] = launch_callbacks(&exec);
-        let [drv_enter, drv_exit] = launch_callbacks(&exec);
+        let calls = GraphLaunchCalls::of(&exec);
         let wrapped_launch = |callbacks_on: bool| {
             assert!(graph_launch_wrapper_entered(exec));
             if callbacks_on {
-                api(rt, rt_cbid, &rt_enter);
-                api(drv, drv_cbid, &drv_enter);
-                api(drv, drv_cbid, &drv_exit);
-                api(rt, rt_cbid, &rt_exit);
+                calls.runtime_launch();
             }
             graph_launch_wrapper_left();
         };
@@ -1372,8 +1394,7 @@ mod tests {
             "each launch once"
         );
         // A driver launch the wrapper never saw.
-        api(drv, drv_cbid, &drv_enter);
-        api(drv, drv_cbid, &drv_exit);
+        calls.driver_launch();
         assert_eq!(lock(&budget.decisions).launches(exec), 4);
         assert_eq!(
             WRAPPER_COVERAGE.load(Ordering::SeqCst),
@@ -1401,9 +1422,7 @@ mod tests {
     #[test]
     fn with_no_step_range_the_outermost_range_around_launches_is_chosen() {
         let _one = lock(&super::super::recorder::TEST_RECORDER_LOCK);
-        let shared = Arc::new(shared_with_budget(8, None));
-        *lock(&ACTIVE) = Some(shared.clone());
-        BUDGET_ON.store(true, Ordering::Relaxed);
+        let shared = recording_with_budget(8, None);
         WATCHING.store(true, Ordering::SeqCst);
         let drv = sys::CUPTI_CB_DOMAIN_DRIVER_API;
         let cbid = sys::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel;

@@ -33,6 +33,29 @@ pub(crate) fn loaded_objects() -> Vec<String> {
     names
 }
 
+/// The address of the function `name` that a definition at `ours` stands in for: the next
+/// definition after this library (`RTLD_NEXT`, as the linker would bind it without us), or,
+/// where it was loaded privately (`RTLD_LOCAL`, out of `RTLD_NEXT`'s reach), the first mapped
+/// object that exports it. The objects are never unloaded: a handle taken stays open.
+pub(crate) fn definition_beside(name: &CStr, ours: usize) -> Option<usize> {
+    // SAFETY: dlsym only looks the name up in the loader's tables.
+    let next = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+    if next != 0 && next != ours {
+        return Some(next);
+    }
+    loaded_objects().into_iter().find_map(|path| {
+        let mapped = Mapped::open(&path)?;
+        // SAFETY: only the symbol's address is read; nothing is called here.
+        let found = unsafe { mapped.0.get::<*mut c_void>(name.to_bytes_with_nul()) }
+            .ok()
+            .map(|symbol| *symbol as usize)
+            .filter(|&found| found != 0 && found != ours);
+        // The function found must stay mapped as long as it may be called.
+        std::mem::forget(mapped);
+        found
+    })
+}
+
 /// The return addresses of this thread's stack, innermost first (at most `N`).
 pub(crate) fn return_addresses<const N: usize>() -> Vec<usize> {
     let mut frames = [std::ptr::null_mut::<c_void>(); N];

@@ -2,12 +2,11 @@
 //! (under `gapscope record`, which preloads it; built with the `launch-wrapper` feature): the trace budget decides on each graph launch
 //! here, before the runtime runs (`callbacks::graph_launch_wrapper_entered`), so that between
 //! sampled windows a replay pays no CUPTI callback. Each then calls the function it stands in
-//! for: the next definition after this library, or, where the runtime was loaded privately
-//! (`RTLD_LOCAL`, out of `RTLD_NEXT`'s reach), the first loaded object that exports it.
+//! for ([`definition_beside`]).
 
 use super::callbacks::{graph_launch_wrapper_entered, graph_launch_wrapper_left};
-use super::dl::loaded_objects;
-use std::ffi::{CStr, CString, c_int, c_void};
+use super::dl::definition_beside;
+use std::ffi::{CStr, c_int, c_void};
 use std::panic::catch_unwind;
 use std::sync::OnceLock;
 
@@ -64,27 +63,9 @@ fn definition_after_this_library(name: &CStr) -> Option<GraphLaunch> {
     };
     #[cfg(not(feature = "launch-wrapper"))]
     let ours = 0;
-    // SAFETY: dlsym only looks the name up in the loader's tables.
-    let next = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-    if next != 0 && next != ours {
-        // SAFETY: the runtime's exported function of this name has this signature.
-        return Some(unsafe { std::mem::transmute::<usize, GraphLaunch>(next) });
-    }
-    loaded_objects().into_iter().find_map(|path| {
-        let path = CString::new(path).ok()?;
-        // SAFETY: RTLD_NOLOAD returns a handle on an object already mapped (its initialisers
-        // ran when it was loaded) or null; no code of the object runs here. The handle is kept:
-        // the function found must stay mapped.
-        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-        if handle.is_null() {
-            return None;
-        }
-        // SAFETY: as for RTLD_NEXT above.
-        let found = unsafe { libc::dlsym(handle, name.as_ptr()) } as usize;
-        (found != 0 && found != ours)
-            // SAFETY: as above.
-            .then(|| unsafe { std::mem::transmute::<usize, GraphLaunch>(found) })
-    })
+    let found = definition_beside(name, ours)?;
+    // SAFETY: the runtime's exported function of this name has this signature.
+    Some(unsafe { std::mem::transmute::<usize, GraphLaunch>(found) })
 }
 
 #[cfg(test)]
