@@ -251,9 +251,9 @@ fn count_watched_launch() {
 // ---------------------------------------------------------------------------------------------
 //
 // Between sampled windows a replay should cost what it costs the program. CUPTI's graph-launch
-// callbacks (a runtime and a driver one, each entered and left) made a 20 µs replay host-bound
-// on an H100; the wrapper decides before the runtime runs, and once CUPTI's callbacks have
-// seen a launch come through it, they are paused with the budget's other callbacks.
+// callbacks (a runtime and a driver one, each entered and left) add host time to every replay
+// (benches/README.md); the wrapper decides before the runtime runs, and once CUPTI's callbacks
+// have seen a launch come through it, they are paused with the budget's other callbacks.
 
 thread_local! {
     /// Set while this thread runs a graph launch the wrapper decided on.
